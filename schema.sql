@@ -1,0 +1,216 @@
+-- toolq schema, version 1 (stored in PRAGMA user_version).
+--
+-- This file is the whole schema. It is embedded in the binary and applied by `toolq init`
+-- (or by any command that opens a new database). Ops people: this is your interface.
+--
+-- Conventions
+--   * Timestamps are fixed-width UTC text, 'YYYY-MM-DDTHH:MM:SS.mmmZ'. String order is time
+--     order, so `WHERE finished_at > '2026-11-01'` works, and people can read them.
+--   * JSON columns (args, progress, data, ...) are checked with json_valid() and can be read
+--     with json_extract(), e.g. `json_extract(progress, '$.current')`.
+--   * States are CHECK-constrained; the lifecycle is
+--       queued -> (awaiting_approval ->) running -> completed | failed | cancelled
+--     and a running run whose attempt fails with a retryable error goes back to queued.
+--   * Index names say which query they serve.
+
+-- One row per run: one execution of a tool (with retries) owned by a session.
+CREATE TABLE runs (
+    id                    TEXT PRIMARY KEY,                  -- 'bg_' + uuid v7 (time ordered)
+    session_id            TEXT NOT NULL,                     -- the owner; its inbox gets the completion message
+    tool                  TEXT NOT NULL,                     -- registered tool name
+    args                  TEXT NOT NULL CHECK (json_valid(args)),  -- validated against the tool's schema at enqueue
+    title                 TEXT NOT NULL,
+    state                 TEXT NOT NULL DEFAULT 'queued' CHECK (state IN
+                              ('queued', 'awaiting_approval', 'running', 'completed', 'failed', 'cancelled')),
+    priority              INTEGER NOT NULL DEFAULT 0,        -- higher runs first; ties run oldest first
+    attempt               INTEGER NOT NULL DEFAULT 0,        -- attempts started so far (claim adds 1)
+    max_attempts          INTEGER NOT NULL DEFAULT 3 CHECK (max_attempts >= 1),
+    run_at                TEXT NOT NULL,                     -- not before this instant (also the retry time)
+    created_at            TEXT NOT NULL,
+    started_at            TEXT,                              -- start of the latest attempt
+    finished_at           TEXT,                              -- set when the run reaches a final state
+    -- Lease of the current attempt. Every write after the claim must match (id, attempt, lease_token);
+    -- a stale attempt whose run was rescued can never overwrite newer state.
+    lease_owner           TEXT,                              -- workers.id of the claiming process
+    lease_token           TEXT,                              -- fresh random token per claim (fencing)
+    lease_expires_at      TEXT,                              -- rescued after this unless heartbeated
+    heartbeat_at          TEXT,
+    idempotency_key       TEXT UNIQUE,                       -- enqueueing the same key returns this run
+    timeout_ms            INTEGER CHECK (timeout_ms IS NULL OR timeout_ms > 0),  -- per-run override
+    signal_on_completion  INTEGER NOT NULL DEFAULT 1 CHECK (signal_on_completion IN (0, 1)),
+    delivery              TEXT NOT NULL DEFAULT 'when_idle' CHECK (delivery IN ('interrupt', 'when_idle', 'silent')),
+    schedule_id           TEXT REFERENCES schedules(id) ON DELETE SET NULL,  -- the schedule that made it
+    fire_at               TEXT,                              -- the schedule tick it stands for
+    ticks                 INTEGER NOT NULL DEFAULT 1,        -- schedule ticks this run stands for (catch-up)
+    status_text           TEXT,                              -- latest status line reported by the tool
+    progress              TEXT CHECK (progress IS NULL OR json_valid(progress)),  -- {current,total,unit,label}
+    output_tail           TEXT,                              -- last 2048 characters of the log, escaped
+    error                 TEXT,                              -- message the session may see
+    internal_error        TEXT,                              -- ops only, never shown to the session
+    errors                TEXT NOT NULL DEFAULT '[]' CHECK (json_valid(errors)),  -- one entry per failed attempt
+    operation_id          TEXT,                              -- async tools: the external operation to resume
+    stages                TEXT NOT NULL DEFAULT '[]' CHECK (json_valid(stages)),  -- async tools: stage history
+    approval_state        TEXT CHECK (approval_state IS NULL OR approval_state IN
+                              ('pending', 'approved', 'denied', 'expired')),
+    approval_deadline     TEXT,
+    approval_by           TEXT,
+    approval_at           TEXT,
+    approval_note         TEXT,
+    cancel_requested_at   TEXT,                              -- a running run is asked to stop
+    UNIQUE (schedule_id, fire_at)                            -- a schedule tick makes at most one run
+);
+
+-- Claim: runnable rows by session, in priority then age order (the claim visits each session's head).
+CREATE INDEX runs_claimable_idx ON runs (session_id, priority DESC, run_at, id) WHERE state = 'queued';
+-- Limits and heartbeats: running runs per session and per owner.
+CREATE INDEX runs_running_session_idx ON runs (session_id) WHERE state = 'running';
+CREATE INDEX runs_running_owner_idx ON runs (lease_owner, lease_expires_at) WHERE state = 'running';
+-- Listing and retention: runs by state and age, by session, by schedule.
+CREATE INDEX runs_state_created_idx ON runs (state, created_at);
+CREATE INDEX runs_session_created_idx ON runs (session_id, created_at);
+CREATE INDEX runs_finished_idx ON runs (finished_at) WHERE finished_at IS NOT NULL;
+CREATE INDEX runs_schedule_active_idx ON runs (schedule_id)
+    WHERE state IN ('queued', 'awaiting_approval', 'running');
+CREATE INDEX runs_awaiting_deadline_idx ON runs (approval_deadline) WHERE state = 'awaiting_approval';
+
+-- Run artifacts as blob rows: '/.background/{run_id}/output.log' and '/.background/{run_id}/result.json'.
+-- Read one with:  SELECT CAST(content AS TEXT) FROM blobs WHERE path = '/.background/bg_.../output.log';
+CREATE TABLE blobs (
+    session_id  TEXT NOT NULL,
+    path        TEXT NOT NULL,
+    run_id      TEXT REFERENCES runs(id) ON DELETE CASCADE,
+    content     BLOB NOT NULL,                 -- raw bytes; a log may hold non-UTF-8 bytes and NULs
+    size        INTEGER NOT NULL,              -- bytes in content
+    truncated   INTEGER NOT NULL DEFAULT 0 CHECK (truncated IN (0, 1)),  -- the log hit its cap
+    created_at  TEXT NOT NULL,
+    updated_at  TEXT NOT NULL,
+    PRIMARY KEY (session_id, path)
+);
+CREATE INDEX blobs_run_idx ON blobs (run_id);
+
+-- Recurring (cron) and one-shot schedules. Each due tick inserts one run.
+CREATE TABLE schedules (
+    id                 TEXT PRIMARY KEY,       -- 'sch_' + uuid v7
+    session_id         TEXT NOT NULL,
+    tool               TEXT NOT NULL,
+    args               TEXT NOT NULL CHECK (json_valid(args)),
+    title              TEXT NOT NULL,
+    cron_expression    TEXT,                   -- 5-field cron or @macro, evaluated in timezone
+    scheduled_at       TEXT,                   -- one-shot instant
+    timezone           TEXT NOT NULL DEFAULT 'UTC',  -- IANA name
+    enabled            INTEGER NOT NULL DEFAULT 1 CHECK (enabled IN (0, 1)),
+    next_trigger_at    TEXT,                   -- NULL when disabled or exhausted
+    last_triggered_at  TEXT,
+    trigger_count      INTEGER NOT NULL DEFAULT 0,
+    missed_policy      TEXT NOT NULL DEFAULT 'once' CHECK (missed_policy IN ('skip', 'once', 'all')),
+    catchup_window_ms  INTEGER CHECK (catchup_window_ms IS NULL OR catchup_window_ms >= 0),  -- NULL = one period
+    overlap_policy     TEXT NOT NULL DEFAULT 'skip' CHECK (overlap_policy IN ('skip', 'allow')),
+    priority           INTEGER NOT NULL DEFAULT 0,
+    max_attempts       INTEGER NOT NULL DEFAULT 3 CHECK (max_attempts >= 1),
+    timeout_ms         INTEGER CHECK (timeout_ms IS NULL OR timeout_ms > 0),
+    signal_on_completion INTEGER NOT NULL DEFAULT 1 CHECK (signal_on_completion IN (0, 1)),
+    delivery           TEXT NOT NULL DEFAULT 'when_idle' CHECK (delivery IN ('interrupt', 'when_idle', 'silent')),
+    created_at         TEXT NOT NULL,
+    updated_at         TEXT NOT NULL,
+    cancelled_at       TEXT,
+    CHECK ((cron_expression IS NULL) <> (scheduled_at IS NULL))  -- exactly one of the two
+);
+-- Due-schedule lookup.
+CREATE INDEX schedules_due_idx ON schedules (next_trigger_at) WHERE enabled = 1 AND next_trigger_at IS NOT NULL;
+CREATE INDEX schedules_session_idx ON schedules (session_id, enabled);
+
+-- One row per expected schedule tick: what happened to it.
+CREATE TABLE schedule_occurrences (
+    id            INTEGER PRIMARY KEY,
+    schedule_id   TEXT NOT NULL REFERENCES schedules(id) ON DELETE CASCADE,
+    fire_at       TEXT NOT NULL,               -- the tick's nominal instant
+    outcome       TEXT NOT NULL CHECK (outcome IN ('fired', 'skipped_overlap', 'missed', 'coalesced')),
+    run_id        TEXT REFERENCES runs(id) ON DELETE SET NULL,  -- fired: its run; coalesced: the catch-up run
+    detail        TEXT,
+    recorded_at   TEXT NOT NULL,
+    UNIQUE (schedule_id, fire_at)
+);
+CREATE INDEX schedule_occurrences_recorded_idx ON schedule_occurrences (recorded_at);
+
+-- Messages for sessions: run completions, failures, cancellations, approval requests.
+CREATE TABLE inbox (
+    id          INTEGER PRIMARY KEY AUTOINCREMENT,  -- increasing: read after the last id you saw
+    session_id  TEXT NOT NULL,
+    run_id      TEXT REFERENCES runs(id) ON DELETE CASCADE,
+    attempt     INTEGER NOT NULL DEFAULT 0,
+    kind        TEXT NOT NULL CHECK (kind IN ('completed', 'failed', 'cancelled', 'approval_request')),
+    body        TEXT NOT NULL,                      -- the text shown to the session
+    data        TEXT NOT NULL DEFAULT '{}' CHECK (json_valid(data)),  -- the same, structured
+    delivery    TEXT NOT NULL DEFAULT 'when_idle' CHECK (delivery IN ('interrupt', 'when_idle', 'silent')),
+    created_at  TEXT NOT NULL,
+    read_at     TEXT,
+    acked_at    TEXT
+);
+CREATE INDEX inbox_session_idx ON inbox (session_id, id);
+CREATE INDEX inbox_unacked_idx ON inbox (session_id, id) WHERE acked_at IS NULL;
+-- Recording is exactly-once: one final message per run attempt.
+CREATE UNIQUE INDEX inbox_one_final_per_attempt ON inbox (run_id, attempt)
+    WHERE kind IN ('completed', 'failed', 'cancelled');
+
+-- One row per worker process, for ops and for rescuing the runs of dead processes.
+CREATE TABLE workers (
+    id                  TEXT PRIMARY KEY,      -- 'wk_' + uuid v7
+    host                TEXT NOT NULL,
+    boot_id             TEXT NOT NULL,         -- /proc/sys/kernel/random/boot_id
+    pid                 INTEGER NOT NULL,
+    process_start_time  TEXT NOT NULL,         -- from /proc/PID/stat; tells a reused pid apart
+    started_at          TEXT NOT NULL,
+    heartbeat_at        TEXT NOT NULL,
+    last_poll_at        TEXT,
+    stopped_at          TEXT,                  -- set on a clean exit
+    concurrency         INTEGER NOT NULL,
+    busy_retries        INTEGER NOT NULL DEFAULT 0,  -- SQLITE_BUSY retries this process needed
+    version             TEXT NOT NULL
+);
+CREATE INDEX workers_live_idx ON workers (heartbeat_at) WHERE stopped_at IS NULL;
+
+-- Ops views. Views read the wall clock (strftime('now')); the worker itself never does in SQL.
+
+-- Running runs whose lease has expired, or queued runs overdue by more than 5 minutes.
+CREATE VIEW stuck_runs AS
+SELECT id, session_id, tool, state, attempt, max_attempts, run_at, started_at, lease_owner,
+       lease_expires_at, heartbeat_at, status_text,
+       CASE WHEN state = 'running' THEN 'lease expired' ELSE 'queued past due' END AS reason
+FROM runs
+WHERE (state = 'running' AND lease_expires_at < strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))
+   OR (state = 'queued' AND run_at < strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-5 minutes'));
+
+-- Failed runs of the last 24 hours, newest first, with the error the session saw and the ops detail.
+CREATE VIEW failures_24h AS
+SELECT id, session_id, tool, title, attempt, max_attempts, finished_at, error, internal_error
+FROM runs
+WHERE state = 'failed' AND finished_at >= strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-1 day')
+ORDER BY finished_at DESC;
+
+-- Unfinished work by session and tool.
+CREATE VIEW queue_depth AS
+SELECT session_id, tool,
+       sum(state = 'queued') AS queued,
+       sum(state = 'awaiting_approval') AS awaiting_approval,
+       sum(state = 'running') AS running,
+       min(CASE WHEN state = 'queued' THEN run_at END) AS oldest_queued_run_at
+FROM runs
+WHERE state IN ('queued', 'awaiting_approval', 'running')
+GROUP BY session_id, tool;
+
+-- Enabled schedules in the order they fire next.
+CREATE VIEW next_fires AS
+SELECT id, session_id, tool, title, cron_expression, scheduled_at, timezone, next_trigger_at,
+       last_triggered_at, trigger_count
+FROM schedules
+WHERE enabled = 1 AND next_trigger_at IS NOT NULL
+ORDER BY next_trigger_at;
+
+-- What happened to each schedule's ticks over the last 7 days.
+CREATE VIEW recent_occurrences AS
+SELECT o.schedule_id, s.title, o.fire_at, o.outcome, o.run_id, r.state AS run_state, o.detail
+FROM schedule_occurrences o
+JOIN schedules s ON s.id = o.schedule_id
+LEFT JOIN runs r ON r.id = o.run_id
+WHERE o.fire_at >= strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-7 days')
+ORDER BY o.schedule_id, o.fire_at DESC;

@@ -1,0 +1,6 @@
+//! The operator CLI.
+
+/// Runs the CLI and returns the process exit code.
+pub fn main() -> i32 {
+    0
+}

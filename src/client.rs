@@ -1,0 +1,446 @@
+//! The library's front door: a [`Client`] opens the database with a tool registry and offers
+//! enqueue, inspection, cancellation, retry and inbox calls. Workers are built from it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use serde_json::Value;
+use tokio::sync::Notify;
+
+use crate::clock::{SharedClock, SystemClock};
+use crate::config::Config;
+use crate::error::{Error, InputError, Result};
+use crate::ids::{RunId, validate_session};
+use crate::inbox::{About, FinalKind, final_message};
+use crate::run::{Delivery, NewRun, Run, RunState};
+use crate::store::inbox::{InboxFilter, Message};
+use crate::store::runs::{Inserted, ListFilter};
+use crate::store::{self, Store};
+use crate::tool::Registry;
+
+/// A request to run a tool once.
+#[derive(Debug, Clone)]
+pub struct EnqueueRequest {
+    /// Tool name.
+    pub tool: String,
+    /// Arguments (must match the tool's schema).
+    pub args: Value,
+    /// Owning session (default "default").
+    pub session: String,
+    /// Title (default: the tool's display name).
+    pub title: Option<String>,
+    /// Higher runs first (default 0).
+    pub priority: i64,
+    /// Not before this instant (default: now).
+    pub run_at: Option<DateTime<Utc>>,
+    /// Attempts in all (default from config).
+    pub max_attempts: Option<i64>,
+    /// Timeout (default: the tool's, else config).
+    pub timeout: Option<Duration>,
+    /// Same key, same run: a second enqueue returns the first run.
+    pub idempotency_key: Option<String>,
+    /// Post an inbox message when it ends (default true).
+    pub signal_on_completion: bool,
+    /// Delivery mode of that message.
+    pub delivery: Delivery,
+}
+
+impl EnqueueRequest {
+    /// A request with defaults for everything but tool and args.
+    pub fn new(tool: impl Into<String>, args: Value) -> Self {
+        Self {
+            tool: tool.into(),
+            args,
+            session: "default".into(),
+            title: None,
+            priority: 0,
+            run_at: None,
+            max_attempts: None,
+            timeout: None,
+            idempotency_key: None,
+            signal_on_completion: true,
+            delivery: Delivery::WhenIdle,
+        }
+    }
+
+    /// Sets the session.
+    pub fn session(mut self, s: impl Into<String>) -> Self {
+        self.session = s.into();
+        self
+    }
+
+    /// Sets the title.
+    pub fn title(mut self, t: impl Into<String>) -> Self {
+        self.title = Some(t.into());
+        self
+    }
+}
+
+/// The answer to an enqueue.
+#[derive(Debug, Clone, Serialize)]
+pub struct Enqueued {
+    /// The run id.
+    pub run_id: RunId,
+    /// False when the idempotency key returned an existing run.
+    pub created: bool,
+}
+
+pub(crate) struct Inner {
+    pub store: Store,
+    pub registry: Arc<Registry>,
+    pub config: Config,
+    pub clock: SharedClock,
+    /// Wakes this process's workers when work is enqueued here.
+    pub wake: Notify,
+}
+
+/// A handle to a toolq database with its tools. Cheap to clone.
+#[derive(Clone)]
+pub struct Client {
+    pub(crate) inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("store", &self.inner.store)
+            .finish()
+    }
+}
+
+impl Client {
+    /// Opens `config.db_path` with the real clock.
+    pub fn open(config: Config, registry: Registry) -> Result<Client> {
+        Self::open_with_clock(config, registry, Arc::new(SystemClock))
+    }
+
+    /// Opens with an injected clock (tests use [`crate::ManualClock`]).
+    pub fn open_with_clock(
+        config: Config,
+        registry: Registry,
+        clock: SharedClock,
+    ) -> Result<Client> {
+        let store = Store::open(&config.db_path)?;
+        Ok(Client {
+            inner: Arc::new(Inner {
+                store,
+                registry: Arc::new(registry),
+                config,
+                clock,
+                wake: Notify::new(),
+            }),
+        })
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Store {
+        &self.inner.store
+    }
+
+    /// The tools.
+    pub fn registry(&self) -> &Registry {
+        &self.inner.registry
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &Config {
+        &self.inner.config
+    }
+
+    /// The clock.
+    pub fn clock(&self) -> &SharedClock {
+        &self.inner.clock
+    }
+
+    /// Now, from the clock.
+    pub fn now(&self) -> DateTime<Utc> {
+        self.inner.clock.now()
+    }
+
+    /// Validates a request into a row to insert; writes nothing.
+    pub fn prepare(&self, req: &EnqueueRequest) -> Result<NewRun, InputError> {
+        validate_session(&req.session)?;
+        let entry = self.inner.registry.validate(&req.tool, &req.args)?;
+        if !(-1_000_000..=1_000_000).contains(&req.priority) {
+            return Err(InputError::new(
+                "priority",
+                req.priority.to_string(),
+                "must be between -1000000 and 1000000",
+            ));
+        }
+        let max_attempts = req
+            .max_attempts
+            .unwrap_or(self.inner.config.runs.max_attempts);
+        if !(1..=1000).contains(&max_attempts) {
+            return Err(InputError::new(
+                "max_attempts",
+                max_attempts.to_string(),
+                "must be between 1 and 1000",
+            ));
+        }
+        let timeout_ms = match req.timeout {
+            Some(t) if t.is_zero() => {
+                return Err(InputError::new("timeout", "0", "must be greater than zero"));
+            }
+            Some(t) if t > Duration::from_secs(7 * 86_400) => {
+                return Err(InputError::new(
+                    "timeout",
+                    humantime::format_duration(t).to_string(),
+                    "must be at most 7 days",
+                ));
+            }
+            Some(t) => Some(t.as_millis() as i64),
+            None => None,
+        };
+        if let Some(key) = &req.idempotency_key {
+            if key.is_empty() || key.chars().count() > 200 {
+                return Err(InputError::new(
+                    "idempotency_key",
+                    key,
+                    "must be 1 to 200 characters",
+                ));
+            }
+        }
+        let title = match &req.title {
+            Some(t) if t.trim().is_empty() => {
+                return Err(InputError::new("title", t, "must not be blank"));
+            }
+            Some(t) if t.chars().count() > 500 => {
+                return Err(InputError::new("title", t, "is longer than 500 characters"));
+            }
+            Some(t) => t.clone(),
+            None => entry.def.display_name.clone(),
+        };
+        let now = self.now();
+        Ok(NewRun {
+            id: RunId::generate(),
+            session_id: req.session.clone(),
+            tool: req.tool.clone(),
+            args: req.args.clone(),
+            title,
+            priority: req.priority,
+            max_attempts,
+            run_at: req.run_at.unwrap_or(now),
+            created_at: now,
+            idempotency_key: req.idempotency_key.clone(),
+            timeout_ms,
+            signal_on_completion: req.signal_on_completion,
+            delivery: req.delivery,
+            schedule_id: None,
+            fire_at: None,
+            ticks: 1,
+        })
+    }
+
+    /// Validates and inserts one run. Bad input writes nothing; a known idempotency key
+    /// returns the existing run.
+    pub async fn enqueue(&self, req: EnqueueRequest) -> Result<Enqueued> {
+        let row = self.prepare(&req)?;
+        let inserted = self
+            .inner
+            .store
+            .write_async(move |tx| store::runs::insert(tx, &row))
+            .await?;
+        self.inner.wake.notify_one();
+        Ok(to_enqueued(inserted))
+    }
+
+    /// Validates every request first, then inserts all of them in one transaction, or none.
+    /// An error names the request's index (`request 3: ...`).
+    pub async fn enqueue_batch(&self, reqs: Vec<EnqueueRequest>) -> Result<Vec<Enqueued>> {
+        let rows = reqs
+            .iter()
+            .enumerate()
+            .map(|(i, r)| {
+                self.prepare(r)
+                    .map_err(|e| e.within(&format!("request {}: ", i + 1)))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let inserted = self
+            .inner
+            .store
+            .write_async(move |tx| {
+                rows.iter()
+                    .map(|r| store::runs::insert(tx, r))
+                    .collect::<Result<Vec<_>, _>>()
+            })
+            .await?;
+        self.inner.wake.notify_one();
+        Ok(inserted.into_iter().map(to_enqueued).collect())
+    }
+
+    /// Reads a run.
+    pub async fn get(&self, id: &RunId) -> Result<Run> {
+        let key = id.to_string();
+        self.inner
+            .store
+            .read_async(move |c| store::runs::get(c, &key))
+            .await?
+            .ok_or_else(|| Error::NotFound {
+                what: "run",
+                id: id.to_string(),
+            })
+    }
+
+    /// Lists runs, newest first.
+    pub async fn list(&self, filter: ListFilter) -> Result<Vec<Run>> {
+        Ok(self
+            .inner
+            .store
+            .read_async(move |c| store::runs::list(c, &filter))
+            .await?)
+    }
+
+    /// Cancels a run: a queued or awaiting run ends `cancelled` at once (with its inbox message);
+    /// a running run is asked to stop and ends `cancelled` when its worker notices.
+    /// Cancelling a finished run is an error.
+    pub async fn cancel(&self, id: &RunId) -> Result<RunState> {
+        let run = self.get(id).await?;
+        let now = self.now();
+        match run.state {
+            RunState::Queued | RunState::AwaitingApproval => {
+                let expected = run.state;
+                let text = "cancelled by request before it started".to_string();
+                let about_run = run.clone();
+                let done = self
+                    .inner
+                    .store
+                    .write_async(move |tx| {
+                        let ok =
+                            store::runs::cancel_waiting(tx, &about_run.id, expected, &text, now)?;
+                        if ok && about_run.signal_on_completion {
+                            let about = about_of(&about_run);
+                            store::inbox::insert(
+                                tx,
+                                &final_message(FinalKind::Cancelled, &about, &text),
+                                now,
+                            )?;
+                        }
+                        Ok(ok)
+                    })
+                    .await?;
+                if done {
+                    Ok(RunState::Cancelled)
+                } else {
+                    Box::pin(self.cancel(id)).await
+                }
+            }
+            RunState::Running => {
+                let rid = run.id.clone();
+                self.inner
+                    .store
+                    .write_async(move |tx| store::runs::request_cancel(tx, &rid, now))
+                    .await?;
+                Ok(RunState::Running)
+            }
+            s => Err(Error::Conflict(format!(
+                "run {id} is already {s}; only queued, awaiting_approval or running runs can be cancelled"
+            ))),
+        }
+    }
+
+    /// Re-queues a failed or cancelled run as a new attempt.
+    pub async fn retry(&self, id: &RunId) -> Result<()> {
+        let run = self.get(id).await?;
+        if !matches!(run.state, RunState::Failed | RunState::Cancelled) {
+            return Err(Error::Conflict(format!(
+                "run {id} is {}; only failed or cancelled runs can be retried",
+                run.state
+            )));
+        }
+        let now = self.now();
+        let (rid, st) = (run.id.clone(), run.state);
+        let ok = self
+            .inner
+            .store
+            .write_async(move |tx| store::runs::requeue_finished(tx, &rid, st, now))
+            .await?;
+        if !ok {
+            return Err(Error::Conflict(format!(
+                "run {id} changed state meanwhile; try again"
+            )));
+        }
+        self.inner.wake.notify_one();
+        Ok(())
+    }
+
+    /// A session's inbox messages.
+    pub async fn inbox(&self, session: &str, filter: InboxFilter) -> Result<Vec<Message>> {
+        validate_session(session)?;
+        let s = session.to_string();
+        Ok(self
+            .inner
+            .store
+            .read_async(move |c| store::inbox::list(c, &s, &filter))
+            .await?)
+    }
+
+    /// Marks messages read; with `ack`, also acknowledges them.
+    pub async fn mark_inbox(&self, session: &str, ids: Vec<i64>, ack: bool) -> Result<usize> {
+        let s = session.to_string();
+        let now = self.now();
+        Ok(self
+            .inner
+            .store
+            .write_async(move |tx| {
+                if ack {
+                    store::inbox::ack(tx, &s, &ids, now)
+                } else {
+                    store::inbox::mark_read(tx, &s, &ids, now)
+                }
+            })
+            .await?)
+    }
+
+    /// A run's log blob (bytes, truncated flag), if written yet.
+    pub async fn log(&self, run: &Run) -> Result<Option<store::artifacts::Blob>> {
+        let (s, p) = (run.session_id.clone(), run.log_path());
+        Ok(self
+            .inner
+            .store
+            .read_async(move |c| store::artifacts::get(c, &s, &p))
+            .await?)
+    }
+
+    /// A run's result blob, if written.
+    pub async fn result(&self, run: &Run) -> Result<Option<store::artifacts::Blob>> {
+        let (s, p) = (run.session_id.clone(), run.result_path());
+        Ok(self
+            .inner
+            .store
+            .read_async(move |c| store::artifacts::get(c, &s, &p))
+            .await?)
+    }
+
+    /// Wakes this process's workers (used after an enqueue made elsewhere in the process).
+    pub fn wake_workers(&self) {
+        self.inner.wake.notify_one();
+    }
+}
+
+fn to_enqueued(i: Inserted) -> Enqueued {
+    match i {
+        Inserted::New(run_id) => Enqueued {
+            run_id,
+            created: true,
+        },
+        Inserted::Existing(run_id) => Enqueued {
+            run_id,
+            created: false,
+        },
+    }
+}
+
+/// What a final message says about a run.
+pub(crate) fn about_of(run: &Run) -> About<'_> {
+    About {
+        run_id: &run.id,
+        session_id: &run.session_id,
+        title: &run.title,
+        tool: &run.tool,
+        attempt: run.attempt,
+        delivery: run.delivery,
+    }
+}

@@ -1,0 +1,381 @@
+//! Configuration: `config.toml` (every key optional, unknown keys rejected) -> validated [`Config`].
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::error::ConfigError;
+
+/// Validated configuration with typed values.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    /// Database file.
+    pub db_path: String,
+    /// Worker loop settings.
+    pub worker: WorkerConfig,
+    /// Defaults for runs.
+    pub runs: RunDefaults,
+    /// Per-session limits.
+    pub sessions: SessionLimits,
+    /// Command tools defined by the operator, by name (kept raw; the tool runtime reads them).
+    pub tools: BTreeMap<String, toml::Table>,
+    /// The `shell` built-in (off unless enabled).
+    pub shell: toml::Table,
+}
+
+/// Worker loop settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WorkerConfig {
+    /// Running runs per worker process.
+    pub concurrency: usize,
+    /// Running runs per session, over all workers.
+    pub per_session: i64,
+    /// How often to look for work when nothing woke the worker.
+    pub poll_interval: Duration,
+    /// How long a claim holds a run without a heartbeat.
+    pub lease: Duration,
+    /// How often leases are extended (and cancel requests noticed).
+    pub heartbeat_interval: Duration,
+    /// Shortest gap between live progress/log writes of one run.
+    pub flush_interval: Duration,
+    /// On shutdown, how long in-flight runs may take before they are handed back.
+    pub shutdown_grace: Duration,
+    /// After a cancel or timeout signal, how long a tool may take before it is aborted.
+    pub cancel_grace: Duration,
+}
+
+/// Defaults applied to runs that do not set their own.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunDefaults {
+    /// Attempts in all.
+    pub max_attempts: i64,
+    /// Timeout when neither the run nor its tool sets one.
+    pub timeout: Duration,
+    /// First retry delay.
+    pub backoff_base: Duration,
+    /// Longest retry delay.
+    pub backoff_max: Duration,
+    /// Log cap in bytes.
+    pub log_cap_bytes: usize,
+    /// Characters kept in output_tail.
+    pub tail_chars: usize,
+}
+
+/// Per-session limits.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SessionLimits {
+    /// Active (queued, awaiting, running) runs a session may start through spawn_background.
+    pub max_active_runs: i64,
+    /// Enabled schedules per session.
+    pub max_active_schedules: i64,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            db_path: "./toolq.db".into(),
+            worker: WorkerConfig {
+                concurrency: 64,
+                per_session: 5,
+                poll_interval: Duration::from_millis(500),
+                lease: Duration::from_secs(30),
+                heartbeat_interval: Duration::from_secs(2),
+                flush_interval: Duration::from_millis(500),
+                shutdown_grace: Duration::from_secs(30),
+                cancel_grace: Duration::from_secs(5),
+            },
+            runs: RunDefaults {
+                max_attempts: 3,
+                timeout: Duration::from_secs(3600),
+                backoff_base: Duration::from_secs(1),
+                backoff_max: Duration::from_secs(600),
+                log_cap_bytes: 256 * 1024,
+                tail_chars: 2048,
+            },
+            sessions: SessionLimits {
+                max_active_runs: 100,
+                max_active_schedules: 20,
+            },
+            tools: BTreeMap::new(),
+            shell: toml::Table::new(),
+        }
+    }
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    database: Option<FileDatabase>,
+    worker: Option<FileWorker>,
+    runs: Option<FileRuns>,
+    sessions: Option<FileSessions>,
+    #[serde(default)]
+    tools: BTreeMap<String, toml::Table>,
+    #[serde(default)]
+    shell: toml::Table,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileDatabase {
+    path: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileWorker {
+    concurrency: Option<i64>,
+    per_session: Option<i64>,
+    poll_interval: Option<String>,
+    lease: Option<String>,
+    heartbeat_interval: Option<String>,
+    flush_interval: Option<String>,
+    shutdown_grace: Option<String>,
+    cancel_grace: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileRuns {
+    max_attempts: Option<i64>,
+    timeout: Option<String>,
+    backoff_base: Option<String>,
+    backoff_max: Option<String>,
+    log_cap_bytes: Option<i64>,
+    tail_chars: Option<i64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileSessions {
+    max_active_runs: Option<i64>,
+    max_active_schedules: Option<i64>,
+}
+
+/// Parses a human duration such as `500ms`, `30s`, `10m`, `1h 30m`.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    humantime::parse_duration(s.trim())
+        .map_err(|e| format!("is not a duration like 500ms, 30s, 10m or 2h ({e})"))
+}
+
+struct Checker<'a> {
+    path: &'a str,
+}
+
+impl Checker<'_> {
+    fn bad(&self, key: &str, value: impl ToString, reason: impl Into<String>) -> ConfigError {
+        ConfigError::Invalid {
+            path: self.path.into(),
+            key: key.into(),
+            value: value.to_string(),
+            reason: reason.into(),
+        }
+    }
+
+    fn duration(
+        &self,
+        key: &str,
+        v: Option<String>,
+        default: Duration,
+    ) -> Result<Duration, ConfigError> {
+        match v {
+            None => Ok(default),
+            Some(s) => {
+                let d = parse_duration(&s).map_err(|r| self.bad(key, format!("{s:?}"), r))?;
+                if d.is_zero() {
+                    return Err(self.bad(key, format!("{s:?}"), "must be greater than zero"));
+                }
+                Ok(d)
+            }
+        }
+    }
+
+    fn int(
+        &self,
+        key: &str,
+        v: Option<i64>,
+        default: i64,
+        min: i64,
+        max: i64,
+    ) -> Result<i64, ConfigError> {
+        match v {
+            None => Ok(default),
+            Some(n) if n < min || n > max => {
+                Err(self.bad(key, n, format!("must be between {min} and {max}")))
+            }
+            Some(n) => Ok(n),
+        }
+    }
+}
+
+impl Config {
+    /// Reads and validates a config file.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let display = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: display.clone(),
+            source,
+        })?;
+        Config::parse(&text, &display)
+    }
+
+    /// Parses and validates config text; `origin` names it in errors.
+    pub fn parse(text: &str, origin: &str) -> Result<Config, ConfigError> {
+        let file: FileConfig = toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: origin.into(),
+            message: e.to_string().trim().replace('\n', " "),
+        })?;
+        let c = Checker { path: origin };
+        let d = Config::default();
+        let w = file.worker.unwrap_or_default();
+        let r = file.runs.unwrap_or_default();
+        let s = file.sessions.unwrap_or_default();
+        let db_path = file.database.and_then(|d| d.path).unwrap_or(d.db_path);
+        if db_path.trim().is_empty() {
+            return Err(c.bad("database.path", "\"\"", "must not be empty"));
+        }
+        let worker = WorkerConfig {
+            concurrency: c.int(
+                "worker.concurrency",
+                w.concurrency,
+                d.worker.concurrency as i64,
+                1,
+                10_000,
+            )? as usize,
+            per_session: c.int(
+                "worker.per_session",
+                w.per_session,
+                d.worker.per_session,
+                1,
+                10_000,
+            )?,
+            poll_interval: c.duration(
+                "worker.poll_interval",
+                w.poll_interval,
+                d.worker.poll_interval,
+            )?,
+            lease: c.duration("worker.lease", w.lease, d.worker.lease)?,
+            heartbeat_interval: c.duration(
+                "worker.heartbeat_interval",
+                w.heartbeat_interval,
+                d.worker.heartbeat_interval,
+            )?,
+            flush_interval: c.duration(
+                "worker.flush_interval",
+                w.flush_interval,
+                d.worker.flush_interval,
+            )?,
+            shutdown_grace: c.duration(
+                "worker.shutdown_grace",
+                w.shutdown_grace,
+                d.worker.shutdown_grace,
+            )?,
+            cancel_grace: c.duration(
+                "worker.cancel_grace",
+                w.cancel_grace,
+                d.worker.cancel_grace,
+            )?,
+        };
+        if worker.heartbeat_interval * 2 > worker.lease {
+            return Err(c.bad(
+                "worker.heartbeat_interval",
+                format!("{:?}", worker.heartbeat_interval),
+                format!("must be at most half of worker.lease ({:?})", worker.lease),
+            ));
+        }
+        let runs = RunDefaults {
+            max_attempts: c.int(
+                "runs.max_attempts",
+                r.max_attempts,
+                d.runs.max_attempts,
+                1,
+                1000,
+            )?,
+            timeout: c.duration("runs.timeout", r.timeout, d.runs.timeout)?,
+            backoff_base: c.duration("runs.backoff_base", r.backoff_base, d.runs.backoff_base)?,
+            backoff_max: c.duration("runs.backoff_max", r.backoff_max, d.runs.backoff_max)?,
+            log_cap_bytes: c.int(
+                "runs.log_cap_bytes",
+                r.log_cap_bytes,
+                d.runs.log_cap_bytes as i64,
+                1024,
+                1 << 30,
+            )? as usize,
+            tail_chars: c.int(
+                "runs.tail_chars",
+                r.tail_chars,
+                d.runs.tail_chars as i64,
+                0,
+                1 << 20,
+            )? as usize,
+        };
+        let sessions = SessionLimits {
+            max_active_runs: c.int(
+                "sessions.max_active_runs",
+                s.max_active_runs,
+                d.sessions.max_active_runs,
+                1,
+                1_000_000,
+            )?,
+            max_active_schedules: c.int(
+                "sessions.max_active_schedules",
+                s.max_active_schedules,
+                d.sessions.max_active_schedules,
+                1,
+                1_000_000,
+            )?,
+        };
+        Ok(Config {
+            db_path,
+            worker,
+            runs,
+            sessions,
+            tools: file.tools,
+            shell: file.shell,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shipped_config_file_is_the_defaults() {
+        let text = include_str!("../config.toml");
+        assert_eq!(
+            Config::parse(text, "config.toml").unwrap(),
+            Config::default()
+        );
+    }
+
+    #[test]
+    fn empty_file_is_the_defaults() {
+        assert_eq!(Config::parse("", "x").unwrap(), Config::default());
+    }
+
+    #[test]
+    fn bad_values_name_key_and_value() {
+        let e = Config::parse("[worker]\nconcurrency = 0\n", "c.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("worker.concurrency") && e.contains('0') && e.contains("c.toml"),
+            "{e}"
+        );
+        let e = Config::parse("[worker]\nlease = \"soon\"\n", "c.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("worker.lease") && e.contains("soon"), "{e}");
+        let e = Config::parse("[worker]\nconcurency = 3\n", "c.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("concurency"), "{e}");
+        let e = Config::parse("[worker\n", "c.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("c.toml"), "{e}");
+    }
+}

@@ -1,0 +1,226 @@
+//! The crate's error types: one per boundary, wrapped by [`Error`].
+
+use std::fmt;
+
+/// A piece of user input was wrong: names the field, shows the value, says why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InputError {
+    /// The field, flag or argument that was wrong (e.g. `args`, `--priority`, `line 3: tool`).
+    pub field: String,
+    /// The offending value as given (shortened when very long).
+    pub value: String,
+    /// What is wrong with it.
+    pub reason: String,
+}
+
+impl InputError {
+    /// Builds an input error; long values are shortened so messages stay readable.
+    pub fn new(
+        field: impl Into<String>,
+        value: impl AsRef<str>,
+        reason: impl Into<String>,
+    ) -> Self {
+        Self {
+            field: field.into(),
+            value: shorten(value.as_ref(), 120),
+            reason: reason.into(),
+        }
+    }
+
+    /// The same error with `prefix` put before the field, e.g. `line 3: `.
+    pub fn within(mut self, prefix: &str) -> Self {
+        self.field = format!("{prefix}{}", self.field);
+        self
+    }
+}
+
+impl fmt::Display for InputError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.value.is_empty() {
+            write!(f, "{}: {}", self.field, self.reason)
+        } else {
+            write!(f, "{} {:?}: {}", self.field, self.value, self.reason)
+        }
+    }
+}
+
+impl std::error::Error for InputError {}
+
+fn shorten(s: &str, max: usize) -> String {
+    if s.chars().count() <= max {
+        return s.to_string();
+    }
+    let head: String = s.chars().take(max).collect();
+    format!("{head}...")
+}
+
+/// The configuration file is unreadable or holds a bad value.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("config {path}: {source}")]
+    Read {
+        /// Path of the file.
+        path: String,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML or has unknown keys or wrong types.
+    #[error("config {path}: {message}")]
+    Parse {
+        /// Path of the file.
+        path: String,
+        /// The parser's explanation (names the key and line).
+        message: String,
+    },
+    /// A key has a value outside what it accepts.
+    #[error("config {path}: {key} = {value}: {reason}")]
+    Invalid {
+        /// Path of the file.
+        path: String,
+        /// The key, dotted (`worker.concurrency`).
+        key: String,
+        /// The value as written.
+        value: String,
+        /// Why it is rejected.
+        reason: String,
+    },
+}
+
+/// A database operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// SQLite reported an error.
+    #[error("database: {action}: {source}")]
+    Sqlite {
+        /// What was being done.
+        action: String,
+        /// The SQLite error.
+        source: rusqlite::Error,
+    },
+    /// The connection pool failed to hand out a connection.
+    #[error("database: connection pool: {0}")]
+    Pool(#[from] r2d2::Error),
+    /// The file was written by a newer toolq.
+    #[error(
+        "database {path} has schema version {found}, newer than this toolq supports ({supported}); upgrade toolq"
+    )]
+    SchemaTooNew {
+        /// Path of the file.
+        path: String,
+        /// Version in the file.
+        found: i64,
+        /// Newest version this build knows.
+        supported: i64,
+    },
+    /// The file is not a toolq database (or is damaged).
+    #[error("database {path}: {reason}")]
+    NotToolq {
+        /// Path of the file.
+        path: String,
+        /// What was found instead.
+        reason: String,
+    },
+    /// A pragma did not take the value it was set to.
+    #[error("database: PRAGMA {name} is {got:?} after setting it to {wanted:?}")]
+    Pragma {
+        /// The pragma.
+        name: &'static str,
+        /// The value asked for.
+        wanted: String,
+        /// The value read back.
+        got: String,
+    },
+    /// A blocking database task panicked or was cancelled.
+    #[error("database task failed: {0}")]
+    Task(String),
+}
+
+impl StoreError {
+    /// Wraps a rusqlite error with the action that failed.
+    pub fn sqlite(action: impl Into<String>, source: rusqlite::Error) -> Self {
+        Self::Sqlite {
+            action: action.into(),
+            source,
+        }
+    }
+}
+
+/// Any toolq error.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Bad user input (exit code 2).
+    #[error("{0}")]
+    Input(#[from] InputError),
+    /// A bad schedule specification (exit code 2).
+    #[error("{0}")]
+    Schedule(#[from] crate::schedule::ScheduleError),
+    /// A bad configuration file (exit code 2).
+    #[error("{0}")]
+    Config(#[from] ConfigError),
+    /// The database failed (exit code 1).
+    #[error("{0}")]
+    Store(#[from] StoreError),
+    /// The named object does not exist (exit code 1).
+    #[error("{what} {id} not found")]
+    NotFound {
+        /// What kind of object.
+        what: &'static str,
+        /// Its id.
+        id: String,
+    },
+    /// The operation does not fit the object's current state (exit code 1).
+    #[error("{0}")]
+    Conflict(String),
+    /// An I/O error outside the database (exit code 1).
+    #[error("{action}: {source}")]
+    Io {
+        /// What was being done.
+        action: String,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+}
+
+impl Error {
+    /// The process exit code for this error: 2 for bad input, 1 for everything else.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            Error::Input(_) | Error::Schedule(_) | Error::Config(_) => 2,
+            Error::Store(StoreError::SchemaTooNew { .. } | StoreError::NotToolq { .. }) => 2,
+            _ => 1,
+        }
+    }
+
+    /// Wraps an I/O error with the action that failed.
+    pub fn io(action: impl Into<String>, source: std::io::Error) -> Self {
+        Self::Io {
+            action: action.into(),
+            source,
+        }
+    }
+}
+
+/// `Result` with [`Error`] as the default error.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn input_error_names_field_and_value() {
+        let e = InputError::new("--priority", "abc", "must be an integer").within("line 3: ");
+        assert_eq!(
+            e.to_string(),
+            "line 3: --priority \"abc\": must be an integer"
+        );
+        assert_eq!(Error::from(e).exit_code(), 2);
+    }
+
+    #[test]
+    fn long_values_are_shortened() {
+        let e = InputError::new("args", "x".repeat(500), "bad");
+        assert!(e.to_string().len() < 200);
+    }
+}

@@ -1,0 +1,132 @@
+//! Texts of inbox messages (the seed's completion format) and their structured form. Pure.
+
+use serde_json::{Value, json};
+
+use crate::ids::RunId;
+use crate::run::{Delivery, log_path, result_path};
+use crate::store::inbox::NewMessage;
+
+/// Kinds of final message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FinalKind {
+    /// The run completed.
+    Completed,
+    /// The run failed.
+    Failed,
+    /// The run was cancelled.
+    Cancelled,
+}
+
+impl FinalKind {
+    /// The inbox `kind` column value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FinalKind::Completed => "completed",
+            FinalKind::Failed => "failed",
+            FinalKind::Cancelled => "cancelled",
+        }
+    }
+}
+
+/// What a final message is about.
+#[derive(Debug, Clone)]
+pub struct About<'a> {
+    /// Run id.
+    pub run_id: &'a RunId,
+    /// Session.
+    pub session_id: &'a str,
+    /// Title.
+    pub title: &'a str,
+    /// Tool name.
+    pub tool: &'a str,
+    /// Attempt.
+    pub attempt: i64,
+    /// Delivery mode.
+    pub delivery: Delivery,
+}
+
+/// Shortens a summary to one line of at most `max` characters.
+pub fn summarize(text: &str, max: usize) -> String {
+    let one_line = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    if one_line.chars().count() <= max {
+        one_line
+    } else {
+        let head: String = one_line.chars().take(max.saturating_sub(3)).collect();
+        format!("{head}...")
+    }
+}
+
+/// The seed's completion text:
+/// `Background run completed.` then run_id, title, tool, summary, result_path, log_path lines.
+pub fn final_text(kind: FinalKind, about: &About<'_>, summary: &str) -> String {
+    format!(
+        "Background run {}.\n- run_id: {}\n- title: {}\n- tool: {}\n- summary: {}\n- result_path: {}\n- log_path: {}",
+        kind.as_str(),
+        about.run_id,
+        about.title,
+        about.tool,
+        summary,
+        result_path(about.run_id),
+        log_path(about.run_id),
+    )
+}
+
+/// A final message: text and structured data.
+pub fn final_message(kind: FinalKind, about: &About<'_>, summary: &str) -> NewMessage {
+    let summary = summarize(summary, 300);
+    NewMessage {
+        session_id: about.session_id.to_string(),
+        run_id: about.run_id.to_string(),
+        attempt: about.attempt,
+        kind: kind.as_str(),
+        body: final_text(kind, about, &summary),
+        data: json!({
+            "status": kind.as_str(),
+            "run_id": about.run_id.as_str(),
+            "title": about.title,
+            "tool": about.tool,
+            "summary": summary,
+            "result_path": result_path(about.run_id),
+            "log_path": log_path(about.run_id),
+        }),
+        delivery: about.delivery,
+    }
+}
+
+/// A short summary of a success value: its `message`/`summary` string when it has one,
+/// otherwise compact JSON.
+pub fn summary_of(value: &Value) -> String {
+    for key in ["summary", "message"] {
+        if let Some(s) = value.get(key).and_then(Value::as_str) {
+            return s.to_string();
+        }
+    }
+    value.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn completion_text_follows_the_seed() {
+        let id: RunId = "bg_0190f0c0a1b27c3d8e9f0a1b2c3d4e5f".parse().unwrap();
+        let about = About {
+            run_id: &id,
+            session_id: "s",
+            title: "Echo",
+            tool: "echo",
+            attempt: 1,
+            delivery: Delivery::WhenIdle,
+        };
+        let m = final_message(FinalKind::Completed, &about, "hi");
+        assert_eq!(
+            m.body,
+            "Background run completed.\n- run_id: bg_0190f0c0a1b27c3d8e9f0a1b2c3d4e5f\n- title: Echo\n- tool: echo\n- summary: hi\n\
+             - result_path: /.background/bg_0190f0c0a1b27c3d8e9f0a1b2c3d4e5f/result.json\n\
+             - log_path: /.background/bg_0190f0c0a1b27c3d8e9f0a1b2c3d4e5f/output.log"
+        );
+        assert_eq!(m.data["status"], "completed");
+        assert_eq!(summarize(&"x".repeat(400), 10), "xxxxxxx...");
+    }
+}

@@ -1,0 +1,339 @@
+//! Runs: states, the row as the library sees it, enqueue requests, and pure retry decisions.
+
+use chrono::{DateTime, Duration, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::fmt;
+use std::str::FromStr;
+
+use crate::error::InputError;
+use crate::ids::{RunId, ScheduleId};
+
+/// Where a run is in its lifecycle. The strings match the schema's CHECK constraint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunState {
+    /// Waiting to be claimed (possibly not before `run_at`).
+    Queued,
+    /// Waiting for an operator to approve or deny it.
+    AwaitingApproval,
+    /// Claimed by a worker, which holds its lease.
+    Running,
+    /// Finished successfully.
+    Completed,
+    /// Finished with an error (tool error, timeout, exhausted retries).
+    Failed,
+    /// Cancelled before or while running.
+    Cancelled,
+}
+
+impl RunState {
+    /// All states, in lifecycle order.
+    pub const ALL: [RunState; 6] = [
+        RunState::Queued,
+        RunState::AwaitingApproval,
+        RunState::Running,
+        RunState::Completed,
+        RunState::Failed,
+        RunState::Cancelled,
+    ];
+
+    /// The state's name as stored.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunState::Queued => "queued",
+            RunState::AwaitingApproval => "awaiting_approval",
+            RunState::Running => "running",
+            RunState::Completed => "completed",
+            RunState::Failed => "failed",
+            RunState::Cancelled => "cancelled",
+        }
+    }
+
+    /// Whether the run has reached a final state.
+    pub fn is_final(self) -> bool {
+        matches!(
+            self,
+            RunState::Completed | RunState::Failed | RunState::Cancelled
+        )
+    }
+}
+
+impl fmt::Display for RunState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for RunState {
+    type Err = InputError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        RunState::ALL
+            .into_iter()
+            .find(|st| st.as_str() == s)
+            .ok_or_else(|| {
+                InputError::new(
+                    "state",
+                    s,
+                    "must be one of queued, awaiting_approval, running, completed, failed, cancelled",
+                )
+            })
+    }
+}
+
+/// How a run's completion message is delivered to its session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Delivery {
+    /// Interrupt the session as soon as it arrives.
+    Interrupt,
+    /// Deliver when the session is idle (the default).
+    #[default]
+    WhenIdle,
+    /// Record it but do not notify.
+    Silent,
+}
+
+impl Delivery {
+    /// The mode's name as stored.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Delivery::Interrupt => "interrupt",
+            Delivery::WhenIdle => "when_idle",
+            Delivery::Silent => "silent",
+        }
+    }
+}
+
+impl FromStr for Delivery {
+    type Err = InputError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "interrupt" => Ok(Delivery::Interrupt),
+            "when_idle" => Ok(Delivery::WhenIdle),
+            "silent" => Ok(Delivery::Silent),
+            _ => Err(InputError::new(
+                "delivery",
+                s,
+                "must be one of interrupt, when_idle, silent",
+            )),
+        }
+    }
+}
+
+/// Progress reported by a running tool.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Progress {
+    /// Units done so far.
+    pub current: f64,
+    /// Units in all, when known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub total: Option<f64>,
+    /// What a unit is ("files", "bytes").
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unit: Option<String>,
+    /// A short label for the current step.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
+}
+
+/// A run as stored.
+#[derive(Debug, Clone, Serialize)]
+pub struct Run {
+    /// The run's id.
+    pub id: RunId,
+    /// The owning session.
+    pub session_id: String,
+    /// The tool to execute.
+    pub tool: String,
+    /// The validated arguments.
+    pub args: Value,
+    /// A human title.
+    pub title: String,
+    /// Current state.
+    pub state: RunState,
+    /// Higher runs first.
+    pub priority: i64,
+    /// Attempts started so far.
+    pub attempt: i64,
+    /// Attempts allowed in all.
+    pub max_attempts: i64,
+    /// Not before this instant.
+    pub run_at: DateTime<Utc>,
+    /// When it was enqueued.
+    pub created_at: DateTime<Utc>,
+    /// Start of the latest attempt.
+    pub started_at: Option<DateTime<Utc>>,
+    /// When it reached a final state.
+    pub finished_at: Option<DateTime<Utc>>,
+    /// The worker holding the lease.
+    pub lease_owner: Option<String>,
+    /// The lease's fencing token.
+    #[serde(skip)]
+    pub lease_token: Option<String>,
+    /// When the lease runs out unless heartbeated.
+    pub lease_expires_at: Option<DateTime<Utc>>,
+    /// The latest heartbeat.
+    pub heartbeat_at: Option<DateTime<Utc>>,
+    /// The idempotency key, when set.
+    pub idempotency_key: Option<String>,
+    /// Per-run timeout override in milliseconds.
+    pub timeout_ms: Option<i64>,
+    /// Whether completion posts an inbox message.
+    pub signal_on_completion: bool,
+    /// Delivery mode of the completion message.
+    pub delivery: Delivery,
+    /// The schedule that made it.
+    pub schedule_id: Option<ScheduleId>,
+    /// The schedule tick it stands for.
+    pub fire_at: Option<DateTime<Utc>>,
+    /// Schedule ticks it stands for (more than 1 for a catch-up run).
+    pub ticks: i64,
+    /// Latest status line.
+    pub status_text: Option<String>,
+    /// Latest progress.
+    pub progress: Option<Progress>,
+    /// The log's last characters.
+    pub output_tail: Option<String>,
+    /// The error the session may see.
+    pub error: Option<String>,
+    /// Ops-only error detail.
+    pub internal_error: Option<String>,
+    /// One entry per failed attempt.
+    pub errors: Value,
+    /// Async tools: the external operation id.
+    pub operation_id: Option<String>,
+    /// Async tools: stage history.
+    pub stages: Value,
+    /// Approval: pending, approved, denied or expired.
+    pub approval_state: Option<String>,
+    /// Approval deadline, when set.
+    pub approval_deadline: Option<DateTime<Utc>>,
+    /// Who decided the approval.
+    pub approval_by: Option<String>,
+    /// When the approval was decided.
+    pub approval_at: Option<DateTime<Utc>>,
+    /// Why (the note or reason given).
+    pub approval_note: Option<String>,
+    /// When cancellation was requested for a running run.
+    pub cancel_requested_at: Option<DateTime<Utc>>,
+}
+
+impl Run {
+    /// Path of the run's log blob.
+    pub fn log_path(&self) -> String {
+        log_path(&self.id)
+    }
+
+    /// Path of the run's result blob.
+    pub fn result_path(&self) -> String {
+        result_path(&self.id)
+    }
+}
+
+/// The directory of a run's artifacts: `/.background/{run_id}`.
+pub fn artifact_dir(id: &RunId) -> String {
+    format!("/.background/{id}")
+}
+
+/// `/.background/{run_id}/output.log`
+pub fn log_path(id: &RunId) -> String {
+    format!("/.background/{id}/output.log")
+}
+
+/// `/.background/{run_id}/result.json`
+pub fn result_path(id: &RunId) -> String {
+    format!("/.background/{id}/result.json")
+}
+
+/// A validated request to insert one run (built by [`crate::EnqueueRequest`] validation).
+#[derive(Debug, Clone)]
+pub struct NewRun {
+    /// Fresh id.
+    pub id: RunId,
+    /// Owner.
+    pub session_id: String,
+    /// Tool name.
+    pub tool: String,
+    /// Arguments (validated).
+    pub args: Value,
+    /// Title.
+    pub title: String,
+    /// Priority (higher first).
+    pub priority: i64,
+    /// Attempts allowed.
+    pub max_attempts: i64,
+    /// Not before.
+    pub run_at: DateTime<Utc>,
+    /// Now.
+    pub created_at: DateTime<Utc>,
+    /// Idempotency key.
+    pub idempotency_key: Option<String>,
+    /// Timeout override in ms.
+    pub timeout_ms: Option<i64>,
+    /// Post an inbox message on completion.
+    pub signal_on_completion: bool,
+    /// Delivery mode.
+    pub delivery: Delivery,
+    /// Set when a schedule made it.
+    pub schedule_id: Option<ScheduleId>,
+    /// The schedule tick.
+    pub fire_at: Option<DateTime<Utc>>,
+    /// Ticks it stands for.
+    pub ticks: i64,
+}
+
+/// The random draw used for backoff jitter, in [0, 1).
+pub type Jitter = f64;
+
+/// Delay before retry number `attempt` (the attempt that just failed, 1-based):
+/// `base * 2^(attempt-1)`, capped at `max`, then scaled by a jitter factor in [0.5, 1.5).
+pub fn backoff(attempt: i64, base: Duration, max: Duration, jitter: Jitter) -> Duration {
+    let exp = attempt.clamp(1, 30) - 1;
+    let raw_ms = base.num_milliseconds().saturating_mul(1_i64 << exp);
+    let capped_ms = raw_ms.min(max.num_milliseconds()).max(0);
+    let factor = 0.5 + jitter.clamp(0.0, 1.0);
+    Duration::milliseconds((capped_ms as f64 * factor) as i64)
+}
+
+/// Whether a failed attempt should be retried.
+pub fn should_retry(retryable: bool, attempt: i64, max_attempts: i64) -> bool {
+    retryable && attempt < max_attempts
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_caps_and_jitters() {
+        let base = Duration::seconds(1);
+        let max = Duration::seconds(60);
+        assert_eq!(backoff(1, base, max, 0.5), Duration::seconds(1));
+        assert_eq!(backoff(2, base, max, 0.5), Duration::seconds(2));
+        assert_eq!(backoff(3, base, max, 0.5), Duration::seconds(4));
+        assert_eq!(backoff(10, base, max, 0.5), Duration::seconds(60));
+        assert_eq!(backoff(1, base, max, 0.0), Duration::milliseconds(500));
+        assert_eq!(backoff(1, base, max, 0.999), Duration::milliseconds(1499));
+        assert_eq!(backoff(1000, base, max, 0.5), Duration::seconds(60));
+    }
+
+    #[test]
+    fn retry_only_when_retryable_and_attempts_remain() {
+        assert!(should_retry(true, 1, 3));
+        assert!(should_retry(true, 2, 3));
+        assert!(!should_retry(true, 3, 3));
+        assert!(!should_retry(false, 1, 3));
+    }
+
+    #[test]
+    fn states_round_trip() {
+        for s in RunState::ALL {
+            assert_eq!(s.as_str().parse::<RunState>().unwrap(), s);
+        }
+        assert!("done".parse::<RunState>().is_err());
+        assert!(RunState::Cancelled.is_final() && !RunState::Running.is_final());
+    }
+}

@@ -1,0 +1,1088 @@
+//! Recurring cron schedules evaluated in an IANA time zone, with an explicit DST contract.
+//!
+//! Expressions use the standard 5-field (Vixie) syntax `minute hour day-of-month month
+//! day-of-week`, or one of the `@yearly`/`@annually`/`@monthly`/`@weekly`/`@daily`/
+//! `@midnight`/`@hourly` macros. Fire times are computed on the zone's wall clock:
+//!
+//! - If the hour field is *fixed* (no `*` and no `/` step; lists and ranges count as fixed),
+//!   each matching wall time fires once per local day: a wall time inside a spring-forward gap
+//!   fires at the first valid instant after the gap, and a repeated wall time (fall-back
+//!   overlap) fires at its first occurrence only.
+//! - Otherwise (`*` or a step in the hour field) the schedule fires at every real instant whose
+//!   wall time matches: wall times inside a gap are skipped, and repeated wall times fire in
+//!   both copies.
+//!
+//! Fire instants are strictly increasing in UTC; two wall times mapping to one instant fire once.
+
+use chrono::{
+    DateTime, Datelike, Duration, LocalResult, NaiveDate, NaiveDateTime, Offset, SecondsFormat,
+    TimeZone, Timelike, Utc,
+};
+use chrono_tz::Tz;
+
+/// How far ahead (in days) a schedule is searched for its next fire: about five years.
+const HORIZON_DAYS: i64 = 5 * 366;
+
+/// Why a schedule specification is invalid. Messages name the field and value.
+#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
+pub enum ScheduleError {
+    /// The time zone is not a known IANA zone name.
+    #[error("unknown time zone {0:?}")]
+    UnknownTimezone(String),
+    /// The expression does not have exactly five whitespace-separated fields.
+    #[error(
+        "cron {expr:?}: expected 5 fields (minute hour day-of-month month day-of-week), got {got}"
+    )]
+    FieldCount {
+        /// The expression as given (trimmed).
+        expr: String,
+        /// How many fields were found.
+        got: usize,
+    },
+    /// The expression starts with `@` but is not a supported macro.
+    #[error(
+        "cron {expr:?}: unknown macro (expected @yearly, @annually, @monthly, @weekly, @daily, @midnight or @hourly)"
+    )]
+    UnknownMacro {
+        /// The expression as given (trimmed).
+        expr: String,
+    },
+    /// A numeric value lies outside the field's allowed range.
+    #[error("cron {expr:?}: {field} {value} is outside {min}-{max}")]
+    OutOfRange {
+        /// The expression as given (trimmed).
+        expr: String,
+        /// The field name, e.g. `minute`.
+        field: &'static str,
+        /// The offending value.
+        value: u32,
+        /// Smallest allowed value.
+        min: u32,
+        /// Largest allowed value.
+        max: u32,
+    },
+    /// A value is neither a number nor a name the field accepts.
+    #[error("cron {expr:?}: {field} {token:?} is not valid (expected {expected})")]
+    InvalidValue {
+        /// The expression as given (trimmed).
+        expr: String,
+        /// The field name, e.g. `month`.
+        field: &'static str,
+        /// The offending token.
+        token: String,
+        /// What the field accepts.
+        expected: &'static str,
+    },
+    /// A step (`/n`) is not a whole number of at least 1.
+    #[error("cron {expr:?}: {field} step in {token:?} must be a whole number of at least 1")]
+    InvalidStep {
+        /// The expression as given (trimmed).
+        expr: String,
+        /// The field name.
+        field: &'static str,
+        /// The list item containing the step, e.g. `*/0`.
+        token: String,
+    },
+    /// A range `a-b` has `a` greater than `b`.
+    #[error("cron {expr:?}: {field} range {token:?} starts after it ends")]
+    InvalidRange {
+        /// The expression as given (trimmed).
+        expr: String,
+        /// The field name.
+        field: &'static str,
+        /// The offending range.
+        token: String,
+    },
+    /// The expression is valid syntax but never fires within about five years.
+    #[error("cron {expr:?}: never fires in the next 5 years")]
+    NeverFires {
+        /// The expression as given (trimmed).
+        expr: String,
+    },
+    /// A one-shot time looks like a date-time but carries no UTC offset.
+    #[error("time {value:?} has no UTC offset; add Z or an offset such as +02:00 (RFC 3339)")]
+    MissingOffset {
+        /// The text as given (trimmed).
+        value: String,
+    },
+    /// A one-shot time is not an RFC 3339 timestamp at all.
+    #[error("time {value:?} is not an RFC 3339 timestamp such as 2026-12-01T10:00:00Z")]
+    InvalidTimestamp {
+        /// The text as given (trimmed).
+        value: String,
+    },
+    /// A one-shot time is not after the current time.
+    #[error("time {value:?} is in the past (now is {now})")]
+    InPast {
+        /// The text as given (trimmed).
+        value: String,
+        /// The current time, RFC 3339 in UTC.
+        now: String,
+    },
+}
+
+/// Static description of one cron field.
+struct FieldSpec {
+    name: &'static str,
+    min: u32,
+    max: u32,
+    /// Names accepted for values `min..`, in order (empty if the field takes numbers only).
+    names: &'static [&'static str],
+    expected: &'static str,
+}
+
+impl FieldSpec {
+    const fn new(
+        name: &'static str,
+        min: u32,
+        max: u32,
+        names: &'static [&'static str],
+        expected: &'static str,
+    ) -> Self {
+        Self {
+            name,
+            min,
+            max,
+            names,
+            expected,
+        }
+    }
+}
+
+const MONTHS: [&str; 12] = [
+    "JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC",
+];
+const DAYS: [&str; 7] = ["SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT"];
+
+const FIELDS: [FieldSpec; 5] = [
+    FieldSpec::new("minute", 0, 59, &[], "a number 0-59"),
+    FieldSpec::new("hour", 0, 23, &[], "a number 0-23"),
+    FieldSpec::new("day-of-month", 1, 31, &[], "a number 1-31"),
+    FieldSpec::new("month", 1, 12, &MONTHS, "a number 1-12 or a name JAN-DEC"),
+    FieldSpec::new("day-of-week", 0, 7, &DAYS, "a number 0-7 or a name SUN-SAT"),
+];
+
+/// A parsed, validated recurring schedule: a 5-field cron expression in an IANA zone.
+#[derive(Debug, Clone)]
+pub struct CronSchedule {
+    expr: String,
+    tz: Tz,
+    /// Bit sets of matching values, bit `v` set when value `v` matches.
+    minutes: u64,
+    hours: u64,
+    doms: u64,
+    months: u64,
+    /// Day-of-week bits, 0 = Sunday (7 is folded into 0).
+    dows: u64,
+    /// Vixie rule: a day field starting with `*` is unrestricted for the day-of-month/
+    /// day-of-week OR rule.
+    dom_star: bool,
+    dow_star: bool,
+    /// Hour field has no `*` and no step: gap/overlap wall times fire exactly once.
+    fixed_hour: bool,
+}
+
+impl CronSchedule {
+    /// Parse `expr` (5-field or @macro) for zone `tz` (IANA name, e.g. "America/Chicago"; "UTC" ok).
+    /// Rejects expressions that never fire within 5 years of `now` (must answer fast, < 50 ms).
+    pub fn parse(expr: &str, tz: &str, now: DateTime<Utc>) -> Result<CronSchedule, ScheduleError> {
+        let trimmed = expr.trim();
+        let tz = parse_timezone(tz)?;
+        let expanded = if trimmed.starts_with('@') {
+            match trimmed.to_ascii_lowercase().as_str() {
+                "@yearly" | "@annually" => "0 0 1 1 *",
+                "@monthly" => "0 0 1 * *",
+                "@weekly" => "0 0 * * 0",
+                "@daily" | "@midnight" => "0 0 * * *",
+                "@hourly" => "0 * * * *",
+                _ => {
+                    return Err(ScheduleError::UnknownMacro {
+                        expr: trimmed.to_string(),
+                    });
+                }
+            }
+        } else {
+            trimmed
+        };
+        let fields: Vec<&str> = expanded.split_whitespace().collect();
+        if fields.len() != FIELDS.len() {
+            return Err(ScheduleError::FieldCount {
+                expr: trimmed.to_string(),
+                got: fields.len(),
+            });
+        }
+        let mut bits = [0u64; 5];
+        for ((slot, spec), text) in bits.iter_mut().zip(&FIELDS).zip(&fields) {
+            *slot = parse_field(trimmed, spec, text)?;
+        }
+        // Day-of-week 7 is Sunday, same as 0.
+        if bits[4] & (1 << 7) != 0 {
+            bits[4] = (bits[4] & !(1 << 7)) | 1;
+        }
+        let schedule = CronSchedule {
+            expr: trimmed.to_string(),
+            tz,
+            minutes: bits[0],
+            hours: bits[1],
+            doms: bits[2],
+            months: bits[3],
+            dows: bits[4],
+            dom_star: fields[2].starts_with('*'),
+            dow_star: fields[4].starts_with('*'),
+            fixed_hour: !fields[1].contains(['*', '/']),
+        };
+        if schedule.next_after(now).is_none() {
+            return Err(ScheduleError::NeverFires {
+                expr: schedule.expr,
+            });
+        }
+        Ok(schedule)
+    }
+
+    /// The first fire instant strictly after `after`, or None if none within ~5 years.
+    pub fn next_after(&self, after: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        // A wall time W can only map to an instant t > after if W > after + offset(t), so start
+        // at the smallest offset in force around `after` (a fall-back may lie just ahead).
+        let soon = after.checked_add_signed(Duration::hours(3))?;
+        let back = self.offset_secs(after).min(self.offset_secs(soon));
+        let mut wall = after
+            .naive_utc()
+            .checked_add_signed(Duration::seconds(back))?;
+        let mut limit = wall.checked_add_signed(Duration::days(HORIZON_DAYS))?;
+        let mut best: Option<DateTime<Utc>> = None;
+        while let Some(w) = self.next_wall(wall, limit) {
+            for t in self.instants(w).into_iter().flatten() {
+                if t > after && best.is_none_or(|b| t < b) {
+                    best = Some(t);
+                    // Later wall times can only map before `t` through a fall-back just before
+                    // it, so scanning up to `t` plus the larger nearby offset is enough.
+                    let earlier = t.checked_sub_signed(Duration::hours(3)).unwrap_or(t);
+                    let ahead = self.offset_secs(t).max(self.offset_secs(earlier));
+                    if let Some(stop) = t.naive_utc().checked_add_signed(Duration::seconds(ahead)) {
+                        limit = limit.min(stop);
+                    }
+                }
+            }
+            wall = w.checked_add_signed(Duration::minutes(1))?;
+        }
+        best
+    }
+
+    /// The expression as given (trimmed).
+    pub fn expression(&self) -> &str {
+        &self.expr
+    }
+
+    /// The zone.
+    pub fn timezone(&self) -> Tz {
+        self.tz
+    }
+
+    /// The next `n` fire instants strictly after `after`, in increasing order (fewer if the
+    /// schedule stops firing within the search horizon).
+    pub fn upcoming(&self, after: DateTime<Utc>, n: usize) -> Vec<DateTime<Utc>> {
+        std::iter::successors(self.next_after(after), |&t| self.next_after(t))
+            .take(n)
+            .collect()
+    }
+
+    /// The nominal period: the gap between the next two fires after `after` (used as the
+    /// default catch-up window). None if fewer than two fires exist.
+    pub fn period(&self, after: DateTime<Utc>) -> Option<Duration> {
+        match self.upcoming(after, 2).as_slice() {
+            [a, b] => Some(*b - *a),
+            _ => None,
+        }
+    }
+
+    /// UTC offset in seconds in force at instant `t`.
+    fn offset_secs(&self, t: DateTime<Utc>) -> i64 {
+        i64::from(
+            self.tz
+                .offset_from_utc_datetime(&t.naive_utc())
+                .fix()
+                .local_minus_utc(),
+        )
+    }
+
+    /// Whether `date` matches the day-of-month, month and day-of-week fields (Vixie OR rule).
+    fn day_matches(&self, date: NaiveDate) -> bool {
+        let dom = has(self.doms, date.day());
+        let dow = has(self.dows, date.weekday().num_days_from_sunday());
+        if self.dom_star || self.dow_star {
+            dom && dow
+        } else {
+            dom || dow
+        }
+    }
+
+    /// The first matching wall time at or after `from` (floored to the minute), if not past
+    /// `limit`. Skips whole months, days and hours that cannot match.
+    fn next_wall(&self, from: NaiveDateTime, limit: NaiveDateTime) -> Option<NaiveDateTime> {
+        let mut date = from.date();
+        let (mut hour, mut minute) = (from.hour(), from.minute());
+        while date <= limit.date() {
+            if !has(self.months, date.month()) {
+                let (y, m) = (date.year(), date.month());
+                date = NaiveDate::from_ymd_opt(y + i32::from(m == 12), m % 12 + 1, 1)?;
+                (hour, minute) = (0, 0);
+                continue;
+            }
+            if self.day_matches(date) {
+                while let Some(h) = next_bit(self.hours, hour) {
+                    let from_minute = if h == hour { minute } else { 0 };
+                    if let Some(m) = next_bit(self.minutes, from_minute) {
+                        let wall = date.and_hms_opt(h, m, 0)?;
+                        return (wall <= limit).then_some(wall);
+                    }
+                    (hour, minute) = (h + 1, 0);
+                }
+            }
+            date = date.succ_opt()?;
+            (hour, minute) = (0, 0);
+        }
+        None
+    }
+
+    /// The fire instants for matching wall time `wall`, per the DST contract.
+    fn instants(&self, wall: NaiveDateTime) -> [Option<DateTime<Utc>>; 2] {
+        match self.tz.from_local_datetime(&wall) {
+            LocalResult::Single(t) => [Some(t.to_utc()), None],
+            LocalResult::Ambiguous(a, b) => {
+                let (a, b) = (a.to_utc(), b.to_utc());
+                [Some(a.min(b)), (!self.fixed_hour).then_some(a.max(b))]
+            }
+            LocalResult::None if self.fixed_hour => [self.gap_end(wall), None],
+            LocalResult::None => [None, None],
+        }
+    }
+
+    /// For a wall time inside a spring-forward gap: the transition instant, i.e. the first
+    /// instant whose wall time is later than `wall`.
+    fn gap_end(&self, wall: NaiveDateTime) -> Option<DateTime<Utc>> {
+        // Offsets lie within -12h..+14h, so 15 hours either side brackets the transition.
+        let base = wall.and_utc().timestamp();
+        let (mut lo, mut hi) = (base - 15 * 3600, base + 15 * 3600);
+        while hi - lo > 1 {
+            let mid = lo + (hi - lo) / 2;
+            let t = DateTime::from_timestamp(mid, 0)?;
+            if t.with_timezone(&self.tz).naive_local() > wall {
+                hi = mid;
+            } else {
+                lo = mid;
+            }
+        }
+        DateTime::from_timestamp(hi, 0)
+    }
+}
+
+/// Whether bit `v` is set.
+fn has(bits: u64, v: u32) -> bool {
+    v < 64 && (bits >> v) & 1 == 1
+}
+
+/// The smallest set bit at or above `from`, if any.
+fn next_bit(bits: u64, from: u32) -> Option<u32> {
+    let masked = bits & u64::MAX.checked_shl(from)?;
+    (masked != 0).then(|| masked.trailing_zeros())
+}
+
+/// Parse one cron field (a comma-separated list of `*`, `a`, `a-b`, each optionally `/step`)
+/// into a bit set.
+fn parse_field(expr: &str, spec: &FieldSpec, text: &str) -> Result<u64, ScheduleError> {
+    let value = |token: &str| -> Result<u32, ScheduleError> {
+        let v = if !token.is_empty() && token.bytes().all(|b| b.is_ascii_digit()) {
+            token.parse::<u32>().ok()
+        } else {
+            spec.names
+                .iter()
+                .position(|n| n.eq_ignore_ascii_case(token))
+                .map(|i| spec.min + i as u32)
+        };
+        match v {
+            Some(v) if (spec.min..=spec.max).contains(&v) => Ok(v),
+            Some(v) => Err(ScheduleError::OutOfRange {
+                expr: expr.to_string(),
+                field: spec.name,
+                value: v,
+                min: spec.min,
+                max: spec.max,
+            }),
+            None => Err(ScheduleError::InvalidValue {
+                expr: expr.to_string(),
+                field: spec.name,
+                token: token.to_string(),
+                expected: spec.expected,
+            }),
+        }
+    };
+    let mut bits = 0u64;
+    for item in text.split(',') {
+        let (base, step) = match item.split_once('/') {
+            Some((base, step)) => {
+                let step = Some(step)
+                    .filter(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
+                    .and_then(|s| s.parse::<u32>().ok())
+                    .filter(|&n| n >= 1)
+                    .ok_or_else(|| ScheduleError::InvalidStep {
+                        expr: expr.to_string(),
+                        field: spec.name,
+                        token: item.to_string(),
+                    })?;
+                (base, Some(step))
+            }
+            None => (item, None),
+        };
+        let (lo, hi) = if base == "*" {
+            (spec.min, spec.max)
+        } else if let Some((a, b)) = base.split_once('-') {
+            let (lo, hi) = (value(a)?, value(b)?);
+            if lo > hi {
+                return Err(ScheduleError::InvalidRange {
+                    expr: expr.to_string(),
+                    field: spec.name,
+                    token: base.to_string(),
+                });
+            }
+            (lo, hi)
+        } else {
+            // `a/n` means `a-max/n`.
+            let v = value(base)?;
+            (v, if step.is_some() { spec.max } else { v })
+        };
+        let step = usize::try_from(step.unwrap_or(1)).unwrap_or(usize::MAX);
+        for v in (lo..=hi).step_by(step) {
+            bits |= 1 << v;
+        }
+    }
+    Ok(bits)
+}
+
+/// Parse an IANA zone name; error names the value ("unknown time zone \"Mars/Base\"").
+pub fn parse_timezone(tz: &str) -> Result<Tz, ScheduleError> {
+    tz.trim()
+        .parse::<Tz>()
+        .map_err(|_| ScheduleError::UnknownTimezone(tz.to_string()))
+}
+
+/// Parse a one-shot RFC 3339 instant that must carry an explicit offset (`Z` or `+hh:mm`).
+/// Rejects a date-time without offset, non-RFC 3339 text, and a time not after `now`.
+pub fn parse_one_shot(s: &str, now: DateTime<Utc>) -> Result<DateTime<Utc>, ScheduleError> {
+    let value = s.trim();
+    let t = match DateTime::parse_from_rfc3339(value) {
+        Ok(t) => t.to_utc(),
+        Err(_) => {
+            let naive = [
+                "%Y-%m-%dT%H:%M:%S%.f",
+                "%Y-%m-%d %H:%M:%S%.f",
+                "%Y-%m-%dT%H:%M",
+            ]
+            .iter()
+            .any(|f| NaiveDateTime::parse_from_str(value, f).is_ok());
+            let value = value.to_string();
+            return Err(if naive {
+                ScheduleError::MissingOffset { value }
+            } else {
+                ScheduleError::InvalidTimestamp { value }
+            });
+        }
+    };
+    if t <= now {
+        return Err(ScheduleError::InPast {
+            value: value.to_string(),
+            now: now.to_rfc3339_opts(SecondsFormat::Secs, true),
+        });
+    }
+    Ok(t)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Instant;
+
+    fn utc(s: &str) -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339(s).unwrap().to_utc()
+    }
+
+    fn now() -> DateTime<Utc> {
+        utc("2026-01-01T00:00:00Z")
+    }
+
+    fn sched(expr: &str, tz: &str) -> CronSchedule {
+        CronSchedule::parse(expr, tz, now()).unwrap()
+    }
+
+    fn fires(expr: &str, tz: &str, after: &str, n: usize) -> Vec<String> {
+        sched(expr, tz)
+            .upcoming(utc(after), n)
+            .iter()
+            .map(|t| t.to_rfc3339_opts(SecondsFormat::Secs, true))
+            .collect()
+    }
+
+    fn err(expr: &str) -> String {
+        CronSchedule::parse(expr, "UTC", now())
+            .unwrap_err()
+            .to_string()
+    }
+
+    /// Fires of `s` whose local date in its zone is `date`.
+    fn fires_on_local_day(s: &CronSchedule, date: &str) -> Vec<DateTime<Utc>> {
+        let day: NaiveDate = date.parse().unwrap();
+        let start = s
+            .timezone()
+            .from_local_datetime(&day.pred_opt().unwrap().and_hms_opt(12, 0, 0).unwrap())
+            .unwrap()
+            .to_utc();
+        s.upcoming(start, 400)
+            .into_iter()
+            .filter(|t| t.with_timezone(&s.timezone()).date_naive() == day)
+            .collect()
+    }
+
+    #[test]
+    fn dst_table() {
+        // (expr, zone, after, expected fires)
+        let table: &[(&str, &str, &str, &[&str])] = &[
+            // Chicago spring-forward 2026-03-08 02:00 CST -> 03:00 CDT (08:00Z).
+            (
+                "30 2 * * *",
+                "America/Chicago",
+                "2026-03-07T12:00:00Z",
+                &["2026-03-08T08:00:00Z", "2026-03-09T07:30:00Z"],
+            ),
+            (
+                "0,30 2 * * *",
+                "America/Chicago",
+                "2026-03-07T12:00:00Z",
+                &[
+                    "2026-03-08T08:00:00Z",
+                    "2026-03-09T07:00:00Z",
+                    "2026-03-09T07:30:00Z",
+                ],
+            ),
+            (
+                "* 2 * * *",
+                "America/Chicago",
+                "2026-03-08T07:00:00Z",
+                &["2026-03-08T08:00:00Z", "2026-03-09T07:00:00Z"],
+            ),
+            (
+                "0 2,3 * * *",
+                "America/Chicago",
+                "2026-03-08T07:00:00Z",
+                &["2026-03-08T08:00:00Z", "2026-03-09T07:00:00Z"],
+            ),
+            (
+                "0 * * * *",
+                "America/Chicago",
+                "2026-03-08T06:30:00Z",
+                &[
+                    "2026-03-08T07:00:00Z",
+                    "2026-03-08T08:00:00Z",
+                    "2026-03-08T09:00:00Z",
+                ],
+            ),
+            // Chicago fall-back 2026-11-01 02:00 CDT -> 01:00 CST (07:00Z).
+            (
+                "30 1 * * *",
+                "America/Chicago",
+                "2026-10-31T12:00:00Z",
+                &["2026-11-01T06:30:00Z", "2026-11-02T07:30:00Z"],
+            ),
+            (
+                "30 1 * * *",
+                "America/Chicago",
+                "2026-11-01T06:45:00Z",
+                &["2026-11-02T07:30:00Z"],
+            ),
+            (
+                "0 1-3 * * *",
+                "America/Chicago",
+                "2026-11-01T05:00:00Z",
+                &[
+                    "2026-11-01T06:00:00Z",
+                    "2026-11-01T08:00:00Z",
+                    "2026-11-01T09:00:00Z",
+                ],
+            ),
+            (
+                "30 * * * *",
+                "America/Chicago",
+                "2026-11-01T06:00:00Z",
+                &[
+                    "2026-11-01T06:30:00Z",
+                    "2026-11-01T07:30:00Z",
+                    "2026-11-01T08:30:00Z",
+                ],
+            ),
+            (
+                "*/15 * * * *",
+                "America/Chicago",
+                "2026-11-01T06:40:00Z",
+                &[
+                    "2026-11-01T06:45:00Z",
+                    "2026-11-01T07:00:00Z",
+                    "2026-11-01T07:15:00Z",
+                ],
+            ),
+            // Berlin spring-forward 2026-03-29 02:00 CET -> 03:00 CEST (01:00Z).
+            (
+                "30 2 * * *",
+                "Europe/Berlin",
+                "2026-03-28T12:00:00Z",
+                &["2026-03-29T01:00:00Z", "2026-03-30T00:30:00Z"],
+            ),
+            (
+                "*/30 * * * *",
+                "Europe/Berlin",
+                "2026-03-29T00:00:00Z",
+                &["2026-03-29T00:30:00Z", "2026-03-29T01:00:00Z"],
+            ),
+            // Berlin fall-back 2026-10-25 03:00 CEST -> 02:00 CET (01:00Z).
+            (
+                "30 2 * * *",
+                "Europe/Berlin",
+                "2026-10-24T12:00:00Z",
+                &["2026-10-25T00:30:00Z", "2026-10-26T01:30:00Z"],
+            ),
+            (
+                "*/30 * * * *",
+                "Europe/Berlin",
+                "2026-10-24T23:30:00Z",
+                &[
+                    "2026-10-25T00:00:00Z",
+                    "2026-10-25T00:30:00Z",
+                    "2026-10-25T01:00:00Z",
+                    "2026-10-25T01:30:00Z",
+                    "2026-10-25T02:00:00Z",
+                ],
+            ),
+            // Lord Howe: 30-minute DST shifts (02:00 -> 02:30 on 2026-10-04, 02:00 -> 01:30 on
+            // 2026-04-05); offsets +10:30 / +11:00.
+            (
+                "15 2 * * *",
+                "Australia/Lord_Howe",
+                "2026-10-03T00:00:00Z",
+                &["2026-10-03T15:30:00Z", "2026-10-04T15:15:00Z"],
+            ),
+            (
+                "45 1 * * *",
+                "Australia/Lord_Howe",
+                "2026-04-04T00:00:00Z",
+                &["2026-04-04T14:45:00Z", "2026-04-05T15:15:00Z"],
+            ),
+        ];
+        for (expr, tz, after, want) in table {
+            let got = fires(expr, tz, after, want.len());
+            assert_eq!(&got, want, "{expr} in {tz} after {after}");
+        }
+    }
+
+    #[test]
+    fn fires_per_local_day_across_dst() {
+        let cases = [
+            ("*/15 * * * *", "America/Chicago", "2026-11-01", 100),
+            ("0 * * * *", "America/Chicago", "2026-03-08", 23),
+            ("0 * * * *", "America/Chicago", "2026-11-01", 25),
+            ("30 2 * * *", "America/Chicago", "2026-03-08", 1),
+            ("30 1 * * *", "America/Chicago", "2026-11-01", 1),
+            ("*/15 * * * *", "Europe/Berlin", "2026-10-25", 100),
+            ("*/15 * * * *", "Europe/Berlin", "2026-03-29", 92),
+            ("0,30 2 * * *", "America/Chicago", "2026-03-08", 1),
+            ("0,30 2 * * *", "America/Chicago", "2026-03-09", 2),
+        ];
+        for (expr, tz, day, n) in cases {
+            let got = fires_on_local_day(&sched(expr, tz), day);
+            assert_eq!(got.len(), n, "{expr} in {tz} on {day}: {got:?}");
+        }
+        let s = sched("30 1 * * *", "America/Chicago");
+        assert_eq!(
+            fires_on_local_day(&s, "2026-11-01"),
+            vec![utc("2026-11-01T06:30:00Z")]
+        );
+        let s = sched("*/30 * * * *", "Europe/Berlin");
+        let day = fires_on_local_day(&s, "2026-10-25");
+        for t in [
+            "2026-10-25T00:00:00Z",
+            "2026-10-25T00:30:00Z",
+            "2026-10-25T01:00:00Z",
+            "2026-10-25T01:30:00Z",
+        ] {
+            assert!(day.contains(&utc(t)), "missing {t}");
+        }
+    }
+
+    #[test]
+    fn utc_basics() {
+        let cases: &[(&str, &str, &[&str])] = &[
+            (
+                "*/5 * * * *",
+                "2026-01-01T12:03:30Z",
+                &["2026-01-01T12:05:00Z", "2026-01-01T12:10:00Z"],
+            ),
+            (
+                "* * * * *",
+                "2026-01-01T12:00:00Z",
+                &["2026-01-01T12:01:00Z", "2026-01-01T12:02:00Z"],
+            ),
+            (
+                "0 9 * * 1-5",
+                "2026-01-02T10:00:00Z", // Friday
+                &["2026-01-05T09:00:00Z", "2026-01-06T09:00:00Z"],
+            ),
+            (
+                "0 0 * * 0",
+                "2026-01-01T00:00:00Z",
+                &["2026-01-04T00:00:00Z", "2026-01-11T00:00:00Z"],
+            ),
+            (
+                "0 0 * * 7",
+                "2026-01-01T00:00:00Z",
+                &["2026-01-04T00:00:00Z", "2026-01-11T00:00:00Z"],
+            ),
+            (
+                "0 0 * * 5-7",
+                "2026-01-01T00:00:00Z",
+                &[
+                    "2026-01-02T00:00:00Z",
+                    "2026-01-03T00:00:00Z",
+                    "2026-01-04T00:00:00Z",
+                    "2026-01-09T00:00:00Z",
+                ],
+            ),
+            (
+                "0 12 * jan,Jul sun",
+                "2026-01-20T00:00:00Z",
+                &[
+                    "2026-01-25T12:00:00Z",
+                    "2026-07-05T12:00:00Z",
+                    "2026-07-12T12:00:00Z",
+                ],
+            ),
+            (
+                "0 0 1 MAR-MAY MON-FRI",
+                "2026-02-27T00:00:00Z",
+                &[
+                    "2026-03-01T00:00:00Z", // Sunday, but the 1st (OR rule)
+                    "2026-03-02T00:00:00Z",
+                ],
+            ),
+            (
+                "0 0 13 * *",
+                "2026-01-01T00:00:00Z",
+                &["2026-01-13T00:00:00Z", "2026-02-13T00:00:00Z"],
+            ),
+            (
+                "0 0 * * FRI",
+                "2026-01-01T00:00:00Z",
+                &["2026-01-02T00:00:00Z", "2026-01-09T00:00:00Z"],
+            ),
+            // OR rule: every 13th and every Friday.
+            (
+                "0 0 13 * FRI",
+                "2026-01-01T00:00:00Z",
+                &[
+                    "2026-01-02T00:00:00Z",
+                    "2026-01-09T00:00:00Z",
+                    "2026-01-13T00:00:00Z",
+                    "2026-01-16T00:00:00Z",
+                    "2026-01-23T00:00:00Z",
+                    "2026-01-30T00:00:00Z",
+                    "2026-02-06T00:00:00Z",
+                    "2026-02-13T00:00:00Z",
+                    "2026-02-20T00:00:00Z",
+                ],
+            ),
+            // Vixie: a day field starting with `*` (even `*/2`) is unrestricted, so AND applies.
+            (
+                "0 0 */2 * FRI",
+                "2026-01-01T00:00:00Z",
+                &["2026-01-09T00:00:00Z", "2026-01-23T00:00:00Z"],
+            ),
+            (
+                "0-30/10 9-17/4 * * *",
+                "2026-01-01T00:00:00Z",
+                &[
+                    "2026-01-01T09:00:00Z",
+                    "2026-01-01T09:10:00Z",
+                    "2026-01-01T09:20:00Z",
+                    "2026-01-01T09:30:00Z",
+                    "2026-01-01T13:00:00Z",
+                ],
+            ),
+            (
+                "50/5 */12 * * *",
+                "2026-01-01T00:00:00Z",
+                &[
+                    "2026-01-01T00:50:00Z",
+                    "2026-01-01T00:55:00Z",
+                    "2026-01-01T12:50:00Z",
+                ],
+            ),
+            (
+                "0 0 29 2 *",
+                "2026-01-01T00:00:00Z",
+                &["2028-02-29T00:00:00Z", "2032-02-29T00:00:00Z"],
+            ),
+            (
+                "0 0 31 * *",
+                "2026-01-31T00:00:00Z",
+                &["2026-03-31T00:00:00Z", "2026-05-31T00:00:00Z"],
+            ),
+        ];
+        for (expr, after, want) in cases {
+            assert_eq!(&fires(expr, "UTC", after, want.len()), want, "{expr}");
+        }
+    }
+
+    #[test]
+    fn macros() {
+        let cases = [
+            ("@yearly", "2027-01-01T00:00:00Z"),
+            ("@annually", "2027-01-01T00:00:00Z"),
+            ("@monthly", "2026-02-01T00:00:00Z"),
+            ("@weekly", "2026-01-04T00:00:00Z"),
+            ("@daily", "2026-01-02T00:00:00Z"),
+            ("@MIDNIGHT", "2026-01-02T00:00:00Z"),
+            ("@hourly", "2026-01-01T01:00:00Z"),
+        ];
+        for (m, want) in cases {
+            assert_eq!(fires(m, "UTC", "2026-01-01T00:00:00Z", 1), [want], "{m}");
+        }
+        // @hourly is a wildcard-hour schedule: it fires in both copies of a repeated hour.
+        let s = sched("@hourly", "America/Chicago");
+        assert_eq!(fires_on_local_day(&s, "2026-11-01").len(), 25);
+        // @daily is fixed-hour: midnight in a midnight gap fires at the transition.
+        assert_eq!(
+            fires("@daily", "America/Santiago", "2026-09-05T12:00:00Z", 2),
+            ["2026-09-06T04:00:00Z", "2026-09-07T03:00:00Z"]
+        );
+    }
+
+    #[test]
+    fn accessors_and_period() {
+        let s = sched("  */15 * * * *  ", "America/Chicago");
+        assert_eq!(s.expression(), "*/15 * * * *");
+        assert_eq!(s.timezone(), chrono_tz::America::Chicago);
+        let t = utc("2026-06-01T00:00:00Z");
+        assert_eq!(s.period(t), Some(Duration::minutes(15)));
+        let daily = sched("0 0 * * *", "America/Chicago");
+        assert_eq!(daily.period(t), Some(Duration::days(1)));
+        // Across spring-forward the local day is 23 hours long.
+        assert_eq!(
+            daily.period(utc("2026-03-07T12:00:00Z")),
+            Some(Duration::hours(23))
+        );
+        assert_eq!(sched("@yearly", "UTC").period(t), Some(Duration::days(365)));
+        // At the end of representable time there are no further fires.
+        assert_eq!(s.next_after(DateTime::<Utc>::MAX_UTC), None);
+        assert_eq!(s.period(DateTime::<Utc>::MAX_UTC), None);
+        assert!(s.upcoming(t, 0).is_empty());
+    }
+
+    #[test]
+    fn strictly_increasing_over_a_year() {
+        let exprs = [
+            "*/15 * * * *",
+            "30 2 * * *",
+            "0,30 1-3 * * *",
+            "*/7 */2 * * *",
+            "0 0 13 * FRI",
+            "* 2 * * *",
+        ];
+        let zones = [
+            "America/Chicago",
+            "Europe/Berlin",
+            "Australia/Lord_Howe",
+            "America/Santiago",
+            "UTC",
+        ];
+        let start = utc("2026-01-01T00:00:00Z");
+        let end = utc("2027-01-01T00:00:00Z");
+        for expr in exprs {
+            for tz in zones {
+                let s = sched(expr, tz);
+                let mut prev = start;
+                let mut count = 0;
+                while let Some(t) = s.next_after(prev) {
+                    assert!(t > prev, "{expr} in {tz}: {t} after {prev}");
+                    if t > end {
+                        break;
+                    }
+                    prev = t;
+                    count += 1;
+                }
+                assert!(count > 0, "{expr} in {tz}");
+                if expr == "30 2 * * *" {
+                    assert_eq!(count, 365, "{expr} in {tz}: once per local day");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn next_after_is_strict_at_odd_instants() {
+        let s = sched("*/15 * * * *", "America/Chicago");
+        let mut t = utc("2026-11-01T05:00:00Z");
+        while t < utc("2026-11-01T10:00:00Z") {
+            let n = s.next_after(t).unwrap();
+            assert!(n > t && n - t <= Duration::minutes(15), "{t} -> {n}");
+            t += Duration::seconds(437);
+        }
+    }
+
+    #[test]
+    fn parse_errors() {
+        let cases = [
+            (
+                "61 * * * *",
+                r#"cron "61 * * * *": minute 61 is outside 0-59"#,
+            ),
+            (
+                "0 24 * * *",
+                r#"cron "0 24 * * *": hour 24 is outside 0-23"#,
+            ),
+            (
+                "0 0 0 * *",
+                r#"cron "0 0 0 * *": day-of-month 0 is outside 1-31"#,
+            ),
+            (
+                "0 0 1 13 *",
+                r#"cron "0 0 1 13 *": month 13 is outside 1-12"#,
+            ),
+            (
+                "0 0 * * 8",
+                r#"cron "0 0 * * 8": day-of-week 8 is outside 0-7"#,
+            ),
+            (
+                "*/0 * * * *",
+                r#"cron "*/0 * * * *": minute step in "*/0" must be a whole number of at least 1"#,
+            ),
+            (
+                "*/x * * * *",
+                r#"cron "*/x * * * *": minute step in "*/x" must be a whole number of at least 1"#,
+            ),
+            (
+                "* * *",
+                "cron \"* * *\": expected 5 fields (minute hour day-of-month month day-of-week), got 3",
+            ),
+            (
+                "* * * * * *",
+                "cron \"* * * * * *\": expected 5 fields (minute hour day-of-month month day-of-week), got 6",
+            ),
+            (
+                "",
+                "cron \"\": expected 5 fields (minute hour day-of-month month day-of-week), got 0",
+            ),
+            (
+                "abc * * * *",
+                r#"cron "abc * * * *": minute "abc" is not valid (expected a number 0-59)"#,
+            ),
+            (
+                "0 0 * FOO *",
+                r#"cron "0 0 * FOO *": month "FOO" is not valid (expected a number 1-12 or a name JAN-DEC)"#,
+            ),
+            (
+                "0 0 * * MON-",
+                r#"cron "0 0 * * MON-": day-of-week "" is not valid (expected a number 0-7 or a name SUN-SAT)"#,
+            ),
+            (
+                "1,,2 * * * *",
+                r#"cron "1,,2 * * * *": minute "" is not valid (expected a number 0-59)"#,
+            ),
+            (
+                "+5 * * * *",
+                r#"cron "+5 * * * *": minute "+5" is not valid (expected a number 0-59)"#,
+            ),
+            (
+                "30-10 * * * *",
+                r#"cron "30-10 * * * *": minute range "30-10" starts after it ends"#,
+            ),
+            (
+                "@reboot",
+                r#"cron "@reboot": unknown macro (expected @yearly, @annually, @monthly, @weekly, @daily, @midnight or @hourly)"#,
+            ),
+            (
+                "0 0 30 2 *",
+                r#"cron "0 0 30 2 *": never fires in the next 5 years"#,
+            ),
+        ];
+        for (expr, want) in cases {
+            assert_eq!(err(expr), want, "{expr:?}");
+        }
+        assert!(matches!(
+            CronSchedule::parse("0 0 * * *", "Mars/Base", now()),
+            Err(ScheduleError::UnknownTimezone(tz)) if tz == "Mars/Base"
+        ));
+    }
+
+    #[test]
+    fn impossible_schedules_are_rejected_fast() {
+        for expr in ["0 0 30 2 *", "0 0 31 4,6,9,11 *", "* * 31 2 *"] {
+            let started = Instant::now();
+            let result = CronSchedule::parse(expr, "America/Chicago", now());
+            assert!(
+                matches!(result, Err(ScheduleError::NeverFires { .. })),
+                "{expr}"
+            );
+            assert!(started.elapsed().as_millis() < 50, "{expr} too slow");
+        }
+    }
+
+    #[test]
+    fn timezones() {
+        assert_eq!(parse_timezone("UTC"), Ok(chrono_tz::UTC));
+        assert_eq!(
+            parse_timezone("America/Chicago"),
+            Ok(chrono_tz::America::Chicago)
+        );
+        assert_eq!(
+            parse_timezone("Mars/Base").unwrap_err().to_string(),
+            r#"unknown time zone "Mars/Base""#
+        );
+        assert!(parse_timezone("").is_err());
+    }
+
+    #[test]
+    fn one_shots() {
+        let now = utc("2026-06-01T00:00:00Z");
+        assert_eq!(
+            parse_one_shot("2026-12-01T10:00:00Z", now),
+            Ok(utc("2026-12-01T10:00:00Z"))
+        );
+        assert_eq!(
+            parse_one_shot(" 2026-12-01T10:00:00-06:00 ", now),
+            Ok(utc("2026-12-01T16:00:00Z"))
+        );
+        assert_eq!(
+            parse_one_shot("2026-12-01T10:00:00", now)
+                .unwrap_err()
+                .to_string(),
+            r#"time "2026-12-01T10:00:00" has no UTC offset; add Z or an offset such as +02:00 (RFC 3339)"#
+        );
+        assert!(matches!(
+            parse_one_shot("2026-12-01 10:00:00.5", now),
+            Err(ScheduleError::MissingOffset { .. })
+        ));
+        assert_eq!(
+            parse_one_shot("next tuesday", now).unwrap_err().to_string(),
+            r#"time "next tuesday" is not an RFC 3339 timestamp such as 2026-12-01T10:00:00Z"#
+        );
+        assert!(matches!(
+            parse_one_shot("2026-12-01", now),
+            Err(ScheduleError::InvalidTimestamp { .. })
+        ));
+        assert_eq!(
+            parse_one_shot("2026-01-01T00:00:00Z", now)
+                .unwrap_err()
+                .to_string(),
+            r#"time "2026-01-01T00:00:00Z" is in the past (now is 2026-06-01T00:00:00Z)"#
+        );
+        assert!(matches!(
+            parse_one_shot("2026-06-01T00:00:00Z", now),
+            Err(ScheduleError::InPast { .. })
+        ));
+    }
+}

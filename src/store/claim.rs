@@ -1,0 +1,271 @@
+//! Claiming runnable runs under the per-session limit, heartbeating leases, and fenced
+//! progress writes while a run executes.
+
+use chrono::{DateTime, Utc};
+use rusqlite::{OptionalExtension, Transaction, named_params};
+use std::collections::HashMap;
+
+use super::Ctx;
+use super::codec::{RUN_COLUMNS, run_from_row, ts};
+use crate::error::StoreError;
+use crate::run::Run;
+
+/// Parameters of one claim.
+#[derive(Debug, Clone)]
+pub struct ClaimParams<'a> {
+    /// The claiming worker's id (becomes `lease_owner`).
+    pub worker: &'a str,
+    /// Now.
+    pub now: DateTime<Utc>,
+    /// The lease expiry to set.
+    pub lease_until: DateTime<Utc>,
+    /// Claim at most this many (the worker's free slots).
+    pub max: usize,
+    /// At most this many running runs per session, counted over all workers.
+    pub per_session: i64,
+    /// Visit sessions after this one first (round-robin across claims).
+    pub after_session: Option<&'a str>,
+}
+
+const RUNNING_PER_SESSION: &str =
+    "SELECT session_id, count(*) FROM runs WHERE state = 'running' GROUP BY session_id";
+const NEXT_SESSION: &str = "SELECT session_id FROM runs WHERE state = 'queued' AND session_id > ?1 \
+    ORDER BY session_id LIMIT 1";
+const SESSION_HEAD: &str = "SELECT id, priority, run_at FROM runs WHERE state = 'queued' \
+    AND session_id = ?1 AND run_at <= ?2 ORDER BY priority DESC, run_at, id LIMIT ?3";
+
+/// Claims up to `max` runnable runs (state queued, run_at <= now) in priority then age order,
+/// sharing slots fairly between sessions and never exceeding `per_session` running runs in a
+/// session. Marks them running with a fresh lease token and attempt + 1, in one UPDATE.
+pub fn claim(tx: &Transaction<'_>, p: &ClaimParams<'_>) -> Result<Vec<Run>, StoreError> {
+    if p.max == 0 {
+        return Ok(Vec::new());
+    }
+    let now = ts(p.now);
+    let mut running: HashMap<String, i64> = HashMap::new();
+    {
+        let mut stmt = tx
+            .prepare_cached(RUNNING_PER_SESSION)
+            .ctx("prepare running count")?;
+        let rows = stmt
+            .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))
+            .ctx("count running")?;
+        for row in rows {
+            let (s, n) = row.ctx("read running count")?;
+            running.insert(s, n);
+        }
+    }
+    // Visit sessions that have queued runs, starting after the cursor and wrapping around,
+    // each index probe a skip to the next distinct session.
+    let max_sessions = (p.max * 4).max(64);
+    let mut candidates: Vec<(i64, usize, String, String)> = Vec::new();
+    let mut next_session = tx
+        .prepare_cached(NEXT_SESSION)
+        .ctx("prepare next session")?;
+    let mut head = tx
+        .prepare_cached(SESSION_HEAD)
+        .ctx("prepare session head")?;
+    let start = p.after_session.unwrap_or("").to_string();
+    let mut sessions: Vec<String> = Vec::new();
+    let mut cursor = start.clone();
+    let mut wrapped = false;
+    while sessions.len() < max_sessions {
+        let next: Option<String> = next_session
+            .query_row([&cursor], |r| r.get(0))
+            .optional()
+            .ctx("next session")?;
+        match next {
+            Some(s) if wrapped && s > start => break,
+            Some(s) => {
+                cursor.clone_from(&s);
+                sessions.push(s);
+            }
+            None if !wrapped && !start.is_empty() => {
+                wrapped = true;
+                cursor.clear();
+            }
+            None => break,
+        }
+    }
+    for session in sessions {
+        let free = p.per_session - running.get(&session).copied().unwrap_or(0);
+        if free <= 0 {
+            continue;
+        }
+        let take = free.min(p.max as i64);
+        let rows = head
+            .query_map(rusqlite::params![session, now, take], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, i64>(1)?,
+                    r.get::<_, String>(2)?,
+                ))
+            })
+            .ctx("session head")?;
+        for (rank, row) in rows.enumerate() {
+            let (id, priority, run_at) = row.ctx("read session head")?;
+            candidates.push((priority, rank, run_at, id));
+        }
+    }
+    // Higher priority first; within a priority, round-robin across sessions, then oldest.
+    candidates.sort_by(|a, b| {
+        b.0.cmp(&a.0)
+            .then(a.1.cmp(&b.1))
+            .then(a.2.cmp(&b.2))
+            .then(a.3.cmp(&b.3))
+    });
+    candidates.truncate(p.max);
+    if candidates.is_empty() {
+        return Ok(Vec::new());
+    }
+    let ids = serde_json::Value::from(candidates.into_iter().map(|c| c.3).collect::<Vec<_>>());
+    let sql = format!(
+        "UPDATE runs SET state = 'running', attempt = attempt + 1, lease_owner = :worker, \
+         lease_token = lower(hex(randomblob(12))), lease_expires_at = :until, heartbeat_at = :now, \
+         started_at = :now, cancel_requested_at = NULL, status_text = NULL, progress = NULL, \
+         output_tail = NULL \
+         WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'queued' RETURNING {RUN_COLUMNS}"
+    );
+    let mut stmt = tx.prepare_cached(&sql).ctx("prepare claim")?;
+    let rows = stmt
+        .query_map(
+            named_params! {":worker": p.worker, ":until": ts(p.lease_until), ":now": now, ":ids": ids.to_string()},
+            run_from_row,
+        )
+        .ctx("claim runs")?;
+    let mut claimed: Vec<Run> = rows.collect::<Result<_, _>>().ctx("read claimed runs")?;
+    claimed.sort_by(|a, b| b.priority.cmp(&a.priority).then(a.run_at.cmp(&b.run_at)));
+    Ok(claimed)
+}
+
+/// A lease this worker holds: (run id, lease token).
+pub type Held = (String, String);
+
+/// Extends the leases this worker still holds (one statement for all of them) and returns the
+/// ids among them whose cancellation was requested. Runs whose lease was lost are not touched.
+pub fn heartbeat(
+    tx: &Transaction<'_>,
+    worker: &str,
+    held: &[Held],
+    now: DateTime<Utc>,
+    until: DateTime<Utc>,
+) -> Result<Vec<(String, bool)>, StoreError> {
+    if held.is_empty() {
+        return Ok(Vec::new());
+    }
+    let held_json = serde_json::to_string(held).map_err(|e| StoreError::Task(e.to_string()))?;
+    let mut stmt = tx
+        .prepare_cached(
+            "UPDATE runs SET heartbeat_at = :now, lease_expires_at = :until \
+             WHERE state = 'running' AND lease_owner = :worker AND (id, lease_token) IN \
+             (SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(:held)) \
+             RETURNING id, cancel_requested_at IS NOT NULL",
+        )
+        .ctx("prepare heartbeat")?;
+    let rows = stmt
+        .query_map(
+            named_params! {":now": ts(now), ":until": ts(until), ":worker": worker, ":held": held_json},
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .ctx("heartbeat")?;
+    rows.collect::<Result<_, _>>().ctx("read heartbeat")
+}
+
+/// A live view of a running attempt: status, progress, tail and the log so far.
+#[derive(Debug, Clone)]
+pub struct ProgressWrite {
+    /// Run id.
+    pub id: String,
+    /// Session (owner of the log blob).
+    pub session_id: String,
+    /// The attempt this write belongs to.
+    pub attempt: i64,
+    /// The attempt's lease token.
+    pub token: String,
+    /// Latest status line.
+    pub status_text: Option<String>,
+    /// Latest progress, JSON.
+    pub progress: Option<String>,
+    /// Log tail, escaped text.
+    pub output_tail: Option<String>,
+    /// The whole log so far, when it changed.
+    pub log: Option<(Vec<u8>, bool)>,
+}
+
+/// Writes a running attempt's live view, fenced by its lease. Returns false (and writes
+/// nothing) when the lease was lost.
+pub fn write_progress(
+    tx: &Transaction<'_>,
+    w: &ProgressWrite,
+    now: DateTime<Utc>,
+) -> Result<bool, StoreError> {
+    let n = tx
+        .prepare_cached(&super::runs::guard_sql(
+            "status_text = :status, progress = :progress, output_tail = :tail",
+        ))
+        .ctx("prepare progress")?
+        .execute(named_params! {
+            ":status": w.status_text, ":progress": w.progress, ":tail": w.output_tail,
+            ":id": w.id, ":attempt": w.attempt, ":token": w.token,
+        })
+        .ctx("write progress")?;
+    if n == 0 {
+        return Ok(false);
+    }
+    if let Some((log, truncated)) = &w.log {
+        super::artifacts::put(
+            tx,
+            &super::artifacts::BlobWrite {
+                session_id: &w.session_id,
+                path: &format!("/.background/{}/output.log", w.id),
+                run_id: &w.id,
+                content: log,
+                truncated: *truncated,
+            },
+            now,
+        )?;
+    }
+    Ok(true)
+}
+
+/// Stores an async tool's operation id on its running attempt (fenced).
+pub fn set_operation(
+    tx: &Transaction<'_>,
+    id: &str,
+    attempt: i64,
+    token: &str,
+    operation_id: &str,
+    stage: Option<&serde_json::Value>,
+) -> Result<bool, StoreError> {
+    let n = tx
+        .prepare_cached(&super::runs::guard_sql(
+            "operation_id = :op, stages = CASE WHEN :stage IS NULL THEN stages \
+             ELSE json_insert(stages, '$[#]', json(:stage)) END",
+        ))
+        .ctx("prepare set operation")?
+        .execute(named_params! {
+            ":op": operation_id, ":stage": stage.map(|s| s.to_string()),
+            ":id": id, ":attempt": attempt, ":token": token,
+        })
+        .ctx("set operation")?;
+    Ok(n == 1)
+}
+
+/// Gives a running attempt back to the queue without counting it (clean shutdown), fenced.
+pub fn release(
+    tx: &Transaction<'_>,
+    id: &str,
+    attempt: i64,
+    token: &str,
+    now: DateTime<Utc>,
+) -> Result<bool, StoreError> {
+    let n = tx
+        .prepare_cached(&super::runs::guard_sql(
+            "state = 'queued', attempt = attempt - 1, run_at = :now, lease_owner = NULL, \
+             lease_token = NULL, lease_expires_at = NULL",
+        ))
+        .ctx("prepare release")?
+        .execute(named_params! {":now": ts(now), ":id": id, ":attempt": attempt, ":token": token})
+        .ctx("release run")?;
+    Ok(n == 1)
+}

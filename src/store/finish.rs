@@ -1,0 +1,214 @@
+//! Recording the end of an attempt: the run's new state, its log and result blobs and its
+//! inbox message, all or nothing per run, many runs per transaction (group commit).
+
+use chrono::{DateTime, Utc};
+use rusqlite::{Transaction, named_params};
+use serde_json::Value;
+
+use super::Ctx;
+use super::artifacts::{BlobWrite, put};
+use super::codec::ts;
+use super::inbox::NewMessage;
+use super::runs::{APPEND_ERROR, guard_sql};
+use crate::error::StoreError;
+use crate::run::RunState;
+
+/// Where an attempt leaves its run.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    /// A final state: completed, failed or cancelled.
+    Final(RunState),
+    /// Back to the queue for another attempt, not before this instant.
+    Retry(DateTime<Utc>),
+    /// Waiting for an operator (approval required).
+    AwaitApproval {
+        /// Optional deadline after which it expires.
+        deadline: Option<DateTime<Utc>>,
+    },
+}
+
+/// Everything one attempt writes when it ends. Fenced by (id, attempt, token).
+#[derive(Debug, Clone)]
+pub struct FinishRecord {
+    /// Run id.
+    pub id: String,
+    /// Owner session.
+    pub session_id: String,
+    /// The attempt that ends.
+    pub attempt: i64,
+    /// Its lease token.
+    pub token: String,
+    /// The new state.
+    pub outcome: Outcome,
+    /// Error shown to the session.
+    pub error: Option<String>,
+    /// Ops-only detail.
+    pub internal_error: Option<String>,
+    /// An entry for the run's `errors` history.
+    pub error_entry: Option<Value>,
+    /// Latest status line.
+    pub status_text: Option<String>,
+    /// Latest progress, JSON text.
+    pub progress: Option<String>,
+    /// Log tail, escaped.
+    pub output_tail: Option<String>,
+    /// The log: bytes and whether it was cut at its cap.
+    pub log: Option<(Vec<u8>, bool)>,
+    /// The result JSON.
+    pub result: Option<Vec<u8>>,
+    /// Extra blobs (path, bytes), e.g. a raw output sidecar.
+    pub extra_blobs: Vec<(String, Vec<u8>)>,
+    /// The inbox message, when the run signals completion.
+    pub message: Option<NewMessage>,
+}
+
+/// Writes one attempt's end. Returns false, writing nothing, when the attempt no longer holds
+/// the lease (its run was rescued or cancelled meanwhile).
+pub fn finish(
+    tx: &Transaction<'_>,
+    r: &FinishRecord,
+    now: DateTime<Utc>,
+) -> Result<bool, StoreError> {
+    let (state, run_at, finished, approval, deadline) = match &r.outcome {
+        Outcome::Final(s) => (s.as_str(), None, Some(ts(now)), None, None),
+        Outcome::Retry(at) => ("queued", Some(ts(*at)), None, None, None),
+        Outcome::AwaitApproval { deadline } => (
+            "awaiting_approval",
+            None,
+            None,
+            Some("pending"),
+            deadline.map(ts),
+        ),
+    };
+    let set = format!(
+        "state = :state, run_at = coalesce(:run_at, run_at), finished_at = :finished, \
+         error = :error, internal_error = :internal, \
+         errors = CASE WHEN :error_entry IS NULL THEN errors ELSE {APPEND_ERROR} END, \
+         status_text = coalesce(:status, status_text), progress = coalesce(:progress, progress), \
+         output_tail = coalesce(:tail, output_tail), \
+         approval_state = coalesce(:approval, approval_state), \
+         approval_deadline = coalesce(:deadline, approval_deadline), \
+         lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL"
+    );
+    let n = tx
+        .prepare_cached(&guard_sql(&set))
+        .ctx("prepare finish")?
+        .execute(named_params! {
+            ":state": state,
+            ":run_at": run_at,
+            ":finished": finished,
+            ":error": r.error,
+            ":internal": r.internal_error,
+            ":error_entry": r.error_entry.as_ref().map(Value::to_string),
+            ":status": r.status_text,
+            ":progress": r.progress,
+            ":tail": r.output_tail,
+            ":approval": approval,
+            ":deadline": deadline,
+            ":id": r.id,
+            ":attempt": r.attempt,
+            ":token": r.token,
+        })
+        .ctx("finish run")?;
+    if n == 0 {
+        return Ok(false);
+    }
+    write_artifacts(tx, r, now)?;
+    Ok(true)
+}
+
+fn write_artifacts(
+    tx: &Transaction<'_>,
+    r: &FinishRecord,
+    now: DateTime<Utc>,
+) -> Result<(), StoreError> {
+    if let Some((log, truncated)) = &r.log {
+        let path = format!("/.background/{}/output.log", r.id);
+        put(
+            tx,
+            &BlobWrite {
+                session_id: &r.session_id,
+                path: &path,
+                run_id: &r.id,
+                content: log,
+                truncated: *truncated,
+            },
+            now,
+        )?;
+    }
+    if let Some(result) = &r.result {
+        let path = format!("/.background/{}/result.json", r.id);
+        put(
+            tx,
+            &BlobWrite {
+                session_id: &r.session_id,
+                path: &path,
+                run_id: &r.id,
+                content: result,
+                truncated: false,
+            },
+            now,
+        )?;
+    }
+    for (path, content) in &r.extra_blobs {
+        put(
+            tx,
+            &BlobWrite {
+                session_id: &r.session_id,
+                path,
+                run_id: &r.id,
+                content,
+                truncated: false,
+            },
+            now,
+        )?;
+    }
+    if let Some(m) = &r.message {
+        super::inbox::insert(tx, m, now)?;
+    }
+    Ok(())
+}
+
+/// Finishes many attempts in one transaction; each run is still all-or-nothing, because its
+/// guarded update decides whether any of its records are written. Returns, per record,
+/// whether it was applied.
+pub fn finish_many(
+    tx: &Transaction<'_>,
+    records: &[FinishRecord],
+    now: DateTime<Utc>,
+) -> Result<Vec<bool>, StoreError> {
+    records.iter().map(|r| finish(tx, r, now)).collect()
+}
+
+/// Records the end of a run that is not running (rescued by another process, cancelled while
+/// waiting, expired approval): state change guarded by `expected`, plus message and artifacts.
+pub fn finish_unleased(
+    tx: &Transaction<'_>,
+    r: &FinishRecord,
+    expected: RunState,
+    now: DateTime<Utc>,
+) -> Result<bool, StoreError> {
+    let Outcome::Final(state) = r.outcome else {
+        return Ok(false);
+    };
+    let n = tx
+        .prepare_cached(&format!(
+            "UPDATE runs SET state = :state, finished_at = :now, error = :error, \
+             internal_error = coalesce(:internal, internal_error), \
+             errors = CASE WHEN :error_entry IS NULL THEN errors ELSE {APPEND_ERROR} END, \
+             lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL \
+             WHERE id = :id AND state = :expected AND attempt = :attempt"
+        ))
+        .ctx("prepare finish unleased")?
+        .execute(named_params! {
+            ":state": state.as_str(), ":now": ts(now), ":error": r.error, ":internal": r.internal_error,
+            ":error_entry": r.error_entry.as_ref().map(Value::to_string),
+            ":id": r.id, ":expected": expected.as_str(), ":attempt": r.attempt,
+        })
+        .ctx("finish run")?;
+    if n == 0 {
+        return Ok(false);
+    }
+    write_artifacts(tx, r, now)?;
+    Ok(true)
+}

@@ -1,0 +1,157 @@
+//! The `inbox` table: messages for sessions, read in id order and acknowledged.
+
+use chrono::{DateTime, Utc};
+use rusqlite::{Transaction, named_params};
+use serde::Serialize;
+use serde_json::Value;
+
+use super::Ctx;
+use super::codec::ts;
+use crate::error::StoreError;
+use crate::run::Delivery;
+
+/// A message to insert.
+#[derive(Debug, Clone, Serialize)]
+pub struct NewMessage {
+    /// Recipient session.
+    pub session_id: String,
+    /// The run it is about.
+    pub run_id: String,
+    /// The run's attempt when it was written.
+    pub attempt: i64,
+    /// completed | failed | cancelled | approval_request.
+    pub kind: &'static str,
+    /// Text for the session.
+    pub body: String,
+    /// The same, structured.
+    pub data: Value,
+    /// Delivery mode.
+    pub delivery: Delivery,
+}
+
+/// A stored message.
+#[derive(Debug, Clone, Serialize)]
+pub struct Message {
+    /// Increasing id.
+    pub id: i64,
+    /// Recipient session.
+    pub session_id: String,
+    /// The run it is about.
+    pub run_id: Option<String>,
+    /// completed | failed | cancelled | approval_request.
+    pub kind: String,
+    /// Text for the session.
+    pub body: String,
+    /// Structured form.
+    pub data: Value,
+    /// Delivery mode.
+    pub delivery: String,
+    /// When it was written.
+    pub created_at: String,
+    /// When it was first read.
+    pub read_at: Option<String>,
+    /// When it was acknowledged.
+    pub acked_at: Option<String>,
+}
+
+const INSERT: &str = "INSERT INTO inbox (session_id, run_id, attempt, kind, body, data, delivery, created_at) \
+    VALUES (:session, :run, :attempt, :kind, :body, :data, :delivery, :now)";
+
+/// Inserts a message and returns its id.
+pub fn insert(tx: &Transaction<'_>, m: &NewMessage, now: DateTime<Utc>) -> Result<i64, StoreError> {
+    tx.prepare_cached(INSERT)
+        .ctx("prepare insert message")?
+        .execute(named_params! {
+            ":session": m.session_id,
+            ":run": m.run_id,
+            ":attempt": m.attempt,
+            ":kind": m.kind,
+            ":body": m.body,
+            ":data": m.data.to_string(),
+            ":delivery": m.delivery.as_str(),
+            ":now": ts(now),
+        })
+        .ctx("insert message")?;
+    Ok(tx.last_insert_rowid())
+}
+
+/// Which messages [`list`] returns.
+#[derive(Debug, Clone, Default)]
+pub struct InboxFilter {
+    /// Only messages with a larger id.
+    pub after_id: i64,
+    /// Only unacknowledged messages.
+    pub unacked_only: bool,
+    /// At most this many, oldest first.
+    pub limit: i64,
+}
+
+/// Lists a session's messages in id order.
+pub fn list(
+    conn: &rusqlite::Connection,
+    session: &str,
+    f: &InboxFilter,
+) -> Result<Vec<Message>, StoreError> {
+    let mut stmt = conn
+        .prepare_cached(
+            "SELECT id, session_id, run_id, kind, body, data, delivery, created_at, read_at, acked_at \
+             FROM inbox WHERE session_id = :session AND id > :after \
+             AND (:unacked = 0 OR acked_at IS NULL) ORDER BY id LIMIT :limit",
+        )
+        .ctx("prepare list inbox")?;
+    let rows = stmt
+        .query_map(
+            named_params! {":session": session, ":after": f.after_id, ":unacked": f.unacked_only as i64, ":limit": f.limit},
+            |r| {
+                let data: String = r.get(5)?;
+                Ok(Message {
+                    id: r.get(0)?,
+                    session_id: r.get(1)?,
+                    run_id: r.get(2)?,
+                    kind: r.get(3)?,
+                    body: r.get(4)?,
+                    data: serde_json::from_str(&data).unwrap_or(Value::Null),
+                    delivery: r.get(6)?,
+                    created_at: r.get(7)?,
+                    read_at: r.get(8)?,
+                    acked_at: r.get(9)?,
+                })
+            },
+        )
+        .ctx("list inbox")?;
+    rows.collect::<Result<_, _>>().ctx("read inbox")
+}
+
+/// Marks messages as read (first read time is kept).
+pub fn mark_read(
+    tx: &Transaction<'_>,
+    session: &str,
+    ids: &[i64],
+    now: DateTime<Utc>,
+) -> Result<usize, StoreError> {
+    let ids = serde_json::to_string(ids).map_err(|e| StoreError::Task(e.to_string()))?;
+    tx.prepare_cached(
+        "UPDATE inbox SET read_at = :now WHERE session_id = :session AND read_at IS NULL \
+         AND id IN (SELECT value FROM json_each(:ids))",
+    )
+    .ctx("prepare mark read")?
+    .execute(named_params! {":now": ts(now), ":session": session, ":ids": ids})
+    .ctx("mark read")
+}
+
+/// Acknowledges messages (and marks them read).
+pub fn ack(
+    tx: &Transaction<'_>,
+    session: &str,
+    ids: &[i64],
+    now: DateTime<Utc>,
+) -> Result<usize, StoreError> {
+    let ids = serde_json::to_string(ids).map_err(|e| StoreError::Task(e.to_string()))?;
+    tx.prepare_cached(
+        "UPDATE inbox SET acked_at = :now, read_at = coalesce(read_at, :now) \
+         WHERE session_id = :session AND acked_at IS NULL AND id IN (SELECT value FROM json_each(:ids))",
+    )
+    .ctx("prepare ack")?
+    .execute(named_params! {":now": ts(now), ":session": session, ":ids": ids})
+    .ctx("ack messages")
+}

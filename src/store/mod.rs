@@ -1,0 +1,303 @@
+//! The store: every SQL statement lives under this module. One writer connection (all writes
+//! go through it as short `BEGIN IMMEDIATE` transactions), a pool of readers, and pragmas that
+//! are read back after being set.
+
+pub mod artifacts;
+pub mod claim;
+pub mod codec;
+pub mod finish;
+pub mod inbox;
+pub(crate) mod migrate;
+pub mod runs;
+pub mod schedules;
+pub mod workers;
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use r2d2::Pool;
+use r2d2_sqlite::SqliteConnectionManager;
+use rusqlite::{Connection, ErrorCode, OpenFlags, Transaction, TransactionBehavior};
+
+pub use migrate::SCHEMA_VERSION;
+
+use crate::error::StoreError;
+
+/// How long SQLite itself waits on a lock before returning SQLITE_BUSY.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long we keep retrying a busy write before giving up.
+const BUSY_GIVE_UP: Duration = Duration::from_secs(120);
+
+/// Durability settings reported by benchmarks and `stats`.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct DbInfo {
+    /// `PRAGMA journal_mode`.
+    pub journal_mode: String,
+    /// `PRAGMA synchronous`, as a name.
+    pub synchronous: String,
+    /// SQLite library version.
+    pub sqlite_version: String,
+}
+
+struct Inner {
+    path: PathBuf,
+    writer: Mutex<Connection>,
+    readers: Pool<SqliteConnectionManager>,
+    busy_retries: AtomicU64,
+}
+
+/// A handle to one toolq database file. Cheap to clone; all clones share the connections.
+#[derive(Clone)]
+pub struct Store {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store")
+            .field("path", &self.inner.path)
+            .finish()
+    }
+}
+
+fn set_connection_pragmas(conn: &Connection) -> rusqlite::Result<()> {
+    conn.busy_timeout(BUSY_TIMEOUT)?;
+    conn.execute_batch("PRAGMA foreign_keys = ON; PRAGMA synchronous = NORMAL;")?;
+    Ok(())
+}
+
+fn read_pragma(conn: &Connection, name: &'static str) -> Result<String, StoreError> {
+    conn.query_row(&format!("PRAGMA {name}"), [], |r| {
+        let v: rusqlite::types::Value = r.get(0)?;
+        Ok(match v {
+            rusqlite::types::Value::Integer(i) => i.to_string(),
+            rusqlite::types::Value::Text(s) => s,
+            other => format!("{other:?}"),
+        })
+    })
+    .map_err(|e| StoreError::sqlite(format!("read PRAGMA {name}"), e))
+}
+
+fn expect_pragma(conn: &Connection, name: &'static str, wanted: &str) -> Result<(), StoreError> {
+    let got = read_pragma(conn, name)?;
+    if got.eq_ignore_ascii_case(wanted) {
+        Ok(())
+    } else {
+        Err(StoreError::Pragma {
+            name,
+            wanted: wanted.to_string(),
+            got,
+        })
+    }
+}
+
+fn is_busy(e: &rusqlite::Error) -> bool {
+    matches!(e, rusqlite::Error::SqliteFailure(f, _)
+        if f.code == ErrorCode::DatabaseBusy || f.code == ErrorCode::DatabaseLocked)
+}
+
+fn store_error_is_busy(e: &StoreError) -> bool {
+    matches!(e, StoreError::Sqlite { source, .. } if is_busy(source))
+}
+
+impl Store {
+    /// Opens (creating if needed) the database at `path`, migrating an older schema.
+    /// A file with a newer schema, or a file that is not a toolq database, is refused
+    /// before anything is written to it.
+    pub fn open(path: impl AsRef<Path>) -> Result<Store, StoreError> {
+        let path = path.as_ref().to_path_buf();
+        let display = path.display().to_string();
+        let mut writer = Connection::open_with_flags(
+            &path,
+            OpenFlags::SQLITE_OPEN_READ_WRITE
+                | OpenFlags::SQLITE_OPEN_CREATE
+                | OpenFlags::SQLITE_OPEN_NO_MUTEX
+                | OpenFlags::SQLITE_OPEN_URI,
+        )
+        .map_err(|e| StoreError::sqlite(format!("open {display}"), e))?;
+        writer
+            .busy_timeout(BUSY_TIMEOUT)
+            .map_err(|e| StoreError::sqlite("set busy_timeout", e))?;
+        // Inspect before any pragma that writes (journal_mode = WAL rewrites the header).
+        let state = migrate::inspect(&writer, &display)?;
+
+        let mode = read_pragma(&writer, "journal_mode")?;
+        if !mode.eq_ignore_ascii_case("wal") {
+            writer
+                .query_row("PRAGMA journal_mode = WAL", [], |_| Ok(()))
+                .map_err(|e| StoreError::sqlite("set journal_mode = WAL", e))?;
+        }
+        expect_pragma(&writer, "journal_mode", "wal")?;
+        set_connection_pragmas(&writer).map_err(|e| StoreError::sqlite("set pragmas", e))?;
+        expect_pragma(&writer, "foreign_keys", "1")?;
+        expect_pragma(&writer, "synchronous", "1")?;
+        expect_pragma(
+            &writer,
+            "busy_timeout",
+            &BUSY_TIMEOUT.as_millis().to_string(),
+        )?;
+        migrate::apply(&mut writer, state).map_err(|e| match e {
+            StoreError::NotToolq { reason, .. } => StoreError::NotToolq {
+                path: display.clone(),
+                reason,
+            },
+            other => other,
+        })?;
+        writer.set_prepared_statement_cache_capacity(64);
+
+        let manager = SqliteConnectionManager::file(&path)
+            .with_flags(OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX)
+            .with_init(|c| {
+                set_connection_pragmas(c)?;
+                c.set_prepared_statement_cache_capacity(32);
+                Ok(())
+            });
+        let readers = Pool::builder()
+            .max_size(4)
+            .min_idle(Some(0))
+            .build(manager)?;
+        Ok(Store {
+            inner: Arc::new(Inner {
+                path,
+                writer: Mutex::new(writer),
+                readers,
+                busy_retries: AtomicU64::new(0),
+            }),
+        })
+    }
+
+    /// The database file's path.
+    pub fn path(&self) -> &Path {
+        &self.inner.path
+    }
+
+    /// How many times a write had to be retried because the database was busy.
+    pub fn busy_retries(&self) -> u64 {
+        self.inner.busy_retries.load(Ordering::Relaxed)
+    }
+
+    /// Runs `f` in one `BEGIN IMMEDIATE` transaction on the writer connection and commits.
+    /// SQLITE_BUSY is retried with backoff (and counted) instead of surfacing. Blocking: call it
+    /// from `spawn_blocking` (see [`Store::write_async`]) when on the async runtime.
+    pub fn write<T>(
+        &self,
+        mut f: impl FnMut(&Transaction<'_>) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let started = std::time::Instant::now();
+        let mut delay = Duration::from_millis(2);
+        loop {
+            match self.try_write(&mut f) {
+                Err(e) if store_error_is_busy(&e) && started.elapsed() < BUSY_GIVE_UP => {
+                    self.inner.busy_retries.fetch_add(1, Ordering::Relaxed);
+                    tracing::debug!(error = %e, "database busy; retrying write");
+                    std::thread::sleep(delay);
+                    delay = (delay * 2).min(Duration::from_millis(200));
+                }
+                other => return other,
+            }
+        }
+    }
+
+    fn try_write<T>(
+        &self,
+        f: &mut impl FnMut(&Transaction<'_>) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        // A poisoned writer lock means a writer panicked mid-call; the connection rolled back.
+        let mut conn = self.inner.writer.lock().unwrap_or_else(|e| e.into_inner());
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(|e| StoreError::sqlite("begin write", e))?;
+        let value = f(&tx)?;
+        tx.commit().map_err(|e| StoreError::sqlite("commit", e))?;
+        Ok(value)
+    }
+
+    /// Runs `f` with a reader connection (a consistent snapshot only inside one statement
+    /// unless `f` opens a transaction). Blocking.
+    pub fn read<T>(
+        &self,
+        f: impl FnOnce(&Connection) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let conn = self.inner.readers.get()?;
+        f(&conn)
+    }
+
+    /// [`Store::write`] on a blocking thread, for async callers.
+    pub async fn write_async<T: Send + 'static>(
+        &self,
+        f: impl FnMut(&Transaction<'_>) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        let store = self.clone();
+        tokio::task::spawn_blocking(move || store.write(f))
+            .await
+            .map_err(|e| StoreError::Task(e.to_string()))?
+    }
+
+    /// [`Store::read`] on a blocking thread, for async callers.
+    pub async fn read_async<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        let store = self.clone();
+        tokio::task::spawn_blocking(move || store.read(f))
+            .await
+            .map_err(|e| StoreError::Task(e.to_string()))?
+    }
+
+    /// Journal mode, synchronous setting and SQLite version, as read back from the database.
+    pub fn info(&self) -> Result<DbInfo, StoreError> {
+        self.read(|c| {
+            let sync = read_pragma(c, "synchronous")?;
+            Ok(DbInfo {
+                journal_mode: read_pragma(c, "journal_mode")?,
+                synchronous: match sync.as_str() {
+                    "0" => "OFF",
+                    "1" => "NORMAL",
+                    "2" => "FULL",
+                    "3" => "EXTRA",
+                    _ => "unknown",
+                }
+                .to_string(),
+                sqlite_version: rusqlite::version().to_string(),
+            })
+        })
+    }
+
+    /// `PRAGMA integrity_check`: "ok" for a healthy file.
+    pub fn integrity_check(&self) -> Result<String, StoreError> {
+        self.read(|c| {
+            c.query_row("PRAGMA integrity_check", [], |r| r.get(0))
+                .map_err(|e| StoreError::sqlite("integrity_check", e))
+        })
+    }
+
+    /// `PRAGMA data_version` on a given connection: changes when another connection commits.
+    pub fn data_version(conn: &Connection) -> Result<i64, StoreError> {
+        conn.query_row("PRAGMA data_version", [], |r| r.get(0))
+            .map_err(|e| StoreError::sqlite("read data_version", e))
+    }
+
+    /// A dedicated read connection (not from the pool), e.g. for change polling.
+    pub fn dedicated_reader(&self) -> Result<Connection, StoreError> {
+        let c = Connection::open_with_flags(
+            &self.inner.path,
+            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .map_err(|e| StoreError::sqlite("open reader", e))?;
+        set_connection_pragmas(&c).map_err(|e| StoreError::sqlite("set pragmas", e))?;
+        Ok(c)
+    }
+}
+
+/// Wraps a rusqlite result with the action that failed.
+pub(crate) trait Ctx<T> {
+    fn ctx(self, action: &str) -> Result<T, StoreError>;
+}
+
+impl<T> Ctx<T> for rusqlite::Result<T> {
+    fn ctx(self, action: &str) -> Result<T, StoreError> {
+        self.map_err(|e| StoreError::sqlite(action, e))
+    }
+}

@@ -1,0 +1,239 @@
+//! The `runs` table: insert (idempotent), claim, heartbeat, progress, finish, cancel, list.
+//! Every state change names the state it expects, and writes after a claim are fenced by
+//! (id, attempt, lease_token).
+
+use chrono::{DateTime, Utc};
+use rusqlite::{OptionalExtension, Transaction, named_params};
+
+use super::Ctx;
+use super::codec::{RUN_COLUMNS, run_from_row, ts};
+use crate::error::StoreError;
+use crate::ids::RunId;
+use crate::run::{NewRun, Run, RunState};
+
+/// What [`insert`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Inserted {
+    /// A new row was written.
+    New(RunId),
+    /// The idempotency key already existed: this is the existing run.
+    Existing(RunId),
+}
+
+impl Inserted {
+    /// The run id either way.
+    pub fn id(&self) -> &RunId {
+        match self {
+            Inserted::New(id) | Inserted::Existing(id) => id,
+        }
+    }
+}
+
+const FIND_BY_KEY: &str = "SELECT id FROM runs WHERE idempotency_key = ?1";
+const INSERT: &str = "INSERT INTO runs (id, session_id, tool, args, title, state, priority, max_attempts, \
+    run_at, created_at, idempotency_key, timeout_ms, signal_on_completion, delivery, schedule_id, fire_at, ticks) \
+    VALUES (:id, :session_id, :tool, :args, :title, 'queued', :priority, :max_attempts, :run_at, :created_at, \
+    :idempotency_key, :timeout_ms, :signal, :delivery, :schedule_id, :fire_at, :ticks)";
+
+/// Inserts a queued run, or returns the run that already holds its idempotency key.
+pub fn insert(tx: &Transaction<'_>, run: &NewRun) -> Result<Inserted, StoreError> {
+    if let Some(key) = &run.idempotency_key {
+        let existing: Option<String> = tx
+            .prepare_cached(FIND_BY_KEY)
+            .ctx("prepare idempotency lookup")?
+            .query_row([key], |r| r.get(0))
+            .optional()
+            .ctx("look up idempotency key")?;
+        if let Some(id) = existing {
+            return Ok(Inserted::Existing(RunId::from_db(id)));
+        }
+    }
+    tx.prepare_cached(INSERT)
+        .ctx("prepare insert run")?
+        .execute(named_params! {
+            ":id": run.id.as_str(),
+            ":session_id": run.session_id,
+            ":tool": run.tool,
+            ":args": run.args.to_string(),
+            ":title": run.title,
+            ":priority": run.priority,
+            ":max_attempts": run.max_attempts,
+            ":run_at": ts(run.run_at),
+            ":created_at": ts(run.created_at),
+            ":idempotency_key": run.idempotency_key,
+            ":timeout_ms": run.timeout_ms,
+            ":signal": run.signal_on_completion as i64,
+            ":delivery": run.delivery.as_str(),
+            ":schedule_id": run.schedule_id.as_ref().map(|s| s.as_str()),
+            ":fire_at": run.fire_at.map(ts),
+            ":ticks": run.ticks,
+        })
+        .ctx("insert run")?;
+    Ok(Inserted::New(run.id.clone()))
+}
+
+/// Reads one run.
+pub fn get(conn: &rusqlite::Connection, id: &str) -> Result<Option<Run>, StoreError> {
+    conn.prepare_cached(&format!("SELECT {RUN_COLUMNS} FROM runs WHERE id = ?1"))
+        .ctx("prepare get run")?
+        .query_row([id], run_from_row)
+        .optional()
+        .ctx("get run")
+}
+
+/// Filters for [`list`].
+#[derive(Debug, Clone, Default)]
+pub struct ListFilter {
+    /// Only this state.
+    pub state: Option<RunState>,
+    /// Only this session.
+    pub session: Option<String>,
+    /// Only this tool.
+    pub tool: Option<String>,
+    /// Only runs made by this schedule.
+    pub schedule_id: Option<String>,
+    /// At most this many (newest first).
+    pub limit: i64,
+}
+
+/// Lists runs, newest first.
+pub fn list(conn: &rusqlite::Connection, f: &ListFilter) -> Result<Vec<Run>, StoreError> {
+    let sql = format!(
+        "SELECT {RUN_COLUMNS} FROM runs WHERE (:state IS NULL OR state = :state) \
+         AND (:session IS NULL OR session_id = :session) AND (:tool IS NULL OR tool = :tool) \
+         AND (:schedule IS NULL OR schedule_id = :schedule) ORDER BY created_at DESC, id DESC LIMIT :limit"
+    );
+    let mut stmt = conn.prepare_cached(&sql).ctx("prepare list runs")?;
+    let rows = stmt
+        .query_map(
+            named_params! {
+                ":state": f.state.map(|s| s.as_str()),
+                ":session": f.session,
+                ":tool": f.tool,
+                ":schedule": f.schedule_id,
+                ":limit": f.limit,
+            },
+            run_from_row,
+        )
+        .ctx("list runs")?;
+    rows.collect::<Result<_, _>>().ctx("read runs")
+}
+
+/// Count of runs in each state.
+pub fn count_by_state(conn: &rusqlite::Connection) -> Result<Vec<(String, i64)>, StoreError> {
+    let mut stmt = conn
+        .prepare_cached("SELECT state, count(*) FROM runs GROUP BY state ORDER BY state")
+        .ctx("prepare count runs")?;
+    let rows = stmt
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .ctx("count runs")?;
+    rows.collect::<Result<_, _>>().ctx("read counts")
+}
+
+/// The oldest runnable queued run's `run_at`.
+pub fn oldest_queued(
+    conn: &rusqlite::Connection,
+    now: DateTime<Utc>,
+) -> Result<Option<String>, StoreError> {
+    conn.query_row(
+        "SELECT min(run_at) FROM runs WHERE state = 'queued' AND run_at <= ?1",
+        [ts(now)],
+        |r| r.get(0),
+    )
+    .ctx("oldest queued run")
+}
+
+/// Whether anything is queued and due by `now`, or running, or awaiting approval.
+pub fn has_unfinished(
+    conn: &rusqlite::Connection,
+    now: DateTime<Utc>,
+) -> Result<(bool, bool), StoreError> {
+    let runnable: bool = conn
+        .prepare_cached(
+            "SELECT EXISTS (SELECT 1 FROM runs WHERE state = 'queued' AND run_at <= ?1)",
+        )
+        .ctx("prepare runnable check")?
+        .query_row([ts(now)], |r| r.get(0))
+        .ctx("runnable check")?;
+    let running: bool = conn
+        .prepare_cached("SELECT EXISTS (SELECT 1 FROM runs WHERE state = 'running')")
+        .ctx("prepare running check")?
+        .query_row([], |r| r.get(0))
+        .ctx("running check")?;
+    Ok((runnable, running))
+}
+
+/// The earliest `run_at` of a queued run in the future (to sleep until it).
+pub fn next_run_at(conn: &rusqlite::Connection) -> Result<Option<String>, StoreError> {
+    conn.prepare_cached("SELECT min(run_at) FROM runs WHERE state = 'queued'")
+        .ctx("prepare next run_at")?
+        .query_row([], |r| r.get(0))
+        .ctx("next run_at")
+}
+
+/// Appends one entry to a run's `errors` history (used by finish and rescue).
+pub(crate) const APPEND_ERROR: &str = "json_insert(errors, '$[#]', json(:error_entry))";
+
+/// Sets a queued or awaiting run to `cancelled` at once. Returns false if it was not in `expected`.
+pub fn cancel_waiting(
+    tx: &Transaction<'_>,
+    id: &RunId,
+    expected: RunState,
+    message: &str,
+    now: DateTime<Utc>,
+) -> Result<bool, StoreError> {
+    let n = tx
+        .prepare_cached(
+            "UPDATE runs SET state = 'cancelled', finished_at = :now, error = :msg, \
+             approval_state = CASE WHEN approval_state = 'pending' THEN 'denied' ELSE approval_state END \
+             WHERE id = :id AND state = :expected",
+        )
+        .ctx("prepare cancel")?
+        .execute(named_params! {":now": ts(now), ":msg": message, ":id": id.as_str(), ":expected": expected.as_str()})
+        .ctx("cancel run")?;
+    Ok(n == 1)
+}
+
+/// Asks a running run to stop; its worker notices at its next heartbeat.
+pub fn request_cancel(
+    tx: &Transaction<'_>,
+    id: &RunId,
+    now: DateTime<Utc>,
+) -> Result<bool, StoreError> {
+    let n = tx
+        .prepare_cached(
+            "UPDATE runs SET cancel_requested_at = coalesce(cancel_requested_at, :now) \
+             WHERE id = :id AND state = 'running'",
+        )
+        .ctx("prepare request cancel")?
+        .execute(named_params! {":now": ts(now), ":id": id.as_str()})
+        .ctx("request cancel")?;
+    Ok(n == 1)
+}
+
+/// Puts a failed or cancelled run back in the queue as a new attempt (one more allowed).
+pub fn requeue_finished(
+    tx: &Transaction<'_>,
+    id: &RunId,
+    expected: RunState,
+    now: DateTime<Utc>,
+) -> Result<bool, StoreError> {
+    let n = tx
+        .prepare_cached(
+            "UPDATE runs SET state = 'queued', run_at = :now, finished_at = NULL, error = NULL, \
+             internal_error = NULL, cancel_requested_at = NULL, status_text = NULL, progress = NULL, \
+             max_attempts = max(max_attempts, attempt + 1) WHERE id = :id AND state = :expected",
+        )
+        .ctx("prepare retry")?
+        .execute(named_params! {":now": ts(now), ":id": id.as_str(), ":expected": expected.as_str()})
+        .ctx("retry run")?;
+    Ok(n == 1)
+}
+
+/// Sets the fields every final or retried attempt writes; fenced by the lease.
+pub(crate) fn guard_sql(set: &str) -> String {
+    format!(
+        "UPDATE runs SET {set} WHERE id = :id AND state = 'running' AND attempt = :attempt \
+         AND lease_token = :token"
+    )
+}

@@ -1,0 +1,1 @@
+//! The `schedules` and `schedule_occurrences` tables.

@@ -1,0 +1,123 @@
+//! The `workers` table: one row per worker process, heartbeated, for ops and for rescue.
+
+use chrono::{DateTime, Utc};
+use rusqlite::{Transaction, named_params};
+use serde::Serialize;
+
+use super::Ctx;
+use super::codec::ts;
+use crate::error::StoreError;
+
+/// Identity of a worker process.
+#[derive(Debug, Clone, Serialize)]
+pub struct WorkerRow {
+    /// Worker id.
+    pub id: String,
+    /// Host name.
+    pub host: String,
+    /// Kernel boot id.
+    pub boot_id: String,
+    /// Process id.
+    pub pid: i64,
+    /// Process start time (from /proc), to tell a reused pid apart.
+    pub process_start_time: String,
+    /// When it started.
+    pub started_at: String,
+    /// Last heartbeat.
+    pub heartbeat_at: String,
+    /// Last claim poll.
+    pub last_poll_at: Option<String>,
+    /// Set on a clean exit.
+    pub stopped_at: Option<String>,
+    /// Its concurrency limit.
+    pub concurrency: i64,
+    /// SQLITE_BUSY retries it needed.
+    pub busy_retries: i64,
+    /// toolq version.
+    pub version: String,
+}
+
+/// Registers a worker process.
+pub fn register(tx: &Transaction<'_>, w: &WorkerRow) -> Result<(), StoreError> {
+    tx.prepare_cached(
+        "INSERT INTO workers (id, host, boot_id, pid, process_start_time, started_at, heartbeat_at, \
+         concurrency, version) VALUES (:id, :host, :boot, :pid, :pst, :started, :hb, :conc, :version)",
+    )
+    .ctx("prepare register worker")?
+    .execute(named_params! {
+        ":id": w.id, ":host": w.host, ":boot": w.boot_id, ":pid": w.pid, ":pst": w.process_start_time,
+        ":started": w.started_at, ":hb": w.heartbeat_at, ":conc": w.concurrency, ":version": w.version,
+    })
+    .ctx("register worker")?;
+    Ok(())
+}
+
+/// Heartbeats a worker, recording its last poll and busy-retry count.
+pub fn heartbeat(
+    tx: &Transaction<'_>,
+    id: &str,
+    now: DateTime<Utc>,
+    last_poll: Option<DateTime<Utc>>,
+    busy_retries: u64,
+) -> Result<(), StoreError> {
+    tx.prepare_cached(
+        "UPDATE workers SET heartbeat_at = :now, last_poll_at = coalesce(:poll, last_poll_at), \
+         busy_retries = :busy WHERE id = :id",
+    )
+    .ctx("prepare worker heartbeat")?
+    .execute(named_params! {":now": ts(now), ":poll": last_poll.map(ts), ":busy": busy_retries as i64, ":id": id})
+    .ctx("worker heartbeat")?;
+    Ok(())
+}
+
+/// Marks a worker as cleanly stopped.
+pub fn deregister(tx: &Transaction<'_>, id: &str, now: DateTime<Utc>) -> Result<(), StoreError> {
+    tx.prepare_cached("UPDATE workers SET stopped_at = :now WHERE id = :id")
+        .ctx("prepare deregister")?
+        .execute(named_params! {":now": ts(now), ":id": id})
+        .ctx("deregister worker")?;
+    Ok(())
+}
+
+/// Lists workers, live ones first, newest first.
+pub fn list(
+    conn: &rusqlite::Connection,
+    include_stopped: bool,
+) -> Result<Vec<WorkerRow>, StoreError> {
+    let mut stmt = conn
+        .prepare_cached(
+            "SELECT id, host, boot_id, pid, process_start_time, started_at, heartbeat_at, last_poll_at, \
+             stopped_at, concurrency, busy_retries, version FROM workers \
+             WHERE (:all = 1 OR stopped_at IS NULL) ORDER BY stopped_at IS NOT NULL, started_at DESC",
+        )
+        .ctx("prepare list workers")?;
+    let rows = stmt
+        .query_map(named_params! {":all": include_stopped as i64}, |r| {
+            Ok(WorkerRow {
+                id: r.get(0)?,
+                host: r.get(1)?,
+                boot_id: r.get(2)?,
+                pid: r.get(3)?,
+                process_start_time: r.get(4)?,
+                started_at: r.get(5)?,
+                heartbeat_at: r.get(6)?,
+                last_poll_at: r.get(7)?,
+                stopped_at: r.get(8)?,
+                concurrency: r.get(9)?,
+                busy_retries: r.get(10)?,
+                version: r.get(11)?,
+            })
+        })
+        .ctx("list workers")?;
+    rows.collect::<Result<_, _>>().ctx("read workers")
+}
+
+/// Sum of busy retries over all workers.
+pub fn total_busy_retries(conn: &rusqlite::Connection) -> Result<i64, StoreError> {
+    conn.query_row(
+        "SELECT coalesce(sum(busy_retries), 0) FROM workers",
+        [],
+        |r| r.get(0),
+    )
+    .ctx("sum busy retries")
+}

@@ -1,0 +1,218 @@
+//! The tool model: what a tool declares ([`ToolDef`]), what it is given ([`ToolContext`]) and
+//! what it returns ([`ToolOutcome`]). Outcomes are data, not errors.
+
+pub mod builtin;
+pub mod registry;
+pub mod sink;
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde::Serialize;
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+pub use registry::{Registry, RegistryBuilder};
+pub use sink::{RunSink, Stream};
+
+use crate::ids::RunId;
+
+/// The text a session sees for any internal error; the details go to ops only.
+pub const INTERNAL_ERROR_TEXT: &str = "An internal error occurred while executing the tool";
+
+/// Hints about a tool's behaviour.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct ToolHints {
+    /// It only reads.
+    pub readonly: bool,
+    /// Running it twice with the same args has the effect of running it once.
+    pub idempotent: bool,
+    /// It may run in the background (via `spawn_background`).
+    pub supports_background: bool,
+}
+
+impl Default for ToolHints {
+    fn default() -> Self {
+        Self {
+            readonly: false,
+            idempotent: false,
+            supports_background: true,
+        }
+    }
+}
+
+/// Whether a run needs an operator's approval before it executes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolPolicy {
+    /// Runs without asking.
+    #[default]
+    Auto,
+    /// Waits in `awaiting_approval` until approved.
+    RequiresApproval,
+}
+
+/// What a tool declares about itself.
+#[derive(Debug, Clone, Serialize)]
+pub struct ToolDef {
+    /// Unique name (what enqueue names).
+    pub name: String,
+    /// Human name.
+    pub display_name: String,
+    /// What it does.
+    pub description: String,
+    /// JSON schema of its arguments.
+    pub parameters: Value,
+    /// Behaviour hints.
+    pub hints: ToolHints,
+    /// Approval policy.
+    pub policy: ToolPolicy,
+    /// Default timeout of a run (a run may override it).
+    #[serde(serialize_with = "ser_opt_duration")]
+    pub timeout: Option<Duration>,
+}
+
+fn ser_opt_duration<S: serde::Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+    match d {
+        Some(d) => s.serialize_str(&humantime::format_duration(*d).to_string()),
+        None => s.serialize_none(),
+    }
+}
+
+impl ToolDef {
+    /// A definition with default hints, auto policy and no timeout.
+    pub fn new(name: &str, description: &str, parameters: Value) -> Self {
+        Self {
+            name: name.to_string(),
+            display_name: name.to_string(),
+            description: description.to_string(),
+            parameters,
+            hints: ToolHints::default(),
+            policy: ToolPolicy::Auto,
+            timeout: None,
+        }
+    }
+
+    /// Sets the display name.
+    pub fn display_name(mut self, n: &str) -> Self {
+        self.display_name = n.to_string();
+        self
+    }
+
+    /// Sets the hints.
+    pub fn hints(mut self, h: ToolHints) -> Self {
+        self.hints = h;
+        self
+    }
+
+    /// Sets the approval policy.
+    pub fn policy(mut self, p: ToolPolicy) -> Self {
+        self.policy = p;
+        self
+    }
+
+    /// Sets the default timeout.
+    pub fn timeout(mut self, t: Duration) -> Self {
+        self.timeout = Some(t);
+        self
+    }
+}
+
+/// An image attached to a successful result.
+#[derive(Debug, Clone, Serialize)]
+pub struct Image {
+    /// MIME type, e.g. `image/png`.
+    pub mime_type: String,
+    /// Base64 data.
+    pub data: String,
+}
+
+/// A successful result.
+#[derive(Debug, Clone, Default)]
+pub struct ToolSuccess {
+    /// The visible result.
+    pub value: Value,
+    /// Images shown with it.
+    pub images: Vec<Image>,
+    /// Raw output kept beside the result for ops; never part of the visible result.
+    pub raw_output: Option<String>,
+}
+
+/// How a tool call ended.
+#[derive(Debug, Clone)]
+pub enum ToolOutcome {
+    /// It worked.
+    Success(ToolSuccess),
+    /// The tool's own verdict on its input: shown to the session, never retried.
+    ToolError(String),
+    /// Something broke inside: the session sees only [`INTERNAL_ERROR_TEXT`]; the details (the
+    /// full error chain) go to `internal_error` and tracing. Retried while attempts remain.
+    Internal(String),
+    /// The tool needs a connection to a provider that is not set up.
+    ConnectionRequired {
+        /// Provider name.
+        provider: String,
+    },
+}
+
+impl ToolOutcome {
+    /// A success with just a JSON value.
+    pub fn ok(value: Value) -> Self {
+        ToolOutcome::Success(ToolSuccess {
+            value,
+            ..Default::default()
+        })
+    }
+
+    /// A tool error.
+    pub fn tool_error(msg: impl Into<String>) -> Self {
+        ToolOutcome::ToolError(msg.into())
+    }
+
+    /// An internal error from any error, keeping its whole source chain.
+    pub fn internal(err: &(dyn std::error::Error + 'static)) -> Self {
+        let mut text = err.to_string();
+        let mut src = err.source();
+        while let Some(s) = src {
+            text.push_str(": ");
+            text.push_str(&s.to_string());
+            src = s.source();
+        }
+        ToolOutcome::Internal(text)
+    }
+}
+
+/// What a running tool gets.
+#[derive(Debug, Clone)]
+pub struct ToolContext {
+    /// The run.
+    pub run_id: RunId,
+    /// Its session.
+    pub session_id: String,
+    /// Its title.
+    pub title: String,
+    /// The validated arguments.
+    pub args: Value,
+    /// This attempt's number (1-based).
+    pub attempt: i64,
+    /// Where to report status, output and progress.
+    pub sink: RunSink,
+    /// Fires when the run is cancelled, timed out or the worker shuts down: stop soon.
+    pub cancel: CancellationToken,
+    /// For async tools resumed after a restart: the operation a previous attempt started.
+    pub operation_id: Option<String>,
+    /// The queue, for tools that enqueue (spawn_background).
+    pub client: Option<crate::Client>,
+    /// The worker's clock.
+    pub clock: crate::clock::SharedClock,
+}
+
+/// A tool: a named unit of work with a JSON schema for its arguments.
+#[async_trait]
+pub trait Tool: Send + Sync + 'static {
+    /// The tool's definition; called once when it is registered.
+    fn definition(&self) -> ToolDef;
+
+    /// Executes one run. Report through `ctx.sink`; watch `ctx.cancel`.
+    async fn call(&self, ctx: ToolContext) -> ToolOutcome;
+}

@@ -1,0 +1,180 @@
+//! The registry: tool name -> tool, definition and compiled argument schema. Arguments are
+//! validated here, before anything is written.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use super::{Tool, ToolDef};
+use crate::error::InputError;
+
+/// A registered tool.
+pub struct Entry {
+    /// The tool.
+    pub tool: Arc<dyn Tool>,
+    /// Its definition.
+    pub def: ToolDef,
+    validator: jsonschema::Validator,
+}
+
+impl std::fmt::Debug for Entry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Entry").field("def", &self.def).finish()
+    }
+}
+
+/// The set of tools a worker can run. Built once, then shared read-only.
+#[derive(Debug, Default)]
+pub struct Registry {
+    tools: BTreeMap<String, Entry>,
+}
+
+/// Builds a [`Registry`].
+#[derive(Default)]
+pub struct RegistryBuilder {
+    tools: Vec<Arc<dyn Tool>>,
+}
+
+impl RegistryBuilder {
+    /// An empty builder.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds the built-in tools (echo, get_current_time, add, subtract, multiply, divide, sleep,
+    /// spawn_background).
+    pub fn with_builtins(mut self) -> Self {
+        self.tools.extend(super::builtin::all());
+        self
+    }
+
+    /// Adds a tool.
+    pub fn tool(mut self, tool: impl Tool) -> Self {
+        self.tools.push(Arc::new(tool));
+        self
+    }
+
+    /// Adds a shared tool.
+    pub fn tool_arc(mut self, tool: Arc<dyn Tool>) -> Self {
+        self.tools.push(tool);
+        self
+    }
+
+    /// Builds the registry: names must be unique and every schema must compile.
+    pub fn build(self) -> Result<Registry, InputError> {
+        let mut tools = BTreeMap::new();
+        for tool in self.tools {
+            let def = tool.definition();
+            if def.name.is_empty() {
+                return Err(InputError::new("tool name", "", "must not be empty"));
+            }
+            let validator = jsonschema::validator_for(&def.parameters).map_err(|e| {
+                InputError::new(
+                    format!("tool {:?} parameters schema", def.name),
+                    def.parameters.to_string(),
+                    format!("is not a valid JSON schema: {e}"),
+                )
+            })?;
+            let name = def.name.clone();
+            if tools.contains_key(&name) {
+                return Err(InputError::new("tool", &name, "is registered twice"));
+            }
+            tools.insert(
+                name,
+                Entry {
+                    tool,
+                    def,
+                    validator,
+                },
+            );
+        }
+        Ok(Registry { tools })
+    }
+}
+
+impl Registry {
+    /// A registry with just the built-in tools.
+    pub fn builtins() -> Registry {
+        // The built-in schemas are fixed and covered by tests.
+        RegistryBuilder::new()
+            .with_builtins()
+            .build()
+            .expect("built-in tools have unique names and valid schemas")
+    }
+
+    /// Looks up a tool.
+    pub fn get(&self, name: &str) -> Option<&Entry> {
+        self.tools.get(name)
+    }
+
+    /// All tools, by name.
+    pub fn iter(&self) -> impl Iterator<Item = &Entry> {
+        self.tools.values()
+    }
+
+    /// Checks that `tool` exists and `args` match its schema; the error names the tool,
+    /// the failing location and the reason.
+    pub fn validate(&self, tool: &str, args: &Value) -> Result<&Entry, InputError> {
+        let entry = self.tools.get(tool).ok_or_else(|| {
+            let known: Vec<&str> = self.tools.keys().map(String::as_str).collect();
+            InputError::new(
+                "tool",
+                tool,
+                format!("is not registered (known tools: {})", known.join(", ")),
+            )
+        })?;
+        if !args.is_object() {
+            return Err(InputError::new(
+                "args",
+                args.to_string(),
+                "must be a JSON object",
+            ));
+        }
+        let problems: Vec<String> = entry
+            .validator
+            .iter_errors(args)
+            .take(3)
+            .map(|e| {
+                let at = e.instance_path().to_string();
+                if at.is_empty() {
+                    e.to_string()
+                } else {
+                    format!("at {at}: {e}")
+                }
+            })
+            .collect();
+        if !problems.is_empty() {
+            return Err(InputError::new(
+                "args",
+                args.to_string(),
+                format!(
+                    "do not match the schema of tool {tool:?}: {}",
+                    problems.join("; ")
+                ),
+            ));
+        }
+        Ok(entry)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn unknown_tool_and_bad_args_are_named() {
+        let r = Registry::builtins();
+        let e = r.validate("nope", &json!({})).unwrap_err().to_string();
+        assert!(e.contains("\"nope\"") && e.contains("echo"), "{e}");
+        let e = r
+            .validate("add", &json!({"a": "x", "b": 1}))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("/a") && e.contains("add"), "{e}");
+        let e = r.validate("echo", &json!([1])).unwrap_err().to_string();
+        assert!(e.contains("JSON object"), "{e}");
+        assert!(r.validate("echo", &json!({"message": "hi"})).is_ok());
+    }
+}

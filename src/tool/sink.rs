@@ -1,0 +1,314 @@
+//! A run's sink: status text, output per stream and progress, kept in memory with the log
+//! capped as it is written, and snapshotted by the worker's throttled flush.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+
+use crate::run::Progress;
+
+/// Which stream an output chunk came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stream {
+    /// Standard output.
+    Stdout,
+    /// Standard error.
+    Stderr,
+    /// toolq's own notes.
+    System,
+}
+
+impl Stream {
+    fn prefix(self) -> &'static [u8] {
+        match self {
+            Stream::Stdout => b"[stdout] ",
+            Stream::Stderr => b"[stderr] ",
+            Stream::System => b"[system] ",
+        }
+    }
+}
+
+/// Limits of a sink.
+#[derive(Debug, Clone, Copy)]
+pub struct SinkLimits {
+    /// The log keeps at most this many bytes, then ends with a truncation note.
+    pub log_cap: usize,
+    /// The run row's output_tail keeps this many characters.
+    pub tail_chars: usize,
+}
+
+impl Default for SinkLimits {
+    fn default() -> Self {
+        Self {
+            log_cap: 256 * 1024,
+            tail_chars: 2048,
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct State {
+    log: Vec<u8>,
+    truncated: bool,
+    tail: VecDeque<u8>,
+    status: Option<String>,
+    progress: Option<Progress>,
+    dirty: bool,
+    log_dirty: bool,
+    operation: Option<(String, Option<serde_json::Value>)>,
+}
+
+/// A running attempt's reporting channel. Cheap to clone; clones share one state.
+#[derive(Debug, Clone)]
+pub struct RunSink {
+    limits: SinkLimits,
+    state: Arc<Mutex<State>>,
+}
+
+/// What the worker writes to the run row and log blob on a flush or at the end.
+#[derive(Debug, Clone, Default)]
+pub struct SinkSnapshot {
+    /// Latest status line.
+    pub status_text: Option<String>,
+    /// Latest progress as JSON text.
+    pub progress: Option<String>,
+    /// Last characters of output, escaped.
+    pub output_tail: Option<String>,
+    /// The log bytes and whether they were cut, when asked for.
+    pub log: Option<(Vec<u8>, bool)>,
+}
+
+impl RunSink {
+    /// An empty sink.
+    pub fn new(limits: SinkLimits) -> Self {
+        Self {
+            limits,
+            state: Arc::new(Mutex::new(State::default())),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        // A tool that panicked while reporting leaves consistent data behind: every update is
+        // a single assignment or append.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Sets the status line.
+    pub fn status(&self, text: impl Into<String>) {
+        let mut s = self.lock();
+        s.status = Some(text.into());
+        s.dirty = true;
+    }
+
+    /// Sets the progress.
+    pub fn progress(&self, p: Progress) {
+        let mut s = self.lock();
+        s.progress = Some(p);
+        s.dirty = true;
+    }
+
+    /// Appends a chunk of output from `stream`, each line prefixed with `[stdout] ` etc.
+    /// The bytes are kept as they are (non-UTF-8 and NUL included).
+    pub fn output(&self, stream: Stream, bytes: &[u8]) {
+        if bytes.is_empty() {
+            return;
+        }
+        let mut line = Vec::with_capacity(bytes.len() + 10);
+        for piece in bytes.split_inclusive(|b| *b == b'\n') {
+            line.extend_from_slice(stream.prefix());
+            line.extend_from_slice(piece);
+        }
+        if line.last() != Some(&b'\n') {
+            line.push(b'\n');
+        }
+        self.append(&line);
+    }
+
+    /// Appends a `[system]` line.
+    pub fn system(&self, text: &str) {
+        self.output(Stream::System, text.as_bytes());
+    }
+
+    /// Records an async operation id (and optionally a stage) to be stored at once.
+    pub fn set_operation(&self, id: impl Into<String>, stage: Option<serde_json::Value>) {
+        let mut s = self.lock();
+        s.operation = Some((id.into(), stage));
+        s.dirty = true;
+    }
+
+    /// Takes a pending operation id update, if any.
+    pub(crate) fn take_operation(&self) -> Option<(String, Option<serde_json::Value>)> {
+        self.lock().operation.take()
+    }
+
+    fn append(&self, bytes: &[u8]) {
+        let mut s = self.lock();
+        s.dirty = true;
+        // The tail follows the output even after the log stops growing.
+        let keep = 4 * self.limits.tail_chars + 16;
+        if bytes.len() >= keep {
+            s.tail.clear();
+            s.tail.extend(&bytes[bytes.len() - keep..]);
+        } else {
+            s.tail.extend(bytes);
+            let excess = s.tail.len().saturating_sub(keep);
+            s.tail.drain(..excess);
+        }
+        if s.truncated {
+            return;
+        }
+        s.log_dirty = true;
+        let room = self.limits.log_cap.saturating_sub(s.log.len());
+        if bytes.len() <= room {
+            s.log.extend_from_slice(bytes);
+            return;
+        }
+        let mut cut = room;
+        // Cut on a character boundary when the text is UTF-8 there.
+        while cut > 0 && cut < bytes.len() && (bytes[cut] & 0b1100_0000) == 0b1000_0000 {
+            cut -= 1;
+        }
+        s.log.extend_from_slice(&bytes[..cut]);
+        let kept = String::from_utf8_lossy(&s.log).chars().count();
+        if s.log.last() != Some(&b'\n') {
+            s.log.push(b'\n');
+        }
+        s.log.extend_from_slice(
+            format!("[system] background output truncated at {kept} characters\n").as_bytes(),
+        );
+        s.truncated = true;
+    }
+
+    /// Whether anything changed since the last snapshot.
+    pub fn is_dirty(&self) -> bool {
+        self.lock().dirty
+    }
+
+    /// Takes what changed for a live flush (log included only if it grew), clearing the flags.
+    pub fn take_changes(&self) -> Option<SinkSnapshot> {
+        let mut s = self.lock();
+        if !s.dirty {
+            return None;
+        }
+        s.dirty = false;
+        let with_log = std::mem::take(&mut s.log_dirty);
+        Some(self.snapshot_of(&s, with_log))
+    }
+
+    /// Everything, for the end of the attempt.
+    pub fn final_snapshot(&self) -> SinkSnapshot {
+        let s = self.lock();
+        self.snapshot_of(&s, true)
+    }
+
+    fn snapshot_of(&self, s: &State, with_log: bool) -> SinkSnapshot {
+        let tail_bytes: Vec<u8> = s.tail.iter().copied().collect();
+        let escaped = escape_bytes(&tail_bytes);
+        let n = escaped.chars().count();
+        let tail: String = escaped
+            .chars()
+            .skip(n.saturating_sub(self.limits.tail_chars))
+            .collect();
+        SinkSnapshot {
+            status_text: s.status.clone(),
+            progress: s
+                .progress
+                .as_ref()
+                .and_then(|p| serde_json::to_string(p).ok()),
+            output_tail: (!tail.is_empty()).then_some(tail),
+            log: with_log.then(|| (s.log.clone(), s.truncated)),
+        }
+    }
+}
+
+/// Renders bytes as text: valid UTF-8 is kept, newlines and tabs too; other control
+/// characters (NUL included) and invalid bytes are shown as `\xNN`.
+pub fn escape_bytes(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len());
+    for chunk in bytes.utf8_chunks() {
+        for c in chunk.valid().chars() {
+            if c.is_control() && c != '\n' && c != '\t' {
+                out.push_str(&format!("\\x{:02x}", c as u32));
+            } else {
+                out.push(c);
+            }
+        }
+        for b in chunk.invalid() {
+            out.push_str(&format!("\\x{b:02x}"));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sink(cap: usize) -> RunSink {
+        RunSink::new(SinkLimits {
+            log_cap: cap,
+            tail_chars: 8,
+        })
+    }
+
+    #[test]
+    fn lines_are_prefixed_per_stream() {
+        let s = sink(1024);
+        s.output(Stream::Stdout, b"a\nb");
+        s.output(Stream::Stderr, b"c\n");
+        let log = s.final_snapshot().log.unwrap().0;
+        assert_eq!(log, b"[stdout] a\n[stdout] b\n[stderr] c\n");
+    }
+
+    #[test]
+    fn log_at_exactly_the_cap_is_not_truncated() {
+        let s = sink(20);
+        s.output(Stream::Stdout, b"0123456789"); // 9 + 10 + 1 = 20 bytes
+        let (log, truncated) = s.final_snapshot().log.unwrap();
+        assert_eq!(log.len(), 20);
+        assert!(!truncated);
+    }
+
+    #[test]
+    fn log_one_past_the_cap_is_truncated_with_a_note() {
+        let s = sink(20);
+        s.output(Stream::Stdout, b"01234567890");
+        let (log, truncated) = s.final_snapshot().log.unwrap();
+        assert!(truncated);
+        assert_eq!(
+            String::from_utf8(log).unwrap(),
+            "[stdout] 01234567890\n[system] background output truncated at 20 characters\n"
+        );
+        // Later output still moves the tail but not the log.
+        s.output(Stream::Stdout, b"zz");
+        let snap = s.final_snapshot();
+        assert!(snap.output_tail.unwrap().ends_with("] zz\n"));
+        assert!(snap.log.unwrap().0.ends_with(b"characters\n"));
+    }
+
+    #[test]
+    fn tail_keeps_the_last_characters() {
+        let s = sink(1024);
+        s.output(Stream::Stdout, b"abcdefghijklmnop");
+        assert_eq!(s.final_snapshot().output_tail.unwrap(), "jklmnop\n");
+    }
+
+    #[test]
+    fn non_utf8_and_nul_survive_and_are_escaped() {
+        let s = sink(1024);
+        s.output(Stream::Stdout, b"a\x00b\xffc");
+        let (log, _) = s.final_snapshot().log.unwrap();
+        assert_eq!(log, b"[stdout] a\x00b\xffc\n");
+        assert_eq!(escape_bytes(b"a\x00b\xffc\n"), "a\\x00b\\xffc\n");
+    }
+
+    #[test]
+    fn changes_are_taken_once() {
+        let s = sink(1024);
+        assert!(s.take_changes().is_none());
+        s.status("working");
+        let c = s.take_changes().unwrap();
+        assert_eq!(c.status_text.as_deref(), Some("working"));
+        assert!(c.log.is_none());
+        assert!(s.take_changes().is_none());
+    }
+}

@@ -1,0 +1,51 @@
+//! Who this worker process is: host, kernel boot id, pid and process start time, so another
+//! worker on the same host can tell for sure whether it is still alive.
+
+/// Kernel boot id (`/proc/sys/kernel/random/boot_id`), or "unknown".
+pub fn boot_id() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "unknown".into())
+}
+
+/// The host name, or "unknown".
+pub fn host() -> String {
+    hostname::get()
+        .ok()
+        .and_then(|h| h.into_string().ok())
+        .unwrap_or_else(|| "unknown".into())
+}
+
+/// Start time of process `pid` in clock ticks since boot (field 22 of `/proc/PID/stat`),
+/// or None when the process does not exist.
+pub fn process_start_time(pid: u32) -> Option<String> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may hold spaces and parentheses: parse after the last ')'.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(19).map(str::to_string)
+}
+
+/// Whether the process (pid, start time) recorded on this host and boot is certainly gone.
+pub fn is_dead(pid: i64, start_time: &str) -> bool {
+    let Ok(pid) = u32::try_from(pid) else {
+        return false;
+    };
+    match process_start_time(pid) {
+        None => std::path::Path::new("/proc/self").exists(),
+        Some(now) => now != start_time,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn this_process_is_alive_and_a_bogus_one_is_dead() {
+        let me = std::process::id();
+        let st = process_start_time(me).unwrap();
+        assert!(!is_dead(me as i64, &st));
+        assert!(is_dead(me as i64, "1"));
+        assert!(is_dead(4_000_000, "1"));
+    }
+}

@@ -1,0 +1,175 @@
+//! Background ticks of a worker: the workers-row registration and heartbeat, lease
+//! heartbeats (which also notice cancel requests), and throttled live-progress flushes.
+
+use std::sync::Arc;
+
+use tokio_util::sync::CancellationToken;
+
+use super::Shared;
+use super::execute::StopReason;
+use crate::error::Result;
+use crate::store::{self, codec::ts};
+
+/// Registers this process in `workers`.
+pub(super) async fn register(sh: &Arc<Shared>) -> Result<()> {
+    let pid = std::process::id();
+    let now = ts(sh.client.now());
+    let row = store::workers::WorkerRow {
+        id: sh.id.to_string(),
+        host: super::identity::host(),
+        boot_id: super::identity::boot_id(),
+        pid: pid as i64,
+        process_start_time: super::identity::process_start_time(pid)
+            .unwrap_or_else(|| "unknown".into()),
+        started_at: now.clone(),
+        heartbeat_at: now,
+        last_poll_at: None,
+        stopped_at: None,
+        concurrency: sh.client.config().worker.concurrency as i64,
+        busy_retries: 0,
+        version: env!("CARGO_PKG_VERSION").into(),
+    };
+    sh.client
+        .store()
+        .write_async(move |tx| store::workers::register(tx, &row))
+        .await?;
+    tracing::info!(worker_id = %sh.id, pid, "worker registered");
+    Ok(())
+}
+
+/// Marks this process as cleanly stopped.
+pub(super) async fn deregister(sh: &Arc<Shared>) {
+    let id = sh.id.to_string();
+    let now = sh.client.now();
+    if let Err(e) = sh
+        .client
+        .store()
+        .write_async(move |tx| store::workers::deregister(tx, &id, now))
+        .await
+    {
+        tracing::warn!(error = %e, "could not mark the worker stopped");
+    }
+}
+
+/// One heartbeat: extend held leases, stop attempts whose run was cancelled or taken away,
+/// and heartbeat the workers row.
+pub(crate) async fn heartbeat_tick(sh: &Arc<Shared>) -> Result<()> {
+    let held: Vec<(String, String)> = sh
+        .flights()
+        .values()
+        .map(|f| {
+            (
+                f.run.id.to_string(),
+                f.run.lease_token.clone().unwrap_or_default(),
+            )
+        })
+        .collect();
+    let now = sh.client.now();
+    let until = now
+        + chrono::Duration::from_std(sh.client.config().worker.lease)
+            .unwrap_or(chrono::Duration::seconds(30));
+    let worker = sh.id.to_string();
+    let last_poll = *sh.last_poll.lock().unwrap_or_else(|e| e.into_inner());
+    let busy = sh.client.store().busy_retries();
+    let held_q = held.clone();
+    let alive = sh
+        .client
+        .store()
+        .write_async(move |tx| {
+            store::workers::heartbeat(tx, &worker, now, last_poll, busy)?;
+            store::claim::heartbeat(tx, &worker, &held_q, now, until)
+        })
+        .await?;
+    let flights = sh.flights();
+    for (id, _) in &held {
+        match alive.iter().find(|(a, _)| a == id) {
+            Some((_, true)) => {
+                if let Some(f) = flights.get(id) {
+                    tracing::info!(run_id = %id, "cancel requested; stopping the run");
+                    f.stop.stop(StopReason::Cancel);
+                }
+            }
+            Some((_, false)) => {}
+            None => {
+                if let Some(f) = flights.get(id) {
+                    tracing::warn!(run_id = %id, "lease lost (run rescued elsewhere); stopping this attempt");
+                    f.stop.stop(StopReason::Shutdown);
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+pub(super) async fn lease_loop(sh: Arc<Shared>, stop: CancellationToken) {
+    let every = sh.client.config().worker.heartbeat_interval;
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(every) => {}
+            _ = stop.cancelled() => return,
+        }
+        if let Err(e) = heartbeat_tick(&sh).await {
+            tracing::error!(error = %e, "heartbeat failed");
+        }
+    }
+}
+
+/// One flush: write the live view (status, progress, tail, log) of runs that changed.
+pub(crate) async fn flush_tick(sh: &Arc<Shared>) -> Result<()> {
+    let mut writes = Vec::new();
+    let mut ops = Vec::new();
+    for f in sh.flights().values() {
+        let token = f.run.lease_token.clone().unwrap_or_default();
+        if let Some((op, stage)) = f.sink.take_operation() {
+            ops.push((
+                f.run.id.to_string(),
+                f.run.attempt,
+                token.clone(),
+                op,
+                stage,
+            ));
+        }
+        if let Some(snap) = f.sink.take_changes() {
+            writes.push(store::claim::ProgressWrite {
+                id: f.run.id.to_string(),
+                session_id: f.run.session_id.clone(),
+                attempt: f.run.attempt,
+                token,
+                status_text: snap.status_text,
+                progress: snap.progress,
+                output_tail: snap.output_tail,
+                log: snap.log,
+            });
+        }
+    }
+    if writes.is_empty() && ops.is_empty() {
+        return Ok(());
+    }
+    let now = sh.client.now();
+    sh.client
+        .store()
+        .write_async(move |tx| {
+            for (id, attempt, token, op, stage) in &ops {
+                store::claim::set_operation(tx, id, *attempt, token, op, stage.as_ref())?;
+            }
+            for w in &writes {
+                store::claim::write_progress(tx, w, now)?;
+            }
+            Ok(())
+        })
+        .await?;
+    Ok(())
+}
+
+pub(super) async fn flush_loop(sh: Arc<Shared>, stop: CancellationToken) {
+    let every = sh.client.config().worker.flush_interval;
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(every) => {}
+            _ = stop.cancelled() => return,
+        }
+        if let Err(e) = flush_tick(&sh).await {
+            tracing::error!(error = %e, "progress flush failed");
+        }
+    }
+}

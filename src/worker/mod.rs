@@ -1,0 +1,390 @@
+//! The worker: claims runnable runs up to its free slots, executes each in its own task,
+//! heartbeats leases, flushes live progress, and records each attempt's end in batched,
+//! fenced transactions. Shutdown is a parameter ([`CancellationToken`]), never a global.
+
+mod execute;
+pub mod finish;
+pub mod identity;
+mod lease;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde::Serialize;
+use tokio::sync::{Notify, mpsc};
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use crate::client::Client;
+use crate::error::Result;
+use crate::ids::WorkerId;
+use crate::run::Run;
+use crate::store::{self, finish::FinishRecord};
+use crate::tool::ToolContext;
+use crate::tool::sink::{RunSink, SinkLimits};
+use execute::{Executed, StopReason, StopSignal, execute};
+use finish::{AttemptEnd, decide};
+
+/// Options of one worker.
+#[derive(Debug, Clone, Default)]
+pub struct WorkerOptions {
+    /// Exit once nothing is runnable and nothing of ours is running.
+    pub drain: bool,
+}
+
+/// What a worker did, returned when it stops.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct WorkerReport {
+    /// Attempts claimed.
+    pub claimed: u64,
+    /// Attempts whose end was recorded.
+    pub recorded: u64,
+    /// Attempts whose end was dropped because the lease was lost.
+    pub fenced_out: u64,
+    /// Runs handed back on shutdown.
+    pub handed_back: u64,
+}
+
+struct InFlight {
+    run: Run,
+    sink: RunSink,
+    stop: StopSignal,
+}
+
+enum Job {
+    Finish(Box<FinishRecord>),
+    Release {
+        id: String,
+        attempt: i64,
+        token: String,
+    },
+}
+
+impl Job {
+    fn id(&self) -> &str {
+        match self {
+            Job::Finish(r) => &r.id,
+            Job::Release { id, .. } => id,
+        }
+    }
+}
+
+pub(crate) struct Shared {
+    client: Client,
+    id: WorkerId,
+    opts: WorkerOptions,
+    in_flight: Mutex<HashMap<String, InFlight>>,
+    slot_freed: Notify,
+    last_poll: Mutex<Option<chrono::DateTime<chrono::Utc>>>,
+    claimed: AtomicU64,
+    recorded: AtomicU64,
+    fenced_out: AtomicU64,
+    handed_back: AtomicU64,
+}
+
+impl Shared {
+    fn flights(&self) -> std::sync::MutexGuard<'_, HashMap<String, InFlight>> {
+        // Entries are inserted and removed whole; a panic elsewhere cannot leave one half-made.
+        self.in_flight.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// A worker bound to a [`Client`]. Start it with [`Worker::run`].
+pub struct Worker {
+    shared: Arc<Shared>,
+}
+
+impl Client {
+    /// A worker over this client's database and tools.
+    pub fn worker(&self, opts: WorkerOptions) -> Worker {
+        Worker {
+            shared: Arc::new(Shared {
+                client: self.clone(),
+                id: WorkerId::generate(),
+                opts,
+                in_flight: Mutex::new(HashMap::new()),
+                slot_freed: Notify::new(),
+                last_poll: Mutex::new(None),
+                claimed: AtomicU64::new(0),
+                recorded: AtomicU64::new(0),
+                fenced_out: AtomicU64::new(0),
+                handed_back: AtomicU64::new(0),
+            }),
+        }
+    }
+}
+
+impl Worker {
+    /// This worker's id (the `lease_owner` of its runs).
+    pub fn id(&self) -> &WorkerId {
+        &self.shared.id
+    }
+
+    /// Runs until `shutdown` fires (or, with `drain`, until nothing is left): then stops
+    /// claiming, lets in-flight runs finish within the shutdown grace, hands the rest back.
+    pub async fn run(self, shutdown: CancellationToken) -> Result<WorkerReport> {
+        let sh = self.shared.clone();
+        let client = sh.client.clone();
+        let cfg = client.config().worker.clone();
+        lease::register(&sh).await?;
+        let (jobs_tx, jobs_rx) = mpsc::unbounded_channel::<Job>();
+        let finisher = tokio::spawn(finisher_loop(sh.clone(), jobs_rx));
+        let background = CancellationToken::new();
+        let lease_task = tokio::spawn(lease::lease_loop(sh.clone(), background.clone()));
+        let flush_task = tokio::spawn(lease::flush_loop(sh.clone(), background.clone()));
+        let mut cursor: Option<String> = None;
+        let mut failures = 0u32;
+        loop {
+            if shutdown.is_cancelled() {
+                break;
+            }
+            let free = cfg.concurrency.saturating_sub(sh.flights().len());
+            let mut claimed = 0;
+            if free > 0 {
+                match claim(&sh, free, cursor.clone()).await {
+                    Ok(runs) => {
+                        failures = 0;
+                        claimed = runs.len();
+                        if let Some(last) = runs.last() {
+                            cursor = Some(last.session_id.clone());
+                        }
+                        for run in runs {
+                            start(&sh, run, jobs_tx.clone());
+                        }
+                    }
+                    Err(e) => {
+                        failures += 1;
+                        tracing::error!(error = %e, "claim failed; will retry");
+                    }
+                }
+            }
+            if sh.opts.drain
+                && claimed == 0
+                && sh.flights().is_empty()
+                && !runnable(&client).await?
+            {
+                break;
+            }
+            if claimed > 0 && claimed == free {
+                continue;
+            }
+            let backoff = cfg.poll_interval * 2u32.saturating_pow(failures.min(5));
+            tokio::select! {
+                _ = client.inner.wake.notified() => {}
+                _ = sh.slot_freed.notified() => {}
+                _ = tokio::time::sleep(backoff) => {}
+                _ = shutdown.cancelled() => {}
+            }
+        }
+        drain_in_flight(&sh, cfg.shutdown_grace).await;
+        drop(jobs_tx);
+        if let Err(e) = finisher.await {
+            tracing::error!(error = %e, "finisher task failed");
+        }
+        background.cancel();
+        let _ = lease_task.await;
+        let _ = flush_task.await;
+        lease::deregister(&sh).await;
+        Ok(WorkerReport {
+            claimed: sh.claimed.load(Ordering::Relaxed),
+            recorded: sh.recorded.load(Ordering::Relaxed),
+            fenced_out: sh.fenced_out.load(Ordering::Relaxed),
+            handed_back: sh.handed_back.load(Ordering::Relaxed),
+        })
+    }
+}
+
+async fn runnable(client: &Client) -> Result<bool> {
+    let now = client.now();
+    let (runnable, _) = client
+        .store()
+        .read_async(move |c| store::runs::has_unfinished(c, now))
+        .await?;
+    Ok(runnable)
+}
+
+async fn claim(sh: &Arc<Shared>, free: usize, cursor: Option<String>) -> Result<Vec<Run>> {
+    let client = &sh.client;
+    let cfg = &client.config().worker;
+    let now = client.now();
+    let lease_until =
+        now + chrono::Duration::from_std(cfg.lease).unwrap_or(chrono::Duration::seconds(30));
+    let worker = sh.id.to_string();
+    let per_session = cfg.per_session;
+    let runs = client
+        .store()
+        .write_async(move |tx| {
+            store::claim::claim(
+                tx,
+                &store::claim::ClaimParams {
+                    worker: &worker,
+                    now,
+                    lease_until,
+                    max: free,
+                    per_session,
+                    after_session: cursor.as_deref(),
+                },
+            )
+        })
+        .await?;
+    *sh.last_poll.lock().unwrap_or_else(|e| e.into_inner()) = Some(now);
+    sh.claimed.fetch_add(runs.len() as u64, Ordering::Relaxed);
+    Ok(runs)
+}
+
+fn start(sh: &Arc<Shared>, run: Run, jobs: mpsc::UnboundedSender<Job>) {
+    let client = sh.client.clone();
+    let defaults = client.config().runs.clone();
+    let sink = RunSink::new(SinkLimits {
+        log_cap: defaults.log_cap_bytes,
+        tail_chars: defaults.tail_chars,
+    });
+    let stop = StopSignal::default();
+    let entry = client.registry().get(&run.tool);
+    let timeout = run
+        .timeout_ms
+        .map(|ms| Duration::from_millis(ms as u64))
+        .or_else(|| entry.and_then(|e| e.def.timeout))
+        .unwrap_or(defaults.timeout);
+    let tool = entry.map(|e| e.tool.clone());
+    sh.flights().insert(
+        run.id.to_string(),
+        InFlight {
+            run: run.clone(),
+            sink: sink.clone(),
+            stop: stop.clone(),
+        },
+    );
+    let span = tracing::info_span!("run", run_id = %run.id, tool = %run.tool, session = %run.session_id, attempt = run.attempt);
+    let grace = client.config().worker.cancel_grace;
+    tokio::spawn(
+        async move {
+            tracing::debug!("started");
+            let executed = match tool {
+                None => Executed::End(AttemptEnd::Returned(crate::tool::ToolOutcome::Internal(format!(
+                    "tool {:?} is not registered in this worker",
+                    run.tool
+                )))),
+                Some(tool) => {
+                    let ctx = ToolContext {
+                        run_id: run.id.clone(),
+                        session_id: run.session_id.clone(),
+                        title: run.title.clone(),
+                        args: run.args.clone(),
+                        attempt: run.attempt,
+                        sink: sink.clone(),
+                        cancel: CancellationToken::new(),
+                        operation_id: run.operation_id.clone(),
+                        client: Some(client.clone()),
+                        clock: client.clock().clone(),
+                    };
+                    execute(tool, ctx, timeout, grace, stop).await
+                }
+            };
+            let job = match executed {
+                Executed::End(end) => {
+                    if let AttemptEnd::Returned(crate::tool::ToolOutcome::Internal(detail)) | AttemptEnd::Panicked(detail) = &end {
+                        tracing::error!(internal_error = %detail, "attempt failed with an internal error");
+                    }
+                    let record = decide(&run, end, sink.final_snapshot(), &defaults, client.now(), rand::random::<f64>());
+                    Job::Finish(Box::new(record))
+                }
+                Executed::HandBack => Job::Release {
+                    id: run.id.to_string(),
+                    attempt: run.attempt,
+                    token: run.lease_token.clone().unwrap_or_default(),
+                },
+            };
+            if jobs.send(job).is_err() {
+                tracing::error!("finisher is gone; the run's lease will expire and it will be rescued");
+            }
+        }
+        .instrument(span),
+    );
+}
+
+/// Records attempt ends in batches: everything that arrived while the previous batch was
+/// being written goes into the next transaction.
+async fn finisher_loop(sh: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<Job>) {
+    while let Some(first) = rx.recv().await {
+        let mut batch = vec![first];
+        while batch.len() < 512 {
+            match rx.try_recv() {
+                Ok(j) => batch.push(j),
+                Err(_) => break,
+            }
+        }
+        let batch = Arc::new(batch);
+        let mut delay = Duration::from_millis(50);
+        let applied = loop {
+            let now = sh.client.now();
+            let b = batch.clone();
+            let res = sh
+                .client
+                .store()
+                .write_async(move |tx| {
+                    b.iter()
+                        .map(|job| match job {
+                            Job::Finish(r) => store::finish::finish(tx, r, now),
+                            Job::Release { id, attempt, token } => {
+                                store::claim::release(tx, id, *attempt, token, now)
+                            }
+                        })
+                        .collect::<Result<Vec<bool>, _>>()
+                })
+                .await;
+            match res {
+                Ok(applied) => break applied,
+                Err(e) if delay < Duration::from_secs(10) => {
+                    tracing::error!(error = %e, "recording {} attempt ends failed; retrying", batch.len());
+                    tokio::time::sleep(delay).await;
+                    delay *= 2;
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "giving up recording; the leases will expire and the runs be rescued");
+                    break vec![false; batch.len()];
+                }
+            }
+        };
+        let mut flights = sh.flights();
+        for (job, ok) in batch.iter().zip(applied) {
+            flights.remove(job.id());
+            match (job, ok) {
+                (Job::Finish(_), true) => sh.recorded.fetch_add(1, Ordering::Relaxed),
+                (Job::Release { .. }, true) => sh.handed_back.fetch_add(1, Ordering::Relaxed),
+                (_, false) => {
+                    tracing::warn!(
+                        run_id = job.id(),
+                        "lease lost before the end was recorded; dropped (the run was rescued or cancelled)"
+                    );
+                    sh.fenced_out.fetch_add(1, Ordering::Relaxed)
+                }
+            };
+        }
+        drop(flights);
+        sh.slot_freed.notify_one();
+    }
+}
+
+/// Shutdown: wait for in-flight runs up to `grace`, then ask the rest to stop and hand back.
+async fn drain_in_flight(sh: &Arc<Shared>, grace: Duration) {
+    let deadline = tokio::time::Instant::now() + grace;
+    let mut asked = false;
+    loop {
+        if sh.flights().is_empty() {
+            return;
+        }
+        if !asked && tokio::time::Instant::now() >= deadline {
+            for f in sh.flights().values() {
+                f.stop.stop(StopReason::Shutdown);
+            }
+            asked = true;
+        }
+        tokio::select! {
+            _ = sh.slot_freed.notified() => {}
+            _ = tokio::time::sleep(Duration::from_millis(20)) => {}
+        }
+    }
+}
