@@ -132,8 +132,12 @@ impl Worker {
         let (jobs_tx, jobs_rx) = mpsc::unbounded_channel::<Job>();
         let finisher = tokio::spawn(finisher_loop(sh.clone(), jobs_rx));
         let background = CancellationToken::new();
-        let lease_task = tokio::spawn(lease::lease_loop(sh.clone(), background.clone()));
-        let flush_task = tokio::spawn(lease::flush_loop(sh.clone(), background.clone()));
+        // Background ticks: one line each. Every loop is `sleep(interval)` + `tick(now)` and
+        // returns when `background` fires.
+        let ticks = vec![
+            tokio::spawn(lease::lease_loop(sh.clone(), background.clone())),
+            tokio::spawn(lease::flush_loop(sh.clone(), background.clone())),
+        ];
         let mut cursor: Option<String> = None;
         let mut failures = 0u32;
         loop {
@@ -184,8 +188,11 @@ impl Worker {
             tracing::error!(error = %e, "finisher task failed");
         }
         background.cancel();
-        let _ = lease_task.await;
-        let _ = flush_task.await;
+        for t in ticks {
+            if let Err(e) = t.await {
+                tracing::error!(error = %e, "background tick task failed");
+            }
+        }
         lease::deregister(&sh).await;
         Ok(WorkerReport {
             claimed: sh.claimed.load(Ordering::Relaxed),
