@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Runs the WORKLOAD.md benchmark for toolq: each mode 3 times on fresh files on a real disk,
+# prints the medians and the raw SQLite limit measured in the same run.
+#
+#   bench/run.sh [N] [SAMPLES] [RUNS]      (defaults: 20000 200 3)
+#   BENCH_DIR=... to put the files elsewhere (default bench/out, must not be tmpfs)
+#   BENCH_BIG=1000000 to add the flat-claim check (drain with that many queued)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+N=${1:-20000}
+SAMPLES=${2:-200}
+RUNS=${3:-3}
+CONC=16
+DIR=${BENCH_DIR:-bench/out}
+mkdir -p "$DIR"
+fs=$(df -PT "$DIR" | awk 'NR==2 {print $2}')
+if [ "$fs" = tmpfs ]; then echo "bench: $DIR is on tmpfs (fsync is free there); pick a real disk" >&2; exit 2; fi
+
+cargo build --release --quiet --example workload --example sqlite_limit
+W=target/release/examples/workload
+L=target/release/examples/sqlite_limit
+RAW="$DIR/raw.jsonl"
+: > "$RAW"
+
+echo "# machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), fs $fs on $(df -P "$DIR" | awk 'NR==2 {print $1}')"
+echo "# load before: $(cut -d' ' -f1-3 /proc/loadavg)"
+
+for r in $(seq "$RUNS"); do
+  $L "$DIR" "$N" | tee -a "$RAW"
+  $W enqueue "$DIR/w$r.db" "$N" "$CONC" | tee -a "$RAW"
+  $W drain "$DIR/w$r.db" "$N" "$CONC" | tee -a "$RAW"
+  $W enqueue-batch "$DIR/b$r.db" "$N" "$CONC" | tee -a "$RAW"
+  $W latency "$DIR/l$r.db" "$SAMPLES" "$CONC" | tee -a "$RAW"
+  $W latency-xproc "$DIR/x$r.db" "$SAMPLES" "$CONC" | tee -a "$RAW"
+done
+$W idle "$DIR/idle.db" 10 "$CONC" | tee -a "$RAW"
+if [ -n "${BENCH_BIG:-}" ]; then
+  $W enqueue-batch "$DIR/big.db" "$BENCH_BIG" "$CONC" | tee -a "$RAW"
+  $W drain "$DIR/big.db" "$BENCH_BIG" "$CONC" | sed 's/"mode":"drain"/"mode":"drain-big"/' | tee -a "$RAW"
+fi
+echo "# load after: $(cut -d' ' -f1-3 /proc/loadavg)"
+
+python3 - "$RAW" <<'PY'
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+def med(mode, key):
+    xs = [r[key] for r in rows if r.get("mode") == mode and r.get(key) is not None]
+    return statistics.median(xs) if xs else None
+lim_ins = med("sqlite-limit", "insert_commits_per_s")
+lim_life = med("sqlite-limit", "lifecycle_per_s")
+lim_batch = med("sqlite-limit", "batched_lifecycle_per_s")
+print("\n## medians")
+print(f"raw SQLite: insert commits/s {lim_ins:,.0f}; lifecycle/s {lim_life:,.0f}; batched lifecycle/s {lim_batch:,.0f}")
+def line(label, mode, key, unit, ref=None, refname=""):
+    v = med(mode, key)
+    if v is None: return
+    ratio = f"  ({v/ref:.2f}x {refname})" if ref else ""
+    print(f"{label:<22} {v:>12,.1f} {unit}{ratio}")
+line("enqueue", "enqueue", "rate", "jobs/s", lim_ins, "insert limit")
+line("enqueue-batch", "enqueue-batch", "rate", "jobs/s", lim_batch, "batched lifecycle")
+line("drain", "drain", "rate", "jobs/s", lim_batch, "batched lifecycle")
+line("drain peak RSS", "drain", "peak_rss_kib", "KiB")
+line("latency p50", "latency", "p50_ms", "ms")
+line("latency p99", "latency", "p99_ms", "ms")
+line("latency-xproc p50", "latency-xproc", "p50_ms", "ms")
+line("latency-xproc p99", "latency-xproc", "p99_ms", "ms")
+line("idle worker CPU", "idle", "cpu_pct", "%")
+line("idle WAL frames/10s", "idle", "wal_frames_appended", "frames")
+big = med("drain-big", "rate")
+if big:
+    small = med("drain", "rate")
+    print(f"{'drain (big queue)':<22} {big:>12,.1f} jobs/s  ({big/small:.2f}x the 20k drain)")
+PY

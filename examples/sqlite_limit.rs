@@ -1,0 +1,123 @@
+//! The physical limit of SQLite on this disk (WORKLOAD.md): one thread, WAL, synchronous
+//! NORMAL (toolq's default), a fresh file per figure, rusqlite directly.
+//!
+//! `cargo run --release --example sqlite_limit -- <dir> <n>` prints one JSON line:
+//! insert commits/s (one INSERT per transaction), lifecycle jobs/s (insert, claim, complete,
+//! each its own transaction) and batched lifecycle jobs/s (100 per transaction for each step).
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Instant;
+
+use rusqlite::{Connection, params};
+use serde_json::json;
+
+const SCHEMA: &str = "CREATE TABLE jobs (id INTEGER PRIMARY KEY, payload TEXT NOT NULL, \
+    state TEXT NOT NULL DEFAULT 'queued', owner TEXT, result TEXT); \
+    CREATE INDEX jobs_queued ON jobs (id) WHERE state = 'queued';";
+const INSERT: &str = "INSERT INTO jobs (payload) VALUES (?1)";
+const CLAIM_ONE: &str = "UPDATE jobs SET state = 'running', owner = 'w' WHERE id = \
+    (SELECT id FROM jobs WHERE state = 'queued' ORDER BY id LIMIT 1) RETURNING id";
+const CLAIM_MANY: &str = "UPDATE jobs SET state = 'running', owner = 'w' WHERE id IN \
+    (SELECT id FROM jobs WHERE state = 'queued' ORDER BY id LIMIT ?1) RETURNING id";
+const COMPLETE: &str = "UPDATE jobs SET state = 'done', result = '{}' WHERE id = ?1 AND state = 'running'";
+
+fn payload(i: usize) -> String {
+    format!(r#"{{"kind":"noop","i":{i},"pad":"0123456789abcdef"}}"#)
+}
+
+fn fresh(dir: &Path, name: &str) -> rusqlite::Result<Connection> {
+    let path: PathBuf = dir.join(name);
+    for s in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{s}", path.display()));
+    }
+    let c = Connection::open(&path)?;
+    let mode: String = c.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;
+    assert_eq!(mode, "wal", "journal_mode did not take");
+    c.execute_batch("PRAGMA synchronous = NORMAL;")?;
+    c.execute_batch(SCHEMA)?;
+    Ok(c)
+}
+
+fn inserts(dir: &Path, n: usize) -> rusqlite::Result<f64> {
+    let c = fresh(dir, "limit-insert.db")?;
+    let t = Instant::now();
+    for i in 0..n {
+        let tx = c.unchecked_transaction()?;
+        tx.prepare_cached(INSERT)?.execute([payload(i)])?;
+        tx.commit()?;
+    }
+    Ok(n as f64 / t.elapsed().as_secs_f64())
+}
+
+fn lifecycle(dir: &Path, n: usize) -> rusqlite::Result<f64> {
+    let c = fresh(dir, "limit-lifecycle.db")?;
+    let t = Instant::now();
+    for i in 0..n {
+        let tx = c.unchecked_transaction()?;
+        tx.prepare_cached(INSERT)?.execute([payload(i)])?;
+        tx.commit()?;
+        let tx = c.unchecked_transaction()?;
+        let id: i64 = tx.prepare_cached(CLAIM_ONE)?.query_row([], |r| r.get(0))?;
+        tx.commit()?;
+        let tx = c.unchecked_transaction()?;
+        tx.prepare_cached(COMPLETE)?.execute([id])?;
+        tx.commit()?;
+    }
+    Ok(n as f64 / t.elapsed().as_secs_f64())
+}
+
+fn batched(dir: &Path, n: usize, per_tx: usize) -> rusqlite::Result<f64> {
+    let c = fresh(dir, "limit-batched.db")?;
+    let t = Instant::now();
+    let mut i = 0;
+    while i < n {
+        let k = per_tx.min(n - i);
+        let tx = c.unchecked_transaction()?;
+        for j in i..i + k {
+            tx.prepare_cached(INSERT)?.execute([payload(j)])?;
+        }
+        tx.commit()?;
+        let tx = c.unchecked_transaction()?;
+        let ids: Vec<i64> = tx
+            .prepare_cached(CLAIM_MANY)?
+            .query_map(params![k as i64], |r| r.get(0))?
+            .collect::<rusqlite::Result<_>>()?;
+        tx.commit()?;
+        let tx = c.unchecked_transaction()?;
+        for id in ids {
+            tx.prepare_cached(COMPLETE)?.execute([id])?;
+        }
+        tx.commit()?;
+        i += k;
+    }
+    Ok(n as f64 / t.elapsed().as_secs_f64())
+}
+
+fn main() -> ExitCode {
+    let v: Vec<String> = std::env::args().skip(1).collect();
+    let (Some(dir), Some(n)) = (v.first(), v.get(1).and_then(|n| n.parse::<usize>().ok())) else {
+        eprintln!("usage: sqlite_limit <dir> <n>");
+        return ExitCode::from(2);
+    };
+    let dir = Path::new(dir);
+    let run = || -> rusqlite::Result<serde_json::Value> {
+        Ok(json!({
+            "mode": "sqlite-limit", "n": n,
+            "insert_commits_per_s": inserts(dir, n)?.round(),
+            "lifecycle_per_s": lifecycle(dir, n)?.round(),
+            "batched_lifecycle_per_s": batched(dir, n, 100)?.round(),
+            "journal_mode": "wal", "synchronous": "NORMAL", "sqlite": rusqlite::version(),
+        }))
+    };
+    match run() {
+        Ok(line) => {
+            println!("{line}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("sqlite_limit: {e}");
+            ExitCode::from(1)
+        }
+    }
+}

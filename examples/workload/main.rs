@@ -1,0 +1,156 @@
+//! The benchmark adapter of /work/shared/WORKLOAD.md for toolq, through the public library API.
+//!
+//! `cargo run --release --example workload -- <mode> <db-path> <count> <concurrency>`
+//!
+//! Modes: enqueue | enqueue-batch | drain | latency | latency-xproc | idle. Prints exactly one
+//! JSON line on stdout; everything else goes to stderr. `idle` (toolq's own) measures the CPU
+//! time and the commits of a worker that has nothing to do. `enqueue-one` is the helper the
+//! `latency-xproc` mode starts as its enqueuing child process.
+
+mod latency;
+mod noop;
+mod throughput;
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use serde_json::{Value, json};
+use toolq::{Client, Config, EnqueueRequest, RegistryBuilder};
+
+pub use noop::{Noop, Recorder};
+
+/// The padding every payload carries (WORKLOAD.md).
+const PAD: &str = "0123456789abcdef";
+
+/// Parsed command line.
+struct Args {
+    mode: String,
+    db: PathBuf,
+    count: usize,
+    concurrency: usize,
+}
+
+fn parse_args() -> Result<Args, String> {
+    let v: Vec<String> = std::env::args().skip(1).collect();
+    if v.len() != 4 {
+        return Err(format!(
+            "usage: workload <mode> <db-path> <count> <concurrency> (got {} arguments)",
+            v.len()
+        ));
+    }
+    let count = v[2]
+        .parse()
+        .map_err(|e| format!("count {:?}: {e}", v[2]))?;
+    let concurrency = v[3]
+        .parse()
+        .map_err(|e| format!("concurrency {:?}: {e}", v[3]))?;
+    Ok(Args {
+        mode: v[0].clone(),
+        db: PathBuf::from(&v[1]),
+        count,
+        concurrency,
+    })
+}
+
+fn main() -> ExitCode {
+    let args = match parse_args() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("workload: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let rt = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("workload: tokio runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    match rt.block_on(run(args)) {
+        Ok(Some(line)) => {
+            println!("{line}");
+            ExitCode::SUCCESS
+        }
+        Ok(None) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("workload: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+async fn run(a: Args) -> anyhow::Result<Option<Value>> {
+    let out = match a.mode.as_str() {
+        "enqueue" => throughput::enqueue(&a.db, a.count, 1).await?,
+        "enqueue-batch" => throughput::enqueue(&a.db, a.count, 1000).await?,
+        "drain" => throughput::drain(&a.db, a.count, a.concurrency).await?,
+        "latency" => latency::same_process(&a.db, a.count, a.concurrency).await?,
+        "latency-xproc" => latency::cross_process(&a.db, a.count, a.concurrency).await?,
+        "idle" => latency::idle(&a.db, a.count, a.concurrency).await?,
+        "enqueue-one" => {
+            latency::enqueue_child(&a.db, a.count).await?;
+            return Ok(None);
+        }
+        other => anyhow::bail!(
+            "mode {other:?}: expected enqueue, enqueue-batch, drain, latency, latency-xproc or idle"
+        ),
+    };
+    Ok(Some(out))
+}
+
+/// A client on `db` with the no-op tool, `concurrency` slots, all usable by one session.
+fn open(db: &Path, concurrency: usize, recorder: Recorder) -> anyhow::Result<Client> {
+    let mut config = Config::default();
+    config.db_path = db.to_string_lossy().into_owned();
+    config.worker.concurrency = concurrency.max(1);
+    // Every benchmark job is in one session: let it use every slot.
+    config.worker.per_session = concurrency.max(1) as i64;
+    config.sessions.max_active_runs = 1_000_000;
+    let registry = RegistryBuilder::new().tool(Noop(recorder)).build()?;
+    Ok(Client::open(config, registry)?)
+}
+
+/// Removes the database and its WAL and shared-memory files, so a measurement starts fresh.
+fn fresh(db: &Path) -> anyhow::Result<()> {
+    for suffix in ["", "-wal", "-shm", "-journal"] {
+        let mut p = db.as_os_str().to_owned();
+        p.push(suffix);
+        match std::fs::remove_file(&p) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => anyhow::bail!("remove {}: {e}", Path::new(&p).display()),
+        }
+    }
+    Ok(())
+}
+
+/// Job `i` of the workload.
+fn request(i: usize) -> EnqueueRequest {
+    EnqueueRequest::new("noop", json!({"kind": "noop", "i": i, "pad": PAD}))
+}
+
+/// The fields every line carries: durability settings read back from the database.
+fn with_info(client: &Client, mut v: Value) -> anyhow::Result<Value> {
+    let info = client.store().info()?;
+    v["journal_mode"] = json!(info.journal_mode);
+    v["synchronous"] = json!(info.synchronous);
+    v["sqlite"] = json!(info.sqlite_version);
+    Ok(v)
+}
+
+/// CLOCK_MONOTONIC in nanoseconds: comparable across processes on one machine.
+fn mono_ns() -> i64 {
+    match nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC) {
+        Ok(t) => t.tv_sec() * 1_000_000_000 + t.tv_nsec(),
+        // CLOCK_MONOTONIC always exists on Linux; a failure here is a broken system.
+        Err(e) => panic!("clock_gettime(CLOCK_MONOTONIC): {e}"),
+    }
+}
+
+/// Peak resident set size of this process in KiB (VmHWM).
+fn peak_rss_kib() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}

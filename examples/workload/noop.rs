@@ -1,0 +1,101 @@
+//! The workload's handler: records its start time, reads the payload, counts itself, succeeds.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use async_trait::async_trait;
+use serde_json::json;
+use tokio::sync::{Notify, mpsc};
+use toolq::tool::ToolHints;
+use toolq::{Tool, ToolContext, ToolDef, ToolOutcome};
+
+/// What the handler saw: how many runs started, and (when asked) each run's start time.
+#[derive(Clone)]
+pub struct Recorder {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    handled: AtomicU64,
+    notify: Notify,
+    starts: Option<mpsc::UnboundedSender<(u64, i64)>>,
+}
+
+impl Recorder {
+    /// Counts only.
+    pub fn counting() -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                handled: AtomicU64::new(0),
+                notify: Notify::new(),
+                starts: None,
+            }),
+        }
+    }
+
+    /// Counts and sends (payload i, CLOCK_MONOTONIC ns at start) for every run.
+    pub fn timing() -> (Self, mpsc::UnboundedReceiver<(u64, i64)>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let r = Self {
+            inner: Arc::new(Inner {
+                handled: AtomicU64::new(0),
+                notify: Notify::new(),
+                starts: Some(tx),
+            }),
+        };
+        (r, rx)
+    }
+
+    /// Runs handled so far.
+    pub fn handled(&self) -> u64 {
+        self.inner.handled.load(Ordering::Acquire)
+    }
+
+    /// Waits until at least `n` runs were handled.
+    pub async fn wait_handled(&self, n: u64) {
+        loop {
+            let notified = self.inner.notify.notified();
+            if self.handled() >= n {
+                return;
+            }
+            notified.await;
+        }
+    }
+}
+
+/// The no-op tool `noop`.
+pub struct Noop(pub Recorder);
+
+#[async_trait]
+impl Tool for Noop {
+    fn definition(&self) -> ToolDef {
+        ToolDef::new(
+            "noop",
+            "Benchmark no-op: records its start and returns the payload's index.",
+            json!({
+                "type": "object",
+                "properties": {"kind": {"type": "string"}, "i": {"type": "integer"}, "pad": {"type": "string"}},
+                "required": ["i"]
+            }),
+        )
+        .hints(ToolHints {
+            readonly: true,
+            idempotent: true,
+            supports_background: true,
+        })
+    }
+
+    async fn call(&self, ctx: ToolContext) -> ToolOutcome {
+        let t1 = crate::mono_ns();
+        let Some(i) = ctx.args.get("i").and_then(|v| v.as_u64()) else {
+            return ToolOutcome::tool_error("payload has no integer \"i\"");
+        };
+        if let Some(tx) = &self.0.inner.starts {
+            // The receiver goes away only when the measurement is over.
+            let _ = tx.send((i, t1));
+        }
+        self.0.inner.handled.fetch_add(1, Ordering::AcqRel);
+        self.0.inner.notify.notify_waiters();
+        ToolOutcome::ok(json!({"i": i}))
+    }
+}

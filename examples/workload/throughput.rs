@@ -1,0 +1,109 @@
+//! Throughput modes: enqueue (one call at a time or in batches) and drain.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+use toolq::WorkerOptions;
+use toolq::error::StoreError;
+
+use crate::{Recorder, fresh, open, peak_rss_kib, request, with_info};
+
+/// `enqueue` (batch = 1) and `enqueue-batch` (batch = 1000) on a fresh file.
+pub async fn enqueue(db: &Path, n: usize, batch: usize) -> anyhow::Result<Value> {
+    fresh(db)?;
+    let client = open(db, 1, Recorder::counting())?;
+    let started = Instant::now();
+    if batch == 1 {
+        for i in 0..n {
+            client.enqueue(request(i)).await?;
+        }
+    } else {
+        let mut i = 0;
+        while i < n {
+            let end = (i + batch).min(n);
+            client.enqueue_batch((i..end).map(request).collect()).await?;
+            i = end;
+        }
+    }
+    let secs = started.elapsed().as_secs_f64();
+    let mut v = json!({"mode": if batch == 1 { "enqueue" } else { "enqueue-batch" }, "n": n});
+    if batch > 1 {
+        v["batch"] = json!(batch);
+    }
+    v["secs"] = json!(round(secs, 4));
+    v["rate"] = json!(round(n as f64 / secs, 1));
+    with_info(&client, v)
+}
+
+/// `drain`: a new process on the file `enqueue` left; the clock runs from starting the worker
+/// until the handler ran `n` times and no run is unfinished in the database.
+pub async fn drain(db: &Path, n: usize, concurrency: usize) -> anyhow::Result<Value> {
+    if !db.exists() {
+        anyhow::bail!(
+            "{}: no such file; run the enqueue mode first",
+            db.display()
+        );
+    }
+    let recorder = Recorder::counting();
+    let client = open(db, concurrency, recorder.clone())?;
+    let shutdown = CancellationToken::new();
+    let started = Instant::now();
+    let worker = client.worker(WorkerOptions::default());
+    let task = tokio::spawn(worker.run(shutdown.clone()));
+    recorder.wait_handled(n as u64).await;
+    loop {
+        let now = client.now();
+        let (runnable, running) = client
+            .store()
+            .read_async(move |c| toolq::store::runs::has_unfinished(c, now))
+            .await?;
+        if !runnable && !running {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let secs = started.elapsed().as_secs_f64();
+    shutdown.cancel();
+    let report = task.await??;
+    let handled = recorder.handled();
+    let done = verify(&client).await?;
+    if handled != n as u64 || done.iter().any(|&c| c != n as i64) {
+        anyhow::bail!(
+            "drain incomplete: handled {handled}, completed/log/result/inbox {done:?}, expected {n}"
+        );
+    }
+    eprintln!("worker report: {report:?}");
+    let v = json!({
+        "mode": "drain", "n": n, "concurrency": concurrency, "secs": round(secs, 4),
+        "rate": round(n as f64 / secs, 1), "handled": handled,
+        "peak_rss_kib": peak_rss_kib(),
+    });
+    with_info(&client, v)
+}
+
+/// Completed runs, log blobs, result blobs and completion messages in the database.
+async fn verify(client: &toolq::Client) -> anyhow::Result<[i64; 4]> {
+    let counts = client
+        .store()
+        .read_async(|c| {
+            c.query_row(
+                "SELECT (SELECT count(*) FROM runs WHERE state = 'completed'), \
+                 (SELECT count(*) FROM blobs WHERE path LIKE '/.background/%/output.log'), \
+                 (SELECT count(*) FROM blobs WHERE path LIKE '/.background/%/result.json'), \
+                 (SELECT count(*) FROM inbox WHERE kind = 'completed')",
+                [],
+                |r| Ok([r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?]),
+            )
+            .map_err(|e| StoreError::Task(format!("verify counts: {e}")))
+        })
+        .await?;
+    Ok(counts)
+}
+
+/// Rounds to `places` decimals for the JSON line.
+pub fn round(x: f64, places: i32) -> f64 {
+    let f = 10f64.powi(places);
+    (x * f).round() / f
+}
