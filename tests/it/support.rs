@@ -33,8 +33,10 @@ impl TestEnv {
 
     pub fn with_config(f: impl FnOnce(&mut Config)) -> Self {
         let dir = tempfile::tempdir().unwrap();
-        let mut config = Config::default();
-        config.db_path = dir.path().join("toolq.db").display().to_string();
+        let mut config = Config {
+            db_path: dir.path().join("toolq.db").display().to_string(),
+            ..Config::default()
+        };
         config.worker.poll_interval = Duration::from_millis(20);
         config.worker.heartbeat_interval = Duration::from_millis(200);
         config.worker.flush_interval = Duration::from_millis(50);
