@@ -4,5 +4,7 @@
 #[allow(dead_code, reason = "shared helpers; each test module uses a subset")]
 mod support;
 
+mod cli;
 mod enqueue;
 mod finish;
+mod limits;
