@@ -8,3 +8,4 @@ mod cli;
 mod enqueue;
 mod finish;
 mod limits;
+mod shutdown;
