@@ -37,6 +37,16 @@ const NEXT_SESSION: &str = "SELECT session_id FROM runs INDEXED BY runs_claimabl
 const SESSION_HEAD: &str = "SELECT id, priority, run_at FROM runs INDEXED BY runs_claimable_idx WHERE state = 'queued' \
     AND session_id = ?1 AND run_at <= ?2 ORDER BY priority DESC, run_at, id LIMIT ?3";
 
+/// Marks one queued run running under a fresh lease; returns it (nothing if it was taken).
+static CLAIM_ONE: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    format!(
+        "UPDATE runs SET state = 'running', attempt = attempt + 1, lease_owner = :worker, \
+         lease_token = lower(hex(randomblob(12))), lease_expires_at = :until, heartbeat_at = :now, \
+         started_at = :now, cancel_requested_at = NULL, status_text = NULL, progress = NULL, \
+         output_tail = NULL WHERE id = :id AND state = 'queued' RETURNING {RUN_COLUMNS}"
+    )
+});
+
 /// Claims up to `max` runnable runs (state queued, run_at <= now) in priority then age order,
 /// sharing slots fairly between sessions and never exceeding `per_session` running runs in a
 /// session. Marks them running with a fresh lease token and attempt + 1, in one UPDATE.
@@ -121,22 +131,20 @@ pub fn claim(tx: &Transaction<'_>, p: &ClaimParams<'_>) -> Result<Vec<Run>, Stor
     if candidates.is_empty() {
         return Ok(Vec::new());
     }
-    let ids = serde_json::Value::from(candidates.into_iter().map(|c| c.3).collect::<Vec<_>>());
-    let sql = format!(
-        "UPDATE runs SET state = 'running', attempt = attempt + 1, lease_owner = :worker, \
-         lease_token = lower(hex(randomblob(12))), lease_expires_at = :until, heartbeat_at = :now, \
-         started_at = :now, cancel_requested_at = NULL, status_text = NULL, progress = NULL, \
-         output_tail = NULL \
-         WHERE id IN (SELECT value FROM json_each(:ids)) AND +state = 'queued' RETURNING {RUN_COLUMNS}"
-    );
-    let mut stmt = tx.prepare_cached(&sql).ctx("prepare claim")?;
-    let rows = stmt
-        .query_map(
-            named_params! {":worker": p.worker, ":until": ts(p.lease_until), ":now": now, ":ids": ids.to_string()},
-            run_from_row,
-        )
-        .ctx("claim runs")?;
-    let mut claimed: Vec<Run> = rows.collect::<Result<_, _>>().ctx("read claimed runs")?;
+    // One prepared UPDATE per candidate, all in the caller's transaction: cheaper than one
+    // UPDATE over `json_each` (no JSON parse, no ephemeral table) and just as atomic.
+    let mut stmt = tx.prepare_cached(&CLAIM_ONE).ctx("prepare claim")?;
+    let (until, mut claimed) = (ts(p.lease_until), Vec::with_capacity(candidates.len()));
+    for c in &candidates {
+        let run = stmt
+            .query_row(
+                named_params! {":worker": p.worker, ":until": until, ":now": now, ":id": c.3},
+                run_from_row,
+            )
+            .optional()
+            .ctx("claim run")?;
+        claimed.extend(run);
+    }
     claimed.sort_by(|a, b| b.priority.cmp(&a.priority).then(a.run_at.cmp(&b.run_at)));
     Ok(claimed)
 }

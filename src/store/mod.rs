@@ -65,6 +65,12 @@ impl std::fmt::Debug for Store {
 
 fn set_connection_pragmas(conn: &Connection) -> rusqlite::Result<()> {
     conn.busy_timeout(BUSY_TIMEOUT)?;
+    // Plans must not depend on bound values: otherwise a statement whose WHERE is compared
+    // with a partial index's WHERE is re-prepared every time it is re-bound (hot claim path).
+    conn.set_db_config(
+        rusqlite::config::DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG,
+        true,
+    )?;
     conn.execute_batch("PRAGMA foreign_keys = ON; PRAGMA synchronous = NORMAL;")?;
     Ok(())
 }
@@ -276,7 +282,8 @@ impl Store {
 
     /// `PRAGMA data_version` on a given connection: changes when another connection commits.
     pub fn data_version(conn: &Connection) -> Result<i64, StoreError> {
-        conn.query_row("PRAGMA data_version", [], |r| r.get(0))
+        conn.prepare_cached("PRAGMA data_version")
+            .and_then(|mut s| s.query_row([], |r| r.get(0)))
             .map_err(|e| StoreError::sqlite("read data_version", e))
     }
 

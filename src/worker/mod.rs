@@ -78,6 +78,10 @@ pub(crate) struct Shared {
     opts: WorkerOptions,
     in_flight: Mutex<HashMap<String, InFlight>>,
     slot_freed: Notify,
+    /// Held while free slots are counted, claimed and started, so the claim loop and the
+    /// finisher (which claims replacements in its own transaction) never overfill the slots.
+    /// Holds the round-robin session cursor.
+    gate: tokio::sync::Mutex<Option<String>>,
     last_poll: Mutex<Option<chrono::DateTime<chrono::Utc>>>,
     claimed: AtomicU64,
     recorded: AtomicU64,
@@ -107,6 +111,7 @@ impl Client {
                 opts,
                 in_flight: Mutex::new(HashMap::new()),
                 slot_freed: Notify::new(),
+                gate: tokio::sync::Mutex::new(None),
                 last_poll: Mutex::new(None),
                 claimed: AtomicU64::new(0),
                 recorded: AtomicU64::new(0),
@@ -131,7 +136,13 @@ impl Worker {
         let cfg = client.config().worker.clone();
         lease::register(&sh).await?;
         let (jobs_tx, jobs_rx) = mpsc::unbounded_channel::<Job>();
-        let finisher = tokio::spawn(finisher_loop(sh.clone(), jobs_rx));
+        let claiming = CancellationToken::new();
+        let finisher = tokio::spawn(finisher_loop(
+            sh.clone(),
+            jobs_rx,
+            jobs_tx.downgrade(),
+            claiming.clone(),
+        ));
         let background = CancellationToken::new();
         // Background ticks: one line each. Every loop is `sleep(interval)` + `tick(now)` and
         // returns when `background` fires.
@@ -140,12 +151,12 @@ impl Worker {
             tokio::spawn(lease::flush_loop(sh.clone(), background.clone())),
             tokio::spawn(wakeup::wake_loop(sh.clone(), background.clone())),
         ];
-        let mut cursor: Option<String> = None;
         let mut failures = 0u32;
         loop {
             if shutdown.is_cancelled() {
                 break;
             }
+            let mut cursor = sh.gate.lock().await;
             let free = cfg.concurrency.saturating_sub(sh.flights().len());
             let mut claimed = 0;
             if free > 0 {
@@ -154,7 +165,7 @@ impl Worker {
                         failures = 0;
                         claimed = runs.len();
                         if let Some(last) = runs.last() {
-                            cursor = Some(last.session_id.clone());
+                            *cursor = Some(last.session_id.clone());
                         }
                         for run in runs {
                             start(&sh, run, jobs_tx.clone());
@@ -173,6 +184,7 @@ impl Worker {
             {
                 break;
             }
+            drop(cursor);
             if claimed > 0 && claimed == free {
                 continue;
             }
@@ -184,6 +196,10 @@ impl Worker {
                 _ = shutdown.cancelled() => {}
             }
         }
+        // Under the gate, so no finisher claim is half-way when claiming stops.
+        let gate = sh.gate.lock().await;
+        claiming.cancel();
+        drop(gate);
         drain_in_flight(&sh, cfg.shutdown_grace).await;
         drop(jobs_tx);
         if let Err(e) = finisher.await {
@@ -214,32 +230,55 @@ async fn runnable(client: &Client) -> Result<bool> {
     Ok(runnable)
 }
 
-async fn claim(sh: &Arc<Shared>, free: usize, cursor: Option<String>) -> Result<Vec<Run>> {
-    let client = &sh.client;
-    let cfg = &client.config().worker;
-    let now = client.now();
-    let lease_until =
-        now + chrono::Duration::from_std(cfg.lease).unwrap_or(chrono::Duration::seconds(30));
-    let worker = sh.id.to_string();
-    let per_session = cfg.per_session;
-    let runs = client
-        .store()
-        .write_async(move |tx| {
-            store::claim::claim(
-                tx,
-                &store::claim::ClaimParams {
-                    worker: &worker,
-                    now,
-                    lease_until,
-                    max: free,
-                    per_session,
-                    after_session: cursor.as_deref(),
-                },
-            )
-        })
-        .await?;
+/// What a claim needs, owned so it can move into a blocking write.
+struct ClaimArgs {
+    worker: String,
+    lease: chrono::Duration,
+    per_session: i64,
+    max: usize,
+    cursor: Option<String>,
+}
+
+impl ClaimArgs {
+    fn new(sh: &Shared, max: usize, cursor: Option<String>) -> Self {
+        let cfg = &sh.client.config().worker;
+        Self {
+            worker: sh.id.to_string(),
+            lease: chrono::Duration::from_std(cfg.lease).unwrap_or(chrono::Duration::seconds(30)),
+            per_session: cfg.per_session,
+            max,
+            cursor,
+        }
+    }
+
+    /// The store's claim parameters at `now` (a claim of 0 runs claims nothing).
+    fn params(&self, now: chrono::DateTime<chrono::Utc>) -> store::claim::ClaimParams<'_> {
+        store::claim::ClaimParams {
+            worker: &self.worker,
+            now,
+            lease_until: now + self.lease,
+            max: self.max,
+            per_session: self.per_session,
+            after_session: self.cursor.as_deref(),
+        }
+    }
+}
+
+/// Books claimed runs: counters and the last-poll time of the workers row.
+fn claimed(sh: &Shared, runs: &[Run], now: chrono::DateTime<chrono::Utc>) {
     *sh.last_poll.lock().unwrap_or_else(|e| e.into_inner()) = Some(now);
     sh.claimed.fetch_add(runs.len() as u64, Ordering::Relaxed);
+}
+
+async fn claim(sh: &Arc<Shared>, free: usize, cursor: Option<String>) -> Result<Vec<Run>> {
+    let args = ClaimArgs::new(sh, free, cursor);
+    let now = sh.client.now();
+    let runs = sh
+        .client
+        .store()
+        .write_async(move |tx| store::claim::claim(tx, &args.params(now)))
+        .await?;
+    claimed(sh, &runs, now);
     Ok(runs)
 }
 
@@ -314,38 +353,69 @@ fn start(sh: &Arc<Shared>, run: Run, jobs: mpsc::UnboundedSender<Job>) {
     );
 }
 
+/// Scheduler turns the finisher waits for more attempt ends before it commits a batch.
+const GATHER_TURNS: u32 = 3;
+
 /// Records attempt ends in batches: everything that arrived while the previous batch was
-/// being written goes into the next transaction.
-async fn finisher_loop(sh: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<Job>) {
+/// being written goes into the next transaction. The same transaction claims replacements for
+/// the slots the batch frees (one commit per cycle instead of two), unless claiming stopped.
+async fn finisher_loop(
+    sh: Arc<Shared>,
+    mut rx: mpsc::UnboundedReceiver<Job>,
+    jobs: mpsc::WeakUnboundedSender<Job>,
+    claiming: CancellationToken,
+) {
+    let concurrency = sh.client.config().worker.concurrency;
     while let Some(first) = rx.recv().await {
         let mut batch = vec![first];
+        // Runs started together tend to end together: give the others a few scheduler turns
+        // to join this commit, while they keep arriving, instead of one commit each.
+        let mut turns = 0;
         while batch.len() < 512 {
             match rx.try_recv() {
-                Ok(j) => batch.push(j),
+                Ok(j) => {
+                    batch.push(j);
+                    turns = 0;
+                }
+                Err(_) if turns < GATHER_TURNS && batch.len() < sh.flights().len() => {
+                    turns += 1;
+                    tokio::task::yield_now().await;
+                }
                 Err(_) => break,
             }
         }
         let batch = Arc::new(batch);
+        let mut cursor = sh.gate.lock().await;
+        // The batch's runs are still in `flights`; their slots are free once it commits.
+        let free = if claiming.is_cancelled() {
+            0
+        } else {
+            concurrency.saturating_sub(sh.flights().len().saturating_sub(batch.len()))
+        };
+        let args = Arc::new(ClaimArgs::new(&sh, free, cursor.clone()));
         let mut delay = Duration::from_millis(50);
-        let applied = loop {
+        let (applied, runs, now) = loop {
             let now = sh.client.now();
-            let b = batch.clone();
+            let (b, a) = (batch.clone(), args.clone());
             let res = sh
                 .client
                 .store()
                 .write_async(move |tx| {
-                    b.iter()
+                    let applied = b
+                        .iter()
                         .map(|job| match job {
                             Job::Finish(r) => store::finish::finish(tx, r, now),
                             Job::Release { id, attempt, token } => {
                                 store::claim::release(tx, id, *attempt, token, now)
                             }
                         })
-                        .collect::<Result<Vec<bool>, _>>()
+                        .collect::<Result<Vec<bool>, _>>()?;
+                    let runs = store::claim::claim(tx, &a.params(now))?;
+                    Ok((applied, runs))
                 })
                 .await;
             match res {
-                Ok(applied) => break applied,
+                Ok((applied, runs)) => break (applied, runs, now),
                 Err(e) if delay < Duration::from_secs(10) => {
                     tracing::error!(error = %e, "recording {} attempt ends failed; retrying", batch.len());
                     tokio::time::sleep(delay).await;
@@ -353,26 +423,50 @@ async fn finisher_loop(sh: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<Job>) {
                 }
                 Err(e) => {
                     tracing::error!(error = %e, "giving up recording; the leases will expire and the runs be rescued");
-                    break vec![false; batch.len()];
+                    break (vec![false; batch.len()], Vec::new(), now);
                 }
             }
         };
-        let mut flights = sh.flights();
-        for (job, ok) in batch.iter().zip(applied) {
-            flights.remove(job.id());
-            match (job, ok) {
-                (Job::Finish(_), true) => sh.recorded.fetch_add(1, Ordering::Relaxed),
-                (Job::Release { .. }, true) => sh.handed_back.fetch_add(1, Ordering::Relaxed),
-                (_, false) => {
-                    tracing::warn!(
-                        run_id = job.id(),
-                        "lease lost before the end was recorded; dropped (the run was rescued or cancelled)"
-                    );
-                    sh.fenced_out.fetch_add(1, Ordering::Relaxed)
-                }
-            };
+        // Taken while the batch still holds slots, so the claim loop's sender is still alive
+        // (it is dropped only once nothing is in flight).
+        let sender = jobs.upgrade();
+        {
+            let mut flights = sh.flights();
+            for (job, ok) in batch.iter().zip(applied) {
+                flights.remove(job.id());
+                match (job, ok) {
+                    (Job::Finish(_), true) => sh.recorded.fetch_add(1, Ordering::Relaxed),
+                    (Job::Release { .. }, true) => sh.handed_back.fetch_add(1, Ordering::Relaxed),
+                    (_, false) => {
+                        tracing::warn!(
+                            run_id = job.id(),
+                            "lease lost before the end was recorded; dropped (the run was rescued or cancelled)"
+                        );
+                        sh.fenced_out.fetch_add(1, Ordering::Relaxed)
+                    }
+                };
+            }
         }
-        drop(flights);
+        if std::env::var_os("TOOLQ_DEBUG_BATCH").is_some() { eprintln!("batch {} claimed {}", batch.len(), runs.len()); }
+        if !runs.is_empty() {
+            claimed(&sh, &runs, now);
+            if let Some(last) = runs.last() {
+                *cursor = Some(last.session_id.clone());
+            }
+            match &sender {
+                Some(tx) => {
+                    for run in runs {
+                        start(&sh, run, tx.clone());
+                    }
+                }
+                None => tracing::error!(
+                    "claimed {} runs after the worker stopped; their leases will expire and they be rescued",
+                    runs.len()
+                ),
+            }
+        }
+        drop(sender);
+        drop(cursor);
         sh.slot_freed.notify_one();
     }
 }
