@@ -35,7 +35,7 @@ CREATE TABLE runs (
     lease_token           TEXT,                              -- fresh random token per claim (fencing)
     lease_expires_at      TEXT,                              -- rescued after this unless heartbeated
     heartbeat_at          TEXT,
-    idempotency_key       TEXT UNIQUE,                       -- enqueueing the same key returns this run
+    idempotency_key       TEXT,                              -- enqueueing the same key returns this run (unique, see runs_idempotency_idx)
     timeout_ms            INTEGER CHECK (timeout_ms IS NULL OR timeout_ms > 0),  -- per-run override
     signal_on_completion  INTEGER NOT NULL DEFAULT 1 CHECK (signal_on_completion IN (0, 1)),
     delivery              TEXT NOT NULL DEFAULT 'when_idle' CHECK (delivery IN ('interrupt', 'when_idle', 'silent')),
@@ -56,9 +56,13 @@ CREATE TABLE runs (
     approval_by           TEXT,
     approval_at           TEXT,
     approval_note         TEXT,
-    cancel_requested_at   TEXT,                              -- a running run is asked to stop
-    UNIQUE (schedule_id, fire_at)                            -- a schedule tick makes at most one run
+    cancel_requested_at   TEXT                               -- a running run is asked to stop
 );
+-- Uniqueness only where a value exists: partial indexes keep ad-hoc runs (no key, no schedule)
+-- out of them, so an enqueue commits fewer index pages.
+CREATE UNIQUE INDEX runs_idempotency_idx ON runs (idempotency_key) WHERE idempotency_key IS NOT NULL;
+-- A schedule tick makes at most one run.
+CREATE UNIQUE INDEX runs_schedule_tick_idx ON runs (schedule_id, fire_at) WHERE schedule_id IS NOT NULL;
 
 -- Claim: runnable rows by session, in priority then age order (the claim visits each session's head).
 CREATE INDEX runs_claimable_idx ON runs (session_id, priority DESC, run_at, id) WHERE state = 'queued';
@@ -70,7 +74,7 @@ CREATE INDEX runs_state_created_idx ON runs (state, created_at);
 CREATE INDEX runs_session_created_idx ON runs (session_id, created_at);
 CREATE INDEX runs_finished_idx ON runs (finished_at) WHERE finished_at IS NOT NULL;
 CREATE INDEX runs_schedule_active_idx ON runs (schedule_id)
-    WHERE state IN ('queued', 'awaiting_approval', 'running');
+    WHERE state IN ('queued', 'awaiting_approval', 'running') AND schedule_id IS NOT NULL;
 CREATE INDEX runs_awaiting_deadline_idx ON runs (approval_deadline) WHERE state = 'awaiting_approval';
 
 -- Run artifacts as blob rows: '/.background/{run_id}/output.log' and '/.background/{run_id}/result.json'.
