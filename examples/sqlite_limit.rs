@@ -20,7 +20,8 @@ const CLAIM_ONE: &str = "UPDATE jobs SET state = 'running', owner = 'w' WHERE id
     (SELECT id FROM jobs WHERE state = 'queued' ORDER BY id LIMIT 1) RETURNING id";
 const CLAIM_MANY: &str = "UPDATE jobs SET state = 'running', owner = 'w' WHERE id IN \
     (SELECT id FROM jobs WHERE state = 'queued' ORDER BY id LIMIT ?1) RETURNING id";
-const COMPLETE: &str = "UPDATE jobs SET state = 'done', result = '{}' WHERE id = ?1 AND state = 'running'";
+const COMPLETE: &str =
+    "UPDATE jobs SET state = 'done', result = '{}' WHERE id = ?1 AND state = 'running'";
 
 fn payload(i: usize) -> String {
     format!(r#"{{"kind":"noop","i":{i},"pad":"0123456789abcdef"}}"#)

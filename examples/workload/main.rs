@@ -38,9 +38,7 @@ fn parse_args() -> Result<Args, String> {
             v.len()
         ));
     }
-    let count = v[2]
-        .parse()
-        .map_err(|e| format!("count {:?}: {e}", v[2]))?;
+    let count = v[2].parse().map_err(|e| format!("count {:?}: {e}", v[2]))?;
     let concurrency = v[3]
         .parse()
         .map_err(|e| format!("concurrency {:?}: {e}", v[3]))?;
@@ -101,8 +99,10 @@ async fn run(a: Args) -> anyhow::Result<Option<Value>> {
 
 /// A client on `db` with the no-op tool, `concurrency` slots, all usable by one session.
 fn open(db: &Path, concurrency: usize, recorder: Recorder) -> anyhow::Result<Client> {
-    let mut config = Config::default();
-    config.db_path = db.to_string_lossy().into_owned();
+    let mut config = Config {
+        db_path: db.to_string_lossy().into_owned(),
+        ..Config::default()
+    };
     config.worker.concurrency = concurrency.max(1);
     // Every benchmark job is in one session: let it use every slot.
     config.worker.per_session = concurrency.max(1) as i64;

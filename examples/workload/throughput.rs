@@ -23,7 +23,9 @@ pub async fn enqueue(db: &Path, n: usize, batch: usize) -> anyhow::Result<Value>
         let mut i = 0;
         while i < n {
             let end = (i + batch).min(n);
-            client.enqueue_batch((i..end).map(request).collect()).await?;
+            client
+                .enqueue_batch((i..end).map(request).collect())
+                .await?;
             i = end;
         }
     }
@@ -41,10 +43,7 @@ pub async fn enqueue(db: &Path, n: usize, batch: usize) -> anyhow::Result<Value>
 /// until the handler ran `n` times and no run is unfinished in the database.
 pub async fn drain(db: &Path, n: usize, concurrency: usize) -> anyhow::Result<Value> {
     if !db.exists() {
-        anyhow::bail!(
-            "{}: no such file; run the enqueue mode first",
-            db.display()
-        );
+        anyhow::bail!("{}: no such file; run the enqueue mode first", db.display());
     }
     let recorder = Recorder::counting();
     let client = open(db, concurrency, recorder.clone())?;

@@ -447,7 +447,6 @@ async fn finisher_loop(
                 };
             }
         }
-        if std::env::var_os("TOOLQ_DEBUG_BATCH").is_some() { eprintln!("batch {} claimed {}", batch.len(), runs.len()); }
         if !runs.is_empty() {
             claimed(&sh, &runs, now);
             if let Some(last) = runs.last() {

@@ -28,6 +28,10 @@ pub(crate) fn wake_tick(sh: &Shared, probe: &mut ChangeProbe) -> crate::error::R
 /// `stop` fires. If the probe cannot be opened or fails, the claim loop's poll interval
 /// remains the fallback.
 pub(super) async fn wake_loop(sh: Arc<Shared>, stop: CancellationToken) {
+    // Also stop the thread when this future is dropped (a runtime shutting down without a
+    // worker shutdown), or the runtime would wait forever for its blocking thread.
+    let stop = stop.child_token();
+    let _on_drop = stop.clone().drop_guard();
     let task = tokio::task::spawn_blocking(move || {
         let mut probe = match ChangeProbe::open(sh.client.store()) {
             Ok(p) => p,

@@ -9,3 +9,4 @@ mod enqueue;
 mod finish;
 mod limits;
 mod shutdown;
+mod wakeup;
