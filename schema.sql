@@ -131,6 +131,8 @@ CREATE TABLE schedule_occurrences (
     UNIQUE (schedule_id, fire_at)
 );
 CREATE INDEX schedule_occurrences_recorded_idx ON schedule_occurrences (recorded_at);
+-- Retention: deleting a run nulls its occurrences' run_id, and prune keeps runs a recent tick points at.
+CREATE INDEX schedule_occurrences_run_idx ON schedule_occurrences (run_id) WHERE run_id IS NOT NULL;
 
 -- Messages for sessions: run completions, failures, cancellations, approval requests.
 CREATE TABLE inbox (
@@ -148,6 +150,9 @@ CREATE TABLE inbox (
 );
 CREATE INDEX inbox_session_idx ON inbox (session_id, id);
 CREATE INDEX inbox_unacked_idx ON inbox (session_id, id) WHERE acked_at IS NULL;
+-- Retention: a run's messages (deleted with it), and acknowledged messages by age.
+CREATE INDEX inbox_run_idx ON inbox (run_id);
+CREATE INDEX inbox_acked_idx ON inbox (acked_at) WHERE acked_at IS NOT NULL;
 -- Recording is exactly-once: one final message per run attempt.
 CREATE UNIQUE INDEX inbox_one_final_per_attempt ON inbox (run_id, attempt)
     WHERE kind IN ('completed', 'failed', 'cancelled');

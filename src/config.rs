@@ -23,6 +23,38 @@ pub struct Config {
     pub tools: BTreeMap<String, toml::Table>,
     /// The `shell` built-in (off unless enabled).
     pub shell: toml::Table,
+    /// What the automatic retention tick (and `toolq prune`) keeps.
+    pub retention: RetentionConfig,
+    /// WAL checkpoints.
+    pub wal: WalConfig,
+}
+
+/// Retention: how long finished work is kept before the worker's retention tick deletes it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RetentionConfig {
+    /// Whether workers prune automatically.
+    pub enabled: bool,
+    /// Finished runs (with their logs, results and messages) are kept this long.
+    pub finished_runs: Duration,
+    /// Finished runs whose message is still unacknowledged are kept this long.
+    pub unacked_runs: Duration,
+    /// Acknowledged inbox messages are kept this long after the acknowledgement.
+    pub acked_inbox: Duration,
+    /// Schedule occurrences are kept this long after their tick.
+    pub occurrences: Duration,
+    /// Rows deleted per write transaction.
+    pub batch_size: usize,
+    /// How often the retention tick runs.
+    pub interval: Duration,
+}
+
+/// WAL checkpoints.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WalConfig {
+    /// How often a worker checkpoints (passive when busy, truncating when idle).
+    pub checkpoint_interval: Duration,
+    /// Warn when this many WAL frames cannot be checkpointed for several ticks in a row.
+    pub warn_frames: i64,
 }
 
 /// Worker loop settings.
@@ -100,6 +132,19 @@ impl Default for Config {
             },
             tools: BTreeMap::new(),
             shell: toml::Table::new(),
+            retention: RetentionConfig {
+                enabled: true,
+                finished_runs: Duration::from_secs(7 * DAY),
+                unacked_runs: Duration::from_secs(30 * DAY),
+                acked_inbox: Duration::from_secs(7 * DAY),
+                occurrences: Duration::from_secs(30 * DAY),
+                batch_size: 500,
+                interval: Duration::from_secs(600),
+            },
+            wal: WalConfig {
+                checkpoint_interval: Duration::from_secs(30),
+                warn_frames: 10_000,
+            },
         }
     }
 }
@@ -115,6 +160,29 @@ struct FileConfig {
     tools: BTreeMap<String, toml::Table>,
     #[serde(default)]
     shell: toml::Table,
+    retention: Option<FileRetention>,
+    wal: Option<FileWal>,
+}
+
+const DAY: u64 = 86_400;
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileRetention {
+    enabled: Option<bool>,
+    finished_runs: Option<String>,
+    unacked_runs: Option<String>,
+    acked_inbox: Option<String>,
+    occurrences: Option<String>,
+    batch_size: Option<i64>,
+    interval: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileWal {
+    checkpoint_interval: Option<String>,
+    warn_frames: Option<i64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -232,6 +300,7 @@ impl Config {
         let w = file.worker.unwrap_or_default();
         let r = file.runs.unwrap_or_default();
         let s = file.sessions.unwrap_or_default();
+        let (retention, wal) = parse_maintenance(&c, &d, file.retention, file.wal)?;
         let db_path = file.database.and_then(|d| d.path).unwrap_or(d.db_path);
         if db_path.trim().is_empty() {
             return Err(c.bad("database.path", "\"\"", "must not be empty"));
@@ -334,8 +403,48 @@ impl Config {
             sessions,
             tools: file.tools,
             shell: file.shell,
+            retention,
+            wal,
         })
     }
+}
+
+fn parse_maintenance(
+    c: &Checker<'_>,
+    d: &Config,
+    r: Option<FileRetention>,
+    w: Option<FileWal>,
+) -> Result<(RetentionConfig, WalConfig), ConfigError> {
+    let (r, w, dr, dw) = (
+        r.unwrap_or_default(),
+        w.unwrap_or_default(),
+        &d.retention,
+        &d.wal,
+    );
+    let retention = RetentionConfig {
+        enabled: r.enabled.unwrap_or(dr.enabled),
+        finished_runs: c.duration("retention.finished_runs", r.finished_runs, dr.finished_runs)?,
+        unacked_runs: c.duration("retention.unacked_runs", r.unacked_runs, dr.unacked_runs)?,
+        acked_inbox: c.duration("retention.acked_inbox", r.acked_inbox, dr.acked_inbox)?,
+        occurrences: c.duration("retention.occurrences", r.occurrences, dr.occurrences)?,
+        batch_size: c.int(
+            "retention.batch_size",
+            r.batch_size,
+            dr.batch_size as i64,
+            1,
+            100_000,
+        )? as usize,
+        interval: c.duration("retention.interval", r.interval, dr.interval)?,
+    };
+    let wal = WalConfig {
+        checkpoint_interval: c.duration(
+            "wal.checkpoint_interval",
+            w.checkpoint_interval,
+            dw.checkpoint_interval,
+        )?,
+        warn_frames: c.int("wal.warn_frames", w.warn_frames, dw.warn_frames, 1, 1 << 40)?,
+    };
+    Ok((retention, wal))
 }
 
 #[cfg(test)]
@@ -373,6 +482,13 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("concurency"), "{e}");
+        let e = Config::parse("[retention]\nfinished_runs = \"forever\"\n", "c.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("retention.finished_runs") && e.contains("forever"),
+            "{e}"
+        );
         let e = Config::parse("[worker\n", "c.toml")
             .unwrap_err()
             .to_string();

@@ -28,6 +28,8 @@ pub mod config;
 pub mod error;
 pub mod ids;
 pub mod inbox;
+pub mod metrics;
+pub mod retention;
 pub mod run;
 pub mod schedule;
 pub mod store;

@@ -5,7 +5,10 @@ mod cancel;
 mod enqueue;
 mod inbox;
 mod init;
+mod logging;
 mod logs;
+mod progress;
+mod prune;
 pub mod render;
 mod result;
 mod retry;
@@ -69,6 +72,9 @@ pub enum Command {
     Tools(tools::Args),
     /// Counts by state, oldest queued run, database settings.
     Stats(stats::Args),
+    /// Delete old finished runs (with logs, results, messages), acknowledged messages and
+    /// schedule occurrences, in short batches.
+    Prune(prune::Args),
 }
 
 /// What every subcommand gets.
@@ -96,18 +102,11 @@ pub fn registry(_config: &Config) -> Result<Registry> {
     Ok(RegistryBuilder::new().with_builtins().build()?)
 }
 
-fn init_tracing(command: &Command) {
-    let default = match command {
-        Command::Worker(_) => "info",
-        _ => "warn",
-    };
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .try_init();
+fn init_tracing(command: &Command) -> Result<()> {
+    Ok(match command {
+        Command::Worker(a) => logging::init(a.log_format, a.log.as_deref(), "info"),
+        _ => logging::init(logging::LogFormat::Text, None, "warn"),
+    }?)
 }
 
 async fn dispatch(cli: Cli) -> Result<()> {
@@ -131,6 +130,7 @@ async fn dispatch(cli: Cli) -> Result<()> {
         Command::Inbox(a) => inbox::run(&ctx, a).await,
         Command::Tools(a) => tools::run(&ctx, a).await,
         Command::Stats(a) => stats::run(&ctx, a).await,
+        Command::Prune(a) => prune::run(&ctx, a).await,
     }
 }
 
@@ -145,7 +145,10 @@ pub fn main() -> i32 {
             return code;
         }
     };
-    init_tracing(&cli.command);
+    if let Err(e) = init_tracing(&cli.command) {
+        render::error(&e);
+        return e.exit_code();
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -6,10 +6,13 @@ pub mod artifacts;
 pub mod claim;
 pub mod codec;
 pub mod finish;
+pub mod gauges;
 pub mod inbox;
 pub(crate) mod migrate;
+pub mod retention;
 pub mod runs;
 pub mod schedules;
+pub mod wal;
 pub mod workers;
 
 use std::path::{Path, PathBuf};

@@ -6,6 +6,8 @@ mod execute;
 pub mod finish;
 pub mod identity;
 mod lease;
+mod retention;
+mod wal;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -82,6 +84,7 @@ pub(crate) struct Shared {
     recorded: AtomicU64,
     fenced_out: AtomicU64,
     handed_back: AtomicU64,
+    metrics: Arc<crate::metrics::Metrics>,
 }
 
 impl Shared {
@@ -111,6 +114,7 @@ impl Client {
                 recorded: AtomicU64::new(0),
                 fenced_out: AtomicU64::new(0),
                 handed_back: AtomicU64::new(0),
+                metrics: Arc::default(),
             }),
         }
     }
@@ -120,6 +124,11 @@ impl Worker {
     /// This worker's id (the `lease_owner` of its runs).
     pub fn id(&self) -> &WorkerId {
         &self.shared.id
+    }
+
+    /// This worker's counters (claims, attempt ends, claim latency), for metrics and progress.
+    pub fn metrics(&self) -> Arc<crate::metrics::Metrics> {
+        self.shared.metrics.clone()
     }
 
     /// Runs until `shutdown` fires (or, with `drain`, until nothing is left): then stops
@@ -137,6 +146,8 @@ impl Worker {
         let ticks = vec![
             tokio::spawn(lease::lease_loop(sh.clone(), background.clone())),
             tokio::spawn(lease::flush_loop(sh.clone(), background.clone())),
+            tokio::spawn(retention::retention_loop(sh.clone(), background.clone())),
+            tokio::spawn(wal::wal_loop(sh.clone(), background.clone())),
         ];
         let mut cursor: Option<String> = None;
         let mut failures = 0u32;
@@ -220,6 +231,7 @@ async fn claim(sh: &Arc<Shared>, free: usize, cursor: Option<String>) -> Result<
         now + chrono::Duration::from_std(cfg.lease).unwrap_or(chrono::Duration::seconds(30));
     let worker = sh.id.to_string();
     let per_session = cfg.per_session;
+    let started = std::time::Instant::now();
     let runs = client
         .store()
         .write_async(move |tx| {
@@ -238,6 +250,7 @@ async fn claim(sh: &Arc<Shared>, free: usize, cursor: Option<String>) -> Result<
         .await?;
     *sh.last_poll.lock().unwrap_or_else(|e| e.into_inner()) = Some(now);
     sh.claimed.fetch_add(runs.len() as u64, Ordering::Relaxed);
+    sh.metrics.claimed(started.elapsed(), runs.len());
     Ok(runs)
 }
 
@@ -358,6 +371,7 @@ async fn finisher_loop(sh: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<Job>) {
         let mut flights = sh.flights();
         for (job, ok) in batch.iter().zip(applied) {
             flights.remove(job.id());
+            sh.metrics.finished(outcome_label(job, ok));
             match (job, ok) {
                 (Job::Finish(_), true) => sh.recorded.fetch_add(1, Ordering::Relaxed),
                 (Job::Release { .. }, true) => sh.handed_back.fetch_add(1, Ordering::Relaxed),
@@ -393,5 +407,18 @@ async fn drain_in_flight(sh: &Arc<Shared>, grace: Duration) {
             _ = sh.slot_freed.notified() => {}
             _ = tokio::time::sleep(Duration::from_millis(20)) => {}
         }
+    }
+}
+
+/// The `outcome` label of an attempt end in metrics.
+fn outcome_label(job: &Job, applied: bool) -> &'static str {
+    match (job, applied) {
+        (_, false) => "fenced_out",
+        (Job::Release { .. }, true) => "handed_back",
+        (Job::Finish(r), true) => match &r.outcome {
+            store::finish::Outcome::Final(s) => s.as_str(),
+            store::finish::Outcome::Retry(_) => "retried",
+            store::finish::Outcome::AwaitApproval { .. } => "awaiting_approval",
+        },
     }
 }

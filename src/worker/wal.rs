@@ -1,0 +1,79 @@
+//! The WAL tick: a passive checkpoint while runs execute, a truncating one when the worker is
+//! idle, and a warning when a long-lived reader keeps the WAL from being checkpointed.
+
+use std::sync::Arc;
+
+use tokio_util::sync::CancellationToken;
+
+use super::Shared;
+use crate::error::Result;
+use crate::store::wal::{Checkpoint, CheckpointMode, WalWatch};
+
+/// Checkpoints seen stalled in a row before the worker warns.
+const STALLED_TICKS: u32 = 3;
+
+/// What one WAL tick did.
+#[derive(Debug, Clone)]
+pub(crate) struct WalTick {
+    /// The mode used (truncate when idle).
+    pub mode: CheckpointMode,
+    /// The checkpoint's answer.
+    pub checkpoint: Checkpoint,
+    /// Bytes of the `-wal` file afterwards.
+    pub wal_bytes: u64,
+    /// Set when the WAL looks pinned by a reader.
+    pub warning: Option<String>,
+}
+
+/// One checkpoint: truncating when nothing of ours runs, else passive. A truncate that finds
+/// readers in the way falls back to a passive one, so the watch always sees a backlog.
+pub(crate) async fn wal_tick(sh: &Arc<Shared>, watch: &mut WalWatch) -> Result<WalTick> {
+    let idle = sh.flights().is_empty();
+    let store = sh.client.store().clone();
+    let (mode, cp) = tokio::task::spawn_blocking(move || {
+        if idle {
+            let cp = store.checkpoint(CheckpointMode::Truncate)?;
+            if !cp.busy {
+                return Ok((CheckpointMode::Truncate, cp));
+            }
+        }
+        Ok::<_, crate::error::StoreError>((
+            CheckpointMode::Passive,
+            store.checkpoint(CheckpointMode::Passive)?,
+        ))
+    })
+    .await
+    .map_err(|e| crate::error::StoreError::Task(e.to_string()))??;
+    let wal_bytes = sh.client.store().wal_bytes();
+    let warning = watch.observe(&cp, wal_bytes);
+    if let Some(w) = &warning {
+        tracing::warn!(wal_bytes, backlog = cp.backlog(), "{w}");
+    }
+    Ok(WalTick {
+        mode,
+        checkpoint: cp,
+        wal_bytes,
+        warning,
+    })
+}
+
+pub(super) async fn wal_loop(sh: Arc<Shared>, stop: CancellationToken) {
+    let cfg = sh.client.config().wal.clone();
+    let mut watch = WalWatch::new(cfg.warn_frames, STALLED_TICKS);
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(cfg.checkpoint_interval) => {}
+            _ = stop.cancelled() => return,
+        }
+        match wal_tick(&sh, &mut watch).await {
+            Ok(t) => tracing::debug!(
+                mode = ?t.mode,
+                busy = t.checkpoint.busy,
+                wal_bytes = t.wal_bytes,
+                pinned = t.warning.is_some(),
+                "WAL checkpoint"
+            ),
+            Err(e) => tracing::error!(error = %e, "WAL checkpoint failed"),
+        }
+    }
+}
