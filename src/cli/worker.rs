@@ -56,15 +56,17 @@ pub async fn run(ctx: &Ctx, args: Args) -> Result<()> {
         tracing::info!(address = %bound, "serving metrics at http://{bound}/metrics");
         tokio::spawn(server.serve(ctx.client.clone(), worker.metrics(), stop_extras.clone()));
     }
-    if args.drain {
-        if let Some(pb) = super::progress::bar(0, ctx.json, "draining") {
-            tokio::spawn(drain_progress(
-                ctx.client.clone(),
-                worker.metrics(),
-                pb,
-                stop_extras.clone(),
-            ));
-        }
+    if let Some(pb) = args
+        .drain
+        .then(|| super::progress::bar(0, ctx.json, "draining"))
+        .flatten()
+    {
+        tokio::spawn(drain_progress(
+            ctx.client.clone(),
+            worker.metrics(),
+            pb,
+            stop_extras.clone(),
+        ));
     }
     let report = worker.run(shutdown).await;
     stop_extras.cancel();

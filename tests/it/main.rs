@@ -6,3 +6,4 @@ mod support;
 
 mod enqueue;
 mod finish;
+mod ops;

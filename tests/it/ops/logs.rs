@@ -1,0 +1,106 @@
+//! The binary's log options and ops commands: JSON log lines carry the run span's fields;
+//! `prune --dry-run --json` reports per-table counts; a bad filter is a usage error.
+
+use std::process::Command;
+
+use serde_json::Value;
+
+use crate::support::TestEnv;
+
+fn toolq(env: &TestEnv) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_toolq"));
+    c.arg("--db").arg(env.db_path()).env_remove("RUST_LOG");
+    c
+}
+
+#[test]
+fn worker_json_logs_carry_run_id_tool_and_session() {
+    let env = TestEnv::new();
+    let out = toolq(&env)
+        .args(["--json", "enqueue", "echo", "--args", r#"{"message":"hi"}"#])
+        .args(["--session", "ops-demo"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let run_id = serde_json::from_slice::<Value>(&out.stdout).unwrap()["run_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let out = toolq(&env)
+        .args([
+            "worker",
+            "--drain",
+            "--log-format",
+            "json",
+            "--log",
+            "toolq=debug",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    let lines: Vec<Value> = stderr
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    assert!(!lines.is_empty(), "no JSON lines in:\n{stderr}");
+    let in_span = lines
+        .iter()
+        .find(|l| l["span"]["run_id"] == run_id.as_str())
+        .unwrap_or_else(|| panic!("no line in the run's span:\n{stderr}"));
+    assert_eq!(in_span["span"]["tool"], "echo");
+    assert_eq!(in_span["span"]["session"], "ops-demo");
+    assert!(in_span["level"].is_string());
+    assert!(in_span["timestamp"].is_string());
+}
+
+#[test]
+fn bad_log_filter_is_a_usage_error() {
+    let env = TestEnv::new();
+    let out = toolq(&env)
+        .args(["worker", "--drain", "--log", "toolq=loud"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("--log") && stderr.contains("toolq=loud"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn prune_cli_reports_counts_and_dry_run_keeps_rows() {
+    let env = TestEnv::new();
+    let enq = toolq(&env).args(["enqueue", "echo"]).output().unwrap();
+    assert!(enq.status.success(), "{enq:?}");
+    let drained = toolq(&env).args(["worker", "--drain"]).output().unwrap();
+    assert!(drained.status.success(), "{drained:?}");
+    // The run finished a moment ago: `--older-than 0s` would be rejected; use 1ms.
+    std::thread::sleep(std::time::Duration::from_millis(5));
+    let out = toolq(&env)
+        .args(["--json", "prune", "--older-than", "1ms", "--dry-run"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["dry_run"], true);
+    assert_eq!(v["removed"]["runs"], 1);
+    assert!(v["removed"]["blobs"].as_u64().unwrap() >= 1);
+    assert_eq!(v["removed"]["inbox"], 1);
+    assert_eq!(env.count("SELECT count(*) FROM runs"), 1);
+    let out = toolq(&env)
+        .args(["--json", "prune", "--older-than", "1ms"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["removed"]["runs"], 1);
+    assert_eq!(env.count("SELECT count(*) FROM runs"), 0);
+    let out = toolq(&env)
+        .args(["prune", "--older-than", "soon"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+}
