@@ -132,7 +132,7 @@ CREATE TABLE schedule_occurrences (
 );
 CREATE INDEX schedule_occurrences_recorded_idx ON schedule_occurrences (recorded_at);
 -- Retention: deleting a run nulls its occurrences' run_id, and prune keeps runs a recent tick points at.
-CREATE INDEX schedule_occurrences_run_idx ON schedule_occurrences (run_id) WHERE run_id IS NOT NULL;
+CREATE INDEX schedule_occurrences_run_idx ON schedule_occurrences (run_id);
 
 -- Messages for sessions: run completions, failures, cancellations, approval requests.
 CREATE TABLE inbox (

@@ -71,6 +71,7 @@ impl Client {
             return Ok(report);
         }
         let batch = self.config().retention.batch_size;
+        let mut cursor: Option<String> = None;
         for step in [
             Step::Runs,
             Step::AckedInbox,
@@ -82,11 +83,14 @@ impl Client {
                     return Ok(report);
                 }
                 let c = cutoffs.clone();
+                let at = cursor.clone();
                 let got = self
                     .store()
                     .write_async(move |tx| {
-                        Ok(match step {
-                            Step::Runs => retention::prune_runs_batch(tx, &c, batch)?,
+                        // A busy retry re-runs this closure: start from the same cursor.
+                        let mut cur = at.clone();
+                        let removed = match step {
+                            Step::Runs => retention::prune_runs_batch(tx, &c, batch, &mut cur)?,
                             Step::AckedInbox => Removed {
                                 inbox: retention::prune_acked_inbox_batch(tx, &c, batch)?,
                                 ..Removed::default()
@@ -99,9 +103,12 @@ impl Client {
                                 workers: retention::prune_workers_batch(tx, &c, batch)?,
                                 ..Removed::default()
                             },
-                        })
+                        };
+                        Ok((removed, cur))
                     })
                     .await?;
+                let (got, next) = got;
+                cursor = next;
                 report.batches += 1;
                 report.removed.add(&got);
                 let primary = match step {

@@ -19,7 +19,7 @@ pub struct PruneCutoffs {
     pub unacked_runs_before: DateTime<Utc>,
     /// Acknowledged inbox messages whose `acked_at` is before this go.
     pub acked_inbox_before: DateTime<Utc>,
-    /// Schedule occurrences whose `fire_at` is before this go (each schedule keeps its latest).
+    /// Schedule occurrences recorded before this go (each schedule keeps its latest).
     pub occurrences_before: DateTime<Utc>,
     /// Cleanly stopped worker rows whose `stopped_at` is before this go.
     pub workers_before: DateTime<Utc>,
@@ -59,19 +59,21 @@ impl Removed {
 /// A finished run `r` that may be deleted. Kept: runs an unacknowledged message still points
 /// at (until `:unacked_before`), the latest finished run of each enabled schedule, and runs a
 /// schedule occurrence younger than `:occ_before` points at (so the ledger keeps its link).
+/// `+r.state` keeps the planner on `runs_finished_idx` (a range on finished_at) instead of
+/// `runs_state_created_idx`, which would visit every finished run and sort them.
 const PRUNABLE_RUN: &str = "r.finished_at IS NOT NULL AND r.finished_at < :runs_before \
-    AND r.state IN ('completed', 'failed', 'cancelled') \
+    AND +r.state IN ('completed', 'failed', 'cancelled') \
     AND (r.finished_at < :unacked_before OR NOT EXISTS \
         (SELECT 1 FROM inbox i WHERE i.run_id = r.id AND i.acked_at IS NULL)) \
     AND NOT EXISTS (SELECT 1 FROM schedule_occurrences o \
-        WHERE o.run_id = r.id AND o.fire_at >= :occ_before) \
+        WHERE o.run_id = r.id AND o.recorded_at >= :occ_before) \
     AND (r.schedule_id IS NULL OR r.fire_at IS NULL \
         OR NOT EXISTS (SELECT 1 FROM schedules s WHERE s.id = r.schedule_id AND s.enabled = 1) \
         OR r.fire_at <> (SELECT r2.fire_at FROM runs r2 WHERE r2.schedule_id = r.schedule_id \
             AND r2.finished_at IS NOT NULL ORDER BY r2.fire_at DESC LIMIT 1))";
 
-/// An occurrence `o` that may be deleted: old, and not its schedule's latest.
-const PRUNABLE_OCCURRENCE: &str = "o.fire_at < :occ_before AND o.fire_at < \
+/// An occurrence `o` that may be deleted: recorded long ago, and not its schedule's latest.
+const PRUNABLE_OCCURRENCE: &str = "o.recorded_at < :occ_before AND o.fire_at < \
     (SELECT max(o2.fire_at) FROM schedule_occurrences o2 WHERE o2.schedule_id = o.schedule_id)";
 
 /// An acknowledged message `i` that may be deleted on its own (its run may be kept).
@@ -96,27 +98,37 @@ fn as_params<'a>(p: &'a [(&'static str, String)]) -> Vec<(&'static str, &'a dyn 
 }
 
 /// Deletes at most `batch` prunable runs with their blobs and inbox rows (their occurrences
-/// keep the row with `run_id` set to NULL). Returns the counts; `runs < batch` means done.
+/// keep the row with `run_id` set to NULL), oldest first. `cursor` is the `finished_at` where
+/// the previous batch stopped (start with `None`), so kept runs are not scanned again batch
+/// after batch. Returns the counts; `runs < batch` means done.
 pub fn prune_runs_batch(
     tx: &Transaction<'_>,
     c: &PruneCutoffs,
     batch: usize,
+    cursor: &mut Option<String>,
 ) -> Result<Removed, StoreError> {
-    let ids: Vec<String> = {
-        let sql = format!("SELECT r.id FROM runs r WHERE {PRUNABLE_RUN} LIMIT :batch");
+    let found: Vec<(String, String)> = {
+        let sql = format!(
+            "SELECT r.id, r.finished_at FROM runs r WHERE r.finished_at >= :after AND {PRUNABLE_RUN} \
+             ORDER BY r.finished_at LIMIT :batch"
+        );
         let mut stmt = tx.prepare_cached(&sql).ctx("prepare prunable runs")?;
         let rp = run_params(c);
         let mut p = as_params(&rp);
         let batch = batch as i64;
+        let after = cursor.clone().unwrap_or_default();
         p.push((":batch", &batch));
+        p.push((":after", &after));
         let rows = stmt
-            .query_map(p.as_slice(), |r| r.get(0))
+            .query_map(p.as_slice(), |r| Ok((r.get(0)?, r.get(1)?)))
             .ctx("select prunable runs")?;
         rows.collect::<Result<_, _>>().ctx("read prunable runs")?
     };
-    if ids.is_empty() {
+    let Some((_, last)) = found.last() else {
         return Ok(Removed::default());
-    }
+    };
+    *cursor = Some(last.clone());
+    let ids: Vec<&String> = found.iter().map(|(id, _)| id).collect();
     let ids = serde_json::to_string(&ids).map_err(|e| StoreError::Task(e.to_string()))?;
     let del = |sql: &str, what: &str| -> Result<u64, StoreError> {
         Ok(tx

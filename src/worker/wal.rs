@@ -77,3 +77,69 @@ pub(super) async fn wal_loop(sh: Arc<Shared>, stop: CancellationToken) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests")]
+    use super::*;
+    use crate::client::{Client, EnqueueRequest};
+    use crate::config::Config;
+    use crate::tool::RegistryBuilder;
+
+    async fn client(dir: &tempfile::TempDir) -> Client {
+        let config = Config {
+            db_path: dir.path().join("t.db").display().to_string(),
+            ..Config::default()
+        };
+        let registry = RegistryBuilder::new().with_builtins().build().unwrap();
+        let client = Client::open(config, registry).unwrap();
+        let reqs = (0..300)
+            .map(|i| EnqueueRequest::new("echo", serde_json::json!({"message": i.to_string()})))
+            .collect();
+        client.enqueue_batch(reqs).await.unwrap();
+        client
+    }
+
+    #[tokio::test]
+    async fn idle_tick_truncates_and_a_pinned_wal_warns_after_repeated_ticks() {
+        let dir = tempfile::tempdir().unwrap();
+        let client = client(&dir).await;
+        let worker = client.worker(Default::default());
+        let mut watch = WalWatch::new(1, STALLED_TICKS);
+        assert!(client.store().wal_bytes() > 0);
+        let t = wal_tick(&worker.shared, &mut watch).await.unwrap();
+        assert_eq!(t.mode, CheckpointMode::Truncate);
+        assert_eq!(t.wal_bytes, 0);
+        assert!(t.warning.is_none());
+
+        let reader = rusqlite::Connection::open(dir.path().join("t.db")).unwrap();
+        reader.execute_batch("BEGIN").unwrap();
+        let _: i64 = reader
+            .query_row("SELECT count(*) FROM runs", [], |r| r.get(0))
+            .unwrap();
+        let mut warned = Vec::new();
+        for i in 0..STALLED_TICKS {
+            let reqs = (0..100)
+                .map(|j| {
+                    EnqueueRequest::new("echo", serde_json::json!({"message": format!("{i}/{j}")}))
+                })
+                .collect();
+            client.enqueue_batch(reqs).await.unwrap();
+            let t = wal_tick(&worker.shared, &mut watch).await.unwrap();
+            assert_eq!(
+                t.mode,
+                CheckpointMode::Passive,
+                "the reader blocks truncation"
+            );
+            assert!(t.checkpoint.backlog() > 0);
+            warned.push(t.warning.is_some());
+        }
+        assert_eq!(warned, vec![false, false, true]);
+
+        reader.execute_batch("COMMIT").unwrap();
+        let t = wal_tick(&worker.shared, &mut watch).await.unwrap();
+        assert_eq!(t.mode, CheckpointMode::Truncate);
+        assert_eq!(t.wal_bytes, 0);
+        assert!(t.warning.is_none());
+    }
+}

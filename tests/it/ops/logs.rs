@@ -104,3 +104,39 @@ fn prune_cli_reports_counts_and_dry_run_keeps_rows() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2), "{out:?}");
 }
+
+#[test]
+fn progress_bars_stay_off_when_piped() {
+    let env = TestEnv::new();
+    let file = env.dir.path().join("runs.jsonl");
+    let lines: String = (0..200)
+        .map(|i| format!("{{\"tool\":\"echo\",\"args\":{{\"message\":\"{i}\"}}}}\n"))
+        .collect();
+    std::fs::write(&file, lines).unwrap();
+    let out = toolq(&env)
+        .arg("enqueue")
+        .arg("--file")
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        out.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = toolq(&env)
+        .args(["worker", "--drain", "--log", "off"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !stderr.contains("draining") && !stderr.contains('\r'),
+        "{stderr}"
+    );
+    assert_eq!(
+        env.count("SELECT count(*) FROM runs WHERE state = 'completed'"),
+        200
+    );
+}
