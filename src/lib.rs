@@ -34,6 +34,7 @@ pub mod run;
 pub mod schedule;
 pub mod store;
 pub mod tool;
+pub mod wal;
 pub mod worker;
 
 pub use client::{Client, EnqueueRequest, Enqueued};

@@ -26,11 +26,7 @@ pub async fn run(ctx: &Ctx, _args: Args) -> Result<()> {
         })
         .await?;
     let info = ctx.client.store().info()?;
-    let warn_frames = ctx.client.config().wal.warn_frames;
-    let store = ctx.client.store().clone();
-    let wal = tokio::task::spawn_blocking(move || store.wal_health(warn_frames))
-        .await
-        .map_err(|e| crate::error::StoreError::Task(e.to_string()))??;
+    let wal = ctx.client.wal_health().await?;
     if let Some(w) = &wal.warning {
         tracing::warn!("{w}");
     }

@@ -26,6 +26,8 @@ pub struct Metrics {
     claims: Counter,
     finishes: Family<Labels, Counter>,
     claim_latency: Histogram,
+    wal_backlog: Gauge,
+    wal_pinned: Gauge,
 }
 
 impl Default for Metrics {
@@ -35,6 +37,8 @@ impl Default for Metrics {
             finishes: Family::default(),
             // 0.5 ms .. ~8 s
             claim_latency: Histogram::new(exponential_buckets(0.0005, 2.0, 15)),
+            wal_backlog: Gauge::default(),
+            wal_pinned: Gauge::default(),
         }
     }
 }
@@ -52,6 +56,13 @@ impl Metrics {
         self.finishes
             .get_or_create(&vec![("outcome", outcome.to_string())])
             .inc();
+    }
+
+    /// The worker's latest checkpoint left `backlog` frames in the WAL; `pinned` when a
+    /// long-lived reader seems to hold it.
+    pub fn wal_checked(&self, backlog: i64, pinned: bool) {
+        self.wal_backlog.set(backlog);
+        self.wal_pinned.set(pinned as i64);
     }
 
     /// Runs claimed so far.
@@ -145,6 +156,16 @@ pub async fn render(client: &Client, metrics: &Metrics) -> Result<String> {
     let wal = Gauge::<i64>::default();
     wal.set(client.store().wal_bytes() as i64);
     reg.register("toolq_wal_bytes", "Bytes of the database's -wal file", wal);
+    reg.register(
+        "toolq_wal_backlog_frames",
+        "WAL frames the worker's latest checkpoint could not copy into the database",
+        metrics.wal_backlog.clone(),
+    );
+    reg.register(
+        "toolq_wal_pinned",
+        "1 while a long-lived reader keeps the WAL from being checkpointed",
+        metrics.wal_pinned.clone(),
+    );
     let mut out = String::new();
     encode(&mut out, &reg).map_err(|e| Error::io("encode metrics", std::io::Error::other(e)))?;
     Ok(out)

@@ -46,6 +46,7 @@ pub(crate) async fn wal_tick(sh: &Arc<Shared>, watch: &mut WalWatch) -> Result<W
     .map_err(|e| crate::error::StoreError::Task(e.to_string()))??;
     let wal_bytes = sh.client.store().wal_bytes();
     let warning = watch.observe(&cp, wal_bytes);
+    sh.metrics.wal_checked(cp.backlog(), warning.is_some());
     if let Some(w) = &warning {
         tracing::warn!(wal_bytes, backlog = cp.backlog(), "{w}");
     }

@@ -106,6 +106,8 @@ async fn metrics_endpoint_serves_counters_and_database_gauges() {
         sample(&body, "toolq_wal_bytes") > 0.0,
         "writes went to the WAL"
     );
+    assert_eq!(sample(&body, "toolq_wal_pinned"), 0.0);
+    assert!(body.contains("toolq_wal_backlog_frames "));
     assert!(body.trim_end().ends_with("# EOF"));
     assert_eq!(metrics.claims(), 4);
 
