@@ -27,10 +27,18 @@ pub struct WorkerRow {
     pub heartbeat_at: String,
     /// Last claim poll.
     pub last_poll_at: Option<String>,
-    /// Set on a clean exit.
+    /// Set on a clean exit, or when another worker found the process dead.
     pub stopped_at: Option<String>,
+    /// Why it stopped: `exited` (clean exit) or `died` (found dead by another worker).
+    pub stop_reason: Option<String>,
     /// Its concurrency limit.
     pub concurrency: i64,
+    /// Its claim loop's poll interval, in milliseconds.
+    pub poll_interval_ms: i64,
+    /// Its heartbeat interval, in milliseconds.
+    pub heartbeat_interval_ms: i64,
+    /// Its lease length, in milliseconds.
+    pub lease_ms: i64,
     /// SQLITE_BUSY retries it needed.
     pub busy_retries: i64,
     /// toolq version.
@@ -41,12 +49,14 @@ pub struct WorkerRow {
 pub fn register(tx: &Transaction<'_>, w: &WorkerRow) -> Result<(), StoreError> {
     tx.prepare_cached(
         "INSERT INTO workers (id, host, boot_id, pid, process_start_time, started_at, heartbeat_at, \
-         concurrency, version) VALUES (:id, :host, :boot, :pid, :pst, :started, :hb, :conc, :version)",
+         concurrency, poll_interval_ms, heartbeat_interval_ms, lease_ms, version) \
+         VALUES (:id, :host, :boot, :pid, :pst, :started, :hb, :conc, :poll, :hbi, :lease, :version)",
     )
     .ctx("prepare register worker")?
     .execute(named_params! {
         ":id": w.id, ":host": w.host, ":boot": w.boot_id, ":pid": w.pid, ":pst": w.process_start_time,
-        ":started": w.started_at, ":hb": w.heartbeat_at, ":conc": w.concurrency, ":version": w.version,
+        ":started": w.started_at, ":hb": w.heartbeat_at, ":conc": w.concurrency,
+        ":poll": w.poll_interval_ms, ":hbi": w.heartbeat_interval_ms, ":lease": w.lease_ms, ":version": w.version,
     })
     .ctx("register worker")?;
     Ok(())
@@ -72,10 +82,13 @@ pub fn heartbeat(
 
 /// Marks a worker as cleanly stopped.
 pub fn deregister(tx: &Transaction<'_>, id: &str, now: DateTime<Utc>) -> Result<(), StoreError> {
-    tx.prepare_cached("UPDATE workers SET stopped_at = :now WHERE id = :id")
-        .ctx("prepare deregister")?
-        .execute(named_params! {":now": ts(now), ":id": id})
-        .ctx("deregister worker")?;
+    tx.prepare_cached(
+        "UPDATE workers SET stopped_at = coalesce(stopped_at, :now), \
+         stop_reason = coalesce(stop_reason, 'exited') WHERE id = :id",
+    )
+    .ctx("prepare deregister")?
+    .execute(named_params! {":now": ts(now), ":id": id})
+    .ctx("deregister worker")?;
     Ok(())
 }
 
@@ -87,7 +100,8 @@ pub fn list(
     let mut stmt = conn
         .prepare_cached(
             "SELECT id, host, boot_id, pid, process_start_time, started_at, heartbeat_at, last_poll_at, \
-             stopped_at, concurrency, busy_retries, version FROM workers \
+             stopped_at, stop_reason, concurrency, poll_interval_ms, heartbeat_interval_ms, lease_ms, \
+             busy_retries, version FROM workers \
              WHERE (:all = 1 OR stopped_at IS NULL) ORDER BY stopped_at IS NOT NULL, started_at DESC",
         )
         .ctx("prepare list workers")?;
@@ -103,9 +117,13 @@ pub fn list(
                 heartbeat_at: r.get(6)?,
                 last_poll_at: r.get(7)?,
                 stopped_at: r.get(8)?,
-                concurrency: r.get(9)?,
-                busy_retries: r.get(10)?,
-                version: r.get(11)?,
+                stop_reason: r.get(9)?,
+                concurrency: r.get(10)?,
+                poll_interval_ms: r.get(11)?,
+                heartbeat_interval_ms: r.get(12)?,
+                lease_ms: r.get(13)?,
+                busy_retries: r.get(14)?,
+                version: r.get(15)?,
             })
         })
         .ctx("list workers")?;

@@ -17,12 +17,16 @@ pub fn host() -> String {
 }
 
 /// Start time of process `pid` in clock ticks since boot (field 22 of `/proc/PID/stat`),
-/// or None when the process does not exist.
+/// or None when the process does not exist or has exited (a zombie waiting to be reaped).
 pub fn process_start_time(pid: u32) -> Option<String> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command name (field 2) may hold spaces and parentheses: parse after the last ')'.
-    let rest = &stat[stat.rfind(')')? + 1..];
-    rest.split_whitespace().nth(19).map(str::to_string)
+    let mut fields = stat[stat.rfind(')')? + 1..].split_whitespace();
+    // Field 3, the state: Z (zombie) and X (dead) have exited already.
+    if matches!(fields.next(), Some("Z" | "X")) {
+        return None;
+    }
+    fields.nth(18).map(str::to_string)
 }
 
 /// Whether the process (pid, start time) recorded on this host and boot is certainly gone.

@@ -14,6 +14,7 @@ use crate::store::{self, codec::ts};
 pub(super) async fn register(sh: &Arc<Shared>) -> Result<()> {
     let pid = std::process::id();
     let now = ts(sh.client.now());
+    let cfg = &sh.client.config().worker;
     let row = store::workers::WorkerRow {
         id: sh.id.to_string(),
         host: super::identity::host(),
@@ -25,7 +26,11 @@ pub(super) async fn register(sh: &Arc<Shared>) -> Result<()> {
         heartbeat_at: now,
         last_poll_at: None,
         stopped_at: None,
-        concurrency: sh.client.config().worker.concurrency as i64,
+        stop_reason: None,
+        concurrency: cfg.concurrency as i64,
+        poll_interval_ms: cfg.poll_interval.as_millis() as i64,
+        heartbeat_interval_ms: cfg.heartbeat_interval.as_millis() as i64,
+        lease_ms: cfg.lease.as_millis() as i64,
         busy_retries: 0,
         version: env!("CARGO_PKG_VERSION").into(),
     };
