@@ -30,6 +30,7 @@ pub mod ids;
 pub mod inbox;
 pub mod run;
 pub mod schedule;
+pub mod status;
 pub mod store;
 pub mod tool;
 pub mod worker;
