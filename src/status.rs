@@ -182,12 +182,24 @@ mod tests {
     #[test]
     fn polling_worker_is_alive_until_three_polls_plus_a_heartbeat_are_missed() {
         let alive = |_: i64, _: &str| false;
-        let r = row("h1", "2026-11-01T11:59:59.000Z", Some("2026-11-01T11:59:58.000Z"));
+        let r = row(
+            "h1",
+            "2026-11-01T11:59:59.000Z",
+            Some("2026-11-01T11:59:58.000Z"),
+        );
         assert_eq!(classify(&r, at(NOW), &HERE, alive), Liveness::Alive);
         // 3 * 500ms + 2s = 3.5s: 3.5s ago is still fine, 3.6s is stale.
-        let r = row("h1", "2026-11-01T11:59:59.000Z", Some("2026-11-01T11:59:56.500Z"));
+        let r = row(
+            "h1",
+            "2026-11-01T11:59:59.000Z",
+            Some("2026-11-01T11:59:56.500Z"),
+        );
         assert_eq!(classify(&r, at(NOW), &HERE, alive), Liveness::Alive);
-        let r = row("h1", "2026-11-01T11:59:59.000Z", Some("2026-11-01T11:59:56.400Z"));
+        let r = row(
+            "h1",
+            "2026-11-01T11:59:59.000Z",
+            Some("2026-11-01T11:59:56.400Z"),
+        );
         assert_eq!(classify(&r, at(NOW), &HERE, alive), Liveness::Stale);
         // Never polled: judged from its start.
         let r = row("h1", "2026-11-01T11:59:59.000Z", None);
@@ -196,16 +208,32 @@ mod tests {
 
     #[test]
     fn a_gone_local_pid_is_dead_and_a_silent_remote_worker_too() {
-        let r = row("h1", "2026-11-01T11:59:59.000Z", Some("2026-11-01T11:59:59.000Z"));
+        let r = row(
+            "h1",
+            "2026-11-01T11:59:59.000Z",
+            Some("2026-11-01T11:59:59.000Z"),
+        );
         assert_eq!(classify(&r, at(NOW), &HERE, |_, _| true), Liveness::Dead);
         // Another host: the pid cannot be checked; a heartbeat older than the lease means dead.
-        let r = row("h2", "2026-11-01T11:59:29.000Z", Some("2026-11-01T11:59:29.000Z"));
+        let r = row(
+            "h2",
+            "2026-11-01T11:59:29.000Z",
+            Some("2026-11-01T11:59:29.000Z"),
+        );
         assert_eq!(classify(&r, at(NOW), &HERE, |_, _| true), Liveness::Dead);
         // Another host that heartbeats but does not poll: stale, never judged by pid.
-        let r = row("h2", "2026-11-01T11:59:59.000Z", Some("2026-11-01T11:59:50.000Z"));
+        let r = row(
+            "h2",
+            "2026-11-01T11:59:59.000Z",
+            Some("2026-11-01T11:59:50.000Z"),
+        );
         assert_eq!(classify(&r, at(NOW), &HERE, |_, _| true), Liveness::Stale);
         // A hung local process (alive pid, no heartbeat, no poll) is stale, not dead.
-        let r = row("h1", "2026-11-01T11:50:00.000Z", Some("2026-11-01T11:50:00.000Z"));
+        let r = row(
+            "h1",
+            "2026-11-01T11:50:00.000Z",
+            Some("2026-11-01T11:50:00.000Z"),
+        );
         assert_eq!(classify(&r, at(NOW), &HERE, |_, _| false), Liveness::Stale);
     }
 
