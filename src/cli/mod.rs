@@ -12,6 +12,7 @@ mod retry;
 mod runs;
 mod show;
 mod stats;
+mod status;
 mod tools;
 mod worker;
 
@@ -69,6 +70,8 @@ pub enum Command {
     Tools(tools::Args),
     /// Counts by state, oldest queued run, database settings.
     Stats(stats::Args),
+    /// Worker processes: alive, stale, dead or stopped; exits 1 when a live worker is stale.
+    Status(status::Args),
 }
 
 /// What every subcommand gets.
@@ -131,6 +134,7 @@ async fn dispatch(cli: Cli) -> Result<()> {
         Command::Inbox(a) => inbox::run(&ctx, a).await,
         Command::Tools(a) => tools::run(&ctx, a).await,
         Command::Stats(a) => stats::run(&ctx, a).await,
+        Command::Status(a) => status::run(&ctx, a).await,
     }
 }
 

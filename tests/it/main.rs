@@ -5,6 +5,7 @@
 mod support;
 
 mod cli;
+mod crash;
 mod enqueue;
 mod finish;
 mod leases;

@@ -1,0 +1,405 @@
+//! Real `toolq worker` processes: SIGKILL at random moments with restarts (every run still
+//! ends exactly once, recorded once), and several workers sharing one file (limits hold across
+//! processes, no BUSY failure, no run claimed twice).
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use rusqlite::Connection;
+use serde_json::json;
+use toolq::{Client, Config, EnqueueRequest, RegistryBuilder};
+
+struct Setup {
+    _dir: tempfile::TempDir,
+    db: PathBuf,
+    config: PathBuf,
+}
+
+fn setup(config: &str) -> Setup {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("toolq.db");
+    let cfg = dir.path().join("config.toml");
+    std::fs::write(&cfg, config).unwrap();
+    Setup {
+        db,
+        config: cfg,
+        _dir: dir,
+    }
+}
+
+/// Enqueues `sleep` runs through the library: (session, ms, max_attempts) each.
+fn enqueue_sleeps(db: &Path, runs: Vec<(String, u64, Option<i64>)>) {
+    let config = Config {
+        db_path: db.display().to_string(),
+        ..Config::default()
+    };
+    let registry = RegistryBuilder::new().with_builtins().build().unwrap();
+    let client = Client::open(config, registry).unwrap();
+    let reqs = runs
+        .into_iter()
+        .map(|(session, ms, max_attempts)| {
+            let mut r = EnqueueRequest::new("sleep", json!({ "ms": ms })).session(session);
+            r.max_attempts = max_attempts;
+            r
+        })
+        .collect();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(client.enqueue_batch(reqs)).unwrap();
+}
+
+fn spawn_worker(s: &Setup, drain: bool) -> Child {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_toolq"));
+    cmd.arg("--db")
+        .arg(&s.db)
+        .arg("--config")
+        .arg(&s.config)
+        .arg("worker");
+    if drain {
+        cmd.arg("--drain");
+    }
+    cmd.env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("worker starts")
+}
+
+fn wait_exit(child: &mut Child, within: Duration) -> std::process::ExitStatus {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("worker did not exit within {within:?}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn one(c: &Connection, sql: &str) -> i64 {
+    c.query_row(sql, [], |r| r.get(0)).unwrap()
+}
+
+fn parse(ts: &str) -> DateTime<Utc> {
+    toolq::store::codec::parse_ts(ts).unwrap()
+}
+
+/// The invariants every run must satisfy once the queue is drained.
+fn assert_recorded_exactly_once(c: &Connection) {
+    assert_eq!(
+        one(
+            c,
+            "SELECT count(*) FROM runs WHERE state NOT IN ('completed', 'failed', 'cancelled')"
+        ),
+        0,
+        "every run ends terminal"
+    );
+    assert_eq!(
+        one(c, "SELECT count(*) FROM runs WHERE attempt > max_attempts"),
+        0,
+        "no run exceeds max_attempts"
+    );
+    assert_eq!(
+        one(
+            c,
+            "SELECT count(*) FROM runs r WHERE (SELECT count(*) FROM blobs b \
+             WHERE b.run_id = r.id AND b.path = '/.background/' || r.id || '/result.json') != 1"
+        ),
+        0,
+        "each finished run has exactly one result blob"
+    );
+    assert_eq!(
+        one(
+            c,
+            "SELECT count(*) FROM runs r WHERE (SELECT count(*) FROM inbox i WHERE i.run_id = r.id \
+             AND i.kind IN ('completed', 'failed', 'cancelled')) != 1"
+        ),
+        0,
+        "each finished run has exactly one final inbox row"
+    );
+    let ok: String = c
+        .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(ok, "ok");
+}
+
+#[test]
+fn kill_9_at_random_moments_loses_nothing_and_records_each_run_once() {
+    const RUNS: usize = 200;
+    const KILLS: usize = 24;
+    // A long lease: every rescue below comes from noticing the dead pid, not from expiry.
+    let s = setup(
+        "[worker]\npoll_interval = \"20ms\"\nheartbeat_interval = \"100ms\"\nlease = \"30s\"\n\
+         flush_interval = \"50ms\"\ncancel_grace = \"100ms\"\nper_session = 2\n\
+         [runs]\nbackoff_base = \"10ms\"\nbackoff_max = \"50ms\"\n",
+    );
+    let runs: Vec<_> = (0..RUNS)
+        .map(|i| {
+            (
+                format!("s{}", i % 2),
+                rand::random_range(10..=200u64),
+                Some(5),
+            )
+        })
+        .collect();
+    enqueue_sleeps(&s.db, runs);
+    let reader = Connection::open(&s.db).unwrap();
+    let started = Instant::now();
+    let mut kills = 0;
+    let mut lost_in_flight = 0;
+    let mut rescue_ms: Vec<i64> = Vec::new();
+    let mut lost_attempts: Vec<(String, i64, DateTime<Utc>)> = Vec::new();
+    let mut child = spawn_worker(&s, false);
+    while kills < KILLS {
+        std::thread::sleep(Duration::from_millis(rand::random_range(50..=300u64)));
+        let pid = child.id() as i64;
+        child.kill().unwrap();
+        let killed_at = Utc::now();
+        child.wait().unwrap(); // reaped: its pid is gone, as after any real crash
+        kills += 1;
+        // The runs it held at the moment of death.
+        let held: Vec<(String, i64)> = {
+            let mut st = reader
+                .prepare(
+                    "SELECT r.id, r.attempt FROM runs r JOIN workers w ON w.id = r.lease_owner \
+                     WHERE r.state = 'running' AND w.pid = ?1",
+                )
+                .unwrap();
+            st.query_map([pid], |r| Ok((r.get(0)?, r.get(1)?)))
+                .unwrap()
+                .collect::<Result<_, _>>()
+                .unwrap()
+        };
+        lost_in_flight += held.len();
+        child = spawn_worker(&s, false);
+        // From the kill to each lost run's rescue (the "worker lost" entry the rescue appends
+        // to its errors), and to its next start (after the backoff, behind older queued runs).
+        let deadline = Instant::now() + Duration::from_secs(20);
+        for (id, attempt) in &held {
+            loop {
+                let (state, errors): (String, String) = reader
+                    .query_row("SELECT state, errors FROM runs WHERE id = ?1", [id], |r| {
+                        Ok((r.get(0)?, r.get(1)?))
+                    })
+                    .unwrap();
+                let errors: serde_json::Value = serde_json::from_str(&errors).unwrap();
+                let rescued_at = errors.as_array().unwrap().iter().find(|e| {
+                    e["attempt"] == *attempt
+                        && e["error"].as_str().unwrap().starts_with("worker lost")
+                });
+                if let Some(e) = rescued_at {
+                    rescue_ms
+                        .push((parse(e["at"].as_str().unwrap()) - killed_at).num_milliseconds());
+                    lost_attempts.push((id.clone(), *attempt, killed_at));
+                    break;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "run {id} was not rescued: {state} {errors}"
+                );
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        }
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let mut drain = spawn_worker(&s, true);
+    assert!(wait_exit(&mut drain, Duration::from_secs(60)).success());
+    let elapsed = started.elapsed();
+
+    assert_recorded_exactly_once(&reader);
+    let completed = one(
+        &reader,
+        "SELECT count(*) FROM runs WHERE state = 'completed'",
+    );
+    let worker_lost = one(
+        &reader,
+        "SELECT count(*) FROM runs WHERE state = 'failed' AND error LIKE 'worker lost%'",
+    );
+    let other_failed = one(
+        &reader,
+        "SELECT count(*) FROM runs WHERE state = 'failed' AND error NOT LIKE 'worker lost%'",
+    );
+    let reexecuted = one(&reader, "SELECT count(*) FROM runs WHERE attempt > 1");
+    let duplicate_inbox = one(
+        &reader,
+        "SELECT coalesce(sum(n - 1), 0) FROM (SELECT count(*) n FROM inbox \
+         WHERE kind IN ('completed', 'failed', 'cancelled') GROUP BY run_id HAVING n > 1)",
+    );
+    let lost = one(
+        &reader,
+        "SELECT count(*) FROM runs WHERE state NOT IN ('completed', 'failed', 'cancelled')",
+    );
+    // The next start of a lost attempt, where that next attempt was the last one (a later
+    // start overwrites started_at).
+    let mut restart_ms: Vec<i64> = lost_attempts
+        .iter()
+        .filter_map(|(id, attempt, killed_at)| {
+            let (att, st): (i64, String) = reader
+                .query_row(
+                    "SELECT attempt, started_at FROM runs WHERE id = ?1",
+                    [id],
+                    |r| Ok((r.get(0)?, r.get(1)?)),
+                )
+                .unwrap();
+            (att == attempt + 1).then(|| (parse(&st) - *killed_at).num_milliseconds())
+        })
+        .collect();
+    rescue_ms.sort_unstable();
+    restart_ms.sort_unstable();
+    let pct = |v: &[i64], p: usize| {
+        v.get(v.len().saturating_sub(1) * p / 100)
+            .copied()
+            .unwrap_or(-1)
+    };
+    eprintln!(
+        "crash test: {kills} kills, {RUNS} runs, {completed} completed, {worker_lost} failed as \
+         worker lost (5 attempts used), {other_failed} other failures, lost {lost}, \
+         {lost_in_flight} attempts in flight at a kill, {reexecuted} runs executed more than once, \
+         {duplicate_inbox} duplicate inbox rows; kill -9 to rescue: median {} ms, p90 {} ms, \
+         max {} ms (n = {}); kill -9 to the rescued run's next start: median {} ms, p90 {} ms, \
+         max {} ms (n = {}); {:.1}s in all",
+        pct(&rescue_ms, 50),
+        pct(&rescue_ms, 90),
+        pct(&rescue_ms, 100),
+        rescue_ms.len(),
+        pct(&restart_ms, 50),
+        pct(&restart_ms, 90),
+        pct(&restart_ms, 100),
+        restart_ms.len(),
+        elapsed.as_secs_f64()
+    );
+    assert_eq!(lost, 0);
+    assert_eq!(duplicate_inbox, 0);
+    assert_eq!(other_failed, 0);
+    assert!(kills >= 20);
+    assert!(lost_in_flight > 0, "some kills hit runs in flight");
+    assert_eq!(
+        rescue_ms.len(),
+        lost_in_flight,
+        "every run in flight at a kill was rescued"
+    );
+    // Every dead worker was noticed and marked stopped by a successor.
+    assert_eq!(
+        one(
+            &reader,
+            "SELECT count(*) FROM workers WHERE stopped_at IS NULL"
+        ),
+        0
+    );
+    // (A worker killed before it registered left no row.)
+    assert_eq!(
+        one(
+            &reader,
+            "SELECT count(*) FROM workers WHERE stop_reason IS NOT 'died'"
+        ),
+        1,
+        "only the draining worker exited cleanly"
+    );
+}
+
+/// Runs `workers` worker processes over one file with `runs` short runs in 8 sessions and
+/// checks the per-session limit (sampled from a reader), no BUSY failure, no double claim.
+fn many_workers(workers: usize, runs: usize) {
+    const PER_SESSION: i64 = 3;
+    let s = setup(&format!(
+        "[worker]\npoll_interval = \"20ms\"\nheartbeat_interval = \"200ms\"\nflush_interval = \"100ms\"\n\
+         concurrency = 16\nper_session = {PER_SESSION}\n"
+    ));
+    let batch: Vec<_> = (0..runs)
+        .map(|i| (format!("s{}", i % 8), rand::random_range(0..=3u64), None))
+        .collect();
+    enqueue_sleeps(&s.db, batch);
+    let stop = Arc::new(AtomicBool::new(false));
+    let max_running = Arc::new(AtomicI64::new(0));
+    let samples = Arc::new(AtomicI64::new(0));
+    let sampler = {
+        let (stop, max_running, samples, db) = (
+            stop.clone(),
+            max_running.clone(),
+            samples.clone(),
+            s.db.clone(),
+        );
+        std::thread::spawn(move || {
+            let c = Connection::open(db).unwrap();
+            c.busy_timeout(Duration::from_secs(5)).unwrap();
+            while !stop.load(Ordering::Relaxed) {
+                let n: i64 = c
+                    .query_row(
+                        "SELECT coalesce(max(n), 0) FROM (SELECT count(*) n FROM runs \
+                         WHERE state = 'running' GROUP BY session_id)",
+                        [],
+                        |r| r.get(0),
+                    )
+                    .unwrap();
+                max_running.fetch_max(n, Ordering::Relaxed);
+                samples.fetch_add(1, Ordering::Relaxed);
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        })
+    };
+    let started = Instant::now();
+    let mut children: Vec<Child> = (0..workers).map(|_| spawn_worker(&s, true)).collect();
+    for c in &mut children {
+        assert!(wait_exit(c, Duration::from_secs(60)).success());
+    }
+    let elapsed = started.elapsed();
+    stop.store(true, Ordering::Relaxed);
+    sampler.join().unwrap();
+
+    let c = Connection::open(&s.db).unwrap();
+    assert_recorded_exactly_once(&c);
+    let by_state: HashMap<String, i64> = {
+        let mut st = c
+            .prepare("SELECT state, count(*) FROM runs GROUP BY state")
+            .unwrap();
+        st.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap()
+    };
+    let busy = one(&c, "SELECT coalesce(sum(busy_retries), 0) FROM workers");
+    let owners = one(
+        &c,
+        "SELECT count(DISTINCT w.id) FROM workers w WHERE w.stop_reason = 'exited'",
+    );
+    eprintln!(
+        "{workers} workers, {runs} runs in {:.1}s: {by_state:?}; max running per session {} \
+         (limit {PER_SESSION}, {} samples); busy retries {busy}",
+        elapsed.as_secs_f64(),
+        max_running.load(Ordering::Relaxed),
+        samples.load(Ordering::Relaxed),
+    );
+    assert_eq!(
+        by_state.get("completed").copied(),
+        Some(runs as i64),
+        "no run failed"
+    );
+    assert!(max_running.load(Ordering::Relaxed) <= PER_SESSION);
+    assert!(samples.load(Ordering::Relaxed) > 0);
+    // No worker died, so no run was ever rescued: each was claimed exactly once.
+    assert_eq!(one(&c, "SELECT count(*) FROM runs WHERE attempt != 1"), 0);
+    assert_eq!(one(&c, "SELECT count(*) FROM runs WHERE errors != '[]'"), 0);
+    assert_eq!(owners, workers as i64, "every worker exited cleanly");
+}
+
+#[test]
+fn two_worker_processes_share_one_file() {
+    many_workers(2, 2000);
+}
+
+#[test]
+fn four_worker_processes_share_one_file() {
+    many_workers(4, 3000);
+}
