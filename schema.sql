@@ -157,6 +157,7 @@ CREATE TABLE workers (
     id                  TEXT PRIMARY KEY,      -- 'wk_' + uuid v7
     host                TEXT NOT NULL,
     boot_id             TEXT NOT NULL,         -- /proc/sys/kernel/random/boot_id
+    pid_namespace       TEXT NOT NULL DEFAULT 'unknown',  -- /proc/self/ns/pid: containers may share host and boot
     pid                 INTEGER NOT NULL,
     process_start_time  TEXT NOT NULL,         -- from /proc/PID/stat; tells a reused pid apart
     started_at          TEXT NOT NULL,

@@ -80,6 +80,8 @@ pub struct Here<'a> {
     pub host: &'a str,
     /// This boot's id.
     pub boot_id: &'a str,
+    /// This process's pid namespace.
+    pub pid_namespace: &'a str,
 }
 
 /// Judges one worker row (pure but for `is_dead`, which checks a pid on this host).
@@ -92,7 +94,9 @@ pub fn classify(
     if row.stopped_at.is_some() {
         return Liveness::Stopped;
     }
-    let local = row.host == here.host && row.boot_id == here.boot_id;
+    let local = row.host == here.host
+        && row.boot_id == here.boot_id
+        && row.pid_namespace == here.pid_namespace;
     if local && is_dead(row.pid, &row.process_start_time) {
         return Liveness::Dead;
     }
@@ -119,10 +123,15 @@ pub async fn status(client: &Client, include_stopped: bool) -> Result<StatusRepo
         .read_async(move |c| crate::store::workers::list(c, include_stopped))
         .await?;
     let now = client.now();
-    let (host, boot_id) = (identity::host(), identity::boot_id());
+    let (host, boot_id, pid_ns) = (
+        identity::host(),
+        identity::boot_id(),
+        identity::pid_namespace(),
+    );
     let here = Here {
         host: &host,
         boot_id: &boot_id,
+        pid_namespace: &pid_ns,
     };
     let workers: Vec<WorkerStatus> = rows
         .into_iter()
@@ -157,6 +166,7 @@ mod tests {
             id: "wk_1".into(),
             host: host.into(),
             boot_id: "boot".into(),
+            pid_namespace: "ns".into(),
             pid: 42,
             process_start_time: "100".into(),
             started_at: "2026-11-01T11:00:00.000Z".into(),
@@ -176,6 +186,7 @@ mod tests {
     const HERE: Here<'static> = Here {
         host: "h1",
         boot_id: "boot",
+        pid_namespace: "ns",
     };
     const NOW: &str = "2026-11-01T12:00:00Z";
 
@@ -235,6 +246,17 @@ mod tests {
             Some("2026-11-01T11:50:00.000Z"),
         );
         assert_eq!(classify(&r, at(NOW), &HERE, |_, _| false), Liveness::Stale);
+    }
+
+    #[test]
+    fn a_pid_in_another_namespace_is_never_judged_by_pid() {
+        let mut r = row(
+            "h1",
+            "2026-11-01T11:59:59.000Z",
+            Some("2026-11-01T11:59:59.000Z"),
+        );
+        r.pid_namespace = "pid:[other]".into();
+        assert_eq!(classify(&r, at(NOW), &HERE, |_, _| true), Liveness::Alive);
     }
 
     #[test]

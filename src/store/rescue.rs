@@ -22,27 +22,40 @@ pub struct LiveWorker {
     pub process_start_time: String,
 }
 
-/// Workers not marked stopped that registered on this host during this boot: the only ones
-/// whose process can be checked for sure.
+/// Where pids can be checked: this host, this boot, this pid namespace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Locality<'a> {
+    /// Host name.
+    pub host: &'a str,
+    /// Kernel boot id.
+    pub boot_id: &'a str,
+    /// Pid namespace.
+    pub pid_namespace: &'a str,
+}
+
+/// Workers not marked stopped that registered on this host, during this boot, in this pid
+/// namespace: the only ones whose process can be checked for sure.
 pub fn live_workers_on(
     conn: &Connection,
-    host: &str,
-    boot_id: &str,
+    here: &Locality<'_>,
 ) -> Result<Vec<LiveWorker>, StoreError> {
     let mut stmt = conn
         .prepare_cached(
             "SELECT id, pid, process_start_time FROM workers \
-             WHERE stopped_at IS NULL AND host = :host AND boot_id = :boot",
+             WHERE stopped_at IS NULL AND host = :host AND boot_id = :boot AND pid_namespace = :ns",
         )
         .ctx("prepare live workers")?;
     let rows = stmt
-        .query_map(named_params! {":host": host, ":boot": boot_id}, |r| {
-            Ok(LiveWorker {
-                id: r.get(0)?,
-                pid: r.get(1)?,
-                process_start_time: r.get(2)?,
-            })
-        })
+        .query_map(
+            named_params! {":host": here.host, ":boot": here.boot_id, ":ns": here.pid_namespace},
+            |r| {
+                Ok(LiveWorker {
+                    id: r.get(0)?,
+                    pid: r.get(1)?,
+                    process_start_time: r.get(2)?,
+                })
+            },
+        )
         .ctx("live workers")?;
     rows.collect::<Result<_, _>>().ctx("read live workers")
 }

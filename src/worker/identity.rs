@@ -8,6 +8,16 @@ pub fn boot_id() -> String {
         .unwrap_or_else(|_| "unknown".into())
 }
 
+/// The process's pid namespace (`/proc/self/ns/pid`, e.g. `pid:[4026531836]`), or "unknown".
+/// Containers can share a host name and a kernel (boot id) yet number pids apart: a pid can
+/// only be checked by a process in the same namespace.
+pub fn pid_namespace() -> String {
+    std::fs::read_link("/proc/self/ns/pid")
+        .ok()
+        .and_then(|p| p.into_os_string().into_string().ok())
+        .unwrap_or_else(|| "unknown".into())
+}
+
 /// The host name, or "unknown".
 pub fn host() -> String {
     hostname::get()

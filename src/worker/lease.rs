@@ -19,6 +19,7 @@ pub(super) async fn register(sh: &Arc<Shared>) -> Result<()> {
         id: sh.id.to_string(),
         host: super::identity::host(),
         boot_id: super::identity::boot_id(),
+        pid_namespace: super::identity::pid_namespace(),
         pid: pid as i64,
         process_start_time: super::identity::process_start_time(pid)
             .unwrap_or_else(|| "unknown".into()),
@@ -46,10 +47,11 @@ pub(super) async fn register(sh: &Arc<Shared>) -> Result<()> {
 pub(super) async fn deregister(sh: &Arc<Shared>) {
     let id = sh.id.to_string();
     let now = sh.client.now();
+    let busy = sh.client.store().busy_retries();
     if let Err(e) = sh
         .client
         .store()
-        .write_async(move |tx| store::workers::deregister(tx, &id, now))
+        .write_async(move |tx| store::workers::deregister(tx, &id, now, busy))
         .await
     {
         tracing::warn!(error = %e, "could not mark the worker stopped");
@@ -158,7 +160,10 @@ pub(crate) async fn flush_tick(sh: &Arc<Shared>) -> Result<()> {
                 store::claim::set_operation(tx, id, *attempt, token, op, stage.as_ref())?;
             }
             for w in &writes {
-                store::claim::write_progress(tx, w, now)?;
+                if !store::claim::write_progress(tx, w, now)? {
+                    tracing::debug!(run_id = %w.id, attempt = w.attempt,
+                        "progress write dropped: the attempt no longer holds the lease");
+                }
             }
             Ok(())
         })

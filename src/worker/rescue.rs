@@ -84,15 +84,23 @@ pub fn decide_rescue(
 /// One rescue pass over the database, as any worker (or an operator tool) runs it. Blocking
 /// parts run off the async runtime.
 pub async fn rescue_tick(client: &Client) -> Result<RescueReport> {
-    let host = identity::host();
-    let boot = identity::boot_id();
+    let (host, boot, pid_ns) = (
+        identity::host(),
+        identity::boot_id(),
+        identity::pid_namespace(),
+    );
     let defaults = client.config().runs.clone();
     let now = client.now();
     let report = client
         .store()
         .write_async(move |tx| {
             let mut report = RescueReport::default();
-            let dead: Vec<String> = store::rescue::live_workers_on(tx, &host, &boot)?
+            let here = store::rescue::Locality {
+                host: &host,
+                boot_id: &boot,
+                pid_namespace: &pid_ns,
+            };
+            let dead: Vec<String> = store::rescue::live_workers_on(tx, &here)?
                 .into_iter()
                 .filter(|w| identity::is_dead(w.pid, &w.process_start_time))
                 .map(|w| w.id)

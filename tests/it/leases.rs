@@ -23,6 +23,7 @@ fn register(env: &TestEnv, id: &str, host: &str, pid: i64, start: &str) {
         id: id.into(),
         host: host.into(),
         boot_id: identity::boot_id(),
+        pid_namespace: identity::pid_namespace(),
         pid,
         process_start_time: start.into(),
         started_at: now.clone(),
@@ -308,7 +309,7 @@ async fn a_run_whose_owner_has_no_row_or_stopped_is_rescued_at_once() {
     let now = env.client.now();
     env.client
         .store()
-        .write(|tx| toolq::store::workers::deregister(tx, "wk_gone", now))
+        .write(|tx| toolq::store::workers::deregister(tx, "wk_gone", now, 0))
         .unwrap();
     assert_eq!(rescue_tick(&env.client).await.unwrap().requeued, 1);
     let r = env.client.get(&a).await.unwrap();
