@@ -60,6 +60,20 @@ pub fn live_workers_on(
     rows.collect::<Result<_, _>>().ctx("read live workers")
 }
 
+/// Ids of the workers in [`live_workers_on`] whose process `is_dead(pid, start_time)` says
+/// is gone.
+pub fn dead_workers(
+    conn: &Connection,
+    here: &Locality<'_>,
+    is_dead: impl Fn(i64, &str) -> bool,
+) -> Result<Vec<String>, StoreError> {
+    Ok(live_workers_on(conn, here)?
+        .into_iter()
+        .filter(|w| is_dead(w.pid, &w.process_start_time))
+        .map(|w| w.id)
+        .collect())
+}
+
 /// Marks workers whose process is gone as stopped (`stop_reason = 'died'`). Returns how many
 /// rows changed.
 pub fn mark_died(

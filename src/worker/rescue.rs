@@ -81,31 +81,40 @@ pub fn decide_rescue(
     decide(run, end, SinkSnapshot::default(), defaults, now, jitter)
 }
 
-/// One rescue pass over the database, as any worker (or an operator tool) runs it. Blocking
-/// parts run off the async runtime.
+/// One rescue pass over the database, as any worker (or an operator tool) runs it. It looks
+/// first with a read; only when there is something to take back does it open a write
+/// transaction, which looks again before acting (every write in it is fenced anyway).
 pub async fn rescue_tick(client: &Client) -> Result<RescueReport> {
+    let now = client.now();
     let (host, boot, pid_ns) = (
         identity::host(),
         identity::boot_id(),
         identity::pid_namespace(),
     );
-    let defaults = client.config().runs.clone();
-    let now = client.now();
-    let report = client
+    let (dead, pending) = client
         .store()
-        .write_async(move |tx| {
-            let mut report = RescueReport::default();
+        .read_async(move |c| {
             let here = store::rescue::Locality {
                 host: &host,
                 boot_id: &boot,
                 pid_namespace: &pid_ns,
             };
-            let dead: Vec<String> = store::rescue::live_workers_on(tx, &here)?
-                .into_iter()
-                .filter(|w| identity::is_dead(w.pid, &w.process_start_time))
-                .map(|w| w.id)
-                .collect();
-            report.workers_died = store::rescue::mark_died(tx, &dead, now)?;
+            let dead = store::rescue::dead_workers(c, &here, identity::is_dead)?;
+            let pending = !store::rescue::rescuable(c, now)?.is_empty();
+            Ok((dead, pending))
+        })
+        .await?;
+    if dead.is_empty() && !pending {
+        return Ok(RescueReport::default());
+    }
+    let defaults = client.config().runs.clone();
+    let report = client
+        .store()
+        .write_async(move |tx| {
+            let mut report = RescueReport {
+                workers_died: store::rescue::mark_died(tx, &dead, now)?,
+                ..RescueReport::default()
+            };
             for (run, reason) in store::rescue::rescuable(tx, now)? {
                 let record = decide_rescue(&run, reason, &defaults, now, rand::random::<f64>());
                 if !store::finish::finish(tx, &record, now)? {
