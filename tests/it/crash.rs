@@ -518,3 +518,91 @@ fn status_lists_workers_and_exits_1_when_a_live_loop_is_stale() {
     assert_eq!(code, 0, "{err}");
     assert_eq!(liveness_of(&v, pid), "dead", "{v}");
 }
+
+#[test]
+fn a_surviving_worker_takes_back_a_killed_workers_runs_within_a_poll() {
+    // Lease 30s: the survivor can only act this fast by noticing the dead pid.
+    let s = setup(
+        "[worker]\npoll_interval = \"50ms\"\nheartbeat_interval = \"100ms\"\nlease = \"30s\"\n\
+         concurrency = 2\nper_session = 10\n[runs]\nbackoff_base = \"10ms\"\n",
+    );
+    enqueue_sleeps(
+        &s.db,
+        (0..4).map(|_| ("s".to_string(), 1500, None)).collect(),
+    );
+    let reader = Connection::open(&s.db).unwrap();
+    let mut a = spawn_worker(&s, false);
+    let mut b = spawn_worker(&s, false);
+    let running_of = |pid: u32| -> i64 {
+        reader
+            .query_row(
+                "SELECT count(*) FROM runs r JOIN workers w ON w.id = r.lease_owner \
+                 WHERE r.state = 'running' AND w.pid = ?1",
+                [pid],
+                |r| r.get(0),
+            )
+            .unwrap()
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while running_of(a.id()) != 2 || running_of(b.id()) != 2 {
+        assert!(
+            Instant::now() < deadline,
+            "both workers never held two runs"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    a.kill().unwrap();
+    let killed_at = Utc::now();
+    a.wait().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let rescued_at = loop {
+        let at: Option<String> = reader
+            .query_row(
+                "SELECT max(json_extract(e.value, '$.at')) FROM runs, json_each(runs.errors) e \
+                 WHERE json_extract(e.value, '$.error') LIKE 'worker lost%'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        let n = one(&reader, "SELECT count(*) FROM runs WHERE errors != '[]'");
+        if let (2, Some(at)) = (n, at) {
+            break parse(&at);
+        }
+        assert!(Instant::now() < deadline, "survivor never rescued the runs");
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while one(
+        &reader,
+        "SELECT count(*) FROM runs WHERE state = 'completed'",
+    ) != 4
+    {
+        assert!(
+            Instant::now() < deadline,
+            "survivor never finished the runs"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(b.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    assert!(wait_exit(&mut b, Duration::from_secs(20)).success());
+    eprintln!(
+        "survivor rescue: kill -9 to rescue by the other worker {} ms (poll interval 50 ms)",
+        (rescued_at - killed_at).num_milliseconds()
+    );
+    assert_recorded_exactly_once(&reader);
+    assert_eq!(
+        one(&reader, "SELECT count(*) FROM runs WHERE attempt = 2"),
+        2
+    );
+    assert_eq!(
+        one(
+            &reader,
+            "SELECT count(*) FROM workers WHERE stop_reason = 'died'"
+        ),
+        1
+    );
+}
