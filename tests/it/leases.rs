@@ -466,6 +466,12 @@ async fn cancel_queued_at_once_and_running_via_the_heartbeat() {
     );
     let r = env.client.get(&queued).await.unwrap();
     assert_eq!(r.state, RunState::Cancelled);
+    let blob = env.client.result(&r).await.unwrap().unwrap();
+    let v: Value = serde_json::from_slice(&blob.content).unwrap();
+    assert_eq!(
+        v,
+        json!({"status": "cancelled", "error": "cancelled by request before it started"})
+    );
     let msgs = inbox(&env).await;
     assert_eq!(msgs.len(), 1);
     assert_eq!(msgs[0].kind, "cancelled");
