@@ -157,7 +157,10 @@ pub(crate) async fn flush_tick(sh: &Arc<Shared>) -> Result<()> {
         .store()
         .write_async(move |tx| {
             for (id, attempt, token, op, stage) in &ops {
-                store::claim::set_operation(tx, id, *attempt, token, op, stage.as_ref())?;
+                if !store::claim::set_operation(tx, id, *attempt, token, op, stage.as_ref())? {
+                    tracing::debug!(run_id = %id, attempt,
+                        "operation id dropped: the attempt no longer holds the lease");
+                }
             }
             for w in &writes {
                 if !store::claim::write_progress(tx, w, now)? {
