@@ -10,4 +10,7 @@ mod enqueue;
 mod finish;
 mod leases;
 mod limits;
+mod retries;
 mod shutdown;
+mod status;
+mod workers;
