@@ -2,6 +2,7 @@
 //! run still ends exactly once, recorded once), and under a surviving worker that takes the
 //! dead one's runs back. The process helpers here are shared with `workers` and `status`.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -12,7 +13,7 @@ use serde_json::json;
 use toolq::{Client, Config, EnqueueRequest, RegistryBuilder};
 
 pub(crate) struct Setup {
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
     pub db: PathBuf,
     pub config: PathBuf,
 }
@@ -25,7 +26,7 @@ pub(crate) fn setup(config: &str) -> Setup {
     Setup {
         db,
         config: cfg,
-        _dir: dir,
+        dir,
     }
 }
 
@@ -52,6 +53,9 @@ pub(crate) fn enqueue_sleeps(db: &Path, runs: Vec<(String, u64, Option<i64>)>) {
     rt.block_on(client.enqueue_batch(reqs)).unwrap();
 }
 
+/// Starts `toolq worker` (with `--drain` if asked). Each process writes its own log file
+/// `worker-PID.log` at debug level for `toolq::worker`: an append-only record, outside the
+/// database, of every attempt it started (see [`executions`]).
 pub(crate) fn spawn_worker(s: &Setup, drain: bool) -> Child {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_toolq"));
     cmd.arg("--db")
@@ -62,11 +66,46 @@ pub(crate) fn spawn_worker(s: &Setup, drain: bool) -> Child {
     if drain {
         cmd.arg("--drain");
     }
-    cmd.env("RUST_LOG", "warn")
+    let log_path = s
+        .dir
+        .path()
+        .join(format!("starting-{}.log", rand::random::<u64>()));
+    let log = std::fs::File::create(&log_path).unwrap();
+    let child = cmd
+        .env("RUST_LOG", "warn,toolq::worker=debug")
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(log)
         .spawn()
-        .expect("worker starts")
+        .expect("worker starts");
+    let named = s.dir.path().join(format!("worker-{}.log", child.id()));
+    std::fs::rename(&log_path, named).unwrap();
+    child
+}
+
+/// Executions started per run id, from every worker process's own log: the tool call starts
+/// right after the `started` line of its attempt, so a run executed twice shows twice (a
+/// process killed between its claim and that line may leave an attempt unlogged).
+pub(crate) fn executions(s: &Setup) -> HashMap<String, usize> {
+    let mut seen = HashMap::new();
+    for entry in std::fs::read_dir(s.dir.path()).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        if !name.starts_with("worker-") {
+            continue;
+        }
+        for line in std::fs::read_to_string(&path).unwrap().lines() {
+            if !line.ends_with("toolq::worker: started") {
+                continue;
+            }
+            let id = line
+                .split("run{run_id=")
+                .nth(1)
+                .and_then(|rest| rest.split(' ').next())
+                .unwrap();
+            *seen.entry(id.to_string()).or_insert(0) += 1;
+        }
+    }
+    seen
 }
 
 pub(crate) fn wait_exit(child: &mut Child, within: Duration) -> std::process::ExitStatus {
@@ -268,6 +307,24 @@ fn kill_9_at_random_moments_loses_nothing_and_records_each_run_once() {
         .collect();
     rescue_ms.sort_unstable();
     restart_ms.sort_unstable();
+    // Executions from the workers' own logs: never more than the attempts the database counts.
+    let execs = executions(&s);
+    let attempts: HashMap<String, i64> = {
+        let mut st = reader.prepare("SELECT id, attempt FROM runs").unwrap();
+        st.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap()
+    };
+    for (id, n) in &execs {
+        assert!(
+            *n as i64 <= attempts[id],
+            "run {id}: {n} executions, {} attempts",
+            attempts[id]
+        );
+    }
+    let logged = execs.values().sum::<usize>();
+    let duplicate_executions: usize = execs.values().map(|n| n - 1).sum();
     let pct = |v: &[i64], p: usize| {
         v.get(v.len().saturating_sub(1) * p / 100)
             .copied()
@@ -276,8 +333,9 @@ fn kill_9_at_random_moments_loses_nothing_and_records_each_run_once() {
     eprintln!(
         "crash test: {kills} kills, {RUNS} runs, {completed} completed, {worker_lost} failed as \
          worker lost (5 attempts used), {other_failed} other failures, lost {lost}, \
-         {lost_in_flight} attempts in flight at a kill, {reexecuted} runs executed more than once, \
-         {duplicate_inbox} duplicate inbox rows; kill -9 to rescue: median {} ms, p90 {} ms, \
+         {lost_in_flight} attempts in flight at a kill, {reexecuted} runs with more than one \
+         attempt, {logged} executions logged of which {duplicate_executions} repeats (all after a \
+         rescue), {duplicate_inbox} duplicate inbox rows; kill -9 to rescue: median {} ms, p90 {} ms, \
          max {} ms (n = {}); kill -9 to the rescued run's next start: median {} ms, p90 {} ms, \
          max {} ms (n = {}); {:.1}s in all",
         pct(&rescue_ms, 50),

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use rusqlite::Connection;
 
 use crate::crash::{
-    assert_recorded_exactly_once, enqueue_sleeps, one, setup, spawn_worker, wait_exit,
+    assert_recorded_exactly_once, enqueue_sleeps, executions, one, setup, spawn_worker, wait_exit,
 };
 
 /// Runs `workers` worker processes over one file with `runs` short runs in 8 sessions and
@@ -92,7 +92,11 @@ fn many_workers(workers: usize, runs: usize) {
     );
     assert!(max_running.load(Ordering::Relaxed) <= PER_SESSION);
     assert!(samples.load(Ordering::Relaxed) > 0);
-    // No worker died, so no run was ever rescued: each was claimed exactly once.
+    // No worker died, so no run was ever rescued: each was claimed and executed exactly once,
+    // by the database's count and by the workers' own logs.
+    let execs = executions(&s);
+    assert_eq!(execs.len(), runs, "every run's execution was logged");
+    assert!(execs.values().all(|n| *n == 1), "a run executed twice");
     assert_eq!(one(&c, "SELECT count(*) FROM runs WHERE attempt != 1"), 0);
     assert_eq!(one(&c, "SELECT count(*) FROM runs WHERE errors != '[]'"), 0);
     assert_eq!(owners, workers as i64, "every worker exited cleanly");
