@@ -392,6 +392,8 @@ async fn drain_in_flight(sh: &Arc<Shared>, grace: Duration) {
         if sh.flights().is_empty() {
             return;
         }
+        // Still looping (shutting down, not stuck): keeps `toolq status` from calling it stale.
+        *sh.last_poll.lock().unwrap_or_else(|e| e.into_inner()) = Some(sh.client.now());
         if !asked && tokio::time::Instant::now() >= deadline {
             for f in sh.flights().values() {
                 f.stop.stop(StopReason::Shutdown);
