@@ -71,6 +71,8 @@ CREATE INDEX runs_session_created_idx ON runs (session_id, created_at);
 CREATE INDEX runs_finished_idx ON runs (finished_at) WHERE finished_at IS NOT NULL;
 CREATE INDEX runs_schedule_active_idx ON runs (schedule_id)
     WHERE state IN ('queued', 'awaiting_approval', 'running');
+-- Schedule firing: the latest queued schedule run, so catch-up starts are spread and capped.
+CREATE INDEX runs_schedule_catchup_idx ON runs (run_at) WHERE state = 'queued' AND schedule_id IS NOT NULL;
 CREATE INDEX runs_awaiting_deadline_idx ON runs (approval_deadline) WHERE state = 'awaiting_approval';
 
 -- Run artifacts as blob rows: '/.background/{run_id}/output.log' and '/.background/{run_id}/result.json'.

@@ -237,3 +237,23 @@ pub(crate) fn guard_sql(set: &str) -> String {
          AND lease_token = :token"
     )
 }
+
+/// Active (queued, awaiting_approval, running) runs of a session, not counting `except`
+/// (spawn_background's own run). Uses the claim and state indexes.
+pub fn count_active_in_session(
+    conn: &rusqlite::Connection,
+    session: &str,
+    except: Option<&str>,
+) -> Result<i64, StoreError> {
+    conn.prepare_cached(
+        "SELECT count(*) FROM runs WHERE session_id = :session \
+         AND state IN ('queued', 'awaiting_approval', 'running') \
+         AND (:except IS NULL OR id <> :except)",
+    )
+    .ctx("prepare count active runs")?
+    .query_row(
+        named_params! {":session": session, ":except": except},
+        |r| r.get(0),
+    )
+    .ctx("count active runs")
+}
