@@ -143,18 +143,17 @@ pub fn plan(spec: &ScheduleSpec, p: PlanInput) -> Plan {
     out
 }
 
-/// Ticks from `due` to `now` inclusive (at most about [`MAX_LISTED_TICKS`]; after that the
-/// enumeration jumps to the last stretch before `now`, returning the tick before the jump as
-/// the gap), and the next tick after `now`.
-fn due_ticks(
-    spec: &ScheduleSpec,
-    due: DateTime<Utc>,
-    now: DateTime<Utc>,
-) -> (
+/// Due ticks, the tick before a jump in the listing (if any), and the next tick after now.
+type DueTicks = (
     Vec<DateTime<Utc>>,
     Option<DateTime<Utc>>,
     Option<DateTime<Utc>>,
-) {
+);
+
+/// Ticks from `due` to `now` inclusive (at most about [`MAX_LISTED_TICKS`]; after that the
+/// enumeration jumps to the last stretch before `now`, returning the tick before the jump as
+/// the gap), and the next tick after `now`.
+fn due_ticks(spec: &ScheduleSpec, due: DateTime<Utc>, now: DateTime<Utc>) -> DueTicks {
     if let ScheduleSpec::Once(at) = spec {
         return (
             (*at <= now).then_some(vec![*at]).unwrap_or_default(),
@@ -171,14 +170,15 @@ fn due_ticks(
         }
         ticks.push(tick);
         t = spec.next_after(tick);
-        if ticks.len() == MAX_LISTED_TICKS && gap.is_none() {
-            if let (Some(n), [.., a, b]) = (t, ticks.as_slice()) {
-                // Jump to the last few periods before now: enough to find the latest tick.
-                let back = now - (*b - *a) * 4;
-                if n <= back {
-                    gap = Some(tick);
-                    t = spec.next_after(back.max(tick));
-                }
+        if ticks.len() == MAX_LISTED_TICKS
+            && gap.is_none()
+            && let (Some(n), [.., a, b]) = (t, ticks.as_slice())
+        {
+            // Jump to the last few periods before now: enough to find the latest tick.
+            let back = now - (*b - *a) * 4;
+            if n <= back {
+                gap = Some(tick);
+                t = spec.next_after(back.max(tick));
             }
         }
     }

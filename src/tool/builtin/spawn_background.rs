@@ -44,10 +44,10 @@ fn parse_schedule(args: &Value) -> Result<Option<ScheduleArgs>, String> {
     };
     let cron = text("cron_expression");
     let at = text("scheduled_at");
-    if let Some(at) = &at {
-        if chrono::DateTime::parse_from_rfc3339(at).is_err() {
-            return Err("scheduled_at must be RFC3339".into());
-        }
+    if let Some(at) = &at
+        && chrono::DateTime::parse_from_rfc3339(at).is_err()
+    {
+        return Err("scheduled_at must be RFC3339".into());
     }
     match (&cron, &at) {
         (None, None) => return Err(NEITHER_MESSAGE.into()),
