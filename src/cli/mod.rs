@@ -10,6 +10,7 @@ pub mod render;
 mod result;
 mod retry;
 mod runs;
+mod schedule;
 mod show;
 mod stats;
 mod tools;
@@ -69,6 +70,8 @@ pub enum Command {
     Tools(tools::Args),
     /// Counts by state, oldest queued run, database settings.
     Stats(stats::Args),
+    /// Cron monitors and one-shots: add, list, show, cancel, enable, preview.
+    Schedule(schedule::Args),
 }
 
 /// What every subcommand gets.
@@ -131,6 +134,7 @@ async fn dispatch(cli: Cli) -> Result<()> {
         Command::Inbox(a) => inbox::run(&ctx, a).await,
         Command::Tools(a) => tools::run(&ctx, a).await,
         Command::Stats(a) => stats::run(&ctx, a).await,
+        Command::Schedule(a) => schedule::run(&ctx, a).await,
     }
 }
 

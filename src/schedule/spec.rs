@@ -17,6 +17,15 @@ pub const BOTH_MESSAGE: &str =
 pub const NEITHER_MESSAGE: &str =
     "schedule must include exactly one of cron_expression (recurring) or scheduled_at (one-shot)";
 
+/// A seed message as an input error on the field `schedule` (displayed as `schedule: ...`).
+fn reason(message: &str) -> InputError {
+    InputError::new(
+        "schedule",
+        "",
+        message.strip_prefix("schedule ").unwrap_or(message),
+    )
+}
+
 /// When a schedule fires.
 #[derive(Debug, Clone)]
 pub enum ScheduleSpec {
@@ -40,8 +49,8 @@ impl ScheduleSpec {
         let at = at.map(str::trim).filter(|s| !s.is_empty());
         let tz = timezone.map(str::trim).filter(|s| !s.is_empty());
         match (cron, at) {
-            (Some(_), Some(_)) => Err(InputError::new("schedule", "", BOTH_MESSAGE).into()),
-            (None, None) => Err(InputError::new("schedule", "", NEITHER_MESSAGE).into()),
+            (Some(_), Some(_)) => Err(reason(BOTH_MESSAGE).into()),
+            (None, None) => Err(reason(NEITHER_MESSAGE).into()),
             (Some(expr), None) => Ok(ScheduleSpec::Cron(CronSchedule::parse(
                 expr,
                 tz.unwrap_or("UTC"),
@@ -208,9 +217,14 @@ mod tests {
 
     #[test]
     fn exactly_one_of_cron_and_at() {
-        assert!(err(Some("* * * * *"), Some("2027-01-01T00:00:00Z"), None).contains(BOTH_MESSAGE));
-        assert!(err(None, None, None).contains(NEITHER_MESSAGE));
-        assert!(err(Some("  "), Some(""), None).contains(NEITHER_MESSAGE));
+        let both = err(Some("* * * * *"), Some("2027-01-01T00:00:00Z"), None);
+        assert_eq!(both, BOTH_MESSAGE.replacen("schedule", "schedule:", 1));
+        let neither = err(None, None, None);
+        assert_eq!(
+            neither,
+            NEITHER_MESSAGE.replacen("schedule", "schedule:", 1)
+        );
+        assert_eq!(err(Some("  "), Some(""), None), neither);
     }
 
     #[test]

@@ -8,5 +8,6 @@ mod cli;
 mod enqueue;
 mod finish;
 mod limits;
+mod schedule_cli;
 mod schedules;
 mod shutdown;
