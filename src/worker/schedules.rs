@@ -17,7 +17,7 @@ const BATCH: usize = 100;
 /// Batches per tick before yielding to the sleep (the rest is handled next tick).
 const MAX_BATCHES: usize = 20;
 
-/// One tick: claims due schedules in batches, wakes this process's workers when runs were
+/// One tick: if a schedule is due (a read), claims due schedules in batches, wakes this process's workers when runs were
 /// inserted, and returns what it did with the earliest tick still ahead.
 pub(crate) async fn schedule_tick(client: &Client) -> Result<(ClaimReport, Option<DateTime<Utc>>)> {
     let cfg = &client.config().schedules;
@@ -25,6 +25,14 @@ pub(crate) async fn schedule_tick(client: &Client) -> Result<(ClaimReport, Optio
     let late_after =
         chrono::Duration::from_std(cfg.late_after).unwrap_or(chrono::Duration::minutes(1));
     let mut total = ClaimReport::default();
+    // A cheap read first: most ticks find nothing due and should not take the write lock.
+    let next = client
+        .store()
+        .read_async(store::schedules::next_due)
+        .await?;
+    if next.is_none_or(|n| n > client.now()) {
+        return Ok((total, next));
+    }
     for _ in 0..MAX_BATCHES {
         let p = ClaimDue {
             now: client.now(),
