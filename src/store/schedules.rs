@@ -286,6 +286,35 @@ const RECORD: &str = "INSERT INTO schedule_occurrences (schedule_id, fire_at, ou
     recorded_at) VALUES (:id, :fire_at, :outcome, :run_id, :detail, :now) \
     ON CONFLICT (schedule_id, fire_at) DO NOTHING";
 
+const RECORD_MANY: &str = "INSERT INTO schedule_occurrences (schedule_id, fire_at, outcome, run_id, \
+    detail, recorded_at) SELECT :id, json_extract(value, '$[0]'), :outcome, :run_id, \
+    json_extract(value, '$[1]'), :now FROM json_each(:rows) WHERE true \
+    ON CONFLICT (schedule_id, fire_at) DO NOTHING";
+
+/// Writes many ledger rows of one outcome in one statement (a long outage lists many ticks).
+fn record_many(
+    tx: &Transaction<'_>,
+    id: &ScheduleId,
+    outcome: &str,
+    run: Option<&RunId>,
+    rows: &[(DateTime<Utc>, &str)],
+    now: DateTime<Utc>,
+) -> Result<usize, StoreError> {
+    if rows.is_empty() {
+        return Ok(0);
+    }
+    let json: Vec<(String, &str)> = rows.iter().map(|(t, d)| (ts(*t), *d)).collect();
+    let json = serde_json::to_string(&json).unwrap_or_else(|_| "[]".into());
+    tx.prepare_cached(RECORD_MANY)
+        .ctx("prepare record occurrences")?
+        .execute(named_params! {
+            ":id": id.as_str(), ":outcome": outcome, ":run_id": run.map(RunId::as_str),
+            ":rows": json, ":now": ts(now),
+        })
+        .ctx("record occurrences")?;
+    Ok(rows.len())
+}
+
 /// Fires due schedules: for each enabled schedule whose next_trigger_at ≤ now, in this one
 /// transaction, plans its ticks ([`crate::schedule::fire::plan`]), inserts its runs keyed by
 /// (schedule, fire time), writes a ledger row for every tick, and advances next_trigger_at,
@@ -386,17 +415,9 @@ fn fire_one(
                 Some("the previous run was still active"),
             )?;
             report.skipped_overlap += 1;
-            for &t in &fire.coalesced {
-                record(
-                    t,
-                    "missed",
-                    None,
-                    Some(
-                        "missed: its catch-up was skipped because the previous run was still active",
-                    ),
-                )?;
-                report.missed += 1;
-            }
+            let why = "missed: its catch-up was skipped because the previous run was still active";
+            let rows: Vec<_> = fire.coalesced.iter().map(|&t| (t, why)).collect();
+            report.missed += record_many(tx, &s.id, "missed", None, &rows, now)?;
             continue;
         }
         let run_at = if fire.catch_up {
@@ -427,23 +448,19 @@ fn fire_one(
         let id = super::runs::insert(tx, &row)?.id().clone();
         record(fire.fire_at, "fired", Some(&id), fire.detail.as_deref())?;
         report.fired += 1;
-        for &t in &fire.coalesced {
-            record(
-                t,
-                "coalesced",
-                Some(&id),
-                Some("missed: coalesced into the catch-up run"),
-            )?;
-            report.coalesced += 1;
-        }
+        let why = "missed: coalesced into the catch-up run";
+        let rows: Vec<_> = fire.coalesced.iter().map(|&t| (t, why)).collect();
+        report.coalesced += record_many(tx, &s.id, "coalesced", Some(&id), &rows, now)?;
         report.runs.push(id);
         runs += 1;
         last = Some(fire.fire_at);
     }
-    for (t, why) in &plan.missed {
-        record(*t, "missed", None, Some(why))?;
-        report.missed += 1;
-    }
+    let rows: Vec<_> = plan
+        .missed
+        .iter()
+        .map(|(t, why)| (*t, why.as_str()))
+        .collect();
+    report.missed += record_many(tx, &s.id, "missed", None, &rows, now)?;
     let n = tx
         .prepare_cached(ADVANCE)
         .ctx("prepare advance schedule")?

@@ -70,8 +70,7 @@ fn rows(env: &TestEnv, sql: &str) -> Vec<Vec<String>> {
     .collect()
 }
 
-fn every_ten(env: &TestEnv) -> ScheduleRequest {
-    let _ = env;
+fn every_ten() -> ScheduleRequest {
     ScheduleRequest::cron("echo", json!({"message": "check"}), "*/10 * * * *")
 }
 
@@ -159,7 +158,7 @@ async fn downtime_gives_one_catch_up_per_schedule_with_the_ledger() {
     for tz in ["UTC", "America/Chicago", "Europe/Berlin"] {
         let s = env
             .client
-            .create_schedule(every_ten(&env).timezone(tz))
+            .create_schedule(every_ten().timezone(tz))
             .await
             .unwrap();
         assert_eq!(s.next_trigger_at, Some(t("2026-11-01T12:10:00Z")));
@@ -216,10 +215,10 @@ async fn downtime_gives_one_catch_up_per_schedule_with_the_ledger() {
 #[tokio::test]
 async fn skip_and_all_policies() {
     let env = TestEnv::new();
-    let mut skip = every_ten(&env);
+    let mut skip = every_ten();
     skip.missed = MissedPolicy::Skip;
     let skip = env.client.create_schedule(skip).await.unwrap();
-    let mut all = every_ten(&env);
+    let mut all = every_ten();
     all.missed = MissedPolicy::All;
     all.catchup_window = Some(Duration::from_secs(30 * 60));
     all.overlap = OverlapPolicy::Allow;
@@ -275,7 +274,7 @@ async fn skip_and_all_policies() {
 #[tokio::test]
 async fn a_tick_while_the_previous_run_is_active_is_skipped_and_recorded() {
     let env = TestEnv::new();
-    let s = env.client.create_schedule(every_ten(&env)).await.unwrap();
+    let s = env.client.create_schedule(every_ten()).await.unwrap();
     env.clock.set(t("2026-11-01T12:10:00Z"));
     assert_eq!(env.client.fire_due_schedules().await.unwrap().runs.len(), 1);
     // No worker ran it: still queued at the next tick.
@@ -331,7 +330,7 @@ async fn a_one_shot_fires_once_and_disables_itself() {
 #[tokio::test]
 async fn cancel_and_enable() {
     let env = TestEnv::new();
-    let s = env.client.create_schedule(every_ten(&env)).await.unwrap();
+    let s = env.client.create_schedule(every_ten()).await.unwrap();
     let c = env.client.cancel_schedule(&s.id).await.unwrap();
     assert!(!c.enabled && c.cancelled_at.is_some() && c.next_trigger_at.is_none());
     assert!(env.client.cancel_schedule(&s.id).await.is_err());
@@ -403,24 +402,20 @@ async fn bad_schedules_write_nothing() {
 #[tokio::test]
 async fn active_schedules_per_session_are_limited() {
     let env = TestEnv::with_config(|c| c.sessions.max_active_schedules = 2);
-    let a = env.client.create_schedule(every_ten(&env)).await.unwrap();
-    env.client.create_schedule(every_ten(&env)).await.unwrap();
-    let e = env
-        .client
-        .create_schedule(every_ten(&env))
-        .await
-        .unwrap_err();
+    let a = env.client.create_schedule(every_ten()).await.unwrap();
+    env.client.create_schedule(every_ten()).await.unwrap();
+    let e = env.client.create_schedule(every_ten()).await.unwrap_err();
     assert_eq!(
         e.to_string(),
         "Maximum 2 active schedules per session. Cancel an existing schedule first."
     );
     // Another session has its own budget.
     env.client
-        .create_schedule(every_ten(&env).session("other"))
+        .create_schedule(every_ten().session("other"))
         .await
         .unwrap();
     env.client.cancel_schedule(&a.id).await.unwrap();
-    env.client.create_schedule(every_ten(&env)).await.unwrap();
+    env.client.create_schedule(every_ten()).await.unwrap();
     assert!(env.client.enable_schedule(&a.id).await.is_err());
     assert_eq!(env.count("SELECT count(*) FROM schedules"), 4);
 }
