@@ -366,6 +366,16 @@ impl Config {
                 d.schedules.late_after,
             )?,
         };
+        if schedules.late_after < worker.poll_interval * 2 {
+            return Err(c.bad(
+                "schedules.late_after",
+                format!("{:?}", schedules.late_after),
+                format!(
+                    "must be at least twice worker.poll_interval ({:?}), or every tick would count as missed",
+                    worker.poll_interval
+                ),
+            ));
+        }
         Ok(Config {
             db_path,
             worker,
@@ -413,6 +423,17 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("concurency"), "{e}");
+        let e = Config::parse("[schedules]\nlate_after = \"100ms\"\n", "c.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("schedules.late_after") && e.contains("poll_interval"),
+            "{e}"
+        );
+        let e = Config::parse("[schedules]\ncatchup_starts_per_second = 0\n", "c.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("schedules.catchup_starts_per_second"), "{e}");
         let e = Config::parse("[worker\n", "c.toml")
             .unwrap_err()
             .to_string();
