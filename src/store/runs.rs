@@ -239,16 +239,20 @@ pub(crate) fn guard_sql(set: &str) -> String {
 }
 
 /// Active (queued, awaiting_approval, running) runs of a session, not counting `except`
-/// (spawn_background's own run). Uses the claim and state indexes.
+/// (spawn_background's own run).
 pub fn count_active_in_session(
     conn: &rusqlite::Connection,
     session: &str,
     except: Option<&str>,
 ) -> Result<i64, StoreError> {
+    // One partial index per state, so the cost does not grow with the session's finished runs.
     conn.prepare_cached(
-        "SELECT count(*) FROM runs WHERE session_id = :session \
-         AND state IN ('queued', 'awaiting_approval', 'running') \
-         AND (:except IS NULL OR id <> :except)",
+        "SELECT (SELECT count(*) FROM runs INDEXED BY runs_claimable_idx \
+           WHERE session_id = :session AND state = 'queued' AND id <> coalesce(:except, '')) \
+         + (SELECT count(*) FROM runs INDEXED BY runs_running_session_idx \
+           WHERE session_id = :session AND state = 'running' AND id <> coalesce(:except, '')) \
+         + (SELECT count(*) FROM runs INDEXED BY runs_state_created_idx \
+           WHERE session_id = :session AND state = 'awaiting_approval')",
     )
     .ctx("prepare count active runs")?
     .query_row(

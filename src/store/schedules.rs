@@ -276,8 +276,8 @@ const DUE: &str = "SELECT {cols} FROM schedules WHERE enabled = 1 AND next_trigg
     AND next_trigger_at <= :now ORDER BY next_trigger_at LIMIT :limit";
 const ACTIVE_RUN: &str = "SELECT EXISTS (SELECT 1 FROM runs WHERE schedule_id = ?1 \
     AND state IN ('queued', 'awaiting_approval', 'running'))";
-const LAST_CATCHUP_SLOT: &str =
-    "SELECT max(run_at) FROM runs WHERE state = 'queued' AND schedule_id IS NOT NULL";
+const LAST_CATCHUP_SLOT: &str = "SELECT run_at FROM runs INDEXED BY runs_schedule_catchup_idx \
+    WHERE state = 'queued' AND schedule_id IS NOT NULL ORDER BY run_at DESC LIMIT 1";
 const ADVANCE: &str = "UPDATE schedules SET next_trigger_at = :next, \
     last_triggered_at = coalesce(:last, last_triggered_at), trigger_count = trigger_count + :runs, \
     enabled = CASE WHEN :next IS NULL THEN 0 ELSE enabled END, updated_at = :now \
@@ -341,6 +341,7 @@ pub fn claim_due(tx: &Transaction<'_>, p: &ClaimDue) -> Result<ClaimReport, Stor
         .prepare_cached(LAST_CATCHUP_SLOT)
         .ctx("prepare catch-up slot")?
         .query_row([], |r| r.get(0))
+        .optional()
         .ctx("catch-up slot")?;
     let mut slot = last_slot.as_deref().and_then(parse_ts);
     for s in due {
