@@ -220,7 +220,7 @@ impl Client {
         let key = id.to_string();
         let occurrences = self
             .store()
-            .read_async(move |c| store::schedules::occurrences(c, &key, 20))
+            .read_async(move |c| store::occurrences::list(c, &key, 20))
             .await?;
         Ok(ScheduleDetail {
             schedule,

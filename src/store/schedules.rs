@@ -6,11 +6,13 @@ use rusqlite::{Connection, OptionalExtension, Row, Transaction, named_params};
 
 use super::Ctx;
 use super::codec::{parse_ts, ts};
+use super::occurrences::record;
 use crate::error::StoreError;
 use crate::ids::{RunId, ScheduleId};
 use crate::run::NewRun;
-use crate::schedule::fire::{Plan, PlanInput, plan};
-use crate::schedule::model::{NewSchedule, Occurrence, Schedule};
+use crate::schedule::OverlapPolicy;
+use crate::schedule::fire::{Fire, Plan, PlanInput, plan};
+use crate::schedule::model::{NewSchedule, Schedule};
 use crate::schedule::spec::ScheduleSpec;
 
 const COLUMNS: &str = "id, session_id, tool, args, title, cron_expression, scheduled_at, timezone, \
@@ -196,35 +198,6 @@ pub fn enable(
     Ok(n == 1)
 }
 
-/// A schedule's ledger, newest tick first.
-pub fn occurrences(
-    conn: &Connection,
-    schedule_id: &str,
-    limit: i64,
-) -> Result<Vec<Occurrence>, StoreError> {
-    let mut stmt = conn
-        .prepare_cached(
-            "SELECT o.schedule_id, o.fire_at, o.outcome, o.run_id, r.state AS run_state, o.detail, \
-             o.recorded_at FROM schedule_occurrences o LEFT JOIN runs r ON r.id = o.run_id \
-             WHERE o.schedule_id = :id ORDER BY o.fire_at DESC LIMIT :limit",
-        )
-        .ctx("prepare occurrences")?;
-    let rows = stmt
-        .query_map(named_params! {":id": schedule_id, ":limit": limit}, |r| {
-            Ok(Occurrence {
-                schedule_id: ScheduleId::from_db(r.get("schedule_id")?),
-                fire_at: ts_req(r, "fire_at")?,
-                outcome: r.get("outcome")?,
-                run_id: r.get::<_, Option<String>>("run_id")?.map(RunId::from_db),
-                run_state: r.get("run_state")?,
-                detail: r.get("detail")?,
-                recorded_at: ts_req(r, "recorded_at")?,
-            })
-        })
-        .ctx("read occurrences")?;
-    rows.collect::<Result<_, _>>().ctx("read occurrences")
-}
-
 /// The earliest next_trigger_at of an enabled schedule (to sleep until it).
 pub fn next_due(conn: &Connection) -> Result<Option<DateTime<Utc>>, StoreError> {
     let s: Option<String> = conn
@@ -282,39 +255,6 @@ const ADVANCE: &str = "UPDATE schedules SET next_trigger_at = :next, \
     last_triggered_at = coalesce(:last, last_triggered_at), trigger_count = trigger_count + :runs, \
     enabled = CASE WHEN :next IS NULL THEN 0 ELSE enabled END, updated_at = :now \
     WHERE id = :id AND enabled = 1 AND next_trigger_at = :due";
-const RECORD: &str = "INSERT INTO schedule_occurrences (schedule_id, fire_at, outcome, run_id, detail, \
-    recorded_at) VALUES (:id, :fire_at, :outcome, :run_id, :detail, :now) \
-    ON CONFLICT (schedule_id, fire_at) DO NOTHING";
-
-const RECORD_MANY: &str = "INSERT INTO schedule_occurrences (schedule_id, fire_at, outcome, run_id, \
-    detail, recorded_at) SELECT :id, json_extract(value, '$[0]'), :outcome, :run_id, \
-    json_extract(value, '$[1]'), :now FROM json_each(:rows) WHERE true \
-    ON CONFLICT (schedule_id, fire_at) DO NOTHING";
-
-/// Writes many ledger rows of one outcome in one statement (a long outage lists many ticks).
-fn record_many(
-    tx: &Transaction<'_>,
-    id: &ScheduleId,
-    outcome: &str,
-    run: Option<&RunId>,
-    rows: &[(DateTime<Utc>, &str)],
-    now: DateTime<Utc>,
-) -> Result<usize, StoreError> {
-    if rows.is_empty() {
-        return Ok(0);
-    }
-    let json: Vec<(String, &str)> = rows.iter().map(|(t, d)| (ts(*t), *d)).collect();
-    let json = serde_json::to_string(&json).unwrap_or_else(|_| "[]".into());
-    tx.prepare_cached(RECORD_MANY)
-        .ctx("prepare record occurrences")?
-        .execute(named_params! {
-            ":id": id.as_str(), ":outcome": outcome, ":run_id": run.map(RunId::as_str),
-            ":rows": json, ":now": ts(now),
-        })
-        .ctx("record occurrences")?;
-    Ok(rows.len())
-}
-
 /// Fires due schedules: for each enabled schedule whose next_trigger_at ≤ now, in this one
 /// transaction, plans its ticks ([`crate::schedule::fire::plan`]), inserts its runs keyed by
 /// (schedule, fire time), writes a ledger row for every tick, and advances next_trigger_at,
@@ -385,74 +325,28 @@ fn fire_one(
             late_after: p.late_after,
         },
     );
-    let busy = s.overlap_policy == crate::schedule::OverlapPolicy::Skip
+    let busy = s.overlap_policy == OverlapPolicy::Skip
         && tx
             .prepare_cached(ACTIVE_RUN)
             .ctx("prepare overlap check")?
             .query_row([s.id.as_str()], |r| r.get::<_, bool>(0))
             .ctx("overlap check")?;
-    let record = |fire_at: DateTime<Utc>,
-                  outcome: &str,
-                  run: Option<&RunId>,
-                  detail: Option<&str>|
-     -> Result<(), StoreError> {
-        tx.prepare_cached(RECORD)
-            .ctx("prepare record occurrence")?
-            .execute(named_params! {
-                ":id": s.id.as_str(), ":fire_at": ts(fire_at), ":outcome": outcome,
-                ":run_id": run.map(RunId::as_str), ":detail": detail, ":now": ts(now),
-            })
-            .ctx("record occurrence")?;
-        Ok(())
-    };
     let mut runs = 0i64;
     let mut last = None;
     for fire in &plan.fires {
         if busy {
-            record(
-                fire.fire_at,
-                "skipped_overlap",
-                None,
-                Some("the previous run was still active"),
-            )?;
-            report.skipped_overlap += 1;
-            let why = "missed: its catch-up was skipped because the previous run was still active";
-            let rows: Vec<_> = fire.coalesced.iter().map(|&t| (t, why)).collect();
-            report.missed += record_many(tx, &s.id, "missed", None, &rows, now)?;
+            skip_overlapping(tx, s, fire, now, report)?;
             continue;
         }
         let run_at = if fire.catch_up {
+            // Catch-up starts are spread: each one at least `catchup_spacing` after the last.
             let at = slot.map_or(now, |s| (s + p.catchup_spacing).max(now));
             *slot = Some(at);
             at
         } else {
             fire.fire_at.min(now)
         };
-        let row = NewRun {
-            id: RunId::generate(),
-            session_id: s.session_id.clone(),
-            tool: s.tool.clone(),
-            args: s.args.clone(),
-            title: s.title.clone(),
-            priority: s.priority,
-            max_attempts: s.max_attempts,
-            run_at,
-            created_at: now,
-            idempotency_key: None,
-            timeout_ms: s.timeout_ms,
-            signal_on_completion: s.signal_on_completion,
-            delivery: s.delivery,
-            schedule_id: Some(s.id.clone()),
-            fire_at: Some(fire.fire_at),
-            ticks: fire.ticks(),
-        };
-        let id = super::runs::insert(tx, &row)?.id().clone();
-        record(fire.fire_at, "fired", Some(&id), fire.detail.as_deref())?;
-        report.fired += 1;
-        let why = "missed: coalesced into the catch-up run";
-        let rows: Vec<_> = fire.coalesced.iter().map(|&t| (t, why)).collect();
-        report.coalesced += record_many(tx, &s.id, "coalesced", Some(&id), &rows, now)?;
-        report.runs.push(id);
+        start_run(tx, s, fire, run_at, now, report)?;
         runs += 1;
         last = Some(fire.fire_at);
     }
@@ -461,7 +355,7 @@ fn fire_one(
         .iter()
         .map(|(t, why)| (*t, why.as_str()))
         .collect();
-    report.missed += record_many(tx, &s.id, "missed", None, &rows, now)?;
+    report.missed += record(tx, &s.id, "missed", None, &rows, now)?;
     let n = tx
         .prepare_cached(ADVANCE)
         .ctx("prepare advance schedule")?
@@ -477,5 +371,73 @@ fn fire_one(
             rusqlite::Error::StatementChangedRows(n),
         ));
     }
+    Ok(())
+}
+
+/// The previous run is still active: the tick is skipped, and ticks it would have stood for
+/// are missed.
+fn skip_overlapping(
+    tx: &Transaction<'_>,
+    s: &Schedule,
+    fire: &Fire,
+    now: DateTime<Utc>,
+    report: &mut ClaimReport,
+) -> Result<(), StoreError> {
+    let why = "the previous run was still active";
+    report.skipped_overlap += record(
+        tx,
+        &s.id,
+        "skipped_overlap",
+        None,
+        &[(fire.fire_at, why)],
+        now,
+    )?;
+    let why = "missed: its catch-up was skipped because the previous run was still active";
+    let rows: Vec<_> = fire.coalesced.iter().map(|&t| (t, why)).collect();
+    report.missed += record(tx, &s.id, "missed", None, &rows, now)?;
+    Ok(())
+}
+
+/// Inserts the run of one fire (keyed by schedule and tick) and its ledger rows.
+fn start_run(
+    tx: &Transaction<'_>,
+    s: &Schedule,
+    fire: &Fire,
+    run_at: DateTime<Utc>,
+    now: DateTime<Utc>,
+    report: &mut ClaimReport,
+) -> Result<(), StoreError> {
+    let row = NewRun {
+        id: RunId::generate(),
+        session_id: s.session_id.clone(),
+        tool: s.tool.clone(),
+        args: s.args.clone(),
+        title: s.title.clone(),
+        priority: s.priority,
+        max_attempts: s.max_attempts,
+        run_at,
+        created_at: now,
+        idempotency_key: None,
+        timeout_ms: s.timeout_ms,
+        signal_on_completion: s.signal_on_completion,
+        delivery: s.delivery,
+        schedule_id: Some(s.id.clone()),
+        fire_at: Some(fire.fire_at),
+        ticks: fire.ticks(),
+    };
+    let id = super::runs::insert(tx, &row)?.id().clone();
+    let detail = fire.detail.as_deref().unwrap_or("fired on time");
+    report.fired += record(
+        tx,
+        &s.id,
+        "fired",
+        Some(&id),
+        &[(fire.fire_at, detail)],
+        now,
+    )?;
+    let why = "missed: coalesced into the catch-up run";
+    let rows: Vec<_> = fire.coalesced.iter().map(|&t| (t, why)).collect();
+    report.coalesced += record(tx, &s.id, "coalesced", Some(&id), &rows, now)?;
+    report.runs.push(id);
     Ok(())
 }

@@ -11,3 +11,4 @@ mod limits;
 mod schedule_cli;
 mod schedules;
 mod shutdown;
+mod spawn_background;
