@@ -245,3 +245,32 @@ async fn spawn_background_in_a_worker_runs_the_target_and_signals_the_session() 
         2
     );
 }
+
+#[tokio::test]
+async fn an_agent_host_calls_spawn_background_directly() {
+    let env = TestEnv::with_config(|c| c.sessions.max_active_runs = 1);
+    let ok = env
+        .client
+        .spawn_background("agent", json!({"tool": "echo", "args": {"message": "hi"}}))
+        .await;
+    let ToolOutcome::Success(v) = ok else {
+        panic!("{ok:?}")
+    };
+    assert_eq!(v.value["status"], "queued");
+    let again = env
+        .client
+        .spawn_background("agent", json!({"tool": "echo", "args": {}}))
+        .await;
+    let ToolOutcome::ToolError(m) = again else {
+        panic!("{again:?}")
+    };
+    assert!(
+        m.starts_with("Maximum 1 active background runs per session."),
+        "{m}"
+    );
+    env.drain().await;
+    assert_eq!(
+        env.count("SELECT count(*) FROM inbox WHERE session_id = 'agent' AND kind = 'completed'"),
+        1
+    );
+}
