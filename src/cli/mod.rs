@@ -10,6 +10,7 @@ pub mod render;
 mod result;
 mod retry;
 mod runs;
+mod schedule;
 mod show;
 mod stats;
 mod status;
@@ -72,6 +73,8 @@ pub enum Command {
     Stats(stats::Args),
     /// Worker processes: alive, stale, dead or stopped; exits 1 when a live worker is stale.
     Status(status::Args),
+    /// Cron monitors and one-shots: add, list, show, cancel, enable, preview.
+    Schedule(schedule::Args),
 }
 
 /// What every subcommand gets.
@@ -135,6 +138,7 @@ async fn dispatch(cli: Cli) -> Result<()> {
         Command::Tools(a) => tools::run(&ctx, a).await,
         Command::Stats(a) => stats::run(&ctx, a).await,
         Command::Status(a) => status::run(&ctx, a).await,
+        Command::Schedule(a) => schedule::run(&ctx, a).await,
     }
 }
 

@@ -8,6 +8,7 @@ pub mod codec;
 pub mod finish;
 pub mod inbox;
 pub(crate) mod migrate;
+pub mod occurrences;
 pub mod rescue;
 pub mod runs;
 pub mod schedules;

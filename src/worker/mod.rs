@@ -7,6 +7,7 @@ pub mod finish;
 pub mod identity;
 mod lease;
 pub mod rescue;
+pub(crate) mod schedules;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -140,6 +141,7 @@ impl Worker {
             tokio::spawn(lease::lease_loop(sh.clone(), background.clone())),
             tokio::spawn(lease::flush_loop(sh.clone(), background.clone())),
             tokio::spawn(rescue::rescue_loop(sh.clone(), background.clone())),
+            tokio::spawn(schedules::schedule_loop(sh.clone(), background.clone())),
         ];
         let mut cursor: Option<String> = None;
         let mut failures = 0u32;
