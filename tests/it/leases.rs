@@ -316,4 +316,8 @@ async fn a_run_whose_owner_has_no_row_or_stopped_is_rescued_at_once() {
     let r = env.client.get(&a).await.unwrap();
     assert_eq!(r.attempt, 2);
     assert_eq!(r.errors.as_array().unwrap().len(), 2);
+    assert_eq!(
+        r.errors[1]["error"],
+        "worker lost: the worker running it stopped without finishing it"
+    );
 }
