@@ -13,8 +13,10 @@ pub mod render;
 mod result;
 mod retry;
 mod runs;
+mod schedule;
 mod show;
 mod stats;
+mod status;
 mod tools;
 mod worker;
 
@@ -75,6 +77,10 @@ pub enum Command {
     /// Delete old finished runs (with logs, results, messages), acknowledged messages and
     /// schedule occurrences, in short batches.
     Prune(prune::Args),
+    /// Worker processes: alive, stale, dead or stopped; exits 1 when a live worker is stale.
+    Status(status::Args),
+    /// Cron monitors and one-shots: add, list, show, cancel, enable, preview.
+    Schedule(schedule::Args),
 }
 
 /// What every subcommand gets.
@@ -131,6 +137,8 @@ async fn dispatch(cli: Cli) -> Result<()> {
         Command::Tools(a) => tools::run(&ctx, a).await,
         Command::Stats(a) => stats::run(&ctx, a).await,
         Command::Prune(a) => prune::run(&ctx, a).await,
+        Command::Status(a) => status::run(&ctx, a).await,
+        Command::Schedule(a) => schedule::run(&ctx, a).await,
     }
 }
 

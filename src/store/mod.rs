@@ -9,6 +9,8 @@ pub mod finish;
 pub mod gauges;
 pub mod inbox;
 pub(crate) mod migrate;
+pub mod occurrences;
+pub mod rescue;
 pub mod retention;
 pub mod runs;
 pub mod schedules;

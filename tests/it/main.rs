@@ -4,6 +4,17 @@
 #[allow(dead_code, reason = "shared helpers; each test module uses a subset")]
 mod support;
 
+mod cli;
+mod crash;
 mod enqueue;
 mod finish;
+mod leases;
+mod limits;
 mod ops;
+mod retries;
+mod schedule_cli;
+mod schedules;
+mod shutdown;
+mod spawn_background;
+mod status;
+mod workers;

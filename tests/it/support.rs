@@ -83,6 +83,17 @@ impl TestEnv {
     }
 }
 
+/// Shorthand for instants relative to a manual clock.
+pub trait ClockExt {
+    fn now_plus_secs(&self, secs: i64) -> DateTime<Utc>;
+}
+
+impl ClockExt for ManualClock {
+    fn now_plus_secs(&self, secs: i64) -> DateTime<Utc> {
+        toolq::Clock::now(self) + chrono::Duration::seconds(secs)
+    }
+}
+
 /// Polls `f` until it returns Some, failing with the last value seen.
 pub async fn wait_for<T: std::fmt::Debug>(
     what: &str,

@@ -3,6 +3,7 @@
 mod echo;
 mod math;
 mod sleep;
+mod spawn_background;
 mod time;
 
 use std::sync::Arc;
@@ -12,6 +13,7 @@ use super::Tool;
 pub use echo::Echo;
 pub use math::{Arith, MathOp};
 pub use sleep::Sleep;
+pub use spawn_background::SpawnBackground;
 pub use time::GetCurrentTime;
 
 /// Every built-in tool.
@@ -24,5 +26,6 @@ pub fn all() -> Vec<Arc<dyn Tool>> {
         Arc::new(Arith(MathOp::Multiply)),
         Arc::new(Arith(MathOp::Divide)),
         Arc::new(Sleep),
+        Arc::new(SpawnBackground),
     ]
 }

@@ -45,7 +45,9 @@ async fn metrics_endpoint_serves_counters_and_database_gauges() {
     let worker = env.client.worker(WorkerOptions::default());
     let metrics = worker.metrics();
     let stop = CancellationToken::new();
-    let serving = tokio::spawn(server.serve(env.client.clone(), metrics.clone(), stop.clone()));
+    let stop_server = CancellationToken::new();
+    let serving =
+        tokio::spawn(server.serve(env.client.clone(), metrics.clone(), stop_server.clone()));
     let running = tokio::spawn(worker.run(stop.clone()));
 
     for i in 0..3 {
@@ -64,17 +66,6 @@ async fn metrics_endpoint_serves_counters_and_database_gauges() {
     let mut req = EnqueueRequest::new("counter", json!({})).session("s2");
     req.run_at = Some(env.clock.now() + chrono::Duration::hours(1));
     env.client.enqueue(req).await.unwrap();
-    // An enabled schedule due 90 s ago: schedule lag.
-    let due = toolq::store::codec::ts(env.clock.now() - chrono::Duration::seconds(90));
-    rusqlite::Connection::open(env.db_path())
-        .unwrap()
-        .execute(
-            "INSERT INTO schedules (id, session_id, tool, args, title, cron_expression, \
-             next_trigger_at, created_at, updated_at) \
-             VALUES ('sch_lag', 's2', 'echo', '{}', 'lag', '* * * * *', ?1, ?1, ?1)",
-            [&due],
-        )
-        .unwrap();
 
     let body = wait_for("four attempts recorded", async || {
         let (head, body) = get(addr, "/metrics").await;
@@ -100,7 +91,6 @@ async fn metrics_endpoint_serves_counters_and_database_gauges() {
         ),
         1.0
     );
-    assert_eq!(sample(&body, "toolq_schedule_lag_seconds"), 90.0);
     assert!(sample(&body, "toolq_busy_retries_total") >= 0.0);
     assert!(
         sample(&body, "toolq_wal_bytes") > 0.0,
@@ -111,10 +101,29 @@ async fn metrics_endpoint_serves_counters_and_database_gauges() {
     assert!(body.trim_end().ends_with("# EOF"));
     assert_eq!(metrics.claims(), 4);
 
+    assert_eq!(sample(&body, "toolq_schedule_lag_seconds"), 0.0);
+
     let (head, _) = get(addr, "/other").await;
     assert!(head.starts_with("HTTP/1.1 404"), "{head}");
 
+    // With the worker stopped (nothing fires schedules), an enabled schedule due 90 s ago
+    // shows as lag; the counters keep their values.
     stop.cancel();
     running.await.unwrap().unwrap();
+    // An enabled schedule due 90 s ago: schedule lag.
+    let due = toolq::store::codec::ts(env.clock.now() - chrono::Duration::seconds(90));
+    rusqlite::Connection::open(env.db_path())
+        .unwrap()
+        .execute(
+            "INSERT INTO schedules (id, session_id, tool, args, title, cron_expression, \
+             next_trigger_at, created_at, updated_at) \
+             VALUES ('sch_lag', 's2', 'echo', '{}', 'lag', '* * * * *', ?1, ?1, ?1)",
+            [&due],
+        )
+        .unwrap();
+    let (_, body) = get(addr, "/metrics").await;
+    assert_eq!(sample(&body, "toolq_schedule_lag_seconds"), 90.0);
+    assert_eq!(sample(&body, "toolq_claims_total"), 4.0);
+    stop_server.cancel();
     serving.await.unwrap();
 }

@@ -81,12 +81,6 @@ async fn prune_removes_old_finished_work_and_keeps_what_it_must() {
 
     let c = Connection::open(env.db_path()).unwrap();
     c.execute_batch("PRAGMA foreign_keys = ON").unwrap();
-    c.execute(
-        "UPDATE runs SET state = 'running', attempt = 1, lease_owner = 'wk_x', lease_token = 't', \
-         lease_expires_at = ?2, started_at = ?3 WHERE id = ?1",
-        params![running.as_str(), ts(t0 + chrono::Duration::days(9)), ts(t0)],
-    )
-    .unwrap();
     for (id, title) in [("sch_on", "on"), ("sch_off", "off")] {
         c.execute(
             "INSERT INTO schedules (id, session_id, tool, args, title, cron_expression, enabled, \
@@ -115,6 +109,17 @@ async fn prune_removes_old_finished_work_and_keeps_what_it_must() {
     let recent = echo(&env, "recent").await;
     env.drain().await;
     ack_all_but(&env, &[&unacked]).await;
+    // Made running by hand after the drains (a worker elsewhere holds it), long ago.
+    c.execute(
+        "UPDATE runs SET state = 'running', attempt = 1, lease_owner = 'wk_x', lease_token = 't', \
+         lease_expires_at = ?2, started_at = ?3 WHERE id = ?1",
+        params![
+            running.as_str(),
+            ts(now + chrono::Duration::days(1)),
+            ts(t0)
+        ],
+    )
+    .unwrap();
     for (sched, fire, run) in [
         ("sch_on", now - chrono::Duration::days(40), None),
         ("sch_on", now - chrono::Duration::days(35), None),
