@@ -82,42 +82,11 @@ impl Client {
                 if stop.is_cancelled() {
                     return Ok(report);
                 }
-                let c = cutoffs.clone();
-                let at = cursor.clone();
-                let got = self
-                    .store()
-                    .write_async(move |tx| {
-                        // A busy retry re-runs this closure: start from the same cursor.
-                        let mut cur = at.clone();
-                        let removed = match step {
-                            Step::Runs => retention::prune_runs_batch(tx, &c, batch, &mut cur)?,
-                            Step::AckedInbox => Removed {
-                                inbox: retention::prune_acked_inbox_batch(tx, &c, batch)?,
-                                ..Removed::default()
-                            },
-                            Step::Occurrences => Removed {
-                                occurrences: retention::prune_occurrences_batch(tx, &c, batch)?,
-                                ..Removed::default()
-                            },
-                            Step::Workers => Removed {
-                                workers: retention::prune_workers_batch(tx, &c, batch)?,
-                                ..Removed::default()
-                            },
-                        };
-                        Ok((removed, cur))
-                    })
-                    .await?;
-                let (got, next) = got;
+                let (got, next) = self.prune_batch(step, &cutoffs, batch, cursor).await?;
                 cursor = next;
                 report.batches += 1;
                 report.removed.add(&got);
-                let primary = match step {
-                    Step::Runs => got.runs,
-                    Step::AckedInbox => got.inbox,
-                    Step::Occurrences => got.occurrences,
-                    Step::Workers => got.workers,
-                };
-                if (primary as usize) < batch {
+                if (step.count(&got) as usize) < batch {
                     break;
                 }
                 // Let other writers (claims, finishes) in between batches.
@@ -125,6 +94,40 @@ impl Client {
             }
         }
         Ok(report)
+    }
+
+    /// One step's batch in its own write transaction; returns it and the runs cursor.
+    async fn prune_batch(
+        &self,
+        step: Step,
+        cutoffs: &PruneCutoffs,
+        batch: usize,
+        cursor: Option<String>,
+    ) -> Result<(Removed, Option<String>)> {
+        let c = cutoffs.clone();
+        Ok(self
+            .store()
+            .write_async(move |tx| {
+                // A busy retry re-runs this closure: start from the same cursor.
+                let mut cur = cursor.clone();
+                let removed = match step {
+                    Step::Runs => retention::prune_runs_batch(tx, &c, batch, &mut cur)?,
+                    Step::AckedInbox => Removed {
+                        inbox: retention::prune_acked_inbox_batch(tx, &c, batch)?,
+                        ..Removed::default()
+                    },
+                    Step::Occurrences => Removed {
+                        occurrences: retention::prune_occurrences_batch(tx, &c, batch)?,
+                        ..Removed::default()
+                    },
+                    Step::Workers => Removed {
+                        workers: retention::prune_workers_batch(tx, &c, batch)?,
+                        ..Removed::default()
+                    },
+                };
+                Ok((removed, cur))
+            })
+            .await?)
     }
 
     fn cutoffs(&self, older_than: Option<Duration>) -> Result<PruneCutoffs> {
@@ -154,10 +157,24 @@ impl Client {
     }
 }
 
+/// What a prune deletes, in order: runs first (their messages go with them), then what is
+/// left of old acknowledged messages, occurrences and stopped workers.
 #[derive(Debug, Clone, Copy)]
 enum Step {
     Runs,
     AckedInbox,
     Occurrences,
     Workers,
+}
+
+impl Step {
+    /// The rows of this step's own table in a batch's counts (a short batch means done).
+    fn count(self, r: &Removed) -> u64 {
+        match self {
+            Step::Runs => r.runs,
+            Step::AckedInbox => r.inbox,
+            Step::Occurrences => r.occurrences,
+            Step::Workers => r.workers,
+        }
+    }
 }

@@ -93,16 +93,11 @@ pub async fn render(client: &Client, metrics: &Metrics) -> Result<String> {
         })
         .await?;
     let mut reg = Registry::default();
-    let runs = Family::<Labels, Gauge>::default();
-    for s in RunState::ALL {
-        let n = counts
-            .iter()
-            .find(|(k, _)| k == s.as_str())
-            .map_or(0, |(_, n)| *n);
-        runs.get_or_create(&vec![("state", s.as_str().to_string())])
-            .set(n);
-    }
-    reg.register("toolq_runs", "Runs in the database by state", runs);
+    reg.register(
+        "toolq_runs",
+        "Runs in the database by state",
+        runs_gauge(&counts),
+    );
     reg.register(
         "toolq_claims",
         "Runs claimed by this worker (rate() gives claims per second)",
@@ -125,26 +120,10 @@ pub async fn render(client: &Client, metrics: &Metrics) -> Result<String> {
         "Duration of one claim transaction",
         metrics.claim_latency.clone(),
     );
-    let queue = Family::<Labels, Gauge>::default();
-    for d in depth {
-        for (state, n) in [
-            ("queued", d.queued),
-            ("awaiting_approval", d.awaiting_approval),
-            ("running", d.running),
-        ] {
-            queue
-                .get_or_create(&vec![
-                    ("session", d.session_id.clone()),
-                    ("tool", d.tool.clone()),
-                    ("state", state.to_string()),
-                ])
-                .set(n);
-        }
-    }
     reg.register(
         "toolq_queue_depth",
         "Unfinished runs by session, tool and state",
-        queue,
+        queue_gauge(&depth),
     );
     let lag_g = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
     lag_g.set(lag);
@@ -169,4 +148,39 @@ pub async fn render(client: &Client, metrics: &Metrics) -> Result<String> {
     let mut out = String::new();
     encode(&mut out, &reg).map_err(|e| Error::io("encode metrics", std::io::Error::other(e)))?;
     Ok(out)
+}
+
+/// `toolq_runs{state}`: every state, 0 when absent.
+fn runs_gauge(counts: &[(String, i64)]) -> Family<Labels, Gauge> {
+    let runs = Family::<Labels, Gauge>::default();
+    for s in RunState::ALL {
+        let n = counts
+            .iter()
+            .find(|(k, _)| k == s.as_str())
+            .map_or(0, |(_, n)| *n);
+        runs.get_or_create(&vec![("state", s.as_str().to_string())])
+            .set(n);
+    }
+    runs
+}
+
+/// `toolq_queue_depth{session,tool,state}` from the `queue_depth` view.
+fn queue_gauge(depth: &[store::gauges::QueueDepth]) -> Family<Labels, Gauge> {
+    let queue = Family::<Labels, Gauge>::default();
+    for d in depth {
+        for (state, n) in [
+            ("queued", d.queued),
+            ("awaiting_approval", d.awaiting_approval),
+            ("running", d.running),
+        ] {
+            queue
+                .get_or_create(&vec![
+                    ("session", d.session_id.clone()),
+                    ("tool", d.tool.clone()),
+                    ("state", state.to_string()),
+                ])
+                .set(n);
+        }
+    }
+    queue
 }
