@@ -2,6 +2,8 @@
 //! what it returns ([`ToolOutcome`]). Outcomes are data, not errors.
 
 pub mod builtin;
+pub mod command;
+pub mod process;
 pub mod registry;
 pub mod sink;
 

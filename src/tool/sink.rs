@@ -55,6 +55,7 @@ struct State {
     dirty: bool,
     log_dirty: bool,
     operation: Option<(String, Option<serde_json::Value>)>,
+    cap: Option<usize>,
 }
 
 /// A running attempt's reporting channel. Cheap to clone; clones share one state.
@@ -123,6 +124,28 @@ impl RunSink {
         self.append(&line);
     }
 
+    /// Like [`RunSink::output`], for a reader passing on whole lines: once the log is full,
+    /// only the end of the chunk that can still reach the tail is processed (a flood costs
+    /// no more than reading it).
+    pub fn output_lines(&self, stream: Stream, bytes: &[u8]) {
+        let keep = 4 * self.limits.tail_chars + 16;
+        if bytes.len() > keep && self.lock().truncated {
+            let from = bytes.len() - keep;
+            let start = bytes[from..]
+                .iter()
+                .position(|b| *b == b'\n')
+                .map_or(from, |i| from + i + 1);
+            self.output(stream, &bytes[start..]);
+        } else {
+            self.output(stream, bytes);
+        }
+    }
+
+    /// Lowers this run's log cap (a tool's own output cap); never raises it.
+    pub fn limit_log(&self, cap: usize) {
+        self.lock().cap = Some(cap);
+    }
+
     /// Appends a `[system]` line.
     pub fn system(&self, text: &str) {
         self.output(Stream::System, text.as_bytes());
@@ -157,7 +180,8 @@ impl RunSink {
             return;
         }
         s.log_dirty = true;
-        let room = self.limits.log_cap.saturating_sub(s.log.len());
+        let cap = s.cap.map_or(self.limits.log_cap, |c| c.min(self.limits.log_cap));
+        let room = cap.saturating_sub(s.log.len());
         if bytes.len() <= room {
             s.log.extend_from_slice(bytes);
             return;

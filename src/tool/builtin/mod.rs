@@ -2,6 +2,7 @@
 
 mod echo;
 mod math;
+mod shell;
 mod sleep;
 mod time;
 
@@ -11,6 +12,7 @@ use super::Tool;
 
 pub use echo::Echo;
 pub use math::{Arith, MathOp};
+pub use shell::Shell;
 pub use sleep::Sleep;
 pub use time::GetCurrentTime;
 
@@ -25,4 +27,13 @@ pub fn all() -> Vec<Arc<dyn Tool>> {
         Arc::new(Arith(MathOp::Divide)),
         Arc::new(Sleep),
     ]
+}
+
+/// The built-ins the config turns on: `shell` when `[shell] enabled = true`.
+pub fn configured(config: &crate::Config) -> Vec<Arc<dyn Tool>> {
+    let mut tools: Vec<Arc<dyn Tool>> = Vec::new();
+    if config.shell.enabled {
+        tools.push(Arc::new(Shell::new(&config.shell)));
+    }
+    tools
 }
