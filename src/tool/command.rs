@@ -259,7 +259,10 @@ impl Tool for CommandTool {
         spec.stdin = args.into_bytes();
         spec.kill_grace = c.kill_grace;
         let (sink, rep) = (ctx.sink.clone(), reported.clone());
-        spec.stdout_filter = Some(Box::new(move |line| protocol_line(line, &sink, &rep)));
+        spec.stdout_filter = Some((
+            PROTOCOL_PREFIX,
+            Box::new(move |line| protocol_line(line, &sink, &rep)),
+        ));
         let out = match process::run(spec, &ctx.sink, &ctx.cancel).await {
             Ok(o) => o,
             Err(e) => return ToolOutcome::tool_error(format!("command tool {:?}: {e}", c.name)),

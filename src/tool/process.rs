@@ -49,8 +49,9 @@ pub struct ProcessSpec {
     pub drain_window: Duration,
     /// Bytes of stdout kept for [`ProcessOutput::stdout_tail`].
     pub tail_bytes: usize,
-    /// Optional filter of stdout lines (the command-tool protocol).
-    pub stdout_filter: Option<LineFilter>,
+    /// Optional filter of the stdout lines that start with the given prefix (the
+    /// command-tool protocol); other lines never reach it.
+    pub stdout_filter: Option<(&'static [u8], LineFilter)>,
 }
 
 impl ProcessSpec {
@@ -279,7 +280,7 @@ async fn pump(
     mut pipe: impl AsyncRead + Unpin,
     stream: Stream,
     sink: RunSink,
-    mut filter: Option<LineFilter>,
+    mut filter: Option<(&'static [u8], LineFilter)>,
     tail_bytes: usize,
 ) -> Pumped {
     let mut buf = vec![0u8; 64 * 1024];
@@ -317,16 +318,18 @@ fn emit(
     chunk: &[u8],
     stream: Stream,
     sink: &RunSink,
-    filter: &mut Option<LineFilter>,
+    filter: &mut Option<(&'static [u8], LineFilter)>,
     tail: &mut VecDeque<u8>,
     tail_bytes: usize,
 ) {
     let kept: std::borrow::Cow<'_, [u8]> = match filter {
+        // Most chunks hold no protocol line: pass them on without looking at each line.
+        Some((prefix, _)) if memchr::memmem::find(chunk, prefix).is_none() => chunk.into(),
         None => chunk.into(),
-        Some(f) => {
+        Some((prefix, f)) => {
             let mut kept = Vec::with_capacity(chunk.len());
             for line in chunk.split_inclusive(|b| *b == b'\n') {
-                if !f(line) {
+                if !(line.starts_with(prefix) && f(line)) {
                     kept.extend_from_slice(line);
                 }
             }

@@ -5,3 +5,4 @@ mod support;
 
 mod enqueue;
 mod finish;
+mod tools;
