@@ -97,15 +97,16 @@ fn parse_one(
             "tool names use letters, digits, '_' and '-'".into(),
         ));
     }
-    let f: FileCommandTool = toml::Value::Table(table.clone())
-        .try_into()
-        .map_err(|e: toml::de::Error| {
-            bad(
-                "",
-                table.to_string().replace('\n', " "),
-                e.message().to_string(),
-            )
-        })?;
+    let f: FileCommandTool =
+        toml::Value::Table(table.clone())
+            .try_into()
+            .map_err(|e: toml::de::Error| {
+                bad(
+                    "",
+                    table.to_string().replace('\n', " "),
+                    e.message().to_string(),
+                )
+            })?;
     if f.command.first().is_none_or(|p| p.is_empty()) {
         return Err(bad(
             "command",
@@ -141,7 +142,11 @@ fn parse_one(
     }
     let dur = |key: &str, v: Option<String>| -> Result<Option<Duration>, ConfigError> {
         v.map(|s| match parse_duration(&s) {
-            Ok(d) if d.is_zero() => Err(bad(key, format!("{s:?}"), "must be greater than zero".into())),
+            Ok(d) if d.is_zero() => Err(bad(
+                key,
+                format!("{s:?}"),
+                "must be greater than zero".into(),
+            )),
             Ok(d) => Ok(d),
             Err(r) => Err(bad(key, format!("{s:?}"), r)),
         })
@@ -206,15 +211,19 @@ fn protocol_line(line: &[u8], sink: &RunSink, reported: &Mutex<Reported>) -> boo
     let mut r = reported.lock().unwrap_or_else(|e| e.into_inner());
     match verb {
         "status" => sink.status(payload),
-        "progress" => match serde_json::from_str::<Progress>(payload) {
-            Ok(p) => sink.progress(p),
-            Err(e) => {
-                sink.system(&format!("ignored protocol line (progress is not {{\"current\": N, ...}}: {e}): {text}"));
+        "progress" => {
+            match serde_json::from_str::<Progress>(payload) {
+                Ok(p) => sink.progress(p),
+                Err(e) => {
+                    sink.system(&format!("ignored protocol line (progress is not {{\"current\": N, ...}}: {e}): {text}"));
+                }
             }
-        },
+        }
         "result" => match serde_json::from_str::<Value>(payload) {
             Ok(v) => r.result = Some(v),
-            Err(e) => sink.system(&format!("ignored protocol line (result is not JSON: {e}): {text}")),
+            Err(e) => sink.system(&format!(
+                "ignored protocol line (result is not JSON: {e}): {text}"
+            )),
         },
         "error" => r.error = Some(payload.to_string()),
         _ => {
@@ -282,9 +291,9 @@ fn outcome_of(name: &str, out: process::ProcessOutput, rep: Reported) -> ToolOut
         return ToolOutcome::tool_error(e);
     }
     match out.exit {
-        Exit::Code(0) => ToolOutcome::ok(rep.result.unwrap_or_else(|| {
-            json!({"exit_code": 0, "stdout_tail": escape_bytes(&out.stdout_tail)})
-        })),
+        Exit::Code(0) => ToolOutcome::ok(rep.result.unwrap_or_else(
+            || json!({"exit_code": 0, "stdout_tail": escape_bytes(&out.stdout_tail)}),
+        )),
         Exit::Code(code) => {
             ToolOutcome::tool_error(format!("command tool {name:?} exited with code {code}"))
         }
@@ -335,7 +344,9 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("tools.t.args_schema"), "{e}");
-        let e = parse("[\"a b\"]\ncommand = [\"x\"]\n").unwrap_err().to_string();
+        let e = parse("[\"a b\"]\ncommand = [\"x\"]\n")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("\"a b\""), "{e}");
     }
 
@@ -349,7 +360,11 @@ mod tests {
             &sink,
             &rep
         ));
-        assert!(protocol_line(b"::toolq::result {\"ok\": true}\n", &sink, &rep));
+        assert!(protocol_line(
+            b"::toolq::result {\"ok\": true}\n",
+            &sink,
+            &rep
+        ));
         assert!(protocol_line(b"::toolq::result nope\n", &sink, &rep));
         assert!(!protocol_line(b"plain line\n", &sink, &rep));
         let snap = sink.final_snapshot();

@@ -368,7 +368,10 @@ mod tests {
         assert_eq!(out.stdout_tail, b"a\nb");
         let log = String::from_utf8(sink.final_snapshot().log.unwrap().0).unwrap();
         // The partial line "b" is flushed at EOF, possibly after stderr's line.
-        assert!(log.contains("[stdout] a\n") && log.contains("[stdout] b\n"), "{log}");
+        assert!(
+            log.contains("[stdout] a\n") && log.contains("[stdout] b\n"),
+            "{log}"
+        );
         assert!(log.contains("[stderr] e\n"), "{log}");
     }
 

@@ -51,7 +51,10 @@ impl RegistryBuilder {
 
     /// Adds what the config defines: its `[tools.NAME]` command tools, and the built-ins it
     /// enables (`shell` when `[shell] enabled = true`).
-    pub fn with_config_tools(mut self, config: &crate::Config) -> Result<Self, crate::error::ConfigError> {
+    pub fn with_config_tools(
+        mut self,
+        config: &crate::Config,
+    ) -> Result<Self, crate::error::ConfigError> {
         self.tools.extend(super::command::command_tools(config)?);
         self.tools.extend(super::builtin::configured(config));
         Ok(self)

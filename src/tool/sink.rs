@@ -180,7 +180,9 @@ impl RunSink {
             return;
         }
         s.log_dirty = true;
-        let cap = s.cap.map_or(self.limits.log_cap, |c| c.min(self.limits.log_cap));
+        let cap = s
+            .cap
+            .map_or(self.limits.log_cap, |c| c.min(self.limits.log_cap));
         let room = cap.saturating_sub(s.log.len());
         if bytes.len() <= room {
             s.log.extend_from_slice(bytes);

@@ -5,4 +5,5 @@ mod support;
 
 mod enqueue;
 mod finish;
+mod http;
 mod tools;

@@ -86,7 +86,10 @@ async fn command_tool_gets_args_and_env_and_reports_by_protocol() {
     assert_eq!(run.status_text.as_deref(), Some("reading"));
     let log = String::from_utf8(log_of(&env, &run).await).unwrap();
     assert!(log.contains("[stdout] stdin={\"n\":7}\n"), "{log}");
-    assert!(!log.contains("::toolq::"), "protocol lines stay out of the log: {log}");
+    assert!(
+        !log.contains("::toolq::"),
+        "protocol lines stay out of the log: {log}"
+    );
 }
 
 #[tokio::test]
@@ -126,7 +129,11 @@ async fn output_flood_is_capped_while_the_pipe_keeps_draining() {
     assert!(blob.truncated);
     assert!(blob.content.len() < 65536 + 200, "{}", blob.content.len());
     let text = String::from_utf8(blob.content).unwrap();
-    assert!(text.ends_with("characters\n"), "{}", &text[text.len() - 100..]);
+    assert!(
+        text.ends_with("characters\n"),
+        "{}",
+        &text[text.len() - 100..]
+    );
     assert!(run.output_tail.unwrap().contains("[stderr] done"));
 }
 
@@ -137,7 +144,10 @@ async fn non_utf8_and_nul_bytes_survive_in_the_log_and_show_escaped() {
     assert_eq!(run.state, RunState::Completed, "{:?}", run.error);
     assert_eq!(log_of(&env, &run).await, b"[stdout] a\x00b\xffc\n");
     assert!(
-        run.output_tail.as_deref().unwrap().contains("a\\x00b\\xffc"),
+        run.output_tail
+            .as_deref()
+            .unwrap()
+            .contains("a\\x00b\\xffc"),
         "{:?}",
         run.output_tail
     );
@@ -158,7 +168,12 @@ async fn a_hang_is_ended_by_its_timeout_and_the_process_dies() {
     });
     let run = run_once(&env, "hangs", json!({})).await;
     assert_eq!(run.state, RunState::Failed);
-    assert!(run.error.as_deref().unwrap().contains("timed out after 300ms"));
+    assert!(
+        run.error
+            .as_deref()
+            .unwrap()
+            .contains("timed out after 300ms")
+    );
     wait_dead(&pid).await;
 }
 
@@ -206,7 +221,10 @@ async fn shell_is_absent_unless_enabled_and_honours_allowed_programs() {
     let off = TestEnv::new();
     let e = off
         .client
-        .enqueue(EnqueueRequest::new("shell", json!({"argv": ["echo", "hi"]})))
+        .enqueue(EnqueueRequest::new(
+            "shell",
+            json!({"argv": ["echo", "hi"]}),
+        ))
         .await
         .unwrap_err()
         .to_string();
@@ -218,7 +236,10 @@ async fn shell_is_absent_unless_enabled_and_honours_allowed_programs() {
     });
     let e = env
         .client
-        .enqueue(EnqueueRequest::new("shell", json!({"argv": ["rm", "-rf", "/"]})))
+        .enqueue(EnqueueRequest::new(
+            "shell",
+            json!({"argv": ["rm", "-rf", "/"]}),
+        ))
         .await
         .unwrap_err()
         .to_string();
@@ -226,7 +247,10 @@ async fn shell_is_absent_unless_enabled_and_honours_allowed_programs() {
     assert_eq!(env.count("SELECT count(*) FROM runs"), 0);
     let run = run_once(&env, "shell", json!({"argv": ["echo", "hi $HOME"]})).await;
     assert_eq!(run.state, RunState::Completed, "{:?}", run.error);
-    assert_eq!(result_of(&env, &run).await["result"]["stdout_tail"], "hi $HOME\n");
+    assert_eq!(
+        result_of(&env, &run).await["result"]["stdout_tail"],
+        "hi $HOME\n"
+    );
     let run = run_once(
         &env,
         "shell",

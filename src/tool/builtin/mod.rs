@@ -1,6 +1,7 @@
 //! Built-in tools, one file each.
 
 mod echo;
+mod http;
 mod math;
 mod shell;
 mod sleep;
@@ -11,6 +12,7 @@ use std::sync::Arc;
 use super::Tool;
 
 pub use echo::Echo;
+pub use http::HttpRequest;
 pub use math::{Arith, MathOp};
 pub use shell::Shell;
 pub use sleep::Sleep;
@@ -26,6 +28,7 @@ pub fn all() -> Vec<Arc<dyn Tool>> {
         Arc::new(Arith(MathOp::Multiply)),
         Arc::new(Arith(MathOp::Divide)),
         Arc::new(Sleep),
+        Arc::new(HttpRequest),
     ]
 }
 

@@ -113,7 +113,9 @@ impl Tool for Shell {
                 "exit_code": 0,
                 "stdout_tail": escape_bytes(&out.stdout_tail),
             })),
-            (None, Exit::Code(c)) => ToolOutcome::tool_error(format!("command exited with code {c}")),
+            (None, Exit::Code(c)) => {
+                ToolOutcome::tool_error(format!("command exited with code {c}"))
+            }
             (None, Exit::Signal(s)) => {
                 ToolOutcome::tool_error(format!("command was killed by signal {s}"))
             }
