@@ -194,14 +194,14 @@ impl Client {
             Some(t) => Some(t.as_millis() as i64),
             None => None,
         };
-        if let Some(key) = &req.idempotency_key {
-            if key.is_empty() || key.chars().count() > 200 {
-                return Err(InputError::new(
-                    "idempotency_key",
-                    key,
-                    "must be 1 to 200 characters",
-                ));
-            }
+        if let Some(key) = &req.idempotency_key
+            && (key.is_empty() || key.chars().count() > 200)
+        {
+            return Err(InputError::new(
+                "idempotency_key",
+                key,
+                "must be 1 to 200 characters",
+            ));
         }
         let title = match &req.title {
             Some(t) if t.trim().is_empty() => {

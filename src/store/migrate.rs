@@ -56,13 +56,13 @@ pub(crate) fn inspect(conn: &Connection, path: &str) -> Result<FileState, StoreE
 }
 
 fn not_toolq_or(path: &str, e: rusqlite::Error, action: &str) -> StoreError {
-    if let rusqlite::Error::SqliteFailure(f, _) = &e {
-        if f.code == rusqlite::ErrorCode::NotADatabase {
-            return StoreError::NotToolq {
-                path: path.to_string(),
-                reason: "is not a SQLite database (or is encrypted or damaged)".into(),
-            };
-        }
+    if let rusqlite::Error::SqliteFailure(f, _) = &e
+        && f.code == rusqlite::ErrorCode::NotADatabase
+    {
+        return StoreError::NotToolq {
+            path: path.to_string(),
+            reason: "is not a SQLite database (or is encrypted or damaged)".into(),
+        };
     }
     StoreError::sqlite(action, e)
 }

@@ -91,3 +91,70 @@ async fn panic_is_contained_and_internal_error_is_hidden() {
         RunState::Completed
     );
 }
+
+async fn chatty_log(bytes: u64) -> (Vec<u8>, bool, String) {
+    let env = TestEnv::with_config(|c| {
+        c.runs.log_cap_bytes = 1024;
+        c.runs.tail_chars = 16;
+    });
+    let id = env
+        .client
+        .enqueue(EnqueueRequest::new(
+            "chatty",
+            json!({"bytes": bytes, "line": "abcdefghij"}),
+        ))
+        .await
+        .unwrap()
+        .run_id;
+    env.drain().await;
+    let run = env.client.get(&id).await.unwrap();
+    assert_eq!(run.state, RunState::Completed);
+    let blob = env.client.log(&run).await.unwrap().unwrap();
+    (blob.content, blob.truncated, run.output_tail.unwrap())
+}
+
+#[tokio::test]
+async fn log_cap_and_tail_are_exact_at_the_boundary() {
+    // 1000 + 4 characters of output become lines of 1010 and 14 bytes: exactly the 1024-byte cap.
+    let (log, truncated, tail) = chatty_log(1004).await;
+    assert_eq!(log.len(), 1024);
+    assert!(!truncated);
+    assert!(!String::from_utf8_lossy(&log).contains("truncated"));
+    assert_eq!(tail, "ghij\n[stdout] abcd\n"[3..].to_string());
+    assert_eq!(tail.chars().count(), 16);
+
+    // One more character: the log keeps the first 1024 bytes and ends with the note.
+    let (log, truncated, tail) = chatty_log(1005).await;
+    assert!(truncated);
+    let text = String::from_utf8(log).unwrap();
+    assert!(
+        text.ends_with("[stdout] abcde\n[system] background output truncated at 1024 characters\n"),
+        "{text:?}"
+    );
+    assert_eq!(
+        text.len(),
+        1024 + 1 + "[system] background output truncated at 1024 characters\n".len()
+    );
+    // The tail shows the latest output, past the cap.
+    assert_eq!(tail, "\n[stdout] abcde\n");
+}
+
+#[tokio::test]
+async fn huge_output_keeps_the_cap_and_the_tail_moves_on() {
+    let env = TestEnv::new();
+    let id = env
+        .client
+        .enqueue(EnqueueRequest::new(
+            "chatty",
+            json!({"bytes": 3_000_000, "line": "0123456789"}),
+        ))
+        .await
+        .unwrap()
+        .run_id;
+    env.drain().await;
+    let run = env.client.get(&id).await.unwrap();
+    let blob = env.client.log(&run).await.unwrap().unwrap();
+    assert!(blob.truncated);
+    assert!(blob.content.len() < 256 * 1024 + 100);
+    assert_eq!(run.output_tail.unwrap().chars().count(), 2048);
+}

@@ -1,9 +1,13 @@
 //! Integration tests: real SQLite files in temp dirs, real workers, real child processes.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
+#[allow(dead_code, reason = "shared helpers; each test module uses a subset")]
 mod support;
 
+mod cli;
 mod enqueue;
 mod finish;
 mod http;
+mod limits;
+mod shutdown;
 mod tools;

@@ -33,8 +33,10 @@ impl TestEnv {
 
     pub fn with_config(f: impl FnOnce(&mut Config)) -> Self {
         let dir = tempfile::tempdir().unwrap();
-        let mut config = Config::default();
-        config.db_path = dir.path().join("toolq.db").display().to_string();
+        let mut config = Config {
+            db_path: dir.path().join("toolq.db").display().to_string(),
+            ..Config::default()
+        };
         config.worker.poll_interval = Duration::from_millis(20);
         config.worker.heartbeat_interval = Duration::from_millis(200);
         config.worker.flush_interval = Duration::from_millis(50);
@@ -80,6 +82,17 @@ impl TestEnv {
             .await
             .expect("drain finished in time")
             .unwrap()
+    }
+}
+
+/// Shorthand for instants relative to a manual clock.
+pub trait ClockExt {
+    fn now_plus_secs(&self, secs: i64) -> DateTime<Utc>;
+}
+
+impl ClockExt for ManualClock {
+    fn now_plus_secs(&self, secs: i64) -> DateTime<Utc> {
+        toolq::Clock::now(self) + chrono::Duration::seconds(secs)
     }
 }
 

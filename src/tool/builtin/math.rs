@@ -64,6 +64,18 @@ impl Tool for Arith {
     }
 
     async fn call(&self, ctx: ToolContext) -> ToolOutcome {
+        if let (Some(a), Some(b)) = (ctx.args["a"].as_i64(), ctx.args["b"].as_i64()) {
+            let exact = match self.0 {
+                MathOp::Add => a.checked_add(b),
+                MathOp::Subtract => a.checked_sub(b),
+                MathOp::Multiply => a.checked_mul(b),
+                MathOp::Divide if b != 0 && a % b == 0 => a.checked_div(b),
+                MathOp::Divide => None,
+            };
+            if let Some(r) = exact {
+                return ToolOutcome::ok(json!({ "result": r }));
+            }
+        }
         let (Some(a), Some(b)) = (ctx.args["a"].as_f64(), ctx.args["b"].as_f64()) else {
             return ToolOutcome::tool_error("a and b must be numbers");
         };

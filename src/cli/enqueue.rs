@@ -1,0 +1,232 @@
+//! `toolq enqueue TOOL --args JSON` and `toolq enqueue --file runs.jsonl`.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::{Ctx, render};
+use crate::client::{EnqueueRequest, Enqueued};
+use crate::config::parse_duration;
+use crate::error::{Error, InputError, Result};
+use crate::run::Delivery;
+
+/// Flags of `enqueue`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The tool to run (see `toolq tools`).
+    #[arg(required_unless_present = "file", conflicts_with = "file")]
+    pub tool: Option<String>,
+    /// The tool's arguments as a JSON object.
+    #[arg(long, default_value = "{}", value_name = "JSON")]
+    pub args: String,
+    /// The owning session (its inbox gets the completion message).
+    #[arg(long, default_value = "default")]
+    pub session: String,
+    /// A title for people.
+    #[arg(long)]
+    pub title: Option<String>,
+    /// Higher runs first.
+    #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
+    pub priority: i64,
+    /// Not before this RFC 3339 instant (e.g. 2026-12-01T09:00:00Z).
+    #[arg(long, conflicts_with = "in_", value_name = "RFC3339")]
+    pub at: Option<String>,
+    /// Not before this long from now (e.g. 10m, 2h).
+    #[arg(long = "in", id = "in_", value_name = "DURATION")]
+    pub in_: Option<String>,
+    /// Attempts in all (internal errors, timeouts and lost workers retry).
+    #[arg(long)]
+    pub max_attempts: Option<i64>,
+    /// Timeout of the run (e.g. 30s, 5m).
+    #[arg(long, value_name = "DURATION")]
+    pub timeout: Option<String>,
+    /// A key: enqueueing the same key again returns the existing run.
+    #[arg(long)]
+    pub idempotency_key: Option<String>,
+    /// Do not post an inbox message when the run ends.
+    #[arg(long)]
+    pub no_signal: bool,
+    /// How the completion message is delivered: interrupt, when_idle, silent.
+    #[arg(long, default_value = "when_idle")]
+    pub delivery: String,
+    /// Enqueue every line of a JSONL file (all or none); see the README for the fields.
+    #[arg(long, value_name = "PATH")]
+    pub file: Option<PathBuf>,
+}
+
+/// One line of a `--file` batch.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Line {
+    tool: String,
+    #[serde(default = "empty_object")]
+    args: Value,
+    session: Option<String>,
+    title: Option<String>,
+    priority: Option<i64>,
+    at: Option<String>,
+    #[serde(rename = "in")]
+    in_: Option<String>,
+    max_attempts: Option<i64>,
+    timeout: Option<String>,
+    idempotency_key: Option<String>,
+    signal_on_completion: Option<bool>,
+    delivery: Option<String>,
+}
+
+fn empty_object() -> Value {
+    json!({})
+}
+
+fn parse_at(field: &str, s: &str) -> Result<DateTime<Utc>, InputError> {
+    DateTime::parse_from_rfc3339(s.trim())
+        .map(|t| t.with_timezone(&Utc))
+        .map_err(|e| {
+            InputError::new(
+                field,
+                s,
+                format!(
+                    "is not an RFC 3339 instant with an offset, like 2026-12-01T09:00:00Z ({e})"
+                ),
+            )
+        })
+}
+
+fn parse_dur(field: &str, s: &str) -> Result<Duration, InputError> {
+    parse_duration(s).map_err(|r| InputError::new(field, s, r))
+}
+
+fn run_at(
+    now: DateTime<Utc>,
+    at: Option<&str>,
+    in_: Option<&str>,
+) -> Result<Option<DateTime<Utc>>, InputError> {
+    match (at, in_) {
+        (Some(_), Some(_)) => Err(InputError::new("at", "", "give either at or in, not both")),
+        (Some(a), None) => parse_at("--at", a).map(Some),
+        (None, Some(d)) => {
+            let d = parse_dur("--in", d)?;
+            let d = chrono::Duration::from_std(d)
+                .map_err(|_| InputError::new("--in", format!("{d:?}"), "is too long"))?;
+            Ok(Some(now + d))
+        }
+        (None, None) => Ok(None),
+    }
+}
+
+impl Args {
+    fn request(&self, now: DateTime<Utc>) -> Result<EnqueueRequest, InputError> {
+        let tool = self.tool.clone().unwrap_or_default();
+        let args: Value = serde_json::from_str(&self.args).map_err(|e| {
+            InputError::new("--args", &self.args, format!("is not valid JSON: {e}"))
+        })?;
+        let mut req = EnqueueRequest::new(tool, args).session(self.session.clone());
+        req.title = self.title.clone();
+        req.priority = self.priority;
+        req.run_at = run_at(now, self.at.as_deref(), self.in_.as_deref())?;
+        req.max_attempts = self.max_attempts;
+        req.timeout = self
+            .timeout
+            .as_deref()
+            .map(|t| parse_dur("--timeout", t))
+            .transpose()?;
+        req.idempotency_key = self.idempotency_key.clone();
+        req.signal_on_completion = !self.no_signal;
+        req.delivery = self.delivery.parse::<Delivery>().map_err(|e| InputError {
+            field: "--delivery".into(),
+            ..e
+        })?;
+        Ok(req)
+    }
+}
+
+impl Line {
+    fn request(self, now: DateTime<Utc>) -> Result<EnqueueRequest, InputError> {
+        let mut req = EnqueueRequest::new(self.tool, self.args);
+        if let Some(s) = self.session {
+            req = req.session(s);
+        }
+        req.title = self.title;
+        req.priority = self.priority.unwrap_or(0);
+        req.run_at = run_at(now, self.at.as_deref(), self.in_.as_deref())?;
+        req.max_attempts = self.max_attempts;
+        req.timeout = self
+            .timeout
+            .as_deref()
+            .map(|t| parse_dur("timeout", t))
+            .transpose()?;
+        req.idempotency_key = self.idempotency_key;
+        req.signal_on_completion = self.signal_on_completion.unwrap_or(true);
+        if let Some(d) = self.delivery {
+            req.delivery = d.parse()?;
+        }
+        Ok(req)
+    }
+}
+
+/// Reads and validates a whole JSONL file; an error names the line.
+fn read_file(path: &PathBuf, ctx: &Ctx) -> Result<Vec<EnqueueRequest>> {
+    let text = std::fs::read(path).map_err(|e| Error::io(format!("read {}", path.display()), e))?;
+    let text = String::from_utf8(text).map_err(|e| {
+        InputError::new(
+            "--file",
+            path.display().to_string(),
+            format!("is not UTF-8 text: {e}"),
+        )
+    })?;
+    let now = ctx.client.now();
+    let mut reqs = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let at = format!("{} line {}: ", path.display(), i + 1);
+        let parsed: Line = serde_json::from_str(line).map_err(|e| {
+            InputError::new("entry", line, format!("is not a valid run object: {e}")).within(&at)
+        })?;
+        let req = parsed.request(now).map_err(|e| e.within(&at))?;
+        ctx.client.prepare(&req).map_err(|e| e.within(&at))?;
+        reqs.push(req);
+    }
+    if reqs.is_empty() {
+        return Err(InputError::new("--file", path.display().to_string(), "holds no runs").into());
+    }
+    Ok(reqs)
+}
+
+/// Enqueues one run or a file of runs.
+pub async fn run(ctx: &Ctx, args: Args) -> Result<()> {
+    if let Some(path) = &args.file {
+        let reqs = read_file(path, ctx)?;
+        let done = ctx.client.enqueue_batch(reqs).await?;
+        let created = done.iter().filter(|e| e.created).count();
+        if ctx.json {
+            render::json(&json!({"enqueued": done.len(), "created": created, "runs": done}));
+        } else {
+            render::line(&format!(
+                "enqueued {} runs from {} ({} new, {} already there by idempotency key)",
+                done.len(),
+                path.display(),
+                created,
+                done.len() - created
+            ));
+        }
+        return Ok(());
+    }
+    let req = args.request(ctx.client.now())?;
+    let tool = req.tool.clone();
+    let Enqueued { run_id, created } = ctx.client.enqueue(req).await?;
+    if ctx.json {
+        render::json(&json!({"run_id": run_id, "created": created, "tool": tool,
+            "result_path": crate::run::result_path(&run_id), "log_path": crate::run::log_path(&run_id)}));
+    } else if created {
+        render::line(&run_id.to_string());
+    } else {
+        render::line(&run_id.to_string());
+        render::note("(an existing run with this idempotency key; nothing new was enqueued)");
+    }
+    Ok(())
+}

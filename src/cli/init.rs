@@ -1,0 +1,29 @@
+//! `toolq init`: create or migrate the database.
+
+use serde_json::json;
+
+use super::{Ctx, render};
+use crate::error::Result;
+use crate::store::SCHEMA_VERSION;
+
+/// Flags of `init` (none).
+#[derive(Debug, clap::Args)]
+pub struct Args {}
+
+/// Opening the client already created or migrated the file; report it.
+pub async fn run(ctx: &Ctx, _args: Args) -> Result<()> {
+    let info = ctx.client.store().info()?;
+    let path = ctx.client.store().path().display().to_string();
+    if ctx.json {
+        render::json(
+            &json!({"db": path, "schema_version": SCHEMA_VERSION, "journal_mode": info.journal_mode,
+            "synchronous": info.synchronous, "sqlite": info.sqlite_version}),
+        );
+    } else {
+        render::line(&format!(
+            "database {path} ready (schema version {SCHEMA_VERSION}, journal_mode {}, synchronous {})",
+            info.journal_mode, info.synchronous
+        ));
+    }
+    Ok(())
+}

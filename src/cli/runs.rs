@@ -1,0 +1,80 @@
+//! `toolq runs`: list runs with filters.
+
+use super::{Ctx, render};
+use crate::error::{InputError, Result};
+use crate::run::RunState;
+use crate::store::runs::ListFilter;
+
+/// Flags of `runs`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Only this state: queued, awaiting_approval, running, completed, failed, cancelled.
+    #[arg(long)]
+    pub state: Option<String>,
+    /// Only this session.
+    #[arg(long)]
+    pub session: Option<String>,
+    /// Only this tool.
+    #[arg(long)]
+    pub tool: Option<String>,
+    /// At most this many, newest first.
+    #[arg(long, default_value_t = 50)]
+    pub limit: i64,
+}
+
+/// Lists runs.
+pub async fn run(ctx: &Ctx, args: Args) -> Result<()> {
+    if !(1..=100_000).contains(&args.limit) {
+        return Err(InputError::new(
+            "--limit",
+            args.limit.to_string(),
+            "must be between 1 and 100000",
+        )
+        .into());
+    }
+    let state = args
+        .state
+        .as_deref()
+        .map(|s| {
+            s.parse::<RunState>().map_err(|e| InputError {
+                field: "--state".into(),
+                ..e
+            })
+        })
+        .transpose()?;
+    let runs = ctx
+        .client
+        .list(ListFilter {
+            state,
+            session: args.session,
+            tool: args.tool,
+            schedule_id: None,
+            limit: args.limit,
+        })
+        .await?;
+    if ctx.json {
+        render::json(&runs);
+        return Ok(());
+    }
+    let rows: Vec<Vec<String>> = runs
+        .iter()
+        .map(|r| {
+            vec![
+                r.id.to_string(),
+                r.state.to_string(),
+                r.tool.clone(),
+                r.session_id.clone(),
+                format!("{}/{}", r.attempt, r.max_attempts),
+                render::time(&r.created_at),
+                r.title.clone(),
+            ]
+        })
+        .collect();
+    render::table(
+        &[
+            "ID", "STATE", "TOOL", "SESSION", "ATTEMPT", "CREATED", "TITLE",
+        ],
+        &rows,
+    );
+    Ok(())
+}

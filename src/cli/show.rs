@@ -1,0 +1,96 @@
+//! `toolq show RUN`: every field of one run.
+
+use super::{Ctx, render, run_id};
+use crate::error::Result;
+use crate::run::Run;
+
+/// Flags of `show`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The run id (bg_...).
+    pub run: String,
+}
+
+/// Prints the run.
+pub async fn run(ctx: &Ctx, args: Args) -> Result<()> {
+    let id = run_id(&args.run)?;
+    let run = ctx.client.get(&id).await?;
+    if ctx.json {
+        render::json(&with_paths(&run));
+        return Ok(());
+    }
+    let t = |v: &Option<chrono::DateTime<chrono::Utc>>| v.as_ref().map_or("-".into(), render::time);
+    let mut pairs = vec![
+        ("id", run.id.to_string()),
+        ("state", run.state.to_string()),
+        ("tool", run.tool.clone()),
+        ("title", run.title.clone()),
+        ("session", run.session_id.clone()),
+        ("args", run.args.to_string()),
+        ("priority", run.priority.to_string()),
+        (
+            "attempt",
+            format!("{} of {}", run.attempt, run.max_attempts),
+        ),
+        ("created_at", render::time(&run.created_at)),
+        ("run_at", render::time(&run.run_at)),
+        ("started_at", t(&run.started_at)),
+        ("finished_at", t(&run.finished_at)),
+        ("lease_owner", render::opt(&run.lease_owner)),
+        ("lease_expires_at", t(&run.lease_expires_at)),
+        (
+            "timeout",
+            run.timeout_ms.map_or("-".into(), |ms| format!("{ms} ms")),
+        ),
+        ("idempotency_key", render::opt(&run.idempotency_key)),
+        ("delivery", run.delivery.as_str().to_string()),
+        ("signal_on_completion", run.signal_on_completion.to_string()),
+        ("status", render::opt(&run.status_text)),
+        (
+            "progress",
+            run.progress
+                .as_ref()
+                .map_or("-".into(), |p| serde_json::to_string(p).unwrap_or_default()),
+        ),
+        ("error", render::opt(&run.error)),
+        ("internal_error", render::opt(&run.internal_error)),
+        ("result_path", run.result_path()),
+        ("log_path", run.log_path()),
+    ];
+    if let Some(s) = &run.schedule_id {
+        pairs.push(("schedule_id", s.to_string()));
+        pairs.push(("fire_at", t(&run.fire_at)));
+    }
+    if let Some(op) = &run.operation_id {
+        pairs.push(("operation_id", op.clone()));
+    }
+    if run.stages.as_array().is_some_and(|a| !a.is_empty()) {
+        pairs.push(("stages", run.stages.to_string()));
+    }
+    if let Some(a) = &run.approval_state {
+        pairs.push((
+            "approval",
+            format!(
+                "{a} by {} at {} ({})",
+                render::opt(&run.approval_by),
+                t(&run.approval_at),
+                render::opt(&run.approval_note)
+            ),
+        ));
+    }
+    if run.errors.as_array().is_some_and(|a| !a.is_empty()) {
+        pairs.push(("errors", run.errors.to_string()));
+    }
+    if let Some(tail) = &run.output_tail {
+        pairs.push(("output_tail", format!("\n{tail}")));
+    }
+    render::fields(&pairs);
+    Ok(())
+}
+
+fn with_paths(run: &Run) -> serde_json::Value {
+    let mut v = serde_json::to_value(run).unwrap_or_default();
+    v["result_path"] = run.result_path().into();
+    v["log_path"] = run.log_path().into();
+    v
+}

@@ -1,0 +1,84 @@
+//! `toolq stats`: counts by state, oldest queued run, busy retries, database settings.
+
+use serde_json::{Map, Value, json};
+
+use super::{Ctx, render};
+use crate::error::Result;
+use crate::store;
+
+/// Flags of `stats` (none).
+#[derive(Debug, clap::Args)]
+pub struct Args {}
+
+/// Prints the figures.
+pub async fn run(ctx: &Ctx, _args: Args) -> Result<()> {
+    let now = ctx.client.now();
+    let (counts, oldest, busy, live) = ctx
+        .client
+        .store()
+        .read_async(move |c| {
+            Ok((
+                store::runs::count_by_state(c)?,
+                store::runs::oldest_queued(c, now)?,
+                store::workers::total_busy_retries(c)?,
+                store::workers::list(c, false)?.len(),
+            ))
+        })
+        .await?;
+    let info = ctx.client.store().info()?;
+    let mut by_state = Map::new();
+    for s in crate::run::RunState::ALL {
+        let n = counts
+            .iter()
+            .find(|(k, _)| k == s.as_str())
+            .map_or(0, |(_, n)| *n);
+        by_state.insert(s.as_str().into(), n.into());
+    }
+    let oldest_age = oldest
+        .as_deref()
+        .and_then(store::codec::parse_ts)
+        .map(|t| (now - t).num_milliseconds().max(0) as f64 / 1000.0);
+    let size = std::fs::metadata(ctx.client.store().path())
+        .map(|m| m.len())
+        .unwrap_or(0);
+    let v = json!({
+        "runs": Value::Object(by_state.clone()),
+        "oldest_queued_run_at": oldest,
+        "oldest_queued_age_secs": oldest_age,
+        "busy_retries": busy,
+        "live_workers": live,
+        "db": ctx.client.store().path().display().to_string(),
+        "db_bytes": size,
+        "journal_mode": info.journal_mode,
+        "synchronous": info.synchronous,
+        "sqlite": info.sqlite_version,
+    });
+    if ctx.json {
+        render::json(&v);
+        return Ok(());
+    }
+    let mut pairs: Vec<(&str, String)> = crate::run::RunState::ALL
+        .iter()
+        .map(|s| (s.as_str(), by_state[s.as_str()].to_string()))
+        .collect();
+    pairs.push((
+        "oldest queued",
+        oldest_age.map_or("-".into(), |a| {
+            format!("{a:.1}s ago ({})", oldest.unwrap_or_default())
+        }),
+    ));
+    pairs.push(("busy retries", busy.to_string()));
+    pairs.push(("live workers", live.to_string()));
+    pairs.push((
+        "database",
+        format!(
+            "{} ({size} bytes, journal {}, synchronous {}, sqlite {})",
+            v["db"].as_str().unwrap_or(""),
+            info.journal_mode,
+            info.synchronous,
+            info.sqlite_version
+        ),
+    ));
+    render::fields(&pairs);
+    Ok(())
+}

@@ -1,0 +1,69 @@
+//! `toolq tools [NAME]`: the registered tools, or one with its schema.
+
+use super::{Ctx, render};
+use crate::error::{InputError, Result};
+
+/// Flags of `tools`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Show this tool with its argument schema.
+    pub name: Option<String>,
+}
+
+/// Lists tools.
+pub async fn run(ctx: &Ctx, args: Args) -> Result<()> {
+    let reg = ctx.client.registry();
+    if let Some(name) = args.name {
+        let entry = reg.get(&name).ok_or_else(|| {
+            let known: Vec<String> = reg.iter().map(|e| e.def.name.clone()).collect();
+            InputError::new(
+                "tool",
+                &name,
+                format!("is not registered (known tools: {})", known.join(", ")),
+            )
+        })?;
+        if ctx.json {
+            render::json(&entry.def);
+        } else {
+            let d = &entry.def;
+            render::fields(&[
+                ("name", d.name.clone()),
+                ("display_name", d.display_name.clone()),
+                ("description", d.description.clone()),
+                ("policy", format!("{:?}", d.policy)),
+                (
+                    "hints",
+                    format!(
+                        "readonly={} idempotent={} supports_background={}",
+                        d.hints.readonly, d.hints.idempotent, d.hints.supports_background
+                    ),
+                ),
+                (
+                    "timeout",
+                    d.timeout
+                        .map_or("-".into(), |t| humantime::format_duration(t).to_string()),
+                ),
+            ]);
+            render::line("parameters:");
+            render::line(&serde_json::to_string_pretty(&d.parameters).unwrap_or_default());
+        }
+        return Ok(());
+    }
+    let defs: Vec<_> = reg.iter().map(|e| e.def.clone()).collect();
+    if ctx.json {
+        render::json(&defs);
+        return Ok(());
+    }
+    let rows: Vec<Vec<String>> = defs
+        .iter()
+        .map(|d| {
+            vec![
+                d.name.clone(),
+                d.display_name.clone(),
+                d.description.clone(),
+            ]
+        })
+        .collect();
+    render::table(&["NAME", "DISPLAY NAME", "DESCRIPTION"], &rows);
+    Ok(())
+}
