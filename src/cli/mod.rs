@@ -92,8 +92,11 @@ pub fn load_config(cli: &Cli) -> Result<Config> {
 }
 
 /// The tools this process can run: the built-ins plus what the config defines.
-pub fn registry(_config: &Config) -> Result<Registry> {
-    Ok(RegistryBuilder::new().with_builtins().build()?)
+pub fn registry(config: &Config) -> Result<Registry> {
+    Ok(RegistryBuilder::new()
+        .with_builtins()
+        .with_config_tools(config)?
+        .build()?)
 }
 
 fn init_tracing(command: &Command) {
