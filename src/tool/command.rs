@@ -241,6 +241,7 @@ impl Tool for CommandTool {
         let c = &self.0;
         let mut def = ToolDef::new(&c.name, &c.description, c.args_schema.clone());
         def.timeout = c.timeout;
+        def.approval_deadline = c.approval_deadline;
         if c.requires_approval {
             def = def.policy(ToolPolicy::RequiresApproval);
         }

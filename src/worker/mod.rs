@@ -2,6 +2,7 @@
 //! heartbeats leases, flushes live progress, and records each attempt's end in batched,
 //! fenced transactions. Shutdown is a parameter ([`CancellationToken`]), never a global.
 
+mod approval;
 mod execute;
 pub mod finish;
 pub mod identity;
@@ -137,6 +138,7 @@ impl Worker {
         let ticks = vec![
             tokio::spawn(lease::lease_loop(sh.clone(), background.clone())),
             tokio::spawn(lease::flush_loop(sh.clone(), background.clone())),
+            tokio::spawn(approval::approval_loop(sh.clone(), background.clone())),
         ];
         let mut cursor: Option<String> = None;
         let mut failures = 0u32;
@@ -243,6 +245,17 @@ async fn claim(sh: &Arc<Shared>, free: usize, cursor: Option<String>) -> Result<
 
 fn start(sh: &Arc<Shared>, run: Run, jobs: mpsc::UnboundedSender<Job>) {
     let client = sh.client.clone();
+    if let Some(deadline) = crate::approval::gate_of(&client, &run, client.now()) {
+        // Not executed: the run waits for an operator. The move is fenced like any finish.
+        let mut rec = crate::approval::await_approval(&run, deadline);
+        if let (Some(m), Some(e)) = (rec.message.as_mut(), client.registry().get(&run.tool)) {
+            crate::tool::apply_format(&*e.tool, m);
+        }
+        if jobs.send(Job::Finish(Box::new(rec))).is_err() {
+            tracing::error!(run_id = %run.id, "finisher is gone; the lease will expire and the run be rescued");
+        }
+        return;
+    }
     let defaults = client.config().runs.clone();
     let sink = RunSink::new(SinkLimits {
         log_cap: defaults.log_cap_bytes,
@@ -295,7 +308,10 @@ fn start(sh: &Arc<Shared>, run: Run, jobs: mpsc::UnboundedSender<Job>) {
                     if let AttemptEnd::Returned(crate::tool::ToolOutcome::Internal(detail)) | AttemptEnd::Panicked(detail) = &end {
                         tracing::error!(internal_error = %detail, "attempt failed with an internal error");
                     }
-                    let record = decide(&run, end, sink.final_snapshot(), &defaults, client.now(), rand::random::<f64>());
+                    let mut record = decide(&run, end, sink.final_snapshot(), &defaults, client.now(), rand::random::<f64>());
+                    if let (Some(m), Some(e)) = (record.message.as_mut(), client.registry().get(&run.tool)) {
+                        crate::tool::apply_format(&*e.tool, m);
+                    }
                     Job::Finish(Box::new(record))
                 }
                 Executed::HandBack => Job::Release {

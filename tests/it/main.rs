@@ -4,6 +4,7 @@
 #[allow(dead_code, reason = "shared helpers; each test module uses a subset")]
 mod support;
 
+mod approvals;
 mod cli;
 mod enqueue;
 mod finish;
