@@ -54,7 +54,9 @@ struct State {
     progress: Option<Progress>,
     dirty: bool,
     log_dirty: bool,
-    operation: Option<(String, Option<serde_json::Value>)>,
+    operation: Option<String>,
+    stages: Vec<serde_json::Value>,
+    op_dirty: bool,
     cap: Option<usize>,
 }
 
@@ -151,16 +153,31 @@ impl RunSink {
         self.output(Stream::System, text.as_bytes());
     }
 
-    /// Records an async operation id (and optionally a stage) to be stored at once.
+    /// Records an async operation id (and optionally a stage) to be stored on the run at the
+    /// next flush (fenced by the lease); a later attempt gets it as `ctx.operation_id`.
     pub fn set_operation(&self, id: impl Into<String>, stage: Option<serde_json::Value>) {
         let mut s = self.lock();
-        s.operation = Some((id.into(), stage));
-        s.dirty = true;
+        s.operation = Some(id.into());
+        s.stages.extend(stage);
+        s.op_dirty = true;
     }
 
-    /// Takes a pending operation id update, if any.
-    pub(crate) fn take_operation(&self) -> Option<(String, Option<serde_json::Value>)> {
-        self.lock().operation.take()
+    /// Appends a stage to the run's stage history (after [`RunSink::set_operation`]); every
+    /// stage is kept, even when several arrive between two flushes.
+    pub fn stage(&self, stage: serde_json::Value) {
+        let mut s = self.lock();
+        s.stages.push(stage);
+        s.op_dirty = true;
+    }
+
+    /// Takes the pending operation id and the stages added since the last take.
+    pub(crate) fn take_operation(&self) -> Option<(String, Vec<serde_json::Value>)> {
+        let mut s = self.lock();
+        if !std::mem::take(&mut s.op_dirty) {
+            return None;
+        }
+        let stages = std::mem::take(&mut s.stages);
+        Some((s.operation.clone()?, stages))
     }
 
     fn append(&self, bytes: &[u8]) {

@@ -120,13 +120,13 @@ pub(crate) async fn flush_tick(sh: &Arc<Shared>) -> Result<()> {
     let mut ops = Vec::new();
     for f in sh.flights().values() {
         let token = f.run.lease_token.clone().unwrap_or_default();
-        if let Some((op, stage)) = f.sink.take_operation() {
+        if let Some((op, stages)) = f.sink.take_operation() {
             ops.push((
                 f.run.id.to_string(),
                 f.run.attempt,
                 token.clone(),
                 op,
-                stage,
+                stages,
             ));
         }
         if let Some(snap) = f.sink.take_changes() {
@@ -149,8 +149,8 @@ pub(crate) async fn flush_tick(sh: &Arc<Shared>) -> Result<()> {
     sh.client
         .store()
         .write_async(move |tx| {
-            for (id, attempt, token, op, stage) in &ops {
-                store::claim::set_operation(tx, id, *attempt, token, op, stage.as_ref())?;
+            for (id, attempt, token, op, stages) in &ops {
+                store::claim::set_operation_stages(tx, id, *attempt, token, op, stages)?;
             }
             for w in &writes {
                 store::claim::write_progress(tx, w, now)?;

@@ -303,6 +303,17 @@ fn start(sh: &Arc<Shared>, run: Run, jobs: mpsc::UnboundedSender<Job>) {
                     execute(tool, ctx, timeout, grace, stop).await
                 }
             };
+            // Stages reported after the last flush still belong in the history.
+            if let Some((op, stages)) = sink.take_operation() {
+                let (id, attempt, token) = (run.id.to_string(), run.attempt, run.lease_token.clone().unwrap_or_default());
+                if let Err(e) = client
+                    .store()
+                    .write_async(move |tx| store::claim::set_operation_stages(tx, &id, attempt, &token, &op, &stages))
+                    .await
+                {
+                    tracing::warn!(error = %e, "could not store the operation's last stages");
+                }
+            }
             let job = match executed {
                 Executed::End(end) => {
                     if let AttemptEnd::Returned(crate::tool::ToolOutcome::Internal(detail)) | AttemptEnd::Panicked(detail) = &end {

@@ -5,6 +5,7 @@
 mod support;
 
 mod approvals;
+mod async_ops;
 mod cli;
 mod enqueue;
 mod finish;

@@ -1,5 +1,6 @@
 //! Built-in tools, one file each.
 
+mod detached;
 mod echo;
 mod http;
 mod math;
@@ -11,6 +12,7 @@ use std::sync::Arc;
 
 use super::Tool;
 
+pub use detached::DetachedCommand;
 pub use echo::Echo;
 pub use http::HttpRequest;
 pub use math::{Arith, MathOp};
@@ -32,11 +34,21 @@ pub fn all() -> Vec<Arc<dyn Tool>> {
     ]
 }
 
-/// The built-ins the config turns on: `shell` when `[shell] enabled = true`.
+/// The built-ins the config turns on: `shell` and `detached_command` when
+/// `[shell] enabled = true` (operation state in `state_dir`, else `<database>.operations`).
 pub fn configured(config: &crate::Config) -> Vec<Arc<dyn Tool>> {
     let mut tools: Vec<Arc<dyn Tool>> = Vec::new();
     if config.shell.enabled {
+        let state_dir = config
+            .shell
+            .state_dir
+            .clone()
+            .unwrap_or_else(|| format!("{}.operations", config.db_path));
         tools.push(Arc::new(Shell::new(&config.shell)));
+        tools.push(Arc::new(DetachedCommand::new(
+            &config.shell,
+            state_dir.into(),
+        )));
     }
     tools
 }
