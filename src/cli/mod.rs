@@ -1,7 +1,9 @@
 //! The operator CLI: `toolq [--db PATH] [--config PATH] [--json] COMMAND`. One file per
 //! subcommand; each parses its flags, calls the library, and renders through [`render`].
 
+mod approve;
 mod cancel;
+mod deny;
 mod enqueue;
 mod inbox;
 mod init;
@@ -67,6 +69,10 @@ pub enum Command {
     Inbox(inbox::Args),
     /// List the registered tools, or show one with its schema.
     Tools(tools::Args),
+    /// Approve a run awaiting approval: it is queued to run.
+    Approve(approve::Args),
+    /// Deny a run awaiting approval: it is cancelled with a message.
+    Deny(deny::Args),
     /// Counts by state, oldest queued run, database settings.
     Stats(stats::Args),
 }
@@ -133,6 +139,8 @@ async fn dispatch(cli: Cli) -> Result<()> {
         Command::Retry(a) => retry::run(&ctx, a).await,
         Command::Inbox(a) => inbox::run(&ctx, a).await,
         Command::Tools(a) => tools::run(&ctx, a).await,
+        Command::Approve(a) => approve::run(&ctx, a).await,
+        Command::Deny(a) => deny::run(&ctx, a).await,
         Command::Stats(a) => stats::run(&ctx, a).await,
     }
 }

@@ -7,6 +7,7 @@ mod support;
 mod approvals;
 mod async_ops;
 mod cli;
+mod cli_tools;
 mod enqueue;
 mod finish;
 mod http;
