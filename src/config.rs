@@ -36,7 +36,7 @@ pub struct ShellConfig {
     /// otherwise run any command).
     #[serde(default)]
     pub enabled: bool,
-    /// Programs (argv[0], as written) they may run; empty means any.
+    /// Programs (`argv[0]`, as written) they may run; empty means any.
     #[serde(default)]
     pub allowed_programs: Vec<String>,
     /// Where `detached_command` keeps operation state (default: `<database>.operations`).

@@ -1,6 +1,6 @@
 //! `shell`: runs a command given in the args (argv, cwd, env, stdin, timeout) with the
 //! process runner. Registered only when `[shell] enabled = true`; `allowed_programs` limits
-//! argv[0] (checked by the schema at enqueue, and again before running).
+//! `argv[0]` (checked by the schema at enqueue, and again before running).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -38,7 +38,7 @@ pub(crate) fn argv_schema(allowed: &[String]) -> Value {
     argv
 }
 
-/// Checks argv[0] against the allowed programs (empty list: any).
+/// Checks `argv[0]` against the allowed programs (empty list: any).
 pub(crate) fn check_program(allowed: &[String], argv: &[String]) -> Result<(), String> {
     match argv.first() {
         None => Err("argv must name a program".into()),
