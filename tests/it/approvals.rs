@@ -236,6 +236,12 @@ async fn a_tool_policy_and_formatter_shape_the_messages() {
     drain(&client).await;
     client.approve(&id, "ops", None).await.unwrap();
     drain(&client).await;
+    let other = client
+        .enqueue(EnqueueRequest::new("guarded", json!({})).session("s"))
+        .await
+        .unwrap()
+        .run_id;
+    client.cancel(&other).await.unwrap();
     let bodies: Vec<String> = inbox(&client, "s")
         .await
         .into_iter()
@@ -245,7 +251,8 @@ async fn a_tool_policy_and_formatter_shape_the_messages() {
         bodies,
         [
             format!("[guarded] approval_request {id}"),
-            format!("[guarded] completed {id}")
+            format!("[guarded] completed {id}"),
+            format!("[guarded] cancelled {other}")
         ]
     );
 }
