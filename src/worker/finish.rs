@@ -140,3 +140,191 @@ pub fn decide(
     }
     rec
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+    use crate::ids::RunId;
+    use crate::run::Delivery;
+    use crate::tool::{Image, ToolSuccess};
+    use chrono::TimeZone;
+
+    fn run(attempt: i64, max: i64) -> Run {
+        let t = Utc.with_ymd_and_hms(2026, 11, 1, 12, 0, 0).unwrap();
+        Run {
+            id: RunId::generate(),
+            session_id: "s".into(),
+            tool: "t".into(),
+            args: json!({}),
+            title: "T".into(),
+            state: RunState::Running,
+            priority: 0,
+            attempt,
+            max_attempts: max,
+            run_at: t,
+            created_at: t,
+            started_at: Some(t),
+            finished_at: None,
+            lease_owner: Some("wk".into()),
+            lease_token: Some("tok".into()),
+            lease_expires_at: None,
+            heartbeat_at: None,
+            idempotency_key: None,
+            timeout_ms: None,
+            signal_on_completion: true,
+            delivery: Delivery::WhenIdle,
+            schedule_id: None,
+            fire_at: None,
+            ticks: 1,
+            status_text: None,
+            progress: None,
+            output_tail: None,
+            error: None,
+            internal_error: None,
+            errors: json!([]),
+            operation_id: None,
+            stages: json!([]),
+            approval_state: None,
+            approval_deadline: None,
+            approval_by: None,
+            approval_at: None,
+            approval_note: None,
+            cancel_requested_at: None,
+        }
+    }
+
+    fn now() -> DateTime<Utc> {
+        Utc.with_ymd_and_hms(2026, 11, 1, 12, 0, 10).unwrap()
+    }
+
+    fn go(r: &Run, end: AttemptEnd) -> FinishRecord {
+        decide(
+            r,
+            end,
+            SinkSnapshot::default(),
+            &Config::default().runs,
+            now(),
+            0.5,
+        )
+    }
+
+    #[test]
+    fn success_writes_result_and_message_and_keeps_raw_output_aside() {
+        let r = run(1, 3);
+        let rec = go(
+            &r,
+            AttemptEnd::Returned(ToolOutcome::Success(ToolSuccess {
+                value: json!({"ok": true}),
+                images: vec![Image {
+                    mime_type: "image/png".into(),
+                    data: "AAAA".into(),
+                }],
+                raw_output: Some("SECRET RAW".into()),
+            })),
+        );
+        assert_eq!(rec.outcome, Outcome::Final(RunState::Completed));
+        let result = String::from_utf8(rec.result.unwrap()).unwrap();
+        assert!(result.contains("\"ok\":true") && result.contains("image/png"));
+        assert!(!result.contains("SECRET RAW"));
+        assert_eq!(rec.extra_blobs.len(), 1);
+        assert!(rec.extra_blobs[0].0.ends_with("/raw_output.txt"));
+        let msg = rec.message.unwrap();
+        assert_eq!(msg.kind, "completed");
+        assert!(!msg.body.contains("SECRET RAW"));
+    }
+
+    #[test]
+    fn tool_errors_fail_at_once() {
+        let rec = go(
+            &run(1, 3),
+            AttemptEnd::Returned(ToolOutcome::tool_error("bad input")),
+        );
+        assert_eq!(rec.outcome, Outcome::Final(RunState::Failed));
+        assert_eq!(rec.error.as_deref(), Some("bad input"));
+        assert_eq!(rec.message.unwrap().kind, "failed");
+    }
+
+    #[test]
+    fn internal_errors_retry_with_backoff_then_fail_hidden() {
+        let rec = go(
+            &run(1, 3),
+            AttemptEnd::Returned(ToolOutcome::Internal("pg: password".into())),
+        );
+        assert_eq!(
+            rec.outcome,
+            Outcome::Retry(now() + chrono::Duration::seconds(1))
+        );
+        assert!(rec.message.is_none() && rec.result.is_none());
+        let rec = go(
+            &run(2, 3),
+            AttemptEnd::Returned(ToolOutcome::Internal("pg: password".into())),
+        );
+        assert_eq!(
+            rec.outcome,
+            Outcome::Retry(now() + chrono::Duration::seconds(2))
+        );
+        let rec = go(
+            &run(3, 3),
+            AttemptEnd::Returned(ToolOutcome::Internal("pg: password".into())),
+        );
+        assert_eq!(rec.outcome, Outcome::Final(RunState::Failed));
+        assert_eq!(rec.error.as_deref(), Some(INTERNAL_ERROR_TEXT));
+        assert_eq!(rec.internal_error.as_deref(), Some("pg: password"));
+        let msg = rec.message.unwrap();
+        assert!(!msg.body.contains("password") && !msg.data.to_string().contains("password"));
+        assert!(
+            !String::from_utf8(rec.result.unwrap())
+                .unwrap()
+                .contains("password")
+        );
+        assert_eq!(rec.error_entry.unwrap()["attempt"], 3);
+    }
+
+    #[test]
+    fn timeouts_name_the_limit_and_panics_are_internal() {
+        let rec = go(
+            &run(3, 3),
+            AttemptEnd::TimedOut(std::time::Duration::from_secs(30)),
+        );
+        assert_eq!(rec.error.as_deref(), Some("timed out after 30s"));
+        assert_eq!(rec.outcome, Outcome::Final(RunState::Failed));
+        let rec = go(
+            &run(1, 1),
+            AttemptEnd::Panicked("index out of bounds".into()),
+        );
+        assert_eq!(rec.error.as_deref(), Some(INTERNAL_ERROR_TEXT));
+        assert!(rec.internal_error.unwrap().contains("index out of bounds"));
+    }
+
+    #[test]
+    fn cancellation_and_connection_required_do_not_retry() {
+        let rec = go(&run(1, 3), AttemptEnd::Cancelled);
+        assert_eq!(rec.outcome, Outcome::Final(RunState::Cancelled));
+        assert_eq!(rec.message.unwrap().kind, "cancelled");
+        let rec = go(
+            &run(1, 3),
+            AttemptEnd::Returned(ToolOutcome::ConnectionRequired {
+                provider: "github".into(),
+            }),
+        );
+        assert_eq!(rec.outcome, Outcome::Final(RunState::Failed));
+        assert!(rec.error.unwrap().contains("github"));
+    }
+
+    #[test]
+    fn no_signal_means_no_message() {
+        let mut r = run(1, 3);
+        r.signal_on_completion = false;
+        assert!(
+            go(&r, AttemptEnd::Returned(ToolOutcome::ok(json!(1))))
+                .message
+                .is_none()
+        );
+        assert!(
+            go(&r, AttemptEnd::Returned(ToolOutcome::tool_error("x")))
+                .message
+                .is_none()
+        );
+    }
+}
