@@ -176,3 +176,66 @@ fn inbox_follow_prints_new_messages_as_they_arrive() {
     follower.kill().unwrap();
     follower.wait().unwrap();
 }
+
+#[test]
+fn a_detached_operation_survives_kill_9_of_its_worker_and_is_resumed() {
+    let dir = tempfile::tempdir().unwrap();
+    let (starts, go) = (dir.path().join("starts"), dir.path().join("go"));
+    let cli = Cli::new(
+        dir.path(),
+        &format!(
+            "[worker]\nflush_interval = \"50ms\"\npoll_interval = \"50ms\"\n\
+             [shell]\nenabled = true\nstate_dir = {:?}\n",
+            dir.path().join("ops").to_str().unwrap()
+        ),
+    );
+    let args = serde_json::json!({
+        "argv": ["sh", "-c",
+            "echo x >> \"$1\"; while [ ! -e \"$2\" ]; do sleep 0.02; done; echo finished",
+            "sh", starts.to_str().unwrap(), go.to_str().unwrap()],
+        "poll_ms": 20
+    })
+    .to_string();
+    let id = cli.json(&["enqueue", "detached_command", "--args", &args])["run_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let mut worker = cli.cmd(&["worker"]).stderr(Stdio::null()).spawn().unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while cli.json(&["show", &id])["operation_id"].is_null() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "operation id never stored"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    worker.kill().unwrap(); // SIGKILL
+    worker.wait().unwrap();
+
+    // Rescue the dead worker's attempt (fenced by its lease token), then let a new worker run.
+    let store = toolq::Store::open(&cli.db).unwrap();
+    let (attempt, token): (i64, String) = rusqlite::Connection::open(&cli.db)
+        .unwrap()
+        .query_row(
+            "SELECT attempt, lease_token FROM runs WHERE id = ?1",
+            [&id],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    let now = toolq::Clock::now(&toolq::SystemClock);
+    assert!(
+        store
+            .write(|tx| toolq::store::claim::release(tx, &id, attempt, &token, now))
+            .unwrap()
+    );
+    std::fs::write(&go, "").unwrap();
+    cli.ok(&["worker", "--drain"]);
+    let v = cli.json(&["show", &id]);
+    assert_eq!(v["state"], "completed", "{v}");
+    assert_eq!(std::fs::read_to_string(&starts).unwrap().lines().count(), 1);
+    let stages = v["stages"].to_string();
+    assert!(
+        stages.contains("resumed") && stages.contains("completed"),
+        "{stages}"
+    );
+}
