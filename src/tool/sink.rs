@@ -345,6 +345,39 @@ mod tests {
     }
 
     #[test]
+    fn every_stage_is_kept_between_takes() {
+        let s = sink(1024);
+        assert!(s.take_operation().is_none());
+        s.set_operation("op1", Some(serde_json::json!({"stage": "started"})));
+        s.stage(serde_json::json!({"stage": "a"}));
+        s.stage(serde_json::json!({"stage": "b"}));
+        let (op, stages) = s.take_operation().unwrap();
+        assert_eq!(op, "op1");
+        assert_eq!(stages.len(), 3);
+        assert!(s.take_operation().is_none());
+        s.stage(serde_json::json!({"stage": "c"}));
+        assert_eq!(s.take_operation().unwrap().1.len(), 1);
+    }
+
+    #[test]
+    fn a_full_log_still_moves_the_tail_from_big_chunks() {
+        let s = sink(32);
+        s.output_lines(Stream::Stdout, &b"y\n".repeat(100));
+        s.output_lines(Stream::Stdout, &b"z\n".repeat(1000));
+        let snap = s.final_snapshot();
+        assert!(snap.log.unwrap().1);
+        assert!(snap.output_tail.unwrap().ends_with("] z\n"));
+    }
+
+    #[test]
+    fn a_tool_cap_lowers_the_log_cap() {
+        let s = sink(1024);
+        s.limit_log(20);
+        s.output(Stream::Stdout, b"01234567890");
+        assert!(s.final_snapshot().log.unwrap().1);
+    }
+
+    #[test]
     fn changes_are_taken_once() {
         let s = sink(1024);
         assert!(s.take_changes().is_none());
