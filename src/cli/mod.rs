@@ -99,10 +99,24 @@ pub fn load_config(cli: &Cli) -> Result<Config> {
 
 /// The tools this process can run: the built-ins plus what the config defines.
 pub fn registry(config: &Config) -> Result<Registry> {
-    Ok(RegistryBuilder::new()
+    let registry = RegistryBuilder::new()
         .with_builtins()
         .with_config_tools(config)?
-        .build()?)
+        .build()?;
+    if let Some(name) = config
+        .approvals
+        .require
+        .iter()
+        .find(|n| registry.get(n).is_none())
+    {
+        return Err(crate::error::InputError::new(
+            "approvals.require",
+            name,
+            "names a tool that is not registered",
+        )
+        .into());
+    }
+    Ok(registry)
 }
 
 fn init_tracing(command: &Command) {

@@ -27,6 +27,9 @@ use super::sink::{RunSink, Stream};
 /// A line longer than this is passed on in pieces (bounded memory for output without newlines).
 pub const MAX_LINE: usize = 64 * 1024;
 
+/// A line starting with the filter's prefix (a protocol line, e.g. a result) may be this long.
+pub const MAX_FILTERED_LINE: usize = 4 * 1024 * 1024;
+
 /// Looks at each complete stdout line (newline included) before it is logged; returns true
 /// when it consumed the line (it is then not logged).
 pub type LineFilter = Box<dyn FnMut(&[u8]) -> bool + Send>;
@@ -295,9 +298,14 @@ async fn pump(
         bytes += n as u64;
         pending.extend_from_slice(&buf[..n]);
         // Pass on everything up to the last newline; keep the partial line unless it is long.
+        // `pending` holds at most one partial line here (it is always cut at its last newline).
+        let max = match &filter {
+            Some((prefix, _)) if pending.starts_with(prefix) => MAX_FILTERED_LINE,
+            _ => MAX_LINE,
+        };
         let cut = match pending.iter().rposition(|b| *b == b'\n') {
             Some(i) => i + 1,
-            None if pending.len() >= MAX_LINE => pending.len(),
+            None if pending.len() >= max => pending.len(),
             None => continue,
         };
         let rest = pending.split_off(cut);

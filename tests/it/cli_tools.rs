@@ -239,3 +239,16 @@ fn a_detached_operation_survives_kill_9_of_its_worker_and_is_resumed() {
         "{stages}"
     );
 }
+
+#[test]
+fn an_approval_requirement_for_an_unknown_tool_is_a_config_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let cli = Cli::new(dir.path(), "[approvals]\nrequire = [\"deplyo\"]\n");
+    let o = cli.cmd(&["runs"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        e.contains("approvals.require") && e.contains("deplyo"),
+        "{e}"
+    );
+}

@@ -260,3 +260,22 @@ async fn shell_is_absent_unless_enabled_and_honours_allowed_programs() {
     assert_eq!(run.state, RunState::Failed);
     assert!(run.error.unwrap().contains("timed out after 100 ms"));
 }
+
+#[tokio::test]
+async fn a_result_line_longer_than_an_output_line_is_whole() {
+    let env = TestEnv::with_config(|c| {
+        sh_tool(
+            c,
+            "big",
+            "printf '::toolq::result {\"s\": \"%s\"}\\n' \"$(head -c 300000 /dev/zero | tr '\\000' a)\"",
+            "",
+        )
+    });
+    let run = run_once(&env, "big", json!({})).await;
+    assert_eq!(run.state, RunState::Completed, "{:?}", run.error);
+    let s = result_of(&env, &run).await["result"]["s"]
+        .as_str()
+        .unwrap()
+        .len();
+    assert_eq!(s, 300_000);
+}
