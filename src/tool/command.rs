@@ -18,6 +18,10 @@ use crate::config::{Config, parse_duration};
 use crate::error::ConfigError;
 use crate::run::Progress;
 
+/// Args JSON longer than this is not put in `TOOLQ_ARGS` (Linux caps one environment string
+/// at 128 KiB); it is always on stdin.
+pub const MAX_ENV_ARGS: usize = 120 * 1024;
+
 /// Prefix of protocol lines on a command's stdout.
 pub const PROTOCOL_PREFIX: &[u8] = b"::toolq::";
 
@@ -258,8 +262,17 @@ impl Tool for CommandTool {
         let mut spec = ProcessSpec::new(c.command.clone());
         spec.cwd = c.cwd.clone();
         spec.env = c.env.clone().into_iter().collect();
+        // Linux refuses to start a program with one environment string over 128 KiB; such
+        // args arrive on stdin only.
+        if args.len() <= MAX_ENV_ARGS {
+            spec.env.push(("TOOLQ_ARGS".to_string(), args.clone()));
+        } else {
+            ctx.sink.system(&format!(
+                "args are {} bytes, too big for TOOLQ_ARGS; they are on stdin only",
+                args.len()
+            ));
+        }
         spec.env.extend([
-            ("TOOLQ_ARGS".to_string(), args.clone()),
             ("TOOLQ_RUN_ID".to_string(), ctx.run_id.to_string()),
             ("TOOLQ_SESSION_ID".to_string(), ctx.session_id.clone()),
             ("TOOLQ_ATTEMPT".to_string(), ctx.attempt.to_string()),

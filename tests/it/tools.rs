@@ -279,3 +279,16 @@ async fn a_result_line_longer_than_an_output_line_is_whole() {
         .len();
     assert_eq!(s, 300_000);
 }
+
+#[tokio::test]
+async fn args_too_big_for_the_environment_arrive_on_stdin() {
+    let env =
+        TestEnv::with_config(|c| sh_tool(c, "bigargs", "echo \"env=${#TOOLQ_ARGS}\"; wc -c", ""));
+    let big = "b".repeat(200_000);
+    let run = run_once(&env, "bigargs", json!({"s": big})).await;
+    assert_eq!(run.state, RunState::Completed, "{:?}", run.error);
+    let log = String::from_utf8(log_of(&env, &run).await).unwrap();
+    assert!(log.contains("[stdout] env=0\n"), "{log}");
+    assert!(log.contains("200008"), "{log}");
+    assert!(log.contains("too big for TOOLQ_ARGS"), "{log}");
+}
