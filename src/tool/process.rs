@@ -206,10 +206,35 @@ pub async fn run(
     };
     // The child is gone; give grandchildren holding the pipes a short window, then end the
     // whole group so the readers see EOF.
-    let mut readers: Vec<Option<tokio::task::JoinHandle<Pumped>>> =
-        out.into_iter().chain(err).map(Some).collect();
+    let (stdout_tail, bytes_read) = drain(
+        out.into_iter().chain(err).collect(),
+        &guard,
+        sink,
+        spec.drain_window,
+    )
+    .await;
+    Ok(ProcessOutput {
+        exit: exit_of(status),
+        stopped,
+        stdout_tail,
+        bytes_read,
+    })
+}
+
+type Reader = tokio::task::JoinHandle<Pumped>;
+
+/// After the child exited: reads what is left in the pipes for up to `window`, kills what is
+/// left of the group (so held pipes reach EOF), then collects the readers. Returns the
+/// stdout tail and the bytes read.
+async fn drain(
+    readers: Vec<Reader>,
+    guard: &GroupGuard,
+    sink: &RunSink,
+    window: Duration,
+) -> (Vec<u8>, u64) {
+    let mut readers: Vec<Option<Reader>> = readers.into_iter().map(Some).collect();
     let mut done = Vec::new();
-    let drained = tokio::time::timeout(spec.drain_window, async {
+    let drained = tokio::time::timeout(window, async {
         for slot in readers.iter_mut() {
             if let Some(h) = slot.as_mut() {
                 let res = h.await;
@@ -232,19 +257,14 @@ pub async fn run(
         }
     }
     let mut tail = Vec::new();
-    let mut bytes_read = 0;
+    let mut bytes = 0;
     for p in done {
-        bytes_read += p.bytes;
+        bytes += p.bytes;
         if p.stream == Stream::Stdout {
             tail = p.tail;
         }
     }
-    Ok(ProcessOutput {
-        exit: exit_of(status),
-        stopped,
-        stdout_tail: tail,
-        bytes_read,
-    })
+    (tail, bytes)
 }
 
 /// SIGTERM to the group, SIGKILL after `grace`, then reap the child.

@@ -161,6 +161,28 @@ pub(crate) async fn flush_tick(sh: &Arc<Shared>) -> Result<()> {
     Ok(())
 }
 
+/// Writes an attempt's operation stages not yet flushed (fenced), at the end of the attempt.
+pub(super) async fn flush_operation(
+    client: &crate::Client,
+    run: &crate::run::Run,
+    sink: &crate::tool::RunSink,
+) {
+    let Some((op, stages)) = sink.take_operation() else {
+        return;
+    };
+    let (id, attempt) = (run.id.to_string(), run.attempt);
+    let token = run.lease_token.clone().unwrap_or_default();
+    if let Err(e) = client
+        .store()
+        .write_async(move |tx| {
+            store::claim::set_operation_stages(tx, &id, attempt, &token, &op, &stages)
+        })
+        .await
+    {
+        tracing::warn!(error = %e, "could not store the operation's last stages");
+    }
+}
+
 pub(super) async fn flush_loop(sh: Arc<Shared>, stop: CancellationToken) {
     let every = sh.client.config().worker.flush_interval;
     loop {

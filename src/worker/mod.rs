@@ -245,15 +245,7 @@ async fn claim(sh: &Arc<Shared>, free: usize, cursor: Option<String>) -> Result<
 
 fn start(sh: &Arc<Shared>, run: Run, jobs: mpsc::UnboundedSender<Job>) {
     let client = sh.client.clone();
-    if let Some(deadline) = crate::approval::gate_of(&client, &run, client.now()) {
-        // Not executed: the run waits for an operator. The move is fenced like any finish.
-        let mut rec = crate::approval::await_approval(&run, deadline);
-        if let (Some(m), Some(e)) = (rec.message.as_mut(), client.registry().get(&run.tool)) {
-            crate::tool::apply_format(&*e.tool, m);
-        }
-        if jobs.send(Job::Finish(Box::new(rec))).is_err() {
-            tracing::error!(run_id = %run.id, "finisher is gone; the lease will expire and the run be rescued");
-        }
+    if approval::hold_for_approval(&client, &run, &jobs) {
         return;
     }
     let defaults = client.config().runs.clone();
@@ -304,16 +296,7 @@ fn start(sh: &Arc<Shared>, run: Run, jobs: mpsc::UnboundedSender<Job>) {
                 }
             };
             // Stages reported after the last flush still belong in the history.
-            if let Some((op, stages)) = sink.take_operation() {
-                let (id, attempt, token) = (run.id.to_string(), run.attempt, run.lease_token.clone().unwrap_or_default());
-                if let Err(e) = client
-                    .store()
-                    .write_async(move |tx| store::claim::set_operation_stages(tx, &id, attempt, &token, &op, &stages))
-                    .await
-                {
-                    tracing::warn!(error = %e, "could not store the operation's last stages");
-                }
-            }
+            lease::flush_operation(&client, &run, &sink).await;
             let job = match executed {
                 Executed::End(end) => {
                     if let AttemptEnd::Returned(crate::tool::ToolOutcome::Internal(detail)) | AttemptEnd::Panicked(detail) = &end {
