@@ -71,6 +71,8 @@ CREATE INDEX runs_session_created_idx ON runs (session_id, created_at);
 CREATE INDEX runs_finished_idx ON runs (finished_at) WHERE finished_at IS NOT NULL;
 CREATE INDEX runs_schedule_active_idx ON runs (schedule_id)
     WHERE state IN ('queued', 'awaiting_approval', 'running');
+-- Schedule firing: the latest queued schedule run, so catch-up starts are spread and capped.
+CREATE INDEX runs_schedule_catchup_idx ON runs (run_at) WHERE state = 'queued' AND schedule_id IS NOT NULL;
 CREATE INDEX runs_awaiting_deadline_idx ON runs (approval_deadline) WHERE state = 'awaiting_approval';
 
 -- Run artifacts as blob rows: '/.background/{run_id}/output.log' and '/.background/{run_id}/result.json'.
@@ -120,6 +122,13 @@ CREATE INDEX schedules_due_idx ON schedules (next_trigger_at) WHERE enabled = 1 
 CREATE INDEX schedules_session_idx ON schedules (session_id, enabled);
 
 -- One row per expected schedule tick: what happened to it.
+--   fired            a run was inserted for this tick (run_id); a catch-up run's detail says how
+--                    many ticks it stands for (also runs.ticks)
+--   coalesced        missed during downtime and folded into the catch-up run run_id
+--   missed           no run: missed-ticks policy 'skip', or outside the catch-up window
+--   skipped_overlap  no run: the schedule's previous run was still active (overlap policy 'skip')
+-- e.g.  SELECT fire_at, outcome, run_id, detail FROM schedule_occurrences
+--       WHERE schedule_id = 'sch_...' ORDER BY fire_at DESC LIMIT 20;
 CREATE TABLE schedule_occurrences (
     id            INTEGER PRIMARY KEY,
     schedule_id   TEXT NOT NULL REFERENCES schedules(id) ON DELETE CASCADE,

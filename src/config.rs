@@ -20,6 +20,8 @@ pub struct Config {
     pub runs: RunDefaults,
     /// Per-session limits.
     pub sessions: SessionLimits,
+    /// Schedule firing.
+    pub schedules: SchedulesConfig,
     /// Command tools defined by the operator, by name.
     pub tools: BTreeMap<String, CommandToolConfig>,
     /// The `shell` and `detached_command` built-ins (off unless enabled).
@@ -108,6 +110,16 @@ pub struct SessionLimits {
     pub max_active_schedules: i64,
 }
 
+/// Schedule firing settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SchedulesConfig {
+    /// Catch-up runs (after downtime) start at most this many per second, over all schedules.
+    pub catchup_starts_per_second: i64,
+    /// A tick fired more than this after its time counts as missed and follows the
+    /// schedule's missed-ticks policy.
+    pub late_after: Duration,
+}
+
 impl Default for Config {
     fn default() -> Self {
         Self {
@@ -134,6 +146,10 @@ impl Default for Config {
                 max_active_runs: 100,
                 max_active_schedules: 20,
             },
+            schedules: SchedulesConfig {
+                catchup_starts_per_second: 2,
+                late_after: Duration::from_secs(60),
+            },
             tools: BTreeMap::new(),
             shell: ShellConfig::default(),
             approvals: ApprovalConfig::default(),
@@ -148,6 +164,7 @@ struct FileConfig {
     worker: Option<FileWorker>,
     runs: Option<FileRuns>,
     sessions: Option<FileSessions>,
+    schedules: Option<FileSchedules>,
     #[serde(default)]
     tools: BTreeMap<String, toml::Table>,
     #[serde(default)]
@@ -191,6 +208,13 @@ struct FileRuns {
 struct FileSessions {
     max_active_runs: Option<i64>,
     max_active_schedules: Option<i64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileSchedules {
+    catchup_starts_per_second: Option<i64>,
+    late_after: Option<String>,
 }
 
 /// Parses a human duration such as `500ms`, `30s`, `10m`, `1h 30m`.
@@ -271,6 +295,7 @@ impl Config {
         let w = file.worker.unwrap_or_default();
         let r = file.runs.unwrap_or_default();
         let s = file.sessions.unwrap_or_default();
+        let sc = file.schedules.unwrap_or_default();
         let db_path = file.database.and_then(|d| d.path).unwrap_or(d.db_path);
         if db_path.trim().is_empty() {
             return Err(c.bad("database.path", "\"\"", "must not be empty"));
@@ -366,11 +391,36 @@ impl Config {
                 1_000_000,
             )?,
         };
+        let schedules = SchedulesConfig {
+            catchup_starts_per_second: c.int(
+                "schedules.catchup_starts_per_second",
+                sc.catchup_starts_per_second,
+                d.schedules.catchup_starts_per_second,
+                1,
+                10_000,
+            )?,
+            late_after: c.duration(
+                "schedules.late_after",
+                sc.late_after,
+                d.schedules.late_after,
+            )?,
+        };
+        if schedules.late_after < worker.poll_interval * 2 {
+            return Err(c.bad(
+                "schedules.late_after",
+                format!("{:?}", schedules.late_after),
+                format!(
+                    "must be at least twice worker.poll_interval ({:?}), or every tick would count as missed",
+                    worker.poll_interval
+                ),
+            ));
+        }
         Ok(Config {
             db_path,
             worker,
             runs,
             sessions,
+            schedules,
             tools: crate::tool::command::parse_tools(file.tools, origin)?,
             shell: file.shell,
             approvals: ApprovalConfig {
@@ -419,6 +469,17 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("concurency"), "{e}");
+        let e = Config::parse("[schedules]\nlate_after = \"100ms\"\n", "c.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("schedules.late_after") && e.contains("poll_interval"),
+            "{e}"
+        );
+        let e = Config::parse("[schedules]\ncatchup_starts_per_second = 0\n", "c.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("schedules.catchup_starts_per_second"), "{e}");
         let e = Config::parse("[worker\n", "c.toml")
             .unwrap_err()
             .to_string();

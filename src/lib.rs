@@ -41,6 +41,7 @@ pub use config::Config;
 pub use error::{Error, InputError, Result};
 pub use ids::{RunId, ScheduleId, WorkerId};
 pub use run::{Delivery, Progress, Run, RunState};
+pub use schedule::{MissedPolicy, OverlapPolicy, Schedule, ScheduleDetail, ScheduleRequest};
 pub use store::Store;
 pub use tool::{Registry, RegistryBuilder, RunSink, Tool, ToolContext, ToolDef, ToolOutcome};
 pub use worker::{Worker, WorkerOptions, WorkerReport};

@@ -12,6 +12,7 @@ pub mod render;
 mod result;
 mod retry;
 mod runs;
+mod schedule;
 mod show;
 mod stats;
 mod tools;
@@ -75,6 +76,8 @@ pub enum Command {
     Deny(deny::Args),
     /// Counts by state, oldest queued run, database settings.
     Stats(stats::Args),
+    /// Cron monitors and one-shots: add, list, show, cancel, enable, preview.
+    Schedule(schedule::Args),
 }
 
 /// What every subcommand gets.
@@ -156,6 +159,7 @@ async fn dispatch(cli: Cli) -> Result<()> {
         Command::Approve(a) => approve::run(&ctx, a).await,
         Command::Deny(a) => deny::run(&ctx, a).await,
         Command::Stats(a) => stats::run(&ctx, a).await,
+        Command::Schedule(a) => schedule::run(&ctx, a).await,
     }
 }
 

@@ -9,6 +9,7 @@ pub mod codec;
 pub mod finish;
 pub mod inbox;
 pub(crate) mod migrate;
+pub mod occurrences;
 pub mod runs;
 pub mod schedules;
 pub mod workers;

@@ -7,6 +7,7 @@ mod execute;
 pub mod finish;
 pub mod identity;
 mod lease;
+pub(crate) mod schedules;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -139,6 +140,7 @@ impl Worker {
             tokio::spawn(lease::lease_loop(sh.clone(), background.clone())),
             tokio::spawn(lease::flush_loop(sh.clone(), background.clone())),
             tokio::spawn(approval::approval_loop(sh.clone(), background.clone())),
+            tokio::spawn(schedules::schedule_loop(sh.clone(), background.clone())),
         ];
         let mut cursor: Option<String> = None;
         let mut failures = 0u32;

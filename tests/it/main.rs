@@ -12,5 +12,8 @@ mod enqueue;
 mod finish;
 mod http;
 mod limits;
+mod schedule_cli;
+mod schedules;
 mod shutdown;
+mod spawn_background;
 mod tools;

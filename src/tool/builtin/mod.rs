@@ -6,6 +6,7 @@ mod http;
 mod math;
 mod shell;
 mod sleep;
+mod spawn_background;
 mod time;
 
 use std::sync::Arc;
@@ -18,6 +19,7 @@ pub use http::HttpRequest;
 pub use math::{Arith, MathOp};
 pub use shell::Shell;
 pub use sleep::Sleep;
+pub use spawn_background::SpawnBackground;
 pub use time::GetCurrentTime;
 
 /// Every built-in tool.
@@ -31,6 +33,7 @@ pub fn all() -> Vec<Arc<dyn Tool>> {
         Arc::new(Arith(MathOp::Divide)),
         Arc::new(Sleep),
         Arc::new(HttpRequest),
+        Arc::new(SpawnBackground),
     ]
 }
 
