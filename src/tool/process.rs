@@ -119,6 +119,9 @@ pub enum ProcessError {
         /// The OS error.
         source: std::io::Error,
     },
+    /// The working directory is missing or not a directory.
+    #[error("working directory {0:?} does not exist or is not a directory")]
+    Cwd(PathBuf),
     /// Waiting for the child failed.
     #[error("waiting for {program:?} failed: {source}")]
     Wait {
@@ -165,6 +168,10 @@ pub async fn run(
         .process_group(0)
         .kill_on_drop(true);
     if let Some(cwd) = &spec.cwd {
+        // Checked here so the error names the directory, not the program.
+        if !cwd.is_dir() {
+            return Err(ProcessError::Cwd(cwd.clone()));
+        }
         cmd.current_dir(cwd);
     }
     let mut child = cmd.spawn().map_err(|source| ProcessError::Spawn {
@@ -410,6 +417,12 @@ mod tests {
         spec.stdin = b"{\"x\":1}".to_vec();
         let out = run(spec, &sink, &CancellationToken::new()).await.unwrap();
         assert_eq!(out.stdout_tail, b"{\"x\":1}");
+        let mut spec = ProcessSpec::new(argv(&["true"]));
+        spec.cwd = Some("/no/such/dir".into());
+        let e = run(spec, &sink, &CancellationToken::new())
+            .await
+            .unwrap_err();
+        assert!(e.to_string().contains("/no/such/dir"), "{e}");
         let e = run(
             ProcessSpec::new(argv(&["/no/such/program"])),
             &sink,

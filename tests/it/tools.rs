@@ -292,3 +292,40 @@ async fn args_too_big_for_the_environment_arrive_on_stdin() {
     assert!(log.contains("200008"), "{log}");
     assert!(log.contains("too big for TOOLQ_ARGS"), "{log}");
 }
+
+#[tokio::test]
+async fn cancelling_a_running_command_ends_its_process_group() {
+    let dir = tempfile::tempdir().unwrap();
+    let pid = dir.path().join("pid");
+    let env = TestEnv::with_config(|c| {
+        sh_tool(
+            c,
+            "waits",
+            "sleep 30 & echo $! > \"$1\"; wait",
+            pid.to_str().unwrap(),
+        )
+    });
+    let id = env
+        .client
+        .enqueue(EnqueueRequest::new("waits", json!({})))
+        .await
+        .unwrap()
+        .run_id;
+    let stop = tokio_util::sync::CancellationToken::new();
+    let worker = tokio::spawn(env.client.worker(Default::default()).run(stop.clone()));
+    crate::support::wait_for("the command to start", async || {
+        (pid.exists().then_some(()), "no pid file yet".into())
+    })
+    .await;
+    env.client.cancel(&id).await.unwrap();
+    let run = crate::support::wait_for("the run to be cancelled", async || {
+        let r = env.client.get(&id).await.unwrap();
+        let s = format!("{}", r.state);
+        ((r.state == RunState::Cancelled).then_some(r), s)
+    })
+    .await;
+    assert!(run.error.unwrap().contains("cancelled"));
+    wait_dead(&pid).await;
+    stop.cancel();
+    worker.await.unwrap().unwrap();
+}
