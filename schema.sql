@@ -166,13 +166,18 @@ CREATE TABLE workers (
     id                  TEXT PRIMARY KEY,      -- 'wk_' + uuid v7
     host                TEXT NOT NULL,
     boot_id             TEXT NOT NULL,         -- /proc/sys/kernel/random/boot_id
+    pid_namespace       TEXT NOT NULL DEFAULT 'unknown',  -- /proc/self/ns/pid: containers may share host and boot
     pid                 INTEGER NOT NULL,
     process_start_time  TEXT NOT NULL,         -- from /proc/PID/stat; tells a reused pid apart
     started_at          TEXT NOT NULL,
     heartbeat_at        TEXT NOT NULL,
     last_poll_at        TEXT,
-    stopped_at          TEXT,                  -- set on a clean exit
+    stopped_at          TEXT,                  -- set on a clean exit, or when another worker found it dead
+    stop_reason         TEXT CHECK (stop_reason IS NULL OR stop_reason IN ('exited', 'died')),
     concurrency         INTEGER NOT NULL,
+    poll_interval_ms    INTEGER NOT NULL DEFAULT 500,   -- its loop polls this often (status: stale after 3)
+    heartbeat_interval_ms INTEGER NOT NULL DEFAULT 2000, -- it heartbeats this often
+    lease_ms            INTEGER NOT NULL DEFAULT 30000, -- its runs' lease length
     busy_retries        INTEGER NOT NULL DEFAULT 0,  -- SQLITE_BUSY retries this process needed
     version             TEXT NOT NULL
 );

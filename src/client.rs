@@ -314,6 +314,21 @@ impl Client {
                     .write_async(move |tx| {
                         let ok =
                             store::runs::cancel_waiting(tx, &about_run.id, expected, &text, now)?;
+                        if ok {
+                            // Like every final state: a result blob next to the message.
+                            let result = serde_json::json!({"status": "cancelled", "error": text});
+                            store::artifacts::put(
+                                tx,
+                                &store::artifacts::BlobWrite {
+                                    session_id: &about_run.session_id,
+                                    path: &about_run.result_path(),
+                                    run_id: about_run.id.as_str(),
+                                    content: result.to_string().as_bytes(),
+                                    truncated: false,
+                                },
+                                now,
+                            )?;
+                        }
                         if ok && about_run.signal_on_completion {
                             store::inbox::insert(tx, &message, now)?;
                         }

@@ -13,6 +13,9 @@
 //!   fails that run as an internal error. The tool reports through a [`tool::RunSink`].
 //! - **Record**: the run's final state, its log and result blobs and its inbox message are
 //!   written in one transaction, fenced by (run, attempt, lease token), batched across runs.
+//! - **Rescue** ([`worker::rescue`]): every poll interval (and at start) a worker takes back the
+//!   runs of dead workers on its host (pid gone or reused) and of expired leases: re-queued
+//!   with backoff while attempts remain, else failed "worker lost"; fenced like a finish.
 //!
 //! ## Layers
 //! `store` holds all SQL; `tool` the tool model and built-ins; `schedule` cron and time zones;
@@ -31,6 +34,7 @@ pub mod ids;
 pub mod inbox;
 pub mod run;
 pub mod schedule;
+pub mod status;
 pub mod store;
 pub mod tool;
 pub mod worker;

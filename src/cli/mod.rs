@@ -15,6 +15,7 @@ mod runs;
 mod schedule;
 mod show;
 mod stats;
+mod status;
 mod tools;
 mod worker;
 
@@ -76,6 +77,8 @@ pub enum Command {
     Deny(deny::Args),
     /// Counts by state, oldest queued run, database settings.
     Stats(stats::Args),
+    /// Worker processes: alive, stale, dead or stopped; exits 1 when a live worker is stale.
+    Status(status::Args),
     /// Cron monitors and one-shots: add, list, show, cancel, enable, preview.
     Schedule(schedule::Args),
 }
@@ -159,6 +162,7 @@ async fn dispatch(cli: Cli) -> Result<()> {
         Command::Approve(a) => approve::run(&ctx, a).await,
         Command::Deny(a) => deny::run(&ctx, a).await,
         Command::Stats(a) => stats::run(&ctx, a).await,
+        Command::Status(a) => status::run(&ctx, a).await,
         Command::Schedule(a) => schedule::run(&ctx, a).await,
     }
 }

@@ -9,7 +9,8 @@ use crate::worker::WorkerOptions;
 /// Flags of `worker`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Exit 0 once nothing is runnable and nothing of this worker's is running.
+    /// Exit 0 once nothing is runnable, no retry is waiting for its backoff, and nothing of
+    /// this worker's is running.
     #[arg(long)]
     pub drain: bool,
 }

@@ -10,6 +10,7 @@ pub mod finish;
 pub mod inbox;
 pub(crate) mod migrate;
 pub mod occurrences;
+pub mod rescue;
 pub mod runs;
 pub mod schedules;
 pub mod workers;

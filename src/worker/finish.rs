@@ -22,6 +22,8 @@ pub enum AttemptEnd {
     Cancelled,
     /// It panicked.
     Panicked(String),
+    /// Its worker was lost (process died, or the lease expired): (visible reason, ops detail).
+    WorkerLost(String, String),
 }
 
 /// Turns an attempt's end into the records to write. `jitter` is the random draw for backoff.
@@ -97,6 +99,12 @@ pub fn decide(
             let text = format!("timed out after {}", humantime::format_duration(limit));
             (text.clone(), Some(text), true, FinalKind::Failed)
         }
+        AttemptEnd::WorkerLost(reason, detail) => (
+            format!("worker lost: {reason}"),
+            Some(detail),
+            true,
+            FinalKind::Failed,
+        ),
         AttemptEnd::Cancelled => (
             "cancelled by request while running".to_string(),
             None,

@@ -7,6 +7,7 @@ mod execute;
 pub mod finish;
 pub mod identity;
 mod lease;
+pub mod rescue;
 pub(crate) mod schedules;
 
 use std::collections::HashMap;
@@ -131,6 +132,7 @@ impl Worker {
         let client = sh.client.clone();
         let cfg = client.config().worker.clone();
         lease::register(&sh).await?;
+        rescue::rescue_once(&sh).await; // instant rescue of runs left by a dead predecessor
         let (jobs_tx, jobs_rx) = mpsc::unbounded_channel::<Job>();
         let finisher = tokio::spawn(finisher_loop(sh.clone(), jobs_rx));
         let background = CancellationToken::new();
@@ -140,6 +142,7 @@ impl Worker {
             tokio::spawn(lease::lease_loop(sh.clone(), background.clone())),
             tokio::spawn(lease::flush_loop(sh.clone(), background.clone())),
             tokio::spawn(approval::approval_loop(sh.clone(), background.clone())),
+            tokio::spawn(rescue::rescue_loop(sh.clone(), background.clone())),
             tokio::spawn(schedules::schedule_loop(sh.clone(), background.clone())),
         ];
         let mut cursor: Option<String> = None;
@@ -148,6 +151,8 @@ impl Worker {
             if shutdown.is_cancelled() {
                 break;
             }
+            // The loop's liveness for `toolq status`, also when all slots are busy.
+            *sh.last_poll.lock().unwrap_or_else(|e| e.into_inner()) = Some(client.now());
             let free = cfg.concurrency.saturating_sub(sh.flights().len());
             let mut claimed = 0;
             if free > 0 {
@@ -209,9 +214,13 @@ impl Worker {
 
 async fn runnable(client: &Client) -> Result<bool> {
     let now = client.now();
-    let (runnable, _) = client
+    let runnable = client
         .store()
-        .read_async(move |c| store::runs::has_unfinished(c, now))
+        .read_async(move |c| {
+            let (due, _) = store::runs::has_unfinished(c, now)?;
+            // A retry waiting for its backoff is not done yet: a drain waits for it.
+            Ok(due || store::rescue::has_pending_retry(c)?)
+        })
         .await?;
     Ok(runnable)
 }
@@ -395,6 +404,8 @@ async fn drain_in_flight(sh: &Arc<Shared>, grace: Duration) {
         if sh.flights().is_empty() {
             return;
         }
+        // Still looping (shutting down, not stuck): keeps `toolq status` from calling it stale.
+        *sh.last_poll.lock().unwrap_or_else(|e| e.into_inner()) = Some(sh.client.now());
         if !asked && tokio::time::Instant::now() >= deadline {
             for f in sh.flights().values() {
                 f.stop.stop(StopReason::Shutdown);
