@@ -304,6 +304,10 @@ impl Client {
                 let expected = run.state;
                 let text = "cancelled by request before it started".to_string();
                 let about_run = run.clone();
+                let mut message = final_message(FinalKind::Cancelled, &about_of(&run), &text);
+                if let Some(e) = self.registry().get(&run.tool) {
+                    crate::tool::apply_format(&*e.tool, &mut message);
+                }
                 let done = self
                     .inner
                     .store
@@ -326,12 +330,7 @@ impl Client {
                             )?;
                         }
                         if ok && about_run.signal_on_completion {
-                            let about = about_of(&about_run);
-                            store::inbox::insert(
-                                tx,
-                                &final_message(FinalKind::Cancelled, &about, &text),
-                                now,
-                            )?;
+                            store::inbox::insert(tx, &message, now)?;
                         }
                         Ok(ok)
                     })

@@ -7,6 +7,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::error::ConfigError;
+use crate::tool::command::CommandToolConfig;
 
 /// Validated configuration with typed values.
 #[derive(Debug, Clone, PartialEq)]
@@ -21,10 +22,12 @@ pub struct Config {
     pub sessions: SessionLimits,
     /// Schedule firing.
     pub schedules: SchedulesConfig,
-    /// Command tools defined by the operator, by name (kept raw; the tool runtime reads them).
-    pub tools: BTreeMap<String, toml::Table>,
-    /// The `shell` built-in (off unless enabled).
-    pub shell: toml::Table,
+    /// Command tools defined by the operator, by name.
+    pub tools: BTreeMap<String, CommandToolConfig>,
+    /// The `shell` and `detached_command` built-ins (off unless enabled).
+    pub shell: ShellConfig,
+    /// Approval requirements beyond each tool's own policy.
+    pub approvals: ApprovalConfig,
     /// What the automatic retention tick (and `toolq prune`) keeps.
     pub retention: RetentionConfig,
     /// WAL checkpoints.
@@ -57,6 +60,39 @@ pub struct WalConfig {
     pub checkpoint_interval: Duration,
     /// Warn when this many WAL frames cannot be checkpointed for several ticks in a row.
     pub warn_frames: i64,
+}
+
+/// The `[shell]` section: whether the built-ins that run any command are registered.
+#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ShellConfig {
+    /// Registers `shell` and `detached_command` (default false: whoever can enqueue could
+    /// otherwise run any command).
+    #[serde(default)]
+    pub enabled: bool,
+    /// Programs (`argv[0]`, as written) they may run; empty means any.
+    #[serde(default)]
+    pub allowed_programs: Vec<String>,
+    /// Where `detached_command` keeps operation state (default: `<database>.operations`).
+    #[serde(default)]
+    pub state_dir: Option<String>,
+}
+
+/// The `[approvals]` section.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ApprovalConfig {
+    /// Tools whose runs wait for approval whatever their own policy says.
+    pub require: Vec<String>,
+    /// An approval not given within this long expires the run (none by default).
+    pub deadline: Option<Duration>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileApprovals {
+    #[serde(default)]
+    require: Vec<String>,
+    deadline: Option<String>,
 }
 
 /// Worker loop settings.
@@ -147,7 +183,8 @@ impl Default for Config {
                 late_after: Duration::from_secs(60),
             },
             tools: BTreeMap::new(),
-            shell: toml::Table::new(),
+            shell: ShellConfig::default(),
+            approvals: ApprovalConfig::default(),
             retention: RetentionConfig {
                 enabled: true,
                 finished_runs: Duration::from_secs(7 * DAY),
@@ -176,7 +213,9 @@ struct FileConfig {
     #[serde(default)]
     tools: BTreeMap<String, toml::Table>,
     #[serde(default)]
-    shell: toml::Table,
+    shell: ShellConfig,
+    #[serde(default)]
+    approvals: FileApprovals,
     retention: Option<FileRetention>,
     wal: Option<FileWal>,
 }
@@ -451,10 +490,17 @@ impl Config {
             runs,
             sessions,
             schedules,
-            tools: file.tools,
+            tools: crate::tool::command::parse_tools(file.tools, origin)?,
             shell: file.shell,
             retention,
             wal,
+            approvals: ApprovalConfig {
+                require: file.approvals.require,
+                deadline: match file.approvals.deadline {
+                    None => None,
+                    Some(s) => Some(c.duration("approvals.deadline", Some(s), Duration::ZERO)?),
+                },
+            },
         })
     }
 }

@@ -24,6 +24,7 @@
 //!
 //! Execution is at-least-once; recording is exactly-once.
 
+pub mod approval;
 pub mod cli;
 pub mod client;
 pub mod clock;

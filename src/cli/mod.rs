@@ -1,7 +1,9 @@
 //! The operator CLI: `toolq [--db PATH] [--config PATH] [--json] COMMAND`. One file per
 //! subcommand; each parses its flags, calls the library, and renders through [`render`].
 
+mod approve;
 mod cancel;
+mod deny;
 mod enqueue;
 mod inbox;
 mod init;
@@ -72,6 +74,10 @@ pub enum Command {
     Inbox(inbox::Args),
     /// List the registered tools, or show one with its schema.
     Tools(tools::Args),
+    /// Approve a run awaiting approval: it is queued to run.
+    Approve(approve::Args),
+    /// Deny a run awaiting approval: it is cancelled with a message.
+    Deny(deny::Args),
     /// Counts by state, oldest queued run, database settings.
     Stats(stats::Args),
     /// Delete old finished runs (with logs, results, messages), acknowledged messages and
@@ -104,8 +110,25 @@ pub fn load_config(cli: &Cli) -> Result<Config> {
 }
 
 /// The tools this process can run: the built-ins plus what the config defines.
-pub fn registry(_config: &Config) -> Result<Registry> {
-    Ok(RegistryBuilder::new().with_builtins().build()?)
+pub fn registry(config: &Config) -> Result<Registry> {
+    let registry = RegistryBuilder::new()
+        .with_builtins()
+        .with_config_tools(config)?
+        .build()?;
+    if let Some(name) = config
+        .approvals
+        .require
+        .iter()
+        .find(|n| registry.get(n).is_none())
+    {
+        return Err(crate::error::InputError::new(
+            "approvals.require",
+            name,
+            "names a tool that is not registered",
+        )
+        .into());
+    }
+    Ok(registry)
 }
 
 fn init_tracing(command: &Command) -> Result<()> {
@@ -135,6 +158,8 @@ async fn dispatch(cli: Cli) -> Result<()> {
         Command::Retry(a) => retry::run(&ctx, a).await,
         Command::Inbox(a) => inbox::run(&ctx, a).await,
         Command::Tools(a) => tools::run(&ctx, a).await,
+        Command::Approve(a) => approve::run(&ctx, a).await,
+        Command::Deny(a) => deny::run(&ctx, a).await,
         Command::Stats(a) => stats::run(&ctx, a).await,
         Command::Prune(a) => prune::run(&ctx, a).await,
         Command::Status(a) => status::run(&ctx, a).await,

@@ -251,6 +251,25 @@ pub fn set_operation(
     Ok(n == 1)
 }
 
+/// Stores an operation id and each of its new stages, in order, on a running attempt (fenced).
+pub fn set_operation_stages(
+    tx: &Transaction<'_>,
+    id: &str,
+    attempt: i64,
+    token: &str,
+    operation_id: &str,
+    stages: &[serde_json::Value],
+) -> Result<bool, StoreError> {
+    if stages.is_empty() {
+        return set_operation(tx, id, attempt, token, operation_id, None);
+    }
+    let mut ok = true;
+    for st in stages {
+        ok &= set_operation(tx, id, attempt, token, operation_id, Some(st))?;
+    }
+    Ok(ok)
+}
+
 /// Gives a running attempt back to the queue without counting it (clean shutdown), fenced.
 pub fn release(
     tx: &Transaction<'_>,

@@ -2,6 +2,7 @@
 //! go through it as short `BEGIN IMMEDIATE` transactions), a pool of readers, and pragmas that
 //! are read back after being set.
 
+pub mod approvals;
 pub mod artifacts;
 pub mod claim;
 pub mod codec;

@@ -127,13 +127,13 @@ pub(crate) async fn flush_tick(sh: &Arc<Shared>) -> Result<()> {
     let mut ops = Vec::new();
     for f in sh.flights().values() {
         let token = f.run.lease_token.clone().unwrap_or_default();
-        if let Some((op, stage)) = f.sink.take_operation() {
+        if let Some((op, stages)) = f.sink.take_operation() {
             ops.push((
                 f.run.id.to_string(),
                 f.run.attempt,
                 token.clone(),
                 op,
-                stage,
+                stages,
             ));
         }
         if let Some(snap) = f.sink.take_changes() {
@@ -156,8 +156,8 @@ pub(crate) async fn flush_tick(sh: &Arc<Shared>) -> Result<()> {
     sh.client
         .store()
         .write_async(move |tx| {
-            for (id, attempt, token, op, stage) in &ops {
-                if !store::claim::set_operation(tx, id, *attempt, token, op, stage.as_ref())? {
+            for (id, attempt, token, op, stages) in &ops {
+                if !store::claim::set_operation_stages(tx, id, *attempt, token, op, stages)? {
                     tracing::debug!(run_id = %id, attempt,
                         "operation id dropped: the attempt no longer holds the lease");
                 }
@@ -172,6 +172,28 @@ pub(crate) async fn flush_tick(sh: &Arc<Shared>) -> Result<()> {
         })
         .await?;
     Ok(())
+}
+
+/// Writes an attempt's operation stages not yet flushed (fenced), at the end of the attempt.
+pub(super) async fn flush_operation(
+    client: &crate::Client,
+    run: &crate::run::Run,
+    sink: &crate::tool::RunSink,
+) {
+    let Some((op, stages)) = sink.take_operation() else {
+        return;
+    };
+    let (id, attempt) = (run.id.to_string(), run.attempt);
+    let token = run.lease_token.clone().unwrap_or_default();
+    if let Err(e) = client
+        .store()
+        .write_async(move |tx| {
+            store::claim::set_operation_stages(tx, &id, attempt, &token, &op, &stages)
+        })
+        .await
+    {
+        tracing::warn!(error = %e, "could not store the operation's last stages");
+    }
 }
 
 pub(super) async fn flush_loop(sh: Arc<Shared>, stop: CancellationToken) {

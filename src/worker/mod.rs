@@ -2,6 +2,7 @@
 //! heartbeats leases, flushes live progress, and records each attempt's end in batched,
 //! fenced transactions. Shutdown is a parameter ([`CancellationToken`]), never a global.
 
+mod approval;
 mod execute;
 pub mod finish;
 pub mod identity;
@@ -151,6 +152,7 @@ impl Worker {
             tokio::spawn(lease::flush_loop(sh.clone(), background.clone())),
             tokio::spawn(retention::retention_loop(sh.clone(), background.clone())),
             tokio::spawn(wal::wal_loop(sh.clone(), background.clone())),
+            tokio::spawn(approval::approval_loop(sh.clone(), background.clone())),
             tokio::spawn(rescue::rescue_loop(sh.clone(), background.clone())),
             tokio::spawn(schedules::schedule_loop(sh.clone(), background.clone())),
         ];
@@ -267,6 +269,9 @@ async fn claim(sh: &Arc<Shared>, free: usize, cursor: Option<String>) -> Result<
 
 fn start(sh: &Arc<Shared>, run: Run, jobs: mpsc::UnboundedSender<Job>) {
     let client = sh.client.clone();
+    if approval::hold_for_approval(&client, &run, &jobs) {
+        return;
+    }
     let defaults = client.config().runs.clone();
     let sink = RunSink::new(SinkLimits {
         log_cap: defaults.log_cap_bytes,
@@ -314,12 +319,17 @@ fn start(sh: &Arc<Shared>, run: Run, jobs: mpsc::UnboundedSender<Job>) {
                     execute(tool, ctx, timeout, grace, stop).await
                 }
             };
+            // Stages reported after the last flush still belong in the history.
+            lease::flush_operation(&client, &run, &sink).await;
             let job = match executed {
                 Executed::End(end) => {
                     if let AttemptEnd::Returned(crate::tool::ToolOutcome::Internal(detail)) | AttemptEnd::Panicked(detail) = &end {
                         tracing::error!(internal_error = %detail, "attempt failed with an internal error");
                     }
-                    let record = decide(&run, end, sink.final_snapshot(), &defaults, client.now(), rand::random::<f64>());
+                    let mut record = decide(&run, end, sink.final_snapshot(), &defaults, client.now(), rand::random::<f64>());
+                    if let (Some(m), Some(e)) = (record.message.as_mut(), client.registry().get(&run.tool)) {
+                        crate::tool::apply_format(&*e.tool, m);
+                    }
                     Job::Finish(Box::new(record))
                 }
                 Executed::HandBack => Job::Release {

@@ -13,7 +13,7 @@ use serde_json::json;
 use toolq::{Client, Config, EnqueueRequest, RegistryBuilder};
 
 pub(crate) struct Setup {
-    dir: tempfile::TempDir,
+    pub dir: tempfile::TempDir,
     pub db: PathBuf,
     pub config: PathBuf,
 }
@@ -32,12 +32,6 @@ pub(crate) fn setup(config: &str) -> Setup {
 
 /// Enqueues `sleep` runs through the library: (session, ms, max_attempts) each.
 pub(crate) fn enqueue_sleeps(db: &Path, runs: Vec<(String, u64, Option<i64>)>) {
-    let config = Config {
-        db_path: db.display().to_string(),
-        ..Config::default()
-    };
-    let registry = RegistryBuilder::new().with_builtins().build().unwrap();
-    let client = Client::open(config, registry).unwrap();
     let reqs = runs
         .into_iter()
         .map(|(session, ms, max_attempts)| {
@@ -46,6 +40,23 @@ pub(crate) fn enqueue_sleeps(db: &Path, runs: Vec<(String, u64, Option<i64>)>) {
             r
         })
         .collect();
+    enqueue_with(db, None, reqs);
+}
+
+/// Enqueues requests through the library, with the command tools of `config_file` if given.
+pub(crate) fn enqueue_with(db: &Path, config_file: Option<&Path>, reqs: Vec<EnqueueRequest>) {
+    let mut config = match config_file {
+        Some(f) => Config::load(f).unwrap(),
+        None => Config::default(),
+    };
+    config.db_path = db.display().to_string();
+    let registry = RegistryBuilder::new()
+        .with_builtins()
+        .with_config_tools(&config)
+        .unwrap()
+        .build()
+        .unwrap();
+    let client = Client::open(config, registry).unwrap();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

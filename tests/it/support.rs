@@ -47,6 +47,8 @@ impl TestEnv {
         let counter = Arc::new(AtomicUsize::new(0));
         let registry = RegistryBuilder::new()
             .with_builtins()
+            .with_config_tools(&config)
+            .unwrap()
             .tool(Counter(counter.clone()))
             .tool(Panics)
             .tool(FailsInternally)

@@ -9,22 +9,30 @@ use std::time::{Duration, Instant};
 
 use rusqlite::Connection;
 
+use serde_json::json;
+use toolq::EnqueueRequest;
+
 use crate::crash::{
-    assert_recorded_exactly_once, enqueue_sleeps, executions, one, setup, spawn_worker, wait_exit,
+    assert_recorded_exactly_once, enqueue_with, executions, one, setup, spawn_worker, wait_exit,
 };
 
 /// Runs `workers` worker processes over one file with `runs` short runs in 8 sessions and
 /// checks the per-session limit (sampled from a reader), no BUSY failure, no double claim.
 fn many_workers(workers: usize, runs: usize) {
     const PER_SESSION: i64 = 3;
+    // Every execution appends its run id to a file outside the database (O_APPEND lines are
+    // atomic), so a run executed twice shows twice whatever the database says.
+    let exec_log = tempfile::NamedTempFile::new().unwrap();
     let s = setup(&format!(
         "[worker]\npoll_interval = \"20ms\"\nheartbeat_interval = \"200ms\"\nflush_interval = \"100ms\"\n\
-         concurrency = 16\nper_session = {PER_SESSION}\n"
+         concurrency = 16\nper_session = {PER_SESSION}\n\n\
+         [tools.record]\ncommand = [\"sh\", \"-c\", 'echo \"$TOOLQ_RUN_ID\" >> \"$1\"', \"record\", {:?}]\n",
+        exec_log.path().display().to_string()
     ));
-    let batch: Vec<_> = (0..runs)
-        .map(|i| (format!("s{}", i % 8), rand::random_range(0..=3u64), None))
+    let reqs: Vec<_> = (0..runs)
+        .map(|i| EnqueueRequest::new("record", json!({})).session(format!("s{}", i % 8)))
         .collect();
-    enqueue_sleeps(&s.db, batch);
+    enqueue_with(&s.db, Some(&s.config), reqs);
     let stop = Arc::new(AtomicBool::new(false));
     let max_running = Arc::new(AtomicI64::new(0));
     let samples = Arc::new(AtomicI64::new(0));
@@ -93,7 +101,14 @@ fn many_workers(workers: usize, runs: usize) {
     assert!(max_running.load(Ordering::Relaxed) <= PER_SESSION);
     assert!(samples.load(Ordering::Relaxed) > 0);
     // No worker died, so no run was ever rescued: each was claimed and executed exactly once,
-    // by the database's count and by the workers' own logs.
+    // by the external execution file, by the workers' own logs and by the database.
+    let mut appended: HashMap<String, usize> = HashMap::new();
+    for id in std::fs::read_to_string(exec_log.path()).unwrap().lines() {
+        *appended.entry(id.to_string()).or_insert(0) += 1;
+    }
+    assert_eq!(appended.len(), runs, "every run executed");
+    let twice: Vec<_> = appended.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(twice.is_empty(), "runs executed twice: {twice:?}");
     let execs = executions(&s);
     assert_eq!(execs.len(), runs, "every run's execution was logged");
     assert!(execs.values().all(|n| *n == 1), "a run executed twice");

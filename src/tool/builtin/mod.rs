@@ -1,7 +1,10 @@
 //! Built-in tools, one file each.
 
+mod detached;
 mod echo;
+mod http;
 mod math;
+mod shell;
 mod sleep;
 mod spawn_background;
 mod time;
@@ -10,8 +13,11 @@ use std::sync::Arc;
 
 use super::Tool;
 
+pub use detached::DetachedCommand;
 pub use echo::Echo;
+pub use http::HttpRequest;
 pub use math::{Arith, MathOp};
+pub use shell::Shell;
 pub use sleep::Sleep;
 pub use spawn_background::SpawnBackground;
 pub use time::GetCurrentTime;
@@ -26,6 +32,26 @@ pub fn all() -> Vec<Arc<dyn Tool>> {
         Arc::new(Arith(MathOp::Multiply)),
         Arc::new(Arith(MathOp::Divide)),
         Arc::new(Sleep),
+        Arc::new(HttpRequest),
         Arc::new(SpawnBackground),
     ]
+}
+
+/// The built-ins the config turns on: `shell` and `detached_command` when
+/// `[shell] enabled = true` (operation state in `state_dir`, else `<database>.operations`).
+pub fn configured(config: &crate::Config) -> Vec<Arc<dyn Tool>> {
+    let mut tools: Vec<Arc<dyn Tool>> = Vec::new();
+    if config.shell.enabled {
+        let state_dir = config
+            .shell
+            .state_dir
+            .clone()
+            .unwrap_or_else(|| format!("{}.operations", config.db_path));
+        tools.push(Arc::new(Shell::new(&config.shell)));
+        tools.push(Arc::new(DetachedCommand::new(
+            &config.shell,
+            state_dir.into(),
+        )));
+    }
+    tools
 }
