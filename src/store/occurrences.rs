@@ -1,10 +1,10 @@
 //! The `schedule_occurrences` table: the ledger with one row per expected schedule tick.
 
 use chrono::{DateTime, Utc};
-use rusqlite::{Connection, Row, Transaction, named_params};
+use rusqlite::{Connection, Transaction, named_params};
 
 use super::Ctx;
-use super::codec::{parse_ts, ts};
+use super::codec::{ts, ts_req};
 use crate::error::StoreError;
 use crate::ids::{RunId, ScheduleId};
 use crate::schedule::model::Occurrence;
@@ -37,17 +37,6 @@ pub fn record(
         })
         .ctx("record occurrences")?;
     Ok(rows.len())
-}
-
-fn ts_req(row: &Row<'_>, name: &str) -> rusqlite::Result<DateTime<Utc>> {
-    let s: String = row.get(name)?;
-    parse_ts(&s).ok_or_else(|| {
-        rusqlite::Error::FromSqlConversionFailure(
-            0,
-            rusqlite::types::Type::Text,
-            format!("column {name}: bad timestamp {s:?}").into(),
-        )
-    })
 }
 
 /// A schedule's ledger, newest tick first.

@@ -5,7 +5,7 @@ use chrono::{DateTime, Duration, Utc};
 use rusqlite::{Connection, OptionalExtension, Row, Transaction, named_params};
 
 use super::Ctx;
-use super::codec::{parse_ts, ts};
+use super::codec::{parse_ts, ts, ts_col, ts_req};
 use super::occurrences::record;
 use crate::error::StoreError;
 use crate::ids::{RunId, ScheduleId};
@@ -19,24 +19,6 @@ const COLUMNS: &str = "id, session_id, tool, args, title, cron_expression, sched
     enabled, next_trigger_at, last_triggered_at, trigger_count, missed_policy, catchup_window_ms, \
     overlap_policy, priority, max_attempts, timeout_ms, signal_on_completion, delivery, created_at, \
     updated_at, cancelled_at";
-
-fn ts_opt(row: &Row<'_>, name: &str) -> rusqlite::Result<Option<DateTime<Utc>>> {
-    Ok(row
-        .get::<_, Option<String>>(name)?
-        .as_deref()
-        .and_then(parse_ts))
-}
-
-fn ts_req(row: &Row<'_>, name: &str) -> rusqlite::Result<DateTime<Utc>> {
-    let s: String = row.get(name)?;
-    parse_ts(&s).ok_or_else(|| {
-        rusqlite::Error::FromSqlConversionFailure(
-            0,
-            rusqlite::types::Type::Text,
-            format!("column {name}: bad timestamp {s:?}").into(),
-        )
-    })
-}
 
 fn schedule_from_row(row: &Row<'_>) -> rusqlite::Result<Schedule> {
     let cron: Option<String> = row.get("cron_expression")?;
@@ -53,11 +35,11 @@ fn schedule_from_row(row: &Row<'_>) -> rusqlite::Result<Schedule> {
             "oneshot"
         },
         cron_expression: cron,
-        scheduled_at: ts_opt(row, "scheduled_at")?,
+        scheduled_at: ts_col(row, "scheduled_at")?,
         timezone: row.get("timezone")?,
         enabled: row.get::<_, i64>("enabled")? != 0,
-        next_trigger_at: ts_opt(row, "next_trigger_at")?,
-        last_triggered_at: ts_opt(row, "last_triggered_at")?,
+        next_trigger_at: ts_col(row, "next_trigger_at")?,
+        last_triggered_at: ts_col(row, "last_triggered_at")?,
         trigger_count: row.get("trigger_count")?,
         missed_policy: row
             .get::<_, String>("missed_policy")?
@@ -78,7 +60,7 @@ fn schedule_from_row(row: &Row<'_>) -> rusqlite::Result<Schedule> {
             .unwrap_or_default(),
         created_at: ts_req(row, "created_at")?,
         updated_at: ts_req(row, "updated_at")?,
-        cancelled_at: ts_opt(row, "cancelled_at")?,
+        cancelled_at: ts_col(row, "cancelled_at")?,
     })
 }
 

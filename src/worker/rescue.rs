@@ -170,8 +170,7 @@ pub(super) async fn rescue_loop(sh: Arc<Shared>, stop: CancellationToken) {
 mod tests {
     use super::*;
     use crate::config::Config;
-    use crate::ids::RunId;
-    use crate::run::{Delivery, RunState};
+    use crate::run::RunState;
     use serde_json::{Value, json};
 
     fn at(s: &str) -> DateTime<Utc> {
@@ -180,54 +179,17 @@ mod tests {
             .with_timezone(&Utc)
     }
 
-    fn running(attempt: i64, max_attempts: i64) -> Run {
-        Run {
-            id: RunId::generate(),
-            session_id: "s".into(),
-            tool: "sleep".into(),
-            args: json!({}),
-            title: "Sleep".into(),
-            state: RunState::Running,
-            priority: 0,
-            attempt,
-            max_attempts,
-            run_at: at("2026-11-01T12:00:00Z"),
-            created_at: at("2026-11-01T12:00:00Z"),
-            started_at: Some(at("2026-11-01T12:00:00Z")),
-            finished_at: None,
-            lease_owner: Some("wk_dead".into()),
-            lease_token: Some("tok".into()),
-            lease_expires_at: Some(at("2026-11-01T12:00:30Z")),
-            heartbeat_at: None,
-            idempotency_key: None,
-            timeout_ms: None,
-            signal_on_completion: true,
-            delivery: Delivery::WhenIdle,
-            schedule_id: None,
-            fire_at: None,
-            ticks: 1,
-            status_text: None,
-            progress: None,
-            output_tail: None,
-            error: None,
-            internal_error: None,
-            errors: json!([]),
-            operation_id: None,
-            stages: json!([]),
-            approval_state: None,
-            approval_deadline: None,
-            approval_by: None,
-            approval_at: None,
-            approval_note: None,
-            cancel_requested_at: None,
-        }
-    }
-
     #[test]
     fn lost_attempt_with_attempts_left_is_requeued_with_backoff() {
         let d = Config::default().runs;
         let now = at("2026-11-01T12:00:01Z");
-        let rec = decide_rescue(&running(1, 3), RescueReason::OwnerDied, &d, now, 0.5);
+        let rec = decide_rescue(
+            &crate::run::running_fixture(1, 3),
+            RescueReason::OwnerDied,
+            &d,
+            now,
+            0.5,
+        );
         // base 1s, attempt 1, jitter 0.5 -> exactly 1s.
         assert_eq!(rec.outcome, Outcome::Retry(at("2026-11-01T12:00:02Z")));
         assert_eq!(
@@ -251,7 +213,13 @@ mod tests {
     fn lost_last_attempt_fails_with_result_and_message() {
         let d = Config::default().runs;
         let now = at("2026-11-01T12:01:00Z");
-        let rec = decide_rescue(&running(3, 3), RescueReason::LeaseExpired, &d, now, 0.1);
+        let rec = decide_rescue(
+            &crate::run::running_fixture(3, 3),
+            RescueReason::LeaseExpired,
+            &d,
+            now,
+            0.1,
+        );
         assert_eq!(rec.outcome, Outcome::Final(RunState::Failed));
         let err = "worker lost: its lease expired without a heartbeat";
         assert_eq!(rec.error.as_deref(), Some(err));
@@ -270,7 +238,7 @@ mod tests {
     #[test]
     fn cancel_requested_before_the_loss_ends_cancelled() {
         let d = Config::default().runs;
-        let mut run = running(1, 3);
+        let mut run = crate::run::running_fixture(1, 3);
         run.cancel_requested_at = Some(at("2026-11-01T12:00:05Z"));
         let rec = decide_rescue(
             &run,
@@ -286,7 +254,7 @@ mod tests {
     #[test]
     fn a_silent_run_gets_no_message() {
         let d = Config::default().runs;
-        let mut run = running(1, 1);
+        let mut run = crate::run::running_fixture(1, 1);
         run.signal_on_completion = false;
         let rec = decide_rescue(
             &run,
