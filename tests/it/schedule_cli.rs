@@ -1,21 +1,10 @@
 //! `toolq schedule ...` through the real binary: preview, add/list/show/cancel/enable, and
 //! bad input (exit 2, a message naming the value, nothing written).
 
+use crate::support::toolq;
 use std::path::Path;
-use std::process::{Command, Output};
 
 use serde_json::Value;
-
-fn toolq(db: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_toolq"))
-        .arg("--db")
-        .arg(db)
-        .args(args)
-        .env_remove("TOOLQ_CONFIG")
-        .env_remove("RUST_LOG")
-        .output()
-        .expect("the toolq binary runs")
-}
 
 fn ok_json(db: &Path, args: &[&str]) -> Value {
     let o = toolq(db, args);
