@@ -79,6 +79,8 @@ CREATE INDEX runs_session_created_idx ON runs (session_id, created_at);
 CREATE INDEX runs_finished_idx ON runs (finished_at) WHERE finished_at IS NOT NULL;
 CREATE INDEX runs_schedule_active_idx ON runs (schedule_id)
     WHERE state IN ('queued', 'awaiting_approval', 'running') AND schedule_id IS NOT NULL;
+-- Schedule firing: the latest queued schedule run, so catch-up starts are spread and capped.
+CREATE INDEX runs_schedule_catchup_idx ON runs (run_at) WHERE state = 'queued' AND schedule_id IS NOT NULL;
 CREATE INDEX runs_awaiting_deadline_idx ON runs (approval_deadline) WHERE state = 'awaiting_approval';
 
 -- Run artifacts as blob rows: '/.background/{run_id}/output.log' and '/.background/{run_id}/result.json'.
@@ -128,6 +130,13 @@ CREATE INDEX schedules_due_idx ON schedules (next_trigger_at) WHERE enabled = 1 
 CREATE INDEX schedules_session_idx ON schedules (session_id, enabled);
 
 -- One row per expected schedule tick: what happened to it.
+--   fired            a run was inserted for this tick (run_id); a catch-up run's detail says how
+--                    many ticks it stands for (also runs.ticks)
+--   coalesced        missed during downtime and folded into the catch-up run run_id
+--   missed           no run: missed-ticks policy 'skip', or outside the catch-up window
+--   skipped_overlap  no run: the schedule's previous run was still active (overlap policy 'skip')
+-- e.g.  SELECT fire_at, outcome, run_id, detail FROM schedule_occurrences
+--       WHERE schedule_id = 'sch_...' ORDER BY fire_at DESC LIMIT 20;
 CREATE TABLE schedule_occurrences (
     id            INTEGER PRIMARY KEY,
     schedule_id   TEXT NOT NULL REFERENCES schedules(id) ON DELETE CASCADE,
@@ -139,6 +148,8 @@ CREATE TABLE schedule_occurrences (
     UNIQUE (schedule_id, fire_at)
 );
 CREATE INDEX schedule_occurrences_recorded_idx ON schedule_occurrences (recorded_at);
+-- Retention: deleting a run nulls its occurrences' run_id, and prune keeps runs a recent tick points at.
+CREATE INDEX schedule_occurrences_run_idx ON schedule_occurrences (run_id);
 
 -- Messages for sessions: run completions, failures, cancellations, approval requests.
 CREATE TABLE inbox (
@@ -158,6 +169,9 @@ CREATE TABLE inbox (
 );
 CREATE INDEX inbox_session_idx ON inbox (session_id, id);
 CREATE INDEX inbox_unacked_idx ON inbox (session_id, id) WHERE acked_at IS NULL;
+-- Retention: a run's messages (deleted with it), and acknowledged messages by age.
+CREATE INDEX inbox_run_idx ON inbox (run_id);
+CREATE INDEX inbox_acked_idx ON inbox (acked_at) WHERE acked_at IS NOT NULL;
 -- Recording is exactly-once: one final message per run attempt.
 CREATE UNIQUE INDEX inbox_one_final_per_attempt ON inbox (run_id, attempt)
     WHERE kind IN ('completed', 'failed', 'cancelled');
@@ -167,13 +181,18 @@ CREATE TABLE workers (
     id                  TEXT PRIMARY KEY,      -- 'wk_' + uuid v7
     host                TEXT NOT NULL,
     boot_id             TEXT NOT NULL,         -- /proc/sys/kernel/random/boot_id
+    pid_namespace       TEXT NOT NULL DEFAULT 'unknown',  -- /proc/self/ns/pid: containers may share host and boot
     pid                 INTEGER NOT NULL,
     process_start_time  TEXT NOT NULL,         -- from /proc/PID/stat; tells a reused pid apart
     started_at          TEXT NOT NULL,
     heartbeat_at        TEXT NOT NULL,
     last_poll_at        TEXT,
-    stopped_at          TEXT,                  -- set on a clean exit
+    stopped_at          TEXT,                  -- set on a clean exit, or when another worker found it dead
+    stop_reason         TEXT CHECK (stop_reason IS NULL OR stop_reason IN ('exited', 'died')),
     concurrency         INTEGER NOT NULL,
+    poll_interval_ms    INTEGER NOT NULL DEFAULT 500,   -- its loop polls this often (status: stale after 3)
+    heartbeat_interval_ms INTEGER NOT NULL DEFAULT 2000, -- it heartbeats this often
+    lease_ms            INTEGER NOT NULL DEFAULT 30000, -- its runs' lease length
     busy_retries        INTEGER NOT NULL DEFAULT 0,  -- SQLITE_BUSY retries this process needed
     version             TEXT NOT NULL
 );

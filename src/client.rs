@@ -304,19 +304,33 @@ impl Client {
                 let expected = run.state;
                 let text = "cancelled by request before it started".to_string();
                 let about_run = run.clone();
+                let mut message = final_message(FinalKind::Cancelled, &about_of(&run), &text);
+                if let Some(e) = self.registry().get(&run.tool) {
+                    crate::tool::apply_format(&*e.tool, &mut message);
+                }
                 let done = self
                     .inner
                     .store
                     .write_async(move |tx| {
                         let ok =
                             store::runs::cancel_waiting(tx, &about_run.id, expected, &text, now)?;
-                        if ok && about_run.signal_on_completion {
-                            let about = about_of(&about_run);
-                            store::inbox::insert(
+                        if ok {
+                            // Like every final state: a result blob next to the message.
+                            let result = serde_json::json!({"status": "cancelled", "error": text});
+                            store::artifacts::put(
                                 tx,
-                                &final_message(FinalKind::Cancelled, &about, &text),
+                                &store::artifacts::BlobWrite {
+                                    session_id: &about_run.session_id,
+                                    path: &about_run.result_path(),
+                                    run_id: about_run.id.as_str(),
+                                    content: result.to_string().as_bytes(),
+                                    truncated: false,
+                                },
                                 now,
                             )?;
+                        }
+                        if ok && about_run.signal_on_completion {
+                            store::inbox::insert(tx, &message, now)?;
                         }
                         Ok(ok)
                     })

@@ -7,6 +7,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::error::ConfigError;
+use crate::tool::command::CommandToolConfig;
 
 /// Validated configuration with typed values.
 #[derive(Debug, Clone, PartialEq)]
@@ -19,10 +20,79 @@ pub struct Config {
     pub runs: RunDefaults,
     /// Per-session limits.
     pub sessions: SessionLimits,
-    /// Command tools defined by the operator, by name (kept raw; the tool runtime reads them).
-    pub tools: BTreeMap<String, toml::Table>,
-    /// The `shell` built-in (off unless enabled).
-    pub shell: toml::Table,
+    /// Schedule firing.
+    pub schedules: SchedulesConfig,
+    /// Command tools defined by the operator, by name.
+    pub tools: BTreeMap<String, CommandToolConfig>,
+    /// The `shell` and `detached_command` built-ins (off unless enabled).
+    pub shell: ShellConfig,
+    /// Approval requirements beyond each tool's own policy.
+    pub approvals: ApprovalConfig,
+    /// What the automatic retention tick (and `toolq prune`) keeps.
+    pub retention: RetentionConfig,
+    /// WAL checkpoints.
+    pub wal: WalConfig,
+}
+
+/// Retention: how long finished work is kept before the worker's retention tick deletes it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RetentionConfig {
+    /// Whether workers prune automatically.
+    pub enabled: bool,
+    /// Finished runs (with their logs, results and messages) are kept this long.
+    pub finished_runs: Duration,
+    /// Finished runs whose message is still unacknowledged are kept this long.
+    pub unacked_runs: Duration,
+    /// Acknowledged inbox messages are kept this long after the acknowledgement.
+    pub acked_inbox: Duration,
+    /// Schedule occurrences are kept this long after their tick.
+    pub occurrences: Duration,
+    /// Rows deleted per write transaction.
+    pub batch_size: usize,
+    /// How often the retention tick runs.
+    pub interval: Duration,
+}
+
+/// WAL checkpoints.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WalConfig {
+    /// How often a worker checkpoints (passive when busy, truncating when idle).
+    pub checkpoint_interval: Duration,
+    /// Warn when this many WAL frames cannot be checkpointed for several ticks in a row.
+    pub warn_frames: i64,
+}
+
+/// The `[shell]` section: whether the built-ins that run any command are registered.
+#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ShellConfig {
+    /// Registers `shell` and `detached_command` (default false: whoever can enqueue could
+    /// otherwise run any command).
+    #[serde(default)]
+    pub enabled: bool,
+    /// Programs (`argv[0]`, as written) they may run; empty means any.
+    #[serde(default)]
+    pub allowed_programs: Vec<String>,
+    /// Where `detached_command` keeps operation state (default: `<database>.operations`).
+    #[serde(default)]
+    pub state_dir: Option<String>,
+}
+
+/// The `[approvals]` section.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ApprovalConfig {
+    /// Tools whose runs wait for approval whatever their own policy says.
+    pub require: Vec<String>,
+    /// An approval not given within this long expires the run (none by default).
+    pub deadline: Option<Duration>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileApprovals {
+    #[serde(default)]
+    require: Vec<String>,
+    deadline: Option<String>,
 }
 
 /// Worker loop settings.
@@ -72,6 +142,16 @@ pub struct SessionLimits {
     pub max_active_schedules: i64,
 }
 
+/// Schedule firing settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SchedulesConfig {
+    /// Catch-up runs (after downtime) start at most this many per second, over all schedules.
+    pub catchup_starts_per_second: i64,
+    /// A tick fired more than this after its time counts as missed and follows the
+    /// schedule's missed-ticks policy.
+    pub late_after: Duration,
+}
+
 impl Default for Config {
     fn default() -> Self {
         Self {
@@ -98,8 +178,26 @@ impl Default for Config {
                 max_active_runs: 100,
                 max_active_schedules: 20,
             },
+            schedules: SchedulesConfig {
+                catchup_starts_per_second: 2,
+                late_after: Duration::from_secs(60),
+            },
             tools: BTreeMap::new(),
-            shell: toml::Table::new(),
+            shell: ShellConfig::default(),
+            approvals: ApprovalConfig::default(),
+            retention: RetentionConfig {
+                enabled: true,
+                finished_runs: Duration::from_secs(7 * DAY),
+                unacked_runs: Duration::from_secs(30 * DAY),
+                acked_inbox: Duration::from_secs(7 * DAY),
+                occurrences: Duration::from_secs(30 * DAY),
+                batch_size: 500,
+                interval: Duration::from_secs(600),
+            },
+            wal: WalConfig {
+                checkpoint_interval: Duration::from_secs(30),
+                warn_frames: 10_000,
+            },
         }
     }
 }
@@ -111,10 +209,36 @@ struct FileConfig {
     worker: Option<FileWorker>,
     runs: Option<FileRuns>,
     sessions: Option<FileSessions>,
+    schedules: Option<FileSchedules>,
     #[serde(default)]
     tools: BTreeMap<String, toml::Table>,
     #[serde(default)]
-    shell: toml::Table,
+    shell: ShellConfig,
+    #[serde(default)]
+    approvals: FileApprovals,
+    retention: Option<FileRetention>,
+    wal: Option<FileWal>,
+}
+
+const DAY: u64 = 86_400;
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileRetention {
+    enabled: Option<bool>,
+    finished_runs: Option<String>,
+    unacked_runs: Option<String>,
+    acked_inbox: Option<String>,
+    occurrences: Option<String>,
+    batch_size: Option<i64>,
+    interval: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileWal {
+    checkpoint_interval: Option<String>,
+    warn_frames: Option<i64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -152,6 +276,13 @@ struct FileRuns {
 struct FileSessions {
     max_active_runs: Option<i64>,
     max_active_schedules: Option<i64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileSchedules {
+    catchup_starts_per_second: Option<i64>,
+    late_after: Option<String>,
 }
 
 /// Parses a human duration such as `500ms`, `30s`, `10m`, `1h 30m`.
@@ -232,6 +363,8 @@ impl Config {
         let w = file.worker.unwrap_or_default();
         let r = file.runs.unwrap_or_default();
         let s = file.sessions.unwrap_or_default();
+        let (retention, wal) = parse_maintenance(&c, &d, file.retention, file.wal)?;
+        let sc = file.schedules.unwrap_or_default();
         let db_path = file.database.and_then(|d| d.path).unwrap_or(d.db_path);
         if db_path.trim().is_empty() {
             return Err(c.bad("database.path", "\"\"", "must not be empty"));
@@ -327,15 +460,87 @@ impl Config {
                 1_000_000,
             )?,
         };
+        let schedules = SchedulesConfig {
+            catchup_starts_per_second: c.int(
+                "schedules.catchup_starts_per_second",
+                sc.catchup_starts_per_second,
+                d.schedules.catchup_starts_per_second,
+                1,
+                10_000,
+            )?,
+            late_after: c.duration(
+                "schedules.late_after",
+                sc.late_after,
+                d.schedules.late_after,
+            )?,
+        };
+        if schedules.late_after < worker.poll_interval * 2 {
+            return Err(c.bad(
+                "schedules.late_after",
+                format!("{:?}", schedules.late_after),
+                format!(
+                    "must be at least twice worker.poll_interval ({:?}), or every tick would count as missed",
+                    worker.poll_interval
+                ),
+            ));
+        }
         Ok(Config {
             db_path,
             worker,
             runs,
             sessions,
-            tools: file.tools,
+            schedules,
+            tools: crate::tool::command::parse_tools(file.tools, origin)?,
             shell: file.shell,
+            retention,
+            wal,
+            approvals: ApprovalConfig {
+                require: file.approvals.require,
+                deadline: match file.approvals.deadline {
+                    None => None,
+                    Some(s) => Some(c.duration("approvals.deadline", Some(s), Duration::ZERO)?),
+                },
+            },
         })
     }
+}
+
+fn parse_maintenance(
+    c: &Checker<'_>,
+    d: &Config,
+    r: Option<FileRetention>,
+    w: Option<FileWal>,
+) -> Result<(RetentionConfig, WalConfig), ConfigError> {
+    let (r, w, dr, dw) = (
+        r.unwrap_or_default(),
+        w.unwrap_or_default(),
+        &d.retention,
+        &d.wal,
+    );
+    let retention = RetentionConfig {
+        enabled: r.enabled.unwrap_or(dr.enabled),
+        finished_runs: c.duration("retention.finished_runs", r.finished_runs, dr.finished_runs)?,
+        unacked_runs: c.duration("retention.unacked_runs", r.unacked_runs, dr.unacked_runs)?,
+        acked_inbox: c.duration("retention.acked_inbox", r.acked_inbox, dr.acked_inbox)?,
+        occurrences: c.duration("retention.occurrences", r.occurrences, dr.occurrences)?,
+        batch_size: c.int(
+            "retention.batch_size",
+            r.batch_size,
+            dr.batch_size as i64,
+            1,
+            100_000,
+        )? as usize,
+        interval: c.duration("retention.interval", r.interval, dr.interval)?,
+    };
+    let wal = WalConfig {
+        checkpoint_interval: c.duration(
+            "wal.checkpoint_interval",
+            w.checkpoint_interval,
+            dw.checkpoint_interval,
+        )?,
+        warn_frames: c.int("wal.warn_frames", w.warn_frames, dw.warn_frames, 1, 1 << 40)?,
+    };
+    Ok((retention, wal))
 }
 
 #[cfg(test)]
@@ -373,6 +578,24 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("concurency"), "{e}");
+        let e = Config::parse("[retention]\nfinished_runs = \"forever\"\n", "c.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("retention.finished_runs") && e.contains("forever"),
+            "{e}"
+        );
+        let e = Config::parse("[schedules]\nlate_after = \"100ms\"\n", "c.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("schedules.late_after") && e.contains("poll_interval"),
+            "{e}"
+        );
+        let e = Config::parse("[schedules]\ncatchup_starts_per_second = 0\n", "c.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("schedules.catchup_starts_per_second"), "{e}");
         let e = Config::parse("[worker\n", "c.toml")
             .unwrap_err()
             .to_string();

@@ -93,6 +93,38 @@ pub fn final_message(kind: FinalKind, about: &About<'_>, summary: &str) -> NewMe
     }
 }
 
+/// The approval request posted when a run of a tool that requires approval is claimed:
+/// `Approval requested.` then run_id, title, tool, args and deadline lines.
+pub fn approval_message(about: &About<'_>, args: &Value, deadline: Option<&str>) -> NewMessage {
+    let body = format!(
+        "Approval requested.\n- run_id: {}\n- title: {}\n- tool: {}\n- args: {}\n- deadline: {}\n\
+         - approve: toolq approve {}\n- deny: toolq deny {}",
+        about.run_id,
+        about.title,
+        about.tool,
+        args,
+        deadline.unwrap_or("none"),
+        about.run_id,
+        about.run_id,
+    );
+    NewMessage {
+        session_id: about.session_id.to_string(),
+        run_id: about.run_id.to_string(),
+        attempt: about.attempt,
+        kind: "approval_request",
+        body,
+        data: json!({
+            "status": "awaiting_approval",
+            "run_id": about.run_id.as_str(),
+            "title": about.title,
+            "tool": about.tool,
+            "args": args,
+            "deadline": deadline,
+        }),
+        delivery: about.delivery,
+    }
+}
+
 /// A short summary of a success value: its `message`/`summary` string when it has one,
 /// otherwise compact JSON.
 pub fn summary_of(value: &Value) -> String {

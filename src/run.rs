@@ -303,6 +303,54 @@ pub fn should_retry(retryable: bool, attempt: i64, max_attempts: i64) -> bool {
     retryable && attempt < max_attempts
 }
 
+/// A running run at 2026-11-01T12:00:00Z with the given attempt counts, for unit tests.
+#[cfg(test)]
+pub(crate) fn running_fixture(attempt: i64, max_attempts: i64) -> Run {
+    let t = DateTime::parse_from_rfc3339("2026-11-01T12:00:00Z")
+        .expect("literal instant")
+        .with_timezone(&Utc);
+    Run {
+        id: RunId::generate(),
+        session_id: "s".into(),
+        tool: "sleep".into(),
+        args: serde_json::json!({}),
+        title: "Sleep".into(),
+        state: RunState::Running,
+        priority: 0,
+        attempt,
+        max_attempts,
+        run_at: t,
+        created_at: t,
+        started_at: Some(t),
+        finished_at: None,
+        lease_owner: Some("wk_dead".into()),
+        lease_token: Some("tok".into()),
+        lease_expires_at: Some(t + Duration::seconds(30)),
+        heartbeat_at: None,
+        idempotency_key: None,
+        timeout_ms: None,
+        signal_on_completion: true,
+        delivery: Delivery::WhenIdle,
+        schedule_id: None,
+        fire_at: None,
+        ticks: 1,
+        status_text: None,
+        progress: None,
+        output_tail: None,
+        error: None,
+        internal_error: None,
+        errors: serde_json::json!([]),
+        operation_id: None,
+        stages: serde_json::json!([]),
+        approval_state: None,
+        approval_deadline: None,
+        approval_by: None,
+        approval_at: None,
+        approval_note: None,
+        cancel_requested_at: None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -179,9 +179,14 @@ fn read_file(path: &PathBuf, ctx: &Ctx) -> Result<Vec<EnqueueRequest>> {
     })?;
     let now = ctx.client.now();
     let mut reqs = Vec::new();
+    let total = text.lines().filter(|l| !l.trim().is_empty()).count();
+    let bar = super::progress::bar(total as u64, ctx.json, "validating");
     for (i, line) in text.lines().enumerate() {
         if line.trim().is_empty() {
             continue;
+        }
+        if let Some(b) = &bar {
+            b.inc(1);
         }
         let at = format!("{} line {}: ", path.display(), i + 1);
         let parsed: Line = serde_json::from_str(line).map_err(|e| {
@@ -190,6 +195,9 @@ fn read_file(path: &PathBuf, ctx: &Ctx) -> Result<Vec<EnqueueRequest>> {
         let req = parsed.request(now).map_err(|e| e.within(&at))?;
         ctx.client.prepare(&req).map_err(|e| e.within(&at))?;
         reqs.push(req);
+    }
+    if let Some(b) = bar {
+        b.finish_and_clear();
     }
     if reqs.is_empty() {
         return Err(InputError::new("--file", path.display().to_string(), "holds no runs").into());
@@ -201,7 +209,13 @@ fn read_file(path: &PathBuf, ctx: &Ctx) -> Result<Vec<EnqueueRequest>> {
 pub async fn run(ctx: &Ctx, args: Args) -> Result<()> {
     if let Some(path) = &args.file {
         let reqs = read_file(path, ctx)?;
-        let done = ctx.client.enqueue_batch(reqs).await?;
+        let spin = super::progress::spinner(
+            ctx.json,
+            format!("writing {} runs in one transaction", reqs.len()),
+        );
+        let done = ctx.client.enqueue_batch(reqs).await;
+        drop(spin);
+        let done = done?;
         let created = done.iter().filter(|e| e.created).count();
         if ctx.json {
             render::json(&json!({"enqueued": done.len(), "created": created, "runs": done}));

@@ -1,4 +1,7 @@
-//! `toolq inbox SESSION`: a session's messages, oldest first.
+//! `toolq inbox SESSION [--follow]`: a session's messages, oldest first; `--follow` keeps
+//! printing new messages as they arrive until interrupted.
+
+use std::time::Duration;
 
 use super::{Ctx, render};
 use crate::error::Result;
@@ -18,10 +21,73 @@ pub struct Args {
     /// At most this many.
     #[arg(long, default_value_t = 100)]
     pub limit: i64,
+    /// After the existing messages, keep printing new ones as they arrive (until Ctrl-C).
+    /// With --json, one compact JSON object per line.
+    #[arg(long, short = 'f')]
+    pub follow: bool,
+}
+
+/// How often `--follow` looks for new messages.
+const FOLLOW_EVERY: Duration = Duration::from_millis(200);
+
+/// Streams messages: everything after `after_id`, then new ones as they arrive.
+async fn follow(ctx: &Ctx, args: &Args) -> Result<()> {
+    let mut after_id = 0;
+    loop {
+        let msgs = ctx
+            .client
+            .inbox(
+                &args.session,
+                InboxFilter {
+                    after_id,
+                    unacked_only: args.unread,
+                    limit: 1000,
+                },
+            )
+            .await?;
+        if let Some(last) = msgs.last() {
+            after_id = last.id;
+        }
+        if args.ack && !msgs.is_empty() {
+            ctx.client
+                .mark_inbox(&args.session, msgs.iter().map(|m| m.id).collect(), true)
+                .await?;
+        }
+        for m in &msgs {
+            if ctx.json {
+                match serde_json::to_string(m) {
+                    Ok(s) => render::line(&s),
+                    Err(e) => render::note(&format!("could not encode JSON: {e}")),
+                }
+            } else {
+                show(m);
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(FOLLOW_EVERY) => {}
+            _ = tokio::signal::ctrl_c() => return Ok(()),
+        }
+    }
+}
+
+fn show(m: &crate::store::inbox::Message) {
+    let ack = m
+        .acked_at
+        .as_deref()
+        .map_or(String::new(), |a| format!(", acked {a}"));
+    render::line(&format!(
+        "#{} {} {} ({}{})",
+        m.id, m.created_at, m.kind, m.delivery, ack
+    ));
+    render::line(&m.body);
+    render::line("");
 }
 
 /// Lists (and optionally acknowledges) messages.
 pub async fn run(ctx: &Ctx, args: Args) -> Result<()> {
+    if args.follow {
+        return follow(ctx, &args).await;
+    }
     let msgs = ctx
         .client
         .inbox(
@@ -50,16 +116,7 @@ pub async fn run(ctx: &Ctx, args: Args) -> Result<()> {
         ));
     }
     for m in &msgs {
-        let ack = m
-            .acked_at
-            .as_deref()
-            .map_or(String::new(), |a| format!(", acked {a}"));
-        render::line(&format!(
-            "#{} {} {} ({}{})",
-            m.id, m.created_at, m.kind, m.delivery, ack
-        ));
-        render::line(&m.body);
-        render::line("");
+        show(m);
     }
     if args.ack && !msgs.is_empty() {
         render::note(&format!("acknowledged {} messages", msgs.len()));

@@ -1,17 +1,24 @@
 //! The operator CLI: `toolq [--db PATH] [--config PATH] [--json] COMMAND`. One file per
 //! subcommand; each parses its flags, calls the library, and renders through [`render`].
 
+mod approve;
 mod cancel;
+mod deny;
 mod enqueue;
 mod inbox;
 mod init;
+mod logging;
 mod logs;
+mod progress;
+mod prune;
 pub mod render;
 mod result;
 mod retry;
 mod runs;
+mod schedule;
 mod show;
 mod stats;
+mod status;
 mod tools;
 mod worker;
 
@@ -67,8 +74,19 @@ pub enum Command {
     Inbox(inbox::Args),
     /// List the registered tools, or show one with its schema.
     Tools(tools::Args),
+    /// Approve a run awaiting approval: it is queued to run.
+    Approve(approve::Args),
+    /// Deny a run awaiting approval: it is cancelled with a message.
+    Deny(deny::Args),
     /// Counts by state, oldest queued run, database settings.
     Stats(stats::Args),
+    /// Delete old finished runs (with logs, results, messages), acknowledged messages and
+    /// schedule occurrences, in short batches.
+    Prune(prune::Args),
+    /// Worker processes: alive, stale, dead or stopped; exits 1 when a live worker is stale.
+    Status(status::Args),
+    /// Cron monitors and one-shots: add, list, show, cancel, enable, preview.
+    Schedule(schedule::Args),
 }
 
 /// What every subcommand gets.
@@ -92,22 +110,32 @@ pub fn load_config(cli: &Cli) -> Result<Config> {
 }
 
 /// The tools this process can run: the built-ins plus what the config defines.
-pub fn registry(_config: &Config) -> Result<Registry> {
-    Ok(RegistryBuilder::new().with_builtins().build()?)
+pub fn registry(config: &Config) -> Result<Registry> {
+    let registry = RegistryBuilder::new()
+        .with_builtins()
+        .with_config_tools(config)?
+        .build()?;
+    if let Some(name) = config
+        .approvals
+        .require
+        .iter()
+        .find(|n| registry.get(n).is_none())
+    {
+        return Err(crate::error::InputError::new(
+            "approvals.require",
+            name,
+            "names a tool that is not registered",
+        )
+        .into());
+    }
+    Ok(registry)
 }
 
-fn init_tracing(command: &Command) {
-    let default = match command {
-        Command::Worker(_) => "info",
-        _ => "warn",
-    };
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .try_init();
+fn init_tracing(command: &Command) -> Result<()> {
+    Ok(match command {
+        Command::Worker(a) => logging::init(a.log_format, a.log.as_deref(), "info"),
+        _ => logging::init(logging::LogFormat::Text, None, "warn"),
+    }?)
 }
 
 async fn dispatch(cli: Cli) -> Result<()> {
@@ -130,7 +158,12 @@ async fn dispatch(cli: Cli) -> Result<()> {
         Command::Retry(a) => retry::run(&ctx, a).await,
         Command::Inbox(a) => inbox::run(&ctx, a).await,
         Command::Tools(a) => tools::run(&ctx, a).await,
+        Command::Approve(a) => approve::run(&ctx, a).await,
+        Command::Deny(a) => deny::run(&ctx, a).await,
         Command::Stats(a) => stats::run(&ctx, a).await,
+        Command::Prune(a) => prune::run(&ctx, a).await,
+        Command::Status(a) => status::run(&ctx, a).await,
+        Command::Schedule(a) => schedule::run(&ctx, a).await,
     }
 }
 
@@ -145,7 +178,10 @@ pub fn main() -> i32 {
             return code;
         }
     };
-    init_tracing(&cli.command);
+    if let Err(e) = init_tracing(&cli.command) {
+        render::error(&e);
+        return e.exit_code();
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

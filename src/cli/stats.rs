@@ -26,6 +26,10 @@ pub async fn run(ctx: &Ctx, _args: Args) -> Result<()> {
         })
         .await?;
     let info = ctx.client.store().info()?;
+    let wal = ctx.client.wal_health().await?;
+    if let Some(w) = &wal.warning {
+        tracing::warn!("{w}");
+    }
     let mut by_state = Map::new();
     for s in crate::run::RunState::ALL {
         let n = counts
@@ -49,6 +53,9 @@ pub async fn run(ctx: &Ctx, _args: Args) -> Result<()> {
         "live_workers": live,
         "db": ctx.client.store().path().display().to_string(),
         "db_bytes": size,
+        "wal_bytes": wal.wal_bytes,
+        "wal_backlog_frames": wal.checkpoint.backlog(),
+        "wal_warning": wal.warning,
         "journal_mode": info.journal_mode,
         "synchronous": info.synchronous,
         "sqlite": info.sqlite_version,
@@ -79,6 +86,10 @@ pub async fn run(ctx: &Ctx, _args: Args) -> Result<()> {
             info.sqlite_version
         ),
     ));
+    pairs.push(("wal", format!("{} bytes", wal.wal_bytes)));
+    if let Some(w) = &wal.warning {
+        pairs.push(("WARNING", w.clone()));
+    }
     render::fields(&pairs);
     Ok(())
 }

@@ -9,9 +9,19 @@ use crate::worker::WorkerOptions;
 /// Flags of `worker`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Exit 0 once nothing is runnable and nothing of this worker's is running.
+    /// Exit 0 once nothing is runnable, no retry is waiting for its backoff, and nothing of
+    /// this worker's is running.
     #[arg(long)]
     pub drain: bool,
+    /// Serve Prometheus metrics at http://ADDR/metrics (e.g. 127.0.0.1:9464).
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<String>,
+    /// Log lines as text or JSON (on stderr).
+    #[arg(long, value_enum, default_value_t = super::logging::LogFormat::Text)]
+    pub log_format: super::logging::LogFormat,
+    /// Log filter, RUST_LOG syntax (e.g. info, toolq=debug); default: RUST_LOG, else info.
+    #[arg(long, value_name = "FILTER")]
+    pub log: Option<String>,
 }
 
 /// Runs the worker; the first SIGINT/SIGTERM starts a graceful shutdown.
@@ -37,7 +47,31 @@ pub async fn run(ctx: &Ctx, args: Args) -> Result<()> {
         per_session = cfg.per_session,
         "worker starting"
     );
-    let report = worker.run(shutdown).await?;
+    let server = match &args.metrics {
+        Some(addr) => Some(crate::metrics::serve::MetricsServer::bind(addr).await?),
+        None => None,
+    };
+    let stop_extras = CancellationToken::new();
+    if let Some(server) = server {
+        let bound = server.local_addr()?;
+        tracing::info!(address = %bound, "serving metrics at http://{bound}/metrics");
+        tokio::spawn(server.serve(ctx.client.clone(), worker.metrics(), stop_extras.clone()));
+    }
+    if let Some(pb) = args
+        .drain
+        .then(|| super::progress::bar(0, ctx.json, "draining"))
+        .flatten()
+    {
+        tokio::spawn(drain_progress(
+            ctx.client.clone(),
+            worker.metrics(),
+            pb,
+            stop_extras.clone(),
+        ));
+    }
+    let report = worker.run(shutdown).await;
+    stop_extras.cancel();
+    let report = report?;
     if ctx.json {
         render::json(&report);
     } else {
@@ -47,4 +81,32 @@ pub async fn run(ctx: &Ctx, args: Args) -> Result<()> {
         ));
     }
     Ok(())
+}
+
+/// Redraws the drain bar: done = runs this worker finished, total = done + unfinished now.
+async fn drain_progress(
+    client: crate::client::Client,
+    metrics: std::sync::Arc<crate::metrics::Metrics>,
+    pb: indicatif::ProgressBar,
+    stop: CancellationToken,
+) {
+    loop {
+        let done: u64 = ["completed", "failed", "cancelled"]
+            .iter()
+            .map(|o| metrics.finishes(o))
+            .sum();
+        if let Ok(left) = client
+            .store()
+            .read_async(crate::store::gauges::unfinished)
+            .await
+        {
+            pb.set_length(done + left.max(0) as u64);
+            pb.set_position(done);
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(std::time::Duration::from_millis(250)) => {}
+            _ = stop.cancelled() => break,
+        }
+    }
+    pb.finish_and_clear();
 }

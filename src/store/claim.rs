@@ -49,7 +49,8 @@ static CLAIM_ONE: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
 
 /// Claims up to `max` runnable runs (state queued, run_at <= now) in priority then age order,
 /// sharing slots fairly between sessions and never exceeding `per_session` running runs in a
-/// session. Marks them running with a fresh lease token and attempt + 1, in one UPDATE.
+/// session. Marks them running with a fresh lease token and attempt + 1, in the caller's
+/// transaction.
 pub fn claim(tx: &Transaction<'_>, p: &ClaimParams<'_>) -> Result<Vec<Run>, StoreError> {
     if p.max == 0 {
         return Ok(Vec::new());
@@ -260,6 +261,25 @@ pub fn set_operation(
         })
         .ctx("set operation")?;
     Ok(n == 1)
+}
+
+/// Stores an operation id and each of its new stages, in order, on a running attempt (fenced).
+pub fn set_operation_stages(
+    tx: &Transaction<'_>,
+    id: &str,
+    attempt: i64,
+    token: &str,
+    operation_id: &str,
+    stages: &[serde_json::Value],
+) -> Result<bool, StoreError> {
+    if stages.is_empty() {
+        return set_operation(tx, id, attempt, token, operation_id, None);
+    }
+    let mut ok = true;
+    for st in stages {
+        ok &= set_operation(tx, id, attempt, token, operation_id, Some(st))?;
+    }
+    Ok(ok)
 }
 
 /// Gives a running attempt back to the queue without counting it (clean shutdown), fenced.

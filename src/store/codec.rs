@@ -28,12 +28,14 @@ pub fn parse_ts(s: &str) -> Option<DateTime<Utc>> {
         })
 }
 
-fn ts_col(row: &Row<'_>, name: &str) -> rusqlite::Result<Option<DateTime<Utc>>> {
+/// Reads an optional timestamp column.
+pub(crate) fn ts_col(row: &Row<'_>, name: &str) -> rusqlite::Result<Option<DateTime<Utc>>> {
     let s: Option<String> = row.get(name)?;
     Ok(s.as_deref().and_then(parse_ts))
 }
 
-fn ts_req(row: &Row<'_>, name: &str) -> rusqlite::Result<DateTime<Utc>> {
+/// Reads a required timestamp column; bad text is a conversion error naming the column.
+pub(crate) fn ts_req(row: &Row<'_>, name: &str) -> rusqlite::Result<DateTime<Utc>> {
     let s: String = row.get(name)?;
     parse_ts(&s).ok_or_else(|| {
         rusqlite::Error::FromSqlConversionFailure(

@@ -88,6 +88,7 @@ pub fn finish(
          output_tail = coalesce(:tail, output_tail), \
          approval_state = coalesce(:approval, approval_state), \
          approval_deadline = coalesce(:deadline, approval_deadline), \
+         attempt = CASE WHEN :state = 'awaiting_approval' THEN attempt - 1 ELSE attempt END, \
          lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL"
     );
     let n = tx

@@ -2,15 +2,21 @@
 //! go through it as short `BEGIN IMMEDIATE` transactions), a pool of readers, and pragmas that
 //! are read back after being set.
 
+pub mod approvals;
 pub mod artifacts;
 pub mod claim;
 pub mod codec;
 pub mod finish;
+pub mod gauges;
 pub mod inbox;
 pub(crate) mod migrate;
+pub mod occurrences;
 pub mod probe;
+pub mod rescue;
+pub mod retention;
 pub mod runs;
 pub mod schedules;
+pub mod wal;
 pub mod workers;
 
 use std::path::{Path, PathBuf};

@@ -237,3 +237,27 @@ pub(crate) fn guard_sql(set: &str) -> String {
          AND lease_token = :token"
     )
 }
+
+/// Active (queued, awaiting_approval, running) runs of a session, not counting `except`
+/// (spawn_background's own run).
+pub fn count_active_in_session(
+    conn: &rusqlite::Connection,
+    session: &str,
+    except: Option<&str>,
+) -> Result<i64, StoreError> {
+    // One partial index per state, so the cost does not grow with the session's finished runs.
+    conn.prepare_cached(
+        "SELECT (SELECT count(*) FROM runs INDEXED BY runs_claimable_idx \
+           WHERE session_id = :session AND state = 'queued' AND id <> coalesce(:except, '')) \
+         + (SELECT count(*) FROM runs INDEXED BY runs_running_session_idx \
+           WHERE session_id = :session AND state = 'running' AND id <> coalesce(:except, '')) \
+         + (SELECT count(*) FROM runs INDEXED BY runs_state_created_idx \
+           WHERE session_id = :session AND state = 'awaiting_approval')",
+    )
+    .ctx("prepare count active runs")?
+    .query_row(
+        named_params! {":session": session, ":except": except},
+        |r| r.get(0),
+    )
+    .ctx("count active runs")
+}

@@ -1,1 +1,425 @@
-//! The `schedules` and `schedule_occurrences` tables.
+//! The `schedules` and `schedule_occurrences` tables: insert, read, cancel/enable, and
+//! `claim_due`, which fires due ticks and writes their runs and ledger rows in one transaction.
+
+use chrono::{DateTime, Duration, Utc};
+use rusqlite::{Connection, OptionalExtension, Row, Transaction, named_params};
+
+use super::Ctx;
+use super::codec::{parse_ts, ts, ts_col, ts_req};
+use super::occurrences::record;
+use crate::error::StoreError;
+use crate::ids::{RunId, ScheduleId};
+use crate::run::NewRun;
+use crate::schedule::OverlapPolicy;
+use crate::schedule::fire::{Fire, Plan, PlanInput, plan};
+use crate::schedule::model::{NewSchedule, Schedule};
+use crate::schedule::spec::ScheduleSpec;
+
+const COLUMNS: &str = "id, session_id, tool, args, title, cron_expression, scheduled_at, timezone, \
+    enabled, next_trigger_at, last_triggered_at, trigger_count, missed_policy, catchup_window_ms, \
+    overlap_policy, priority, max_attempts, timeout_ms, signal_on_completion, delivery, created_at, \
+    updated_at, cancelled_at";
+
+fn schedule_from_row(row: &Row<'_>) -> rusqlite::Result<Schedule> {
+    let cron: Option<String> = row.get("cron_expression")?;
+    let args: String = row.get("args")?;
+    Ok(Schedule {
+        id: ScheduleId::from_db(row.get("id")?),
+        session_id: row.get("session_id")?,
+        tool: row.get("tool")?,
+        args: serde_json::from_str(&args).unwrap_or(serde_json::Value::Null),
+        title: row.get("title")?,
+        schedule_type: if cron.is_some() {
+            "recurring"
+        } else {
+            "oneshot"
+        },
+        cron_expression: cron,
+        scheduled_at: ts_col(row, "scheduled_at")?,
+        timezone: row.get("timezone")?,
+        enabled: row.get::<_, i64>("enabled")? != 0,
+        next_trigger_at: ts_col(row, "next_trigger_at")?,
+        last_triggered_at: ts_col(row, "last_triggered_at")?,
+        trigger_count: row.get("trigger_count")?,
+        missed_policy: row
+            .get::<_, String>("missed_policy")?
+            .parse()
+            .unwrap_or_default(),
+        catchup_window_ms: row.get("catchup_window_ms")?,
+        overlap_policy: row
+            .get::<_, String>("overlap_policy")?
+            .parse()
+            .unwrap_or_default(),
+        priority: row.get("priority")?,
+        max_attempts: row.get("max_attempts")?,
+        timeout_ms: row.get("timeout_ms")?,
+        signal_on_completion: row.get::<_, i64>("signal_on_completion")? != 0,
+        delivery: row
+            .get::<_, String>("delivery")?
+            .parse()
+            .unwrap_or_default(),
+        created_at: ts_req(row, "created_at")?,
+        updated_at: ts_req(row, "updated_at")?,
+        cancelled_at: ts_col(row, "cancelled_at")?,
+    })
+}
+
+const INSERT: &str = "INSERT INTO schedules (id, session_id, tool, args, title, cron_expression, \
+    scheduled_at, timezone, enabled, next_trigger_at, missed_policy, catchup_window_ms, overlap_policy, \
+    priority, max_attempts, timeout_ms, signal_on_completion, delivery, created_at, updated_at) \
+    VALUES (:id, :session_id, :tool, :args, :title, :cron, :scheduled_at, :timezone, 1, :next, :missed, \
+    :window, :overlap, :priority, :max_attempts, :timeout_ms, :signal, :delivery, :now, :now)";
+
+/// Inserts an enabled schedule.
+pub fn insert(tx: &Transaction<'_>, s: &NewSchedule) -> Result<(), StoreError> {
+    tx.prepare_cached(INSERT)
+        .ctx("prepare insert schedule")?
+        .execute(named_params! {
+            ":id": s.id.as_str(),
+            ":session_id": s.session_id,
+            ":tool": s.tool,
+            ":args": s.args.to_string(),
+            ":title": s.title,
+            ":cron": s.cron_expression,
+            ":scheduled_at": s.scheduled_at.map(ts),
+            ":timezone": s.timezone,
+            ":next": s.next_trigger_at.map(ts),
+            ":missed": s.missed_policy.as_str(),
+            ":window": s.catchup_window_ms,
+            ":overlap": s.overlap_policy.as_str(),
+            ":priority": s.priority,
+            ":max_attempts": s.max_attempts,
+            ":timeout_ms": s.timeout_ms,
+            ":signal": s.signal_on_completion as i64,
+            ":delivery": s.delivery.as_str(),
+            ":now": ts(s.created_at),
+        })
+        .ctx("insert schedule")?;
+    Ok(())
+}
+
+/// Reads one schedule.
+pub fn get(conn: &Connection, id: &str) -> Result<Option<Schedule>, StoreError> {
+    conn.prepare_cached(&format!("SELECT {COLUMNS} FROM schedules WHERE id = ?1"))
+        .ctx("prepare get schedule")?
+        .query_row([id], schedule_from_row)
+        .optional()
+        .ctx("get schedule")
+}
+
+/// Lists schedules (of one session, or all), newest first.
+pub fn list(
+    conn: &Connection,
+    session: Option<&str>,
+    limit: i64,
+) -> Result<Vec<Schedule>, StoreError> {
+    let sql = format!(
+        "SELECT {COLUMNS} FROM schedules WHERE (:session IS NULL OR session_id = :session) \
+         ORDER BY created_at DESC, id DESC LIMIT :limit"
+    );
+    let mut stmt = conn.prepare_cached(&sql).ctx("prepare list schedules")?;
+    let rows = stmt
+        .query_map(
+            named_params! {":session": session, ":limit": limit},
+            schedule_from_row,
+        )
+        .ctx("list schedules")?;
+    rows.collect::<Result<_, _>>().ctx("read schedules")
+}
+
+/// Enabled schedules of a session (the per-session limit counts these).
+pub fn count_active(conn: &Connection, session: &str) -> Result<i64, StoreError> {
+    conn.prepare_cached("SELECT count(*) FROM schedules WHERE session_id = ?1 AND enabled = 1")
+        .ctx("prepare count schedules")?
+        .query_row([session], |r| r.get(0))
+        .ctx("count schedules")
+}
+
+/// Cancels an enabled schedule: no more ticks. Returns false if it was not enabled.
+pub fn cancel(tx: &Transaction<'_>, id: &str, now: DateTime<Utc>) -> Result<bool, StoreError> {
+    let n = tx
+        .prepare_cached(
+            "UPDATE schedules SET enabled = 0, next_trigger_at = NULL, cancelled_at = :now, \
+             updated_at = :now WHERE id = :id AND enabled = 1",
+        )
+        .ctx("prepare cancel schedule")?
+        .execute(named_params! {":now": ts(now), ":id": id})
+        .ctx("cancel schedule")?;
+    Ok(n == 1)
+}
+
+/// Disables a schedule without marking it cancelled (a one-shot that fired, a cron that stopped
+/// firing). Returns false if it was not enabled.
+pub fn disable(tx: &Transaction<'_>, id: &str, now: DateTime<Utc>) -> Result<bool, StoreError> {
+    let n = tx
+        .prepare_cached(
+            "UPDATE schedules SET enabled = 0, next_trigger_at = NULL, updated_at = :now \
+             WHERE id = :id AND enabled = 1",
+        )
+        .ctx("prepare disable schedule")?
+        .execute(named_params! {":now": ts(now), ":id": id})
+        .ctx("disable schedule")?;
+    Ok(n == 1)
+}
+
+/// Enables a disabled schedule with its next tick. Returns false if it was already enabled.
+pub fn enable(
+    tx: &Transaction<'_>,
+    id: &str,
+    next: DateTime<Utc>,
+    now: DateTime<Utc>,
+) -> Result<bool, StoreError> {
+    let n = tx
+        .prepare_cached(
+            "UPDATE schedules SET enabled = 1, next_trigger_at = :next, cancelled_at = NULL, \
+             updated_at = :now WHERE id = :id AND enabled = 0",
+        )
+        .ctx("prepare enable schedule")?
+        .execute(named_params! {":next": ts(next), ":now": ts(now), ":id": id})
+        .ctx("enable schedule")?;
+    Ok(n == 1)
+}
+
+/// The earliest next_trigger_at of an enabled schedule (to sleep until it).
+pub fn next_due(conn: &Connection) -> Result<Option<DateTime<Utc>>, StoreError> {
+    let s: Option<String> = conn
+        .prepare_cached(
+            "SELECT min(next_trigger_at) FROM schedules \
+             WHERE enabled = 1 AND next_trigger_at IS NOT NULL",
+        )
+        .ctx("prepare next due")?
+        .query_row([], |r| r.get(0))
+        .ctx("next due")?;
+    Ok(s.as_deref().and_then(parse_ts))
+}
+
+/// Parameters of [`claim_due`].
+#[derive(Debug, Clone, Copy)]
+pub struct ClaimDue {
+    /// The current time.
+    pub now: DateTime<Utc>,
+    /// At most this many schedules per call.
+    pub limit: usize,
+    /// A single tick fired within this much of its time is on time.
+    pub late_after: Duration,
+    /// Gap between two catch-up starts (spreads them; caps their rate).
+    pub catchup_spacing: Duration,
+}
+
+/// What [`claim_due`] did.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct ClaimReport {
+    /// Schedules handled.
+    pub schedules: usize,
+    /// Runs inserted.
+    pub runs: Vec<RunId>,
+    /// Ledger rows by outcome.
+    pub fired: usize,
+    /// Ticks folded into a catch-up run.
+    pub coalesced: usize,
+    /// Ticks with no run (policy or window).
+    pub missed: usize,
+    /// Ticks skipped because the previous run was still active.
+    pub skipped_overlap: usize,
+    /// Schedules disabled because their cron no longer fires (id, reason).
+    pub broken: Vec<(String, String)>,
+    /// More schedules were due than `limit`: call again.
+    pub more: bool,
+}
+
+const DUE: &str = "SELECT {cols} FROM schedules WHERE enabled = 1 AND next_trigger_at IS NOT NULL \
+    AND next_trigger_at <= :now ORDER BY next_trigger_at LIMIT :limit";
+const ACTIVE_RUN: &str = "SELECT EXISTS (SELECT 1 FROM runs WHERE schedule_id = ?1 \
+    AND state IN ('queued', 'awaiting_approval', 'running'))";
+const LAST_CATCHUP_SLOT: &str = "SELECT run_at FROM runs INDEXED BY runs_schedule_catchup_idx \
+    WHERE state = 'queued' AND schedule_id IS NOT NULL ORDER BY run_at DESC LIMIT 1";
+const ADVANCE: &str = "UPDATE schedules SET next_trigger_at = :next, \
+    last_triggered_at = coalesce(:last, last_triggered_at), trigger_count = trigger_count + :runs, \
+    enabled = CASE WHEN :next IS NULL THEN 0 ELSE enabled END, updated_at = :now \
+    WHERE id = :id AND enabled = 1 AND next_trigger_at = :due";
+/// Fires due schedules: for each enabled schedule whose next_trigger_at ≤ now, in this one
+/// transaction, plans its ticks ([`crate::schedule::fire::plan`]), inserts its runs keyed by
+/// (schedule, fire time), writes a ledger row for every tick, and advances next_trigger_at,
+/// last_triggered_at and trigger_count (a one-shot is disabled). The advance is guarded by the
+/// next_trigger_at it read, so however many workers poll, a tick fires once.
+pub fn claim_due(tx: &Transaction<'_>, p: &ClaimDue) -> Result<ClaimReport, StoreError> {
+    let now = p.now;
+    let mut due: Vec<Schedule> = tx
+        .prepare_cached(&DUE.replace("{cols}", COLUMNS))
+        .ctx("prepare due schedules")?
+        .query_map(
+            named_params! {":now": ts(now), ":limit": p.limit as i64 + 1},
+            schedule_from_row,
+        )
+        .ctx("due schedules")?
+        .collect::<Result<_, _>>()
+        .ctx("read due schedules")?;
+    let mut report = ClaimReport {
+        more: due.len() > p.limit,
+        ..Default::default()
+    };
+    due.truncate(p.limit);
+    let last_slot: Option<String> = tx
+        .prepare_cached(LAST_CATCHUP_SLOT)
+        .ctx("prepare catch-up slot")?
+        .query_row([], |r| r.get(0))
+        .optional()
+        .ctx("catch-up slot")?;
+    let mut slot = last_slot.as_deref().and_then(parse_ts);
+    for s in due {
+        report.schedules += 1;
+        fire_one(tx, p, &s, &mut slot, &mut report)?;
+    }
+    Ok(report)
+}
+
+fn fire_one(
+    tx: &Transaction<'_>,
+    p: &ClaimDue,
+    s: &Schedule,
+    slot: &mut Option<DateTime<Utc>>,
+    report: &mut ClaimReport,
+) -> Result<(), StoreError> {
+    let now = p.now;
+    let Some(due) = s.next_trigger_at else {
+        return Ok(());
+    };
+    let spec = match ScheduleSpec::from_stored(
+        s.cron_expression.as_deref(),
+        s.scheduled_at,
+        &s.timezone,
+        due - Duration::seconds(1),
+    ) {
+        Ok(spec) => spec,
+        Err(e) => {
+            disable(tx, s.id.as_str(), now)?;
+            report.broken.push((s.id.to_string(), e.to_string()));
+            return Ok(());
+        }
+    };
+    let plan: Plan = plan(
+        &spec,
+        PlanInput {
+            due,
+            now,
+            policy: s.missed_policy,
+            window: s.catchup_window_ms.map(Duration::milliseconds),
+            late_after: p.late_after,
+        },
+    );
+    let busy = s.overlap_policy == OverlapPolicy::Skip
+        && tx
+            .prepare_cached(ACTIVE_RUN)
+            .ctx("prepare overlap check")?
+            .query_row([s.id.as_str()], |r| r.get::<_, bool>(0))
+            .ctx("overlap check")?;
+    let mut runs = 0i64;
+    let mut last = None;
+    for fire in &plan.fires {
+        if busy {
+            skip_overlapping(tx, s, fire, now, report)?;
+            continue;
+        }
+        let run_at = if fire.catch_up {
+            // Catch-up starts are spread: each one at least `catchup_spacing` after the last.
+            let at = slot.map_or(now, |s| (s + p.catchup_spacing).max(now));
+            *slot = Some(at);
+            at
+        } else {
+            fire.fire_at.min(now)
+        };
+        start_run(tx, s, fire, run_at, now, report)?;
+        runs += 1;
+        last = Some(fire.fire_at);
+    }
+    let rows: Vec<_> = plan
+        .missed
+        .iter()
+        .map(|(t, why)| (*t, why.as_str()))
+        .collect();
+    report.missed += record(tx, &s.id, "missed", None, &rows, now)?;
+    let n = tx
+        .prepare_cached(ADVANCE)
+        .ctx("prepare advance schedule")?
+        .execute(named_params! {
+            ":next": plan.next.map(ts), ":last": last.map(ts), ":runs": runs,
+            ":now": ts(now), ":id": s.id.as_str(), ":due": ts(due),
+        })
+        .ctx("advance schedule")?;
+    if n != 1 {
+        // Read in this same transaction, so it cannot change under us; a mismatch is a bug.
+        return Err(StoreError::sqlite(
+            format!("advance schedule {}", s.id),
+            rusqlite::Error::StatementChangedRows(n),
+        ));
+    }
+    Ok(())
+}
+
+/// The previous run is still active: the tick is skipped, and ticks it would have stood for
+/// are missed.
+fn skip_overlapping(
+    tx: &Transaction<'_>,
+    s: &Schedule,
+    fire: &Fire,
+    now: DateTime<Utc>,
+    report: &mut ClaimReport,
+) -> Result<(), StoreError> {
+    let why = "the previous run was still active";
+    report.skipped_overlap += record(
+        tx,
+        &s.id,
+        "skipped_overlap",
+        None,
+        &[(fire.fire_at, why)],
+        now,
+    )?;
+    let why = "missed: its catch-up was skipped because the previous run was still active";
+    let rows: Vec<_> = fire.coalesced.iter().map(|&t| (t, why)).collect();
+    report.missed += record(tx, &s.id, "missed", None, &rows, now)?;
+    Ok(())
+}
+
+/// Inserts the run of one fire (keyed by schedule and tick) and its ledger rows.
+fn start_run(
+    tx: &Transaction<'_>,
+    s: &Schedule,
+    fire: &Fire,
+    run_at: DateTime<Utc>,
+    now: DateTime<Utc>,
+    report: &mut ClaimReport,
+) -> Result<(), StoreError> {
+    let row = NewRun {
+        id: RunId::generate(),
+        session_id: s.session_id.clone(),
+        tool: s.tool.clone(),
+        args: s.args.clone(),
+        title: s.title.clone(),
+        priority: s.priority,
+        max_attempts: s.max_attempts,
+        run_at,
+        created_at: now,
+        idempotency_key: None,
+        timeout_ms: s.timeout_ms,
+        signal_on_completion: s.signal_on_completion,
+        delivery: s.delivery,
+        schedule_id: Some(s.id.clone()),
+        fire_at: Some(fire.fire_at),
+        ticks: fire.ticks(),
+    };
+    let id = super::runs::insert(tx, &row)?.id().clone();
+    let detail = fire.detail.as_deref().unwrap_or("fired on time");
+    report.fired += record(
+        tx,
+        &s.id,
+        "fired",
+        Some(&id),
+        &[(fire.fire_at, detail)],
+        now,
+    )?;
+    let why = "missed: coalesced into the catch-up run";
+    let rows: Vec<_> = fire.coalesced.iter().map(|&t| (t, why)).collect();
+    report.coalesced += record(tx, &s.id, "coalesced", Some(&id), &rows, now)?;
+    report.runs.push(id);
+    Ok(())
+}

@@ -17,6 +17,8 @@ pub struct WorkerRow {
     pub host: String,
     /// Kernel boot id.
     pub boot_id: String,
+    /// Pid namespace: pids are only comparable within one.
+    pub pid_namespace: String,
     /// Process id.
     pub pid: i64,
     /// Process start time (from /proc), to tell a reused pid apart.
@@ -27,10 +29,18 @@ pub struct WorkerRow {
     pub heartbeat_at: String,
     /// Last claim poll.
     pub last_poll_at: Option<String>,
-    /// Set on a clean exit.
+    /// Set on a clean exit, or when another worker found the process dead.
     pub stopped_at: Option<String>,
+    /// Why it stopped: `exited` (clean exit) or `died` (found dead by another worker).
+    pub stop_reason: Option<String>,
     /// Its concurrency limit.
     pub concurrency: i64,
+    /// Its claim loop's poll interval, in milliseconds.
+    pub poll_interval_ms: i64,
+    /// Its heartbeat interval, in milliseconds.
+    pub heartbeat_interval_ms: i64,
+    /// Its lease length, in milliseconds.
+    pub lease_ms: i64,
     /// SQLITE_BUSY retries it needed.
     pub busy_retries: i64,
     /// toolq version.
@@ -40,13 +50,15 @@ pub struct WorkerRow {
 /// Registers a worker process.
 pub fn register(tx: &Transaction<'_>, w: &WorkerRow) -> Result<(), StoreError> {
     tx.prepare_cached(
-        "INSERT INTO workers (id, host, boot_id, pid, process_start_time, started_at, heartbeat_at, \
-         concurrency, version) VALUES (:id, :host, :boot, :pid, :pst, :started, :hb, :conc, :version)",
+        "INSERT INTO workers (id, host, boot_id, pid_namespace, pid, process_start_time, started_at, heartbeat_at, \
+         concurrency, poll_interval_ms, heartbeat_interval_ms, lease_ms, version) \
+         VALUES (:id, :host, :boot, :pidns, :pid, :pst, :started, :hb, :conc, :poll, :hbi, :lease, :version)",
     )
     .ctx("prepare register worker")?
     .execute(named_params! {
-        ":id": w.id, ":host": w.host, ":boot": w.boot_id, ":pid": w.pid, ":pst": w.process_start_time,
-        ":started": w.started_at, ":hb": w.heartbeat_at, ":conc": w.concurrency, ":version": w.version,
+        ":id": w.id, ":host": w.host, ":boot": w.boot_id, ":pidns": w.pid_namespace, ":pid": w.pid, ":pst": w.process_start_time,
+        ":started": w.started_at, ":hb": w.heartbeat_at, ":conc": w.concurrency,
+        ":poll": w.poll_interval_ms, ":hbi": w.heartbeat_interval_ms, ":lease": w.lease_ms, ":version": w.version,
     })
     .ctx("register worker")?;
     Ok(())
@@ -70,12 +82,20 @@ pub fn heartbeat(
     Ok(())
 }
 
-/// Marks a worker as cleanly stopped.
-pub fn deregister(tx: &Transaction<'_>, id: &str, now: DateTime<Utc>) -> Result<(), StoreError> {
-    tx.prepare_cached("UPDATE workers SET stopped_at = :now WHERE id = :id")
-        .ctx("prepare deregister")?
-        .execute(named_params! {":now": ts(now), ":id": id})
-        .ctx("deregister worker")?;
+/// Marks a worker as cleanly stopped, with its final busy-retry count.
+pub fn deregister(
+    tx: &Transaction<'_>,
+    id: &str,
+    now: DateTime<Utc>,
+    busy_retries: u64,
+) -> Result<(), StoreError> {
+    tx.prepare_cached(
+        "UPDATE workers SET stopped_at = coalesce(stopped_at, :now), \
+         stop_reason = coalesce(stop_reason, 'exited'), busy_retries = :busy WHERE id = :id",
+    )
+    .ctx("prepare deregister")?
+    .execute(named_params! {":now": ts(now), ":id": id, ":busy": busy_retries as i64})
+    .ctx("deregister worker")?;
     Ok(())
 }
 
@@ -86,8 +106,9 @@ pub fn list(
 ) -> Result<Vec<WorkerRow>, StoreError> {
     let mut stmt = conn
         .prepare_cached(
-            "SELECT id, host, boot_id, pid, process_start_time, started_at, heartbeat_at, last_poll_at, \
-             stopped_at, concurrency, busy_retries, version FROM workers \
+            "SELECT id, host, boot_id, pid_namespace, pid, process_start_time, started_at, heartbeat_at, last_poll_at, \
+             stopped_at, stop_reason, concurrency, poll_interval_ms, heartbeat_interval_ms, lease_ms, \
+             busy_retries, version FROM workers \
              WHERE (:all = 1 OR stopped_at IS NULL) ORDER BY stopped_at IS NOT NULL, started_at DESC",
         )
         .ctx("prepare list workers")?;
@@ -97,15 +118,20 @@ pub fn list(
                 id: r.get(0)?,
                 host: r.get(1)?,
                 boot_id: r.get(2)?,
-                pid: r.get(3)?,
-                process_start_time: r.get(4)?,
-                started_at: r.get(5)?,
-                heartbeat_at: r.get(6)?,
-                last_poll_at: r.get(7)?,
-                stopped_at: r.get(8)?,
-                concurrency: r.get(9)?,
-                busy_retries: r.get(10)?,
-                version: r.get(11)?,
+                pid_namespace: r.get(3)?,
+                pid: r.get(4)?,
+                process_start_time: r.get(5)?,
+                started_at: r.get(6)?,
+                heartbeat_at: r.get(7)?,
+                last_poll_at: r.get(8)?,
+                stopped_at: r.get(9)?,
+                stop_reason: r.get(10)?,
+                concurrency: r.get(11)?,
+                poll_interval_ms: r.get(12)?,
+                heartbeat_interval_ms: r.get(13)?,
+                lease_ms: r.get(14)?,
+                busy_retries: r.get(15)?,
+                version: r.get(16)?,
             })
         })
         .ctx("list workers")?;

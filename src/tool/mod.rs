@@ -2,6 +2,8 @@
 //! what it returns ([`ToolOutcome`]). Outcomes are data, not errors.
 
 pub mod builtin;
+pub mod command;
+pub mod process;
 pub mod registry;
 pub mod sink;
 
@@ -70,6 +72,10 @@ pub struct ToolDef {
     /// Default timeout of a run (a run may override it).
     #[serde(serialize_with = "ser_opt_duration")]
     pub timeout: Option<Duration>,
+    /// With [`ToolPolicy::RequiresApproval`]: an approval not given within this long expires
+    /// the run (falls back to `[approvals] deadline`).
+    #[serde(serialize_with = "ser_opt_duration")]
+    pub approval_deadline: Option<Duration>,
 }
 
 fn ser_opt_duration<S: serde::Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
@@ -90,6 +96,7 @@ impl ToolDef {
             hints: ToolHints::default(),
             policy: ToolPolicy::Auto,
             timeout: None,
+            approval_deadline: None,
         }
     }
 
@@ -215,4 +222,20 @@ pub trait Tool: Send + Sync + 'static {
 
     /// Executes one run. Report through `ctx.sink`; watch `ctx.cancel`.
     async fn call(&self, ctx: ToolContext) -> ToolOutcome;
+
+    /// Shapes the text of an inbox message about one of this tool's runs (approval request,
+    /// completion, failure, cancellation). `draft` holds the kind, the default text (the
+    /// seed's) and the structured data; return `Some(text)` to replace the text. The
+    /// structured data and the delivery mode stay as they are.
+    fn format_message(&self, draft: &crate::store::inbox::NewMessage) -> Option<String> {
+        let _ = draft;
+        None
+    }
+}
+
+/// Applies `tool`'s formatter to `msg`, keeping the default text when it has none.
+pub fn apply_format(tool: &dyn Tool, msg: &mut crate::store::inbox::NewMessage) {
+    if let Some(text) = tool.format_message(msg) {
+        msg.body = text;
+    }
 }

@@ -49,6 +49,17 @@ impl RegistryBuilder {
         self
     }
 
+    /// Adds what the config defines: its `[tools.NAME]` command tools, and the built-ins it
+    /// enables (`shell` when `[shell] enabled = true`).
+    pub fn with_config_tools(
+        mut self,
+        config: &crate::Config,
+    ) -> Result<Self, crate::error::ConfigError> {
+        self.tools.extend(super::command::command_tools(config)?);
+        self.tools.extend(super::builtin::configured(config));
+        Ok(self)
+    }
+
     /// Adds a tool.
     pub fn tool(mut self, tool: impl Tool) -> Self {
         self.tools.push(Arc::new(tool));

@@ -54,7 +54,10 @@ struct State {
     progress: Option<Progress>,
     dirty: bool,
     log_dirty: bool,
-    operation: Option<(String, Option<serde_json::Value>)>,
+    operation: Option<String>,
+    stages: Vec<serde_json::Value>,
+    op_dirty: bool,
+    cap: Option<usize>,
 }
 
 /// A running attempt's reporting channel. Cheap to clone; clones share one state.
@@ -123,21 +126,58 @@ impl RunSink {
         self.append(&line);
     }
 
+    /// Like [`RunSink::output`], for a reader passing on whole lines: once the log is full,
+    /// only the end of the chunk that can still reach the tail is processed (a flood costs
+    /// no more than reading it).
+    pub fn output_lines(&self, stream: Stream, bytes: &[u8]) {
+        let keep = 4 * self.limits.tail_chars + 16;
+        if bytes.len() > keep && self.lock().truncated {
+            let from = bytes.len() - keep;
+            let start = bytes[from..]
+                .iter()
+                .position(|b| *b == b'\n')
+                .map_or(from, |i| from + i + 1);
+            self.output(stream, &bytes[start..]);
+        } else {
+            self.output(stream, bytes);
+        }
+    }
+
+    /// Lowers this run's log cap (a tool's own output cap); never raises it.
+    pub fn limit_log(&self, cap: usize) {
+        self.lock().cap = Some(cap);
+    }
+
     /// Appends a `[system]` line.
     pub fn system(&self, text: &str) {
         self.output(Stream::System, text.as_bytes());
     }
 
-    /// Records an async operation id (and optionally a stage) to be stored at once.
+    /// Records an async operation id (and optionally a stage) to be stored on the run at the
+    /// next flush (fenced by the lease); a later attempt gets it as `ctx.operation_id`.
     pub fn set_operation(&self, id: impl Into<String>, stage: Option<serde_json::Value>) {
         let mut s = self.lock();
-        s.operation = Some((id.into(), stage));
-        s.dirty = true;
+        s.operation = Some(id.into());
+        s.stages.extend(stage);
+        s.op_dirty = true;
     }
 
-    /// Takes a pending operation id update, if any.
-    pub(crate) fn take_operation(&self) -> Option<(String, Option<serde_json::Value>)> {
-        self.lock().operation.take()
+    /// Appends a stage to the run's stage history (after [`RunSink::set_operation`]); every
+    /// stage is kept, even when several arrive between two flushes.
+    pub fn stage(&self, stage: serde_json::Value) {
+        let mut s = self.lock();
+        s.stages.push(stage);
+        s.op_dirty = true;
+    }
+
+    /// Takes the pending operation id and the stages added since the last take.
+    pub(crate) fn take_operation(&self) -> Option<(String, Vec<serde_json::Value>)> {
+        let mut s = self.lock();
+        if !std::mem::take(&mut s.op_dirty) {
+            return None;
+        }
+        let stages = std::mem::take(&mut s.stages);
+        Some((s.operation.clone()?, stages))
     }
 
     fn append(&self, bytes: &[u8]) {
@@ -157,7 +197,10 @@ impl RunSink {
             return;
         }
         s.log_dirty = true;
-        let room = self.limits.log_cap.saturating_sub(s.log.len());
+        let cap = s
+            .cap
+            .map_or(self.limits.log_cap, |c| c.min(self.limits.log_cap));
+        let room = cap.saturating_sub(s.log.len());
         if bytes.len() <= room {
             s.log.extend_from_slice(bytes);
             return;
@@ -299,6 +342,39 @@ mod tests {
         let (log, _) = s.final_snapshot().log.unwrap();
         assert_eq!(log, b"[stdout] a\x00b\xffc\n");
         assert_eq!(escape_bytes(b"a\x00b\xffc\n"), "a\\x00b\\xffc\n");
+    }
+
+    #[test]
+    fn every_stage_is_kept_between_takes() {
+        let s = sink(1024);
+        assert!(s.take_operation().is_none());
+        s.set_operation("op1", Some(serde_json::json!({"stage": "started"})));
+        s.stage(serde_json::json!({"stage": "a"}));
+        s.stage(serde_json::json!({"stage": "b"}));
+        let (op, stages) = s.take_operation().unwrap();
+        assert_eq!(op, "op1");
+        assert_eq!(stages.len(), 3);
+        assert!(s.take_operation().is_none());
+        s.stage(serde_json::json!({"stage": "c"}));
+        assert_eq!(s.take_operation().unwrap().1.len(), 1);
+    }
+
+    #[test]
+    fn a_full_log_still_moves_the_tail_from_big_chunks() {
+        let s = sink(32);
+        s.output_lines(Stream::Stdout, &b"y\n".repeat(100));
+        s.output_lines(Stream::Stdout, &b"z\n".repeat(1000));
+        let snap = s.final_snapshot();
+        assert!(snap.log.unwrap().1);
+        assert!(snap.output_tail.unwrap().ends_with("] z\n"));
+    }
+
+    #[test]
+    fn a_tool_cap_lowers_the_log_cap() {
+        let s = sink(1024);
+        s.limit_log(20);
+        s.output(Stream::Stdout, b"01234567890");
+        assert!(s.final_snapshot().log.unwrap().1);
     }
 
     #[test]

@@ -22,6 +22,8 @@ pub enum AttemptEnd {
     Cancelled,
     /// It panicked.
     Panicked(String),
+    /// Its worker was lost (process died, or the lease expired): (visible reason, ops detail).
+    WorkerLost(String, String),
 }
 
 /// Turns an attempt's end into the records to write. `jitter` is the random draw for backoff.
@@ -97,6 +99,12 @@ pub fn decide(
             let text = format!("timed out after {}", humantime::format_duration(limit));
             (text.clone(), Some(text), true, FinalKind::Failed)
         }
+        AttemptEnd::WorkerLost(reason, detail) => (
+            format!("worker lost: {reason}"),
+            Some(detail),
+            true,
+            FinalKind::Failed,
+        ),
         AttemptEnd::Cancelled => (
             "cancelled by request while running".to_string(),
             None,
@@ -145,54 +153,8 @@ pub fn decide(
 mod tests {
     use super::*;
     use crate::config::Config;
-    use crate::ids::RunId;
-    use crate::run::Delivery;
     use crate::tool::{Image, ToolSuccess};
     use chrono::TimeZone;
-
-    fn run(attempt: i64, max: i64) -> Run {
-        let t = Utc.with_ymd_and_hms(2026, 11, 1, 12, 0, 0).unwrap();
-        Run {
-            id: RunId::generate(),
-            session_id: "s".into(),
-            tool: "t".into(),
-            args: json!({}),
-            title: "T".into(),
-            state: RunState::Running,
-            priority: 0,
-            attempt,
-            max_attempts: max,
-            run_at: t,
-            created_at: t,
-            started_at: Some(t),
-            finished_at: None,
-            lease_owner: Some("wk".into()),
-            lease_token: Some("tok".into()),
-            lease_expires_at: None,
-            heartbeat_at: None,
-            idempotency_key: None,
-            timeout_ms: None,
-            signal_on_completion: true,
-            delivery: Delivery::WhenIdle,
-            schedule_id: None,
-            fire_at: None,
-            ticks: 1,
-            status_text: None,
-            progress: None,
-            output_tail: None,
-            error: None,
-            internal_error: None,
-            errors: json!([]),
-            operation_id: None,
-            stages: json!([]),
-            approval_state: None,
-            approval_deadline: None,
-            approval_by: None,
-            approval_at: None,
-            approval_note: None,
-            cancel_requested_at: None,
-        }
-    }
 
     fn now() -> DateTime<Utc> {
         Utc.with_ymd_and_hms(2026, 11, 1, 12, 0, 10).unwrap()
@@ -211,7 +173,7 @@ mod tests {
 
     #[test]
     fn success_writes_result_and_message_and_keeps_raw_output_aside() {
-        let r = run(1, 3);
+        let r = crate::run::running_fixture(1, 3);
         let rec = go(
             &r,
             AttemptEnd::Returned(ToolOutcome::Success(ToolSuccess {
@@ -237,7 +199,7 @@ mod tests {
     #[test]
     fn tool_errors_fail_at_once() {
         let rec = go(
-            &run(1, 3),
+            &crate::run::running_fixture(1, 3),
             AttemptEnd::Returned(ToolOutcome::tool_error("bad input")),
         );
         assert_eq!(rec.outcome, Outcome::Final(RunState::Failed));
@@ -248,7 +210,7 @@ mod tests {
     #[test]
     fn internal_errors_retry_with_backoff_then_fail_hidden() {
         let rec = go(
-            &run(1, 3),
+            &crate::run::running_fixture(1, 3),
             AttemptEnd::Returned(ToolOutcome::Internal("pg: password".into())),
         );
         assert_eq!(
@@ -257,7 +219,7 @@ mod tests {
         );
         assert!(rec.message.is_none() && rec.result.is_none());
         let rec = go(
-            &run(2, 3),
+            &crate::run::running_fixture(2, 3),
             AttemptEnd::Returned(ToolOutcome::Internal("pg: password".into())),
         );
         assert_eq!(
@@ -265,7 +227,7 @@ mod tests {
             Outcome::Retry(now() + chrono::Duration::seconds(2))
         );
         let rec = go(
-            &run(3, 3),
+            &crate::run::running_fixture(3, 3),
             AttemptEnd::Returned(ToolOutcome::Internal("pg: password".into())),
         );
         assert_eq!(rec.outcome, Outcome::Final(RunState::Failed));
@@ -284,13 +246,13 @@ mod tests {
     #[test]
     fn timeouts_name_the_limit_and_panics_are_internal() {
         let rec = go(
-            &run(3, 3),
+            &crate::run::running_fixture(3, 3),
             AttemptEnd::TimedOut(std::time::Duration::from_secs(30)),
         );
         assert_eq!(rec.error.as_deref(), Some("timed out after 30s"));
         assert_eq!(rec.outcome, Outcome::Final(RunState::Failed));
         let rec = go(
-            &run(1, 1),
+            &crate::run::running_fixture(1, 1),
             AttemptEnd::Panicked("index out of bounds".into()),
         );
         assert_eq!(rec.error.as_deref(), Some(INTERNAL_ERROR_TEXT));
@@ -299,11 +261,11 @@ mod tests {
 
     #[test]
     fn cancellation_and_connection_required_do_not_retry() {
-        let rec = go(&run(1, 3), AttemptEnd::Cancelled);
+        let rec = go(&crate::run::running_fixture(1, 3), AttemptEnd::Cancelled);
         assert_eq!(rec.outcome, Outcome::Final(RunState::Cancelled));
         assert_eq!(rec.message.unwrap().kind, "cancelled");
         let rec = go(
-            &run(1, 3),
+            &crate::run::running_fixture(1, 3),
             AttemptEnd::Returned(ToolOutcome::ConnectionRequired {
                 provider: "github".into(),
             }),
@@ -314,7 +276,7 @@ mod tests {
 
     #[test]
     fn no_signal_means_no_message() {
-        let mut r = run(1, 3);
+        let mut r = crate::run::running_fixture(1, 3);
         r.signal_on_completion = false;
         assert!(
             go(&r, AttemptEnd::Returned(ToolOutcome::ok(json!(1))))

@@ -8,6 +8,16 @@ pub fn boot_id() -> String {
         .unwrap_or_else(|_| "unknown".into())
 }
 
+/// The process's pid namespace (`/proc/self/ns/pid`, e.g. `pid:[4026531836]`), or "unknown".
+/// Containers can share a host name and a kernel (boot id) yet number pids apart: a pid can
+/// only be checked by a process in the same namespace.
+pub fn pid_namespace() -> String {
+    std::fs::read_link("/proc/self/ns/pid")
+        .ok()
+        .and_then(|p| p.into_os_string().into_string().ok())
+        .unwrap_or_else(|| "unknown".into())
+}
+
 /// The host name, or "unknown".
 pub fn host() -> String {
     hostname::get()
@@ -17,12 +27,16 @@ pub fn host() -> String {
 }
 
 /// Start time of process `pid` in clock ticks since boot (field 22 of `/proc/PID/stat`),
-/// or None when the process does not exist.
+/// or None when the process does not exist or has exited (a zombie waiting to be reaped).
 pub fn process_start_time(pid: u32) -> Option<String> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command name (field 2) may hold spaces and parentheses: parse after the last ')'.
-    let rest = &stat[stat.rfind(')')? + 1..];
-    rest.split_whitespace().nth(19).map(str::to_string)
+    let mut fields = stat[stat.rfind(')')? + 1..].split_whitespace();
+    // Field 3, the state: Z (zombie) and X (dead) have exited already.
+    if matches!(fields.next(), Some("Z" | "X")) {
+        return None;
+    }
+    fields.nth(18).map(str::to_string)
 }
 
 /// Whether the process (pid, start time) recorded on this host and boot is certainly gone.

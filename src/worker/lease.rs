@@ -14,10 +14,12 @@ use crate::store::{self, codec::ts};
 pub(super) async fn register(sh: &Arc<Shared>) -> Result<()> {
     let pid = std::process::id();
     let now = ts(sh.client.now());
+    let cfg = &sh.client.config().worker;
     let row = store::workers::WorkerRow {
         id: sh.id.to_string(),
         host: super::identity::host(),
         boot_id: super::identity::boot_id(),
+        pid_namespace: super::identity::pid_namespace(),
         pid: pid as i64,
         process_start_time: super::identity::process_start_time(pid)
             .unwrap_or_else(|| "unknown".into()),
@@ -25,7 +27,11 @@ pub(super) async fn register(sh: &Arc<Shared>) -> Result<()> {
         heartbeat_at: now,
         last_poll_at: None,
         stopped_at: None,
-        concurrency: sh.client.config().worker.concurrency as i64,
+        stop_reason: None,
+        concurrency: cfg.concurrency as i64,
+        poll_interval_ms: cfg.poll_interval.as_millis() as i64,
+        heartbeat_interval_ms: cfg.heartbeat_interval.as_millis() as i64,
+        lease_ms: cfg.lease.as_millis() as i64,
         busy_retries: 0,
         version: env!("CARGO_PKG_VERSION").into(),
     };
@@ -41,10 +47,11 @@ pub(super) async fn register(sh: &Arc<Shared>) -> Result<()> {
 pub(super) async fn deregister(sh: &Arc<Shared>) {
     let id = sh.id.to_string();
     let now = sh.client.now();
+    let busy = sh.client.store().busy_retries();
     if let Err(e) = sh
         .client
         .store()
-        .write_async(move |tx| store::workers::deregister(tx, &id, now))
+        .write_async(move |tx| store::workers::deregister(tx, &id, now, busy))
         .await
     {
         tracing::warn!(error = %e, "could not mark the worker stopped");
@@ -120,13 +127,13 @@ pub(crate) async fn flush_tick(sh: &Arc<Shared>) -> Result<()> {
     let mut ops = Vec::new();
     for f in sh.flights().values() {
         let token = f.run.lease_token.clone().unwrap_or_default();
-        if let Some((op, stage)) = f.sink.take_operation() {
+        if let Some((op, stages)) = f.sink.take_operation() {
             ops.push((
                 f.run.id.to_string(),
                 f.run.attempt,
                 token.clone(),
                 op,
-                stage,
+                stages,
             ));
         }
         if let Some(snap) = f.sink.take_changes() {
@@ -149,16 +156,44 @@ pub(crate) async fn flush_tick(sh: &Arc<Shared>) -> Result<()> {
     sh.client
         .store()
         .write_async(move |tx| {
-            for (id, attempt, token, op, stage) in &ops {
-                store::claim::set_operation(tx, id, *attempt, token, op, stage.as_ref())?;
+            for (id, attempt, token, op, stages) in &ops {
+                if !store::claim::set_operation_stages(tx, id, *attempt, token, op, stages)? {
+                    tracing::debug!(run_id = %id, attempt,
+                        "operation id dropped: the attempt no longer holds the lease");
+                }
             }
             for w in &writes {
-                store::claim::write_progress(tx, w, now)?;
+                if !store::claim::write_progress(tx, w, now)? {
+                    tracing::debug!(run_id = %w.id, attempt = w.attempt,
+                        "progress write dropped: the attempt no longer holds the lease");
+                }
             }
             Ok(())
         })
         .await?;
     Ok(())
+}
+
+/// Writes an attempt's operation stages not yet flushed (fenced), at the end of the attempt.
+pub(super) async fn flush_operation(
+    client: &crate::Client,
+    run: &crate::run::Run,
+    sink: &crate::tool::RunSink,
+) {
+    let Some((op, stages)) = sink.take_operation() else {
+        return;
+    };
+    let (id, attempt) = (run.id.to_string(), run.attempt);
+    let token = run.lease_token.clone().unwrap_or_default();
+    if let Err(e) = client
+        .store()
+        .write_async(move |tx| {
+            store::claim::set_operation_stages(tx, &id, attempt, &token, &op, &stages)
+        })
+        .await
+    {
+        tracing::warn!(error = %e, "could not store the operation's last stages");
+    }
 }
 
 pub(super) async fn flush_loop(sh: Arc<Shared>, stop: CancellationToken) {

@@ -2,11 +2,16 @@
 //! heartbeats leases, flushes live progress, and records each attempt's end in batched,
 //! fenced transactions. Shutdown is a parameter ([`CancellationToken`]), never a global.
 
+mod approval;
 mod execute;
 pub mod finish;
 pub mod identity;
 mod lease;
+pub mod rescue;
+mod retention;
+pub(crate) mod schedules;
 mod wakeup;
+mod wal;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -87,6 +92,7 @@ pub(crate) struct Shared {
     recorded: AtomicU64,
     fenced_out: AtomicU64,
     handed_back: AtomicU64,
+    metrics: Arc<crate::metrics::Metrics>,
 }
 
 impl Shared {
@@ -117,6 +123,7 @@ impl Client {
                 recorded: AtomicU64::new(0),
                 fenced_out: AtomicU64::new(0),
                 handed_back: AtomicU64::new(0),
+                metrics: Arc::default(),
             }),
         }
     }
@@ -128,6 +135,11 @@ impl Worker {
         &self.shared.id
     }
 
+    /// This worker's counters (claims, attempt ends, claim latency), for metrics and progress.
+    pub fn metrics(&self) -> Arc<crate::metrics::Metrics> {
+        self.shared.metrics.clone()
+    }
+
     /// Runs until `shutdown` fires (or, with `drain`, until nothing is left): then stops
     /// claiming, lets in-flight runs finish within the shutdown grace, hands the rest back.
     pub async fn run(self, shutdown: CancellationToken) -> Result<WorkerReport> {
@@ -135,6 +147,7 @@ impl Worker {
         let client = sh.client.clone();
         let cfg = client.config().worker.clone();
         lease::register(&sh).await?;
+        rescue::rescue_once(&sh).await; // instant rescue of runs left by a dead predecessor
         let (jobs_tx, jobs_rx) = mpsc::unbounded_channel::<Job>();
         let claiming = CancellationToken::new();
         let finisher = tokio::spawn(finisher_loop(
@@ -149,6 +162,11 @@ impl Worker {
         let ticks = vec![
             tokio::spawn(lease::lease_loop(sh.clone(), background.clone())),
             tokio::spawn(lease::flush_loop(sh.clone(), background.clone())),
+            tokio::spawn(retention::retention_loop(sh.clone(), background.clone())),
+            tokio::spawn(wal::wal_loop(sh.clone(), background.clone())),
+            tokio::spawn(approval::approval_loop(sh.clone(), background.clone())),
+            tokio::spawn(rescue::rescue_loop(sh.clone(), background.clone())),
+            tokio::spawn(schedules::schedule_loop(sh.clone(), background.clone())),
             tokio::spawn(wakeup::wake_loop(sh.clone(), background.clone())),
         ];
         let mut failures = 0u32;
@@ -156,6 +174,8 @@ impl Worker {
             if shutdown.is_cancelled() {
                 break;
             }
+            // The loop's liveness for `toolq status`, also when all slots are busy.
+            *sh.last_poll.lock().unwrap_or_else(|e| e.into_inner()) = Some(client.now());
             let mut cursor = sh.gate.lock().await;
             let free = cfg.concurrency.saturating_sub(sh.flights().len());
             let mut claimed = 0;
@@ -223,9 +243,13 @@ impl Worker {
 
 async fn runnable(client: &Client) -> Result<bool> {
     let now = client.now();
-    let (runnable, _) = client
+    let runnable = client
         .store()
-        .read_async(move |c| store::runs::has_unfinished(c, now))
+        .read_async(move |c| {
+            let (due, _) = store::runs::has_unfinished(c, now)?;
+            // A retry waiting for its backoff is not done yet: a drain waits for it.
+            Ok(due || store::rescue::has_pending_retry(c)?)
+        })
         .await?;
     Ok(runnable)
 }
@@ -265,25 +289,35 @@ impl ClaimArgs {
 }
 
 /// Books claimed runs: counters and the last-poll time of the workers row.
-fn claimed(sh: &Shared, runs: &[Run], now: chrono::DateTime<chrono::Utc>) {
+fn claimed(
+    sh: &Shared,
+    runs: &[Run],
+    now: chrono::DateTime<chrono::Utc>,
+    took: std::time::Duration,
+) {
     *sh.last_poll.lock().unwrap_or_else(|e| e.into_inner()) = Some(now);
     sh.claimed.fetch_add(runs.len() as u64, Ordering::Relaxed);
+    sh.metrics.claimed(took, runs.len());
 }
 
 async fn claim(sh: &Arc<Shared>, free: usize, cursor: Option<String>) -> Result<Vec<Run>> {
     let args = ClaimArgs::new(sh, free, cursor);
     let now = sh.client.now();
+    let started = std::time::Instant::now();
     let runs = sh
         .client
         .store()
         .write_async(move |tx| store::claim::claim(tx, &args.params(now)))
         .await?;
-    claimed(sh, &runs, now);
+    claimed(sh, &runs, now, started.elapsed());
     Ok(runs)
 }
 
 fn start(sh: &Arc<Shared>, run: Run, jobs: mpsc::UnboundedSender<Job>) {
     let client = sh.client.clone();
+    if approval::hold_for_approval(&client, &run, &jobs) {
+        return;
+    }
     let defaults = client.config().runs.clone();
     let sink = RunSink::new(SinkLimits {
         log_cap: defaults.log_cap_bytes,
@@ -331,12 +365,17 @@ fn start(sh: &Arc<Shared>, run: Run, jobs: mpsc::UnboundedSender<Job>) {
                     execute(tool, ctx, timeout, grace, stop).await
                 }
             };
+            // Stages reported after the last flush still belong in the history.
+            lease::flush_operation(&client, &run, &sink).await;
             let job = match executed {
                 Executed::End(end) => {
                     if let AttemptEnd::Returned(crate::tool::ToolOutcome::Internal(detail)) | AttemptEnd::Panicked(detail) = &end {
                         tracing::error!(internal_error = %detail, "attempt failed with an internal error");
                     }
-                    let record = decide(&run, end, sink.final_snapshot(), &defaults, client.now(), rand::random::<f64>());
+                    let mut record = decide(&run, end, sink.final_snapshot(), &defaults, client.now(), rand::random::<f64>());
+                    if let (Some(m), Some(e)) = (record.message.as_mut(), client.registry().get(&run.tool)) {
+                        crate::tool::apply_format(&*e.tool, m);
+                    }
                     Job::Finish(Box::new(record))
                 }
                 Executed::HandBack => Job::Release {
@@ -394,6 +433,7 @@ async fn finisher_loop(
         };
         let args = Arc::new(ClaimArgs::new(&sh, free, cursor.clone()));
         let mut delay = Duration::from_millis(50);
+        let started = std::time::Instant::now();
         let (applied, runs, now) = loop {
             let now = sh.client.now();
             let (b, a) = (batch.clone(), args.clone());
@@ -434,6 +474,7 @@ async fn finisher_loop(
             let mut flights = sh.flights();
             for (job, ok) in batch.iter().zip(applied) {
                 flights.remove(job.id());
+                sh.metrics.finished(outcome_label(job, ok));
                 match (job, ok) {
                     (Job::Finish(_), true) => sh.recorded.fetch_add(1, Ordering::Relaxed),
                     (Job::Release { .. }, true) => sh.handed_back.fetch_add(1, Ordering::Relaxed),
@@ -448,7 +489,7 @@ async fn finisher_loop(
             }
         }
         if !runs.is_empty() {
-            claimed(&sh, &runs, now);
+            claimed(&sh, &runs, now, started.elapsed());
             if let Some(last) = runs.last() {
                 *cursor = Some(last.session_id.clone());
             }
@@ -478,6 +519,8 @@ async fn drain_in_flight(sh: &Arc<Shared>, grace: Duration) {
         if sh.flights().is_empty() {
             return;
         }
+        // Still looping (shutting down, not stuck): keeps `toolq status` from calling it stale.
+        *sh.last_poll.lock().unwrap_or_else(|e| e.into_inner()) = Some(sh.client.now());
         if !asked && tokio::time::Instant::now() >= deadline {
             for f in sh.flights().values() {
                 f.stop.stop(StopReason::Shutdown);
@@ -488,5 +531,18 @@ async fn drain_in_flight(sh: &Arc<Shared>, grace: Duration) {
             _ = sh.slot_freed.notified() => {}
             _ = tokio::time::sleep(Duration::from_millis(20)) => {}
         }
+    }
+}
+
+/// The `outcome` label of an attempt end in metrics.
+fn outcome_label(job: &Job, applied: bool) -> &'static str {
+    match (job, applied) {
+        (_, false) => "fenced_out",
+        (Job::Release { .. }, true) => "handed_back",
+        (Job::Finish(r), true) => match &r.outcome {
+            store::finish::Outcome::Final(s) => s.as_str(),
+            store::finish::Outcome::Retry(_) => "retried",
+            store::finish::Outcome::AwaitApproval { .. } => "awaiting_approval",
+        },
     }
 }

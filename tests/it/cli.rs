@@ -1,20 +1,10 @@
 //! The `toolq` binary: the happy path and the bad-input matrix (exit code, message, nothing written).
 
+use crate::support::toolq;
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
 use serde_json::Value;
-
-fn toolq(db: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_toolq"))
-        .arg("--db")
-        .arg(db)
-        .args(args)
-        .env_remove("TOOLQ_CONFIG")
-        .env_remove("RUST_LOG")
-        .output()
-        .expect("the toolq binary runs")
-}
 
 fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()

@@ -4,9 +4,23 @@
 #[allow(dead_code, reason = "shared helpers; each test module uses a subset")]
 mod support;
 
+mod approvals;
+mod async_ops;
 mod cli;
+mod cli_tools;
+mod crash;
 mod enqueue;
 mod finish;
+mod http;
+mod leases;
 mod limits;
+mod ops;
+mod retries;
+mod schedule_cli;
+mod schedules;
 mod shutdown;
+mod spawn_background;
+mod status;
+mod tools;
 mod wakeup;
+mod workers;

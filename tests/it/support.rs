@@ -47,6 +47,8 @@ impl TestEnv {
         let counter = Arc::new(AtomicUsize::new(0));
         let registry = RegistryBuilder::new()
             .with_builtins()
+            .with_config_tools(&config)
+            .unwrap()
             .tool(Counter(counter.clone()))
             .tool(Panics)
             .tool(FailsInternally)
@@ -187,4 +189,16 @@ impl Tool for Chatty {
         }
         ToolOutcome::ok(json!({ "written": written }))
     }
+}
+
+/// Runs the `toolq` binary on `db` with `args` (no config or log filter from the environment).
+pub fn toolq(db: &std::path::Path, args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_toolq"))
+        .arg("--db")
+        .arg(db)
+        .args(args)
+        .env_remove("TOOLQ_CONFIG")
+        .env_remove("RUST_LOG")
+        .output()
+        .expect("the toolq binary runs")
 }

@@ -1,17 +1,25 @@
 //! Built-in tools, one file each.
 
+mod detached;
 mod echo;
+mod http;
 mod math;
+mod shell;
 mod sleep;
+mod spawn_background;
 mod time;
 
 use std::sync::Arc;
 
 use super::Tool;
 
+pub use detached::DetachedCommand;
 pub use echo::Echo;
+pub use http::HttpRequest;
 pub use math::{Arith, MathOp};
+pub use shell::Shell;
 pub use sleep::Sleep;
+pub use spawn_background::SpawnBackground;
 pub use time::GetCurrentTime;
 
 /// Every built-in tool.
@@ -24,5 +32,26 @@ pub fn all() -> Vec<Arc<dyn Tool>> {
         Arc::new(Arith(MathOp::Multiply)),
         Arc::new(Arith(MathOp::Divide)),
         Arc::new(Sleep),
+        Arc::new(HttpRequest),
+        Arc::new(SpawnBackground),
     ]
+}
+
+/// The built-ins the config turns on: `shell` and `detached_command` when
+/// `[shell] enabled = true` (operation state in `state_dir`, else `<database>.operations`).
+pub fn configured(config: &crate::Config) -> Vec<Arc<dyn Tool>> {
+    let mut tools: Vec<Arc<dyn Tool>> = Vec::new();
+    if config.shell.enabled {
+        let state_dir = config
+            .shell
+            .state_dir
+            .clone()
+            .unwrap_or_else(|| format!("{}.operations", config.db_path));
+        tools.push(Arc::new(Shell::new(&config.shell)));
+        tools.push(Arc::new(DetachedCommand::new(
+            &config.shell,
+            state_dir.into(),
+        )));
+    }
+    tools
 }

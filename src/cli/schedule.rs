@@ -1,0 +1,298 @@
+//! `toolq schedule add|list|show|cancel|enable|preview`: cron monitors and one-shots.
+
+use chrono::{DateTime, SecondsFormat, Utc};
+use chrono_tz::Tz;
+use serde_json::{Value, json};
+
+use super::{Ctx, render};
+use crate::config::parse_duration;
+use crate::error::{InputError, Result};
+use crate::ids::ScheduleId;
+use crate::schedule::{Schedule, ScheduleRequest, parse_timezone};
+
+/// Flags of `schedule`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Sub,
+}
+
+/// The `schedule` subcommands.
+#[derive(Debug, clap::Subcommand)]
+pub enum Sub {
+    /// Create a schedule: a cron monitor (--cron, --tz) or a one-shot (--at).
+    Add(AddArgs),
+    /// List schedules, newest first.
+    List(ListArgs),
+    /// Show one schedule with its next 5 fires and recent occurrences.
+    Show(IdArgs),
+    /// Cancel a schedule: no more ticks fire.
+    Cancel(IdArgs),
+    /// Enable a cancelled or disabled schedule from now on.
+    Enable(IdArgs),
+    /// Print the next fire instants of a cron expression, in UTC and local time.
+    Preview(PreviewArgs),
+}
+
+/// Flags of `schedule add`.
+#[derive(Debug, clap::Args)]
+pub struct AddArgs {
+    /// The tool each tick runs (see `toolq tools`).
+    pub tool: String,
+    /// The tool's arguments as a JSON object.
+    #[arg(long, default_value = "{}", value_name = "JSON")]
+    pub args: String,
+    /// A 5-field cron expression (minute hour day-of-month month day-of-week) or @hourly, @daily, ...
+    #[arg(long, value_name = "EXPR")]
+    pub cron: Option<String>,
+    /// The IANA time zone the cron is evaluated in [default: UTC].
+    #[arg(long, value_name = "ZONE")]
+    pub tz: Option<String>,
+    /// A one-shot instant, RFC 3339 with an offset (e.g. 2026-12-01T09:00:00-06:00).
+    #[arg(long, value_name = "RFC3339")]
+    pub at: Option<String>,
+    /// The owning session (its inbox gets the completion messages).
+    #[arg(long, default_value = "default")]
+    pub session: String,
+    /// A title for people [default: the tool's display name].
+    #[arg(long)]
+    pub title: Option<String>,
+    /// After downtime: skip missed ticks, run once for all of them, or run all within the window.
+    #[arg(long, default_value = "once", value_name = "skip|once|all")]
+    pub missed: String,
+    /// A tick while the previous run is still active: skip it, or allow another run.
+    #[arg(long, default_value = "skip", value_name = "skip|allow")]
+    pub overlap: String,
+    /// How old the latest missed tick may be to be caught up (e.g. 30m) [default: one period].
+    #[arg(long, value_name = "DURATION")]
+    pub catchup_window: Option<String>,
+}
+
+/// Flags of `schedule list`.
+#[derive(Debug, clap::Args)]
+pub struct ListArgs {
+    /// Only this session's schedules.
+    #[arg(long)]
+    pub session: Option<String>,
+}
+
+/// A schedule id argument.
+#[derive(Debug, clap::Args)]
+pub struct IdArgs {
+    /// The schedule id (sch_...).
+    pub id: String,
+}
+
+/// Flags of `schedule preview`.
+#[derive(Debug, clap::Args)]
+pub struct PreviewArgs {
+    /// A 5-field cron expression or @macro.
+    #[arg(long, value_name = "EXPR")]
+    pub cron: String,
+    /// The IANA time zone [default: UTC].
+    #[arg(long, value_name = "ZONE")]
+    pub tz: Option<String>,
+    /// Fires strictly after this RFC 3339 instant [default: now].
+    #[arg(long, value_name = "RFC3339")]
+    pub from: Option<String>,
+    /// How many fires to print (1-1000).
+    #[arg(long, default_value_t = 10)]
+    pub count: usize,
+}
+
+/// Runs the subcommand.
+pub async fn run(ctx: &Ctx, args: Args) -> Result<()> {
+    match args.command {
+        Sub::Add(a) => add(ctx, a).await,
+        Sub::List(a) => {
+            let list = ctx.client.list_schedules(a.session.as_deref()).await?;
+            if ctx.json {
+                render::json(&list);
+            } else {
+                table(&list);
+            }
+            Ok(())
+        }
+        Sub::Show(a) => show(ctx, &a.id).await,
+        Sub::Cancel(a) => {
+            let s = ctx.client.cancel_schedule(&a.id.parse()?).await?;
+            done(ctx, &s, "cancelled");
+            Ok(())
+        }
+        Sub::Enable(a) => {
+            let s = ctx.client.enable_schedule(&a.id.parse()?).await?;
+            done(ctx, &s, "enabled");
+            Ok(())
+        }
+        Sub::Preview(a) => preview(ctx, a),
+    }
+}
+
+async fn add(ctx: &Ctx, a: AddArgs) -> Result<()> {
+    let args: Value = serde_json::from_str(&a.args)
+        .map_err(|e| InputError::new("--args", &a.args, format!("is not valid JSON ({e})")))?;
+    let mut req = ScheduleRequest::new(a.tool, args, a.cron, a.at);
+    req.timezone = a.tz;
+    req.session = a.session;
+    req.title = a.title;
+    req.missed = a.missed.parse().map_err(|e: InputError| e.within("--"))?;
+    req.overlap = a.overlap.parse().map_err(|e: InputError| e.within("--"))?;
+    req.catchup_window = match &a.catchup_window {
+        Some(w) => Some(parse_duration(w).map_err(|r| InputError::new("--catchup-window", w, r))?),
+        None => None,
+    };
+    let s = ctx.client.create_schedule(req).await?;
+    done(ctx, &s, "created");
+    Ok(())
+}
+
+fn utc(t: &DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(SecondsFormat::Secs, true)
+}
+
+fn local(t: &DateTime<Utc>, tz: Tz) -> String {
+    t.with_timezone(&tz)
+        .format("%Y-%m-%dT%H:%M:%S%:z %Z")
+        .to_string()
+}
+
+fn zone(s: &Schedule) -> Tz {
+    parse_timezone(&s.timezone).unwrap_or(Tz::UTC)
+}
+
+fn when(s: &Schedule) -> String {
+    match (&s.cron_expression, &s.scheduled_at) {
+        (Some(c), _) => c.clone(),
+        (None, Some(at)) => format!("at {}", utc(at)),
+        (None, None) => "-".into(),
+    }
+}
+
+fn done(ctx: &Ctx, s: &Schedule, verb: &str) {
+    if ctx.json {
+        render::json(s);
+        return;
+    }
+    let next = s.next_trigger_at.as_ref().map_or("none".into(), |t| {
+        format!("{} ({})", utc(t), local(t, zone(s)))
+    });
+    render::line(&format!("{verb} schedule {}; next fire: {next}", s.id));
+}
+
+fn table(list: &[Schedule]) {
+    let rows: Vec<Vec<String>> = list
+        .iter()
+        .map(|s| {
+            vec![
+                s.id.to_string(),
+                if s.enabled { "yes" } else { "no" }.into(),
+                s.session_id.clone(),
+                s.tool.clone(),
+                when(s),
+                s.timezone.clone(),
+                s.next_trigger_at.as_ref().map_or("-".into(), utc),
+                s.trigger_count.to_string(),
+                s.title.clone(),
+            ]
+        })
+        .collect();
+    render::table(
+        &[
+            "ID", "ENABLED", "SESSION", "TOOL", "WHEN", "ZONE", "NEXT", "RUNS", "TITLE",
+        ],
+        &rows,
+    );
+}
+
+async fn show(ctx: &Ctx, id: &str) -> Result<()> {
+    let id: ScheduleId = id.parse()?;
+    let d = ctx.client.get_schedule(&id).await?;
+    if ctx.json {
+        render::json(&d);
+        return Ok(());
+    }
+    let s = &d.schedule;
+    let tz = zone(s);
+    let t = |v: &Option<DateTime<Utc>>| v.as_ref().map_or("-".into(), utc);
+    render::fields(&[
+        ("id", s.id.to_string()),
+        ("enabled", s.enabled.to_string()),
+        ("type", s.schedule_type.to_string()),
+        ("when", when(s)),
+        ("timezone", s.timezone.clone()),
+        ("tool", s.tool.clone()),
+        ("args", s.args.to_string()),
+        ("title", s.title.clone()),
+        ("session", s.session_id.clone()),
+        ("missed", s.missed_policy.to_string()),
+        (
+            "catchup_window",
+            s.catchup_window_ms
+                .map_or("one period".into(), |ms| format!("{ms} ms")),
+        ),
+        ("overlap", s.overlap_policy.to_string()),
+        ("next_trigger_at", t(&s.next_trigger_at)),
+        ("last_triggered_at", t(&s.last_triggered_at)),
+        ("trigger_count", s.trigger_count.to_string()),
+        ("created_at", utc(&s.created_at)),
+        ("cancelled_at", t(&s.cancelled_at)),
+    ]);
+    render::line("");
+    render::line("next fires:");
+    let next: Vec<Vec<String>> = d
+        .next_fires
+        .iter()
+        .map(|f| vec![utc(f), local(f, tz)])
+        .collect();
+    render::table(&["UTC", "LOCAL"], &next);
+    render::line("");
+    render::line("recent occurrences:");
+    let occ: Vec<Vec<String>> = d
+        .occurrences
+        .iter()
+        .map(|o| {
+            vec![
+                utc(&o.fire_at),
+                o.outcome.clone(),
+                render::opt(&o.run_id),
+                render::opt(&o.run_state),
+                render::opt(&o.detail),
+            ]
+        })
+        .collect();
+    render::table(&["FIRE_AT", "OUTCOME", "RUN", "RUN_STATE", "DETAIL"], &occ);
+    Ok(())
+}
+
+fn preview(ctx: &Ctx, a: PreviewArgs) -> Result<()> {
+    let from = match &a.from {
+        Some(f) => Some(
+            DateTime::parse_from_rfc3339(f.trim())
+                .map(|t| t.with_timezone(&Utc))
+                .map_err(|e| {
+                    InputError::new(
+                        "--from",
+                        f,
+                        format!("is not an RFC 3339 instant with an offset ({e})"),
+                    )
+                })?,
+        ),
+        None => None,
+    };
+    let tz = parse_timezone(a.tz.as_deref().unwrap_or("UTC"))?;
+    let fires = ctx
+        .client
+        .preview_schedule(&a.cron, a.tz.as_deref(), from, a.count)?;
+    if ctx.json {
+        let list: Vec<Value> = fires
+            .iter()
+            .map(|f| json!({"utc": utc(f), "local": local(f, tz)}))
+            .collect();
+        render::json(&list);
+    } else {
+        let rows: Vec<Vec<String>> = fires.iter().map(|f| vec![utc(f), local(f, tz)]).collect();
+        render::table(&["UTC", "LOCAL"], &rows);
+    }
+    Ok(())
+}

@@ -1,0 +1,86 @@
+//! `toolq status`: worker processes with their last heartbeat and poll; exits 1 when a live
+//! worker's claim loop is stale (no poll for 3 poll intervals).
+
+use super::{Ctx, render};
+use crate::error::{Error, Result};
+use crate::status::status;
+
+/// The status report with the WAL's health beside it (`--json`).
+#[derive(serde::Serialize)]
+struct WithWal<'a> {
+    #[serde(flatten)]
+    report: &'a crate::status::StatusReport,
+    wal: &'a crate::store::wal::WalHealth,
+}
+
+/// Flags of `status`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Also list workers that stopped (cleanly, or found dead and marked stopped).
+    #[arg(long)]
+    pub all: bool,
+}
+
+/// Lists workers; a stale live worker makes the exit code 1 (after printing the list).
+pub async fn run(ctx: &Ctx, args: Args) -> Result<()> {
+    let report = status(&ctx.client, args.all).await?;
+    // A long-lived reader pinning the WAL is worth a warning, not a failing exit code.
+    let wal = ctx.client.wal_health().await?;
+    if ctx.json {
+        render::json(&WithWal {
+            report: &report,
+            wal: &wal,
+        });
+    } else {
+        let rows: Vec<Vec<String>> = report
+            .workers
+            .iter()
+            .map(|w| {
+                let r = &w.row;
+                let state = match (&r.stop_reason, w.liveness) {
+                    (Some(reason), crate::status::Liveness::Stopped) => {
+                        format!("stopped ({reason})")
+                    }
+                    (_, l) => l.as_str().to_string(),
+                };
+                vec![
+                    r.id.clone(),
+                    state,
+                    r.host.clone(),
+                    r.pid.to_string(),
+                    r.started_at.clone(),
+                    r.heartbeat_at.clone(),
+                    render::opt(&r.last_poll_at),
+                    r.busy_retries.to_string(),
+                ]
+            })
+            .collect();
+        render::table(
+            &[
+                "WORKER",
+                "STATE",
+                "HOST",
+                "PID",
+                "STARTED",
+                "HEARTBEAT",
+                "LAST POLL",
+                "BUSY",
+            ],
+            &rows,
+        );
+        if report.workers.is_empty() {
+            render::note("no worker processes registered (use --all to include stopped ones)");
+        }
+        if let Some(w) = &wal.warning {
+            render::note(&format!("WARNING: {w}"));
+        }
+    }
+    if report.healthy() {
+        Ok(())
+    } else {
+        Err(Error::Conflict(format!(
+            "{} live worker(s) stale: no claim poll for 3 poll intervals",
+            report.stale
+        )))
+    }
+}

@@ -1,0 +1,385 @@
+//! What to do with a due schedule (pure): which ticks fire, which were missed, whether one
+//! catch-up run stands for several ticks, and the next regular tick on the schedule's grid.
+
+use chrono::{DateTime, Duration, Utc};
+
+use super::spec::{MissedPolicy, ScheduleSpec};
+
+/// At most this many ticks are listed in the ledger for one claim; after an outage longer than
+/// that, the ledger notes the gap instead of listing every tick.
+pub const MAX_LISTED_TICKS: usize = 1000;
+
+/// How a due schedule is to be handled.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Plan {
+    /// Runs to start, in tick order.
+    pub fires: Vec<Fire>,
+    /// Ticks that get no run, each with the reason recorded in the ledger.
+    pub missed: Vec<(DateTime<Utc>, String)>,
+    /// The next regular tick (strictly after `now`, on the grid); None when exhausted.
+    pub next: Option<DateTime<Utc>>,
+}
+
+/// One run a due schedule starts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fire {
+    /// The tick this run is keyed by (runs.fire_at).
+    pub fire_at: DateTime<Utc>,
+    /// Earlier missed ticks this run also stands for (ledger outcome `coalesced`).
+    pub coalesced: Vec<DateTime<Utc>>,
+    /// Fired late (after downtime): its start is spread by the catch-up rate.
+    pub catch_up: bool,
+    /// Ledger detail for the tick.
+    pub detail: Option<String>,
+}
+
+impl Fire {
+    /// How many ticks this run stands for (runs.ticks).
+    pub fn ticks(&self) -> i64 {
+        1 + self.coalesced.len() as i64
+    }
+}
+
+/// Inputs to [`plan`] besides the spec.
+#[derive(Debug, Clone, Copy)]
+pub struct PlanInput {
+    /// The stored next_trigger_at: the earliest unhandled tick (≤ now).
+    pub due: DateTime<Utc>,
+    /// The current time.
+    pub now: DateTime<Utc>,
+    /// The schedule's missed-ticks policy.
+    pub policy: MissedPolicy,
+    /// The schedule's catch-up window; None means one period (unlimited for a one-shot).
+    pub window: Option<Duration>,
+    /// A single due tick fired within this much of its time is on time, not missed.
+    pub late_after: Duration,
+}
+
+/// Decides what a due schedule does at `now`. Ticks are enumerated from `due` up to `now`:
+/// - one tick, at most `late_after` late: it fires normally;
+/// - otherwise the ticks were missed, and the policy decides: `skip` runs none; `once` runs
+///   one catch-up (keyed by the latest tick, standing for all of them) if the latest lies
+///   within the window; `all` runs every tick within the window.
+///
+/// Ticks outside the window, or skipped by policy, are listed as missed with a reason.
+pub fn plan(spec: &ScheduleSpec, p: PlanInput) -> Plan {
+    let (ticks, gap, next) = due_ticks(spec, p.due, p.now);
+    let mut out = Plan {
+        fires: Vec::new(),
+        missed: Vec::new(),
+        next,
+    };
+    let Some(&latest) = ticks.last() else {
+        return out;
+    };
+    let gap_note = |t: DateTime<Utc>| {
+        (gap == Some(t)).then(|| {
+            format!(
+                "ticks after this one up to the next listed were not listed (at most {MAX_LISTED_TICKS} per catch-up)"
+            )
+        })
+    };
+    if ticks.len() == 1 && gap.is_none() && p.now - latest <= p.late_after {
+        out.fires.push(Fire {
+            fire_at: latest,
+            coalesced: Vec::new(),
+            catch_up: false,
+            detail: None,
+        });
+        return out;
+    }
+    let window = p.window.or_else(|| match (spec, next) {
+        (ScheduleSpec::Cron(_), Some(n)) => Some(n - latest),
+        _ => None,
+    });
+    let within = |t: DateTime<Utc>| window.is_none_or(|w| p.now - t <= w);
+    let outside = "missed: outside the catch-up window".to_string();
+    match p.policy {
+        MissedPolicy::Skip => {
+            for t in ticks {
+                let note = gap_note(t).map(|g| format!("; {g}")).unwrap_or_default();
+                out.missed
+                    .push((t, format!("missed: missed-ticks policy is skip{note}")));
+            }
+        }
+        MissedPolicy::Once if within(latest) => {
+            let coalesced: Vec<_> = ticks[..ticks.len() - 1].to_vec();
+            let n = ticks.len();
+            let mut detail = format!("catch-up run standing for {n} missed tick(s)");
+            if gap.is_some() {
+                detail.push_str(&format!(
+                    "; more ticks were missed than listed (at most {MAX_LISTED_TICKS} per catch-up)"
+                ));
+            }
+            out.fires.push(Fire {
+                fire_at: latest,
+                coalesced,
+                catch_up: true,
+                detail: Some(detail),
+            });
+        }
+        MissedPolicy::Once => {
+            for t in ticks {
+                let note = gap_note(t).map(|g| format!("; {g}")).unwrap_or_default();
+                out.missed.push((t, format!("{outside}{note}")));
+            }
+        }
+        MissedPolicy::All => {
+            for t in ticks {
+                if within(t) {
+                    out.fires.push(Fire {
+                        fire_at: t,
+                        coalesced: Vec::new(),
+                        catch_up: true,
+                        detail: Some("catch-up run for a missed tick".into()),
+                    });
+                } else {
+                    let note = gap_note(t).map(|g| format!("; {g}")).unwrap_or_default();
+                    out.missed.push((t, format!("{outside}{note}")));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Due ticks, the tick before a jump in the listing (if any), and the next tick after now.
+type DueTicks = (
+    Vec<DateTime<Utc>>,
+    Option<DateTime<Utc>>,
+    Option<DateTime<Utc>>,
+);
+
+/// Ticks from `due` to `now` inclusive (at most about [`MAX_LISTED_TICKS`]; after that the
+/// enumeration jumps to the last stretch before `now`, returning the tick before the jump as
+/// the gap), and the next tick after `now`.
+fn due_ticks(spec: &ScheduleSpec, due: DateTime<Utc>, now: DateTime<Utc>) -> DueTicks {
+    if let ScheduleSpec::Once(at) = spec {
+        return (
+            (*at <= now).then_some(vec![*at]).unwrap_or_default(),
+            None,
+            None,
+        );
+    }
+    let mut ticks = Vec::new();
+    let mut gap = None;
+    let mut t = Some(due);
+    while let Some(tick) = t {
+        if tick > now {
+            break;
+        }
+        ticks.push(tick);
+        t = spec.next_after(tick);
+        if ticks.len() == MAX_LISTED_TICKS
+            && gap.is_none()
+            && let (Some(n), [.., a, b]) = (t, ticks.as_slice())
+        {
+            // Jump to the last few periods before now: enough to find the latest tick.
+            let back = now - (*b - *a) * 4;
+            if n <= back {
+                gap = Some(tick);
+                t = spec.next_after(back.max(tick));
+            }
+        }
+    }
+    (ticks, gap, t)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn utc(s: &str) -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339(s).unwrap().to_utc()
+    }
+
+    fn cron(expr: &str, tz: &str) -> ScheduleSpec {
+        ScheduleSpec::parse(Some(expr), None, Some(tz), utc("2026-01-01T00:00:00Z")).unwrap()
+    }
+
+    fn input(due: &str, now: &str, policy: MissedPolicy) -> PlanInput {
+        PlanInput {
+            due: utc(due),
+            now: utc(now),
+            policy,
+            window: None,
+            late_after: Duration::minutes(1),
+        }
+    }
+
+    #[test]
+    fn an_on_time_tick_fires_normally() {
+        let s = cron("*/10 * * * *", "UTC");
+        let p = plan(
+            &s,
+            input(
+                "2026-11-01T12:00:00Z",
+                "2026-11-01T12:00:00.400Z",
+                MissedPolicy::Once,
+            ),
+        );
+        assert_eq!(p.fires.len(), 1);
+        assert!(!p.fires[0].catch_up);
+        assert_eq!(p.fires[0].ticks(), 1);
+        assert!(p.missed.is_empty());
+        assert_eq!(p.next, Some(utc("2026-11-01T12:10:00Z")));
+    }
+
+    #[test]
+    fn downtime_gives_one_catch_up_standing_for_every_missed_tick() {
+        let s = cron("*/10 * * * *", "UTC");
+        let p = plan(
+            &s,
+            input(
+                "2026-11-01T12:00:00Z",
+                "2026-11-01T17:05:00Z",
+                MissedPolicy::Once,
+            ),
+        );
+        assert_eq!(p.fires.len(), 1);
+        let f = &p.fires[0];
+        assert_eq!(f.fire_at, utc("2026-11-01T17:00:00Z"));
+        assert_eq!(f.ticks(), 31);
+        assert!(f.catch_up);
+        assert_eq!(f.coalesced.first(), Some(&utc("2026-11-01T12:00:00Z")));
+        assert!(p.missed.is_empty());
+        assert_eq!(
+            p.next,
+            Some(utc("2026-11-01T17:10:00Z")),
+            "stays on the grid"
+        );
+    }
+
+    #[test]
+    fn a_latest_tick_outside_the_window_runs_nothing() {
+        let s = cron("0 * * * *", "UTC");
+        let mut i = input(
+            "2026-11-01T09:00:00Z",
+            "2026-11-01T12:30:00Z",
+            MissedPolicy::Once,
+        );
+        i.window = Some(Duration::minutes(10));
+        let p = plan(&s, i);
+        assert!(p.fires.is_empty());
+        assert_eq!(p.missed.len(), 4);
+        assert!(p.missed[0].1.contains("outside the catch-up window"));
+        assert_eq!(p.next, Some(utc("2026-11-01T13:00:00Z")));
+    }
+
+    #[test]
+    fn skip_runs_nothing_and_all_runs_each_tick_in_the_window() {
+        let s = cron("*/10 * * * *", "UTC");
+        let p = plan(
+            &s,
+            input(
+                "2026-11-01T12:00:00Z",
+                "2026-11-01T13:05:00Z",
+                MissedPolicy::Skip,
+            ),
+        );
+        assert!(p.fires.is_empty());
+        assert_eq!(p.missed.len(), 7);
+        assert!(p.missed[0].1.contains("policy is skip"));
+        let mut i = input(
+            "2026-11-01T12:00:00Z",
+            "2026-11-01T13:05:00Z",
+            MissedPolicy::All,
+        );
+        i.window = Some(Duration::minutes(30));
+        let p = plan(&s, i);
+        let fired: Vec<_> = p.fires.iter().map(|f| f.fire_at).collect();
+        assert_eq!(
+            fired,
+            vec![
+                utc("2026-11-01T12:40:00Z"),
+                utc("2026-11-01T12:50:00Z"),
+                utc("2026-11-01T13:00:00Z")
+            ]
+        );
+        assert!(p.fires.iter().all(|f| f.ticks() == 1 && f.catch_up));
+        assert_eq!(p.missed.len(), 4);
+    }
+
+    #[test]
+    fn a_single_late_tick_follows_the_policy() {
+        let s = cron("0 * * * *", "UTC");
+        let p = plan(
+            &s,
+            input(
+                "2026-11-01T12:00:00Z",
+                "2026-11-01T12:20:00Z",
+                MissedPolicy::Skip,
+            ),
+        );
+        assert!(p.fires.is_empty() && p.missed.len() == 1);
+        let p = plan(
+            &s,
+            input(
+                "2026-11-01T12:00:00Z",
+                "2026-11-01T12:20:00Z",
+                MissedPolicy::Once,
+            ),
+        );
+        assert!(p.fires[0].catch_up && p.fires[0].ticks() == 1);
+    }
+
+    #[test]
+    fn one_shots_fire_once_and_are_exhausted() {
+        let s = ScheduleSpec::Once(utc("2026-11-01T12:00:00Z"));
+        let p = plan(
+            &s,
+            input(
+                "2026-11-01T12:00:00Z",
+                "2026-11-01T12:00:01Z",
+                MissedPolicy::Once,
+            ),
+        );
+        assert_eq!(p.fires.len(), 1);
+        assert_eq!(p.next, None);
+        // Days late: the default window of a one-shot is unlimited.
+        let p = plan(
+            &s,
+            input(
+                "2026-11-01T12:00:00Z",
+                "2026-11-05T00:00:00Z",
+                MissedPolicy::Once,
+            ),
+        );
+        assert!(p.fires[0].catch_up);
+    }
+
+    #[test]
+    fn a_long_outage_lists_a_bounded_number_of_ticks() {
+        let s = cron("* * * * *", "UTC");
+        let p = plan(
+            &s,
+            input(
+                "2026-01-01T00:00:00Z",
+                "2026-03-01T00:00:30Z",
+                MissedPolicy::Once,
+            ),
+        );
+        assert_eq!(p.fires.len(), 1);
+        let f = &p.fires[0];
+        assert_eq!(f.fire_at, utc("2026-03-01T00:00:00Z"));
+        assert!(f.ticks() <= MAX_LISTED_TICKS as i64 + 10, "{}", f.ticks());
+        assert!(f.detail.as_deref().unwrap().contains("more ticks"));
+        assert_eq!(p.next, Some(utc("2026-03-01T00:01:00Z")));
+    }
+
+    #[test]
+    fn catch_up_ticks_follow_dst_in_the_zone() {
+        // Hourly in Chicago across the fall-back: 01:00 local happens twice.
+        let s = cron("0 * * * *", "America/Chicago");
+        let p = plan(
+            &s,
+            input(
+                "2026-11-01T05:00:00Z",
+                "2026-11-01T08:30:00Z",
+                MissedPolicy::Once,
+            ),
+        );
+        assert_eq!(p.fires[0].ticks(), 4);
+        assert_eq!(p.next, Some(utc("2026-11-01T09:00:00Z")));
+    }
+}

@@ -1,0 +1,122 @@
+//! Schedules as the library sees them: the stored row, a new row to insert, and ledger entries.
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use serde_json::Value;
+
+use super::spec::{MissedPolicy, OverlapPolicy};
+use crate::ids::{RunId, ScheduleId};
+use crate::run::Delivery;
+
+/// A stored schedule.
+#[derive(Debug, Clone, Serialize)]
+pub struct Schedule {
+    /// `sch_` + uuid v7.
+    pub id: ScheduleId,
+    /// Owning session: its runs and their inbox messages belong to it.
+    pub session_id: String,
+    /// Tool each tick runs.
+    pub tool: String,
+    /// Arguments each run gets.
+    pub args: Value,
+    /// Title of the schedule and of its runs.
+    pub title: String,
+    /// `"recurring"` or `"oneshot"`.
+    pub schedule_type: &'static str,
+    /// 5-field cron or @macro (recurring).
+    pub cron_expression: Option<String>,
+    /// The one-shot instant.
+    pub scheduled_at: Option<DateTime<Utc>>,
+    /// IANA zone the cron is evaluated in.
+    pub timezone: String,
+    /// Whether ticks fire.
+    pub enabled: bool,
+    /// The next tick; None when disabled or exhausted.
+    pub next_trigger_at: Option<DateTime<Utc>>,
+    /// The latest tick that started a run.
+    pub last_triggered_at: Option<DateTime<Utc>>,
+    /// Runs started so far.
+    pub trigger_count: i64,
+    /// Missed-ticks policy.
+    pub missed_policy: MissedPolicy,
+    /// Catch-up window in milliseconds; None = one period.
+    pub catchup_window_ms: Option<i64>,
+    /// Overlap policy.
+    pub overlap_policy: OverlapPolicy,
+    /// Priority of its runs.
+    pub priority: i64,
+    /// Attempts of its runs.
+    pub max_attempts: i64,
+    /// Timeout of its runs.
+    pub timeout_ms: Option<i64>,
+    /// Whether its runs post completion messages.
+    pub signal_on_completion: bool,
+    /// Delivery of those messages.
+    pub delivery: Delivery,
+    /// When it was created.
+    pub created_at: DateTime<Utc>,
+    /// When it last changed.
+    pub updated_at: DateTime<Utc>,
+    /// When it was cancelled (cleared by enable).
+    pub cancelled_at: Option<DateTime<Utc>>,
+}
+
+/// A schedule row to insert (validated by the caller).
+#[derive(Debug, Clone)]
+pub struct NewSchedule {
+    /// Its id.
+    pub id: ScheduleId,
+    /// Owning session.
+    pub session_id: String,
+    /// Tool.
+    pub tool: String,
+    /// Arguments (already validated against the tool's schema).
+    pub args: Value,
+    /// Title.
+    pub title: String,
+    /// Cron expression (recurring).
+    pub cron_expression: Option<String>,
+    /// One-shot instant.
+    pub scheduled_at: Option<DateTime<Utc>>,
+    /// IANA zone.
+    pub timezone: String,
+    /// First tick.
+    pub next_trigger_at: Option<DateTime<Utc>>,
+    /// Missed-ticks policy.
+    pub missed_policy: MissedPolicy,
+    /// Catch-up window in milliseconds; None = one period.
+    pub catchup_window_ms: Option<i64>,
+    /// Overlap policy.
+    pub overlap_policy: OverlapPolicy,
+    /// Priority of its runs.
+    pub priority: i64,
+    /// Attempts of its runs.
+    pub max_attempts: i64,
+    /// Timeout of its runs.
+    pub timeout_ms: Option<i64>,
+    /// Whether its runs post completion messages.
+    pub signal_on_completion: bool,
+    /// Delivery of those messages.
+    pub delivery: Delivery,
+    /// Creation time.
+    pub created_at: DateTime<Utc>,
+}
+
+/// One ledger row: what happened to one expected tick.
+#[derive(Debug, Clone, Serialize)]
+pub struct Occurrence {
+    /// The schedule.
+    pub schedule_id: ScheduleId,
+    /// The tick's nominal instant.
+    pub fire_at: DateTime<Utc>,
+    /// `fired`, `skipped_overlap`, `missed` or `coalesced`.
+    pub outcome: String,
+    /// fired: its run; coalesced: the catch-up run it was folded into.
+    pub run_id: Option<RunId>,
+    /// That run's state now, if it still exists.
+    pub run_state: Option<String>,
+    /// Why (catch-up size, policy, window).
+    pub detail: Option<String>,
+    /// When it was recorded.
+    pub recorded_at: DateTime<Utc>,
+}

@@ -1,0 +1,80 @@
+//! Approval decisions on `runs`: approve (back to the queue), deny (cancelled) and expire
+//! (cancelled past the deadline). Each names the state it expects: `awaiting_approval`.
+
+use chrono::{DateTime, Utc};
+use rusqlite::{Transaction, named_params};
+
+use super::Ctx;
+use super::codec::{RUN_COLUMNS, run_from_row, ts};
+use crate::error::StoreError;
+use crate::run::Run;
+
+/// A decision on one run.
+#[derive(Debug, Clone)]
+pub struct Decision<'a> {
+    /// The run.
+    pub id: &'a str,
+    /// Who decided.
+    pub by: &'a str,
+    /// The note (approve) or reason (deny).
+    pub note: Option<&'a str>,
+    /// When.
+    pub now: DateTime<Utc>,
+}
+
+/// Queues an awaiting run to execute as approved. False when it was not awaiting approval.
+pub fn approve(tx: &Transaction<'_>, d: &Decision<'_>) -> Result<bool, StoreError> {
+    let n = tx
+        .prepare_cached(
+            "UPDATE runs SET state = 'queued', run_at = :now, approval_state = 'approved', \
+             approval_by = :by, approval_at = :now, approval_note = :note, status_text = NULL \
+             WHERE id = :id AND state = 'awaiting_approval'",
+        )
+        .ctx("prepare approve")?
+        .execute(named_params! {":now": ts(d.now), ":by": d.by, ":note": d.note, ":id": d.id})
+        .ctx("approve run")?;
+    Ok(n == 1)
+}
+
+/// Ends an awaiting run as cancelled with `state` (`denied` or `expired`) and `error`.
+/// False when it was not awaiting approval.
+pub fn reject(
+    tx: &Transaction<'_>,
+    d: &Decision<'_>,
+    state: &str,
+    error: &str,
+) -> Result<bool, StoreError> {
+    let n = tx
+        .prepare_cached(
+            "UPDATE runs SET state = 'cancelled', finished_at = :now, error = :error, \
+             approval_state = :state, approval_by = :by, approval_at = :now, approval_note = :note \
+             WHERE id = :id AND state = 'awaiting_approval'",
+        )
+        .ctx("prepare reject approval")?
+        .execute(named_params! {
+            ":now": ts(d.now), ":error": error, ":state": state, ":by": d.by, ":note": d.note, ":id": d.id,
+        })
+        .ctx("reject approval")?;
+    Ok(n == 1)
+}
+
+/// Awaiting runs whose approval deadline has passed (oldest deadline first, at most `limit`).
+pub fn overdue(
+    conn: &rusqlite::Connection,
+    now: DateTime<Utc>,
+    limit: i64,
+) -> Result<Vec<Run>, StoreError> {
+    let mut stmt = conn
+        .prepare_cached(&format!(
+            "SELECT {RUN_COLUMNS} FROM runs WHERE state = 'awaiting_approval' \
+             AND approval_deadline <= :now ORDER BY approval_deadline LIMIT :limit"
+        ))
+        .ctx("prepare overdue approvals")?;
+    let rows = stmt
+        .query_map(
+            named_params! {":now": ts(now), ":limit": limit},
+            run_from_row,
+        )
+        .ctx("overdue approvals")?;
+    rows.collect::<Result<_, _>>().ctx("read overdue approvals")
+}

@@ -1,0 +1,176 @@
+//! Rescue queries: live worker rows on this host and boot (so their pids can be checked),
+//! marking dead workers stopped, and the running runs whose owner is gone or whose lease
+//! expired. The decision per run is pure and lives in `worker::rescue`; writing it back uses
+//! the fenced [`super::finish::finish`], so a rescue races safely with a late finish.
+
+use chrono::{DateTime, Utc};
+use rusqlite::{Connection, Transaction, named_params};
+
+use super::Ctx;
+use super::codec::{RUN_COLUMNS, run_from_row, ts};
+use crate::error::StoreError;
+use crate::run::Run;
+
+/// A worker row that has not stopped, with what is needed to check its process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LiveWorker {
+    /// Worker id.
+    pub id: String,
+    /// Its process id.
+    pub pid: i64,
+    /// Its process start time, as recorded at registration.
+    pub process_start_time: String,
+}
+
+/// Where pids can be checked: this host, this boot, this pid namespace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Locality<'a> {
+    /// Host name.
+    pub host: &'a str,
+    /// Kernel boot id.
+    pub boot_id: &'a str,
+    /// Pid namespace.
+    pub pid_namespace: &'a str,
+}
+
+/// Workers not marked stopped that registered on this host, during this boot, in this pid
+/// namespace: the only ones whose process can be checked for sure.
+pub fn live_workers_on(
+    conn: &Connection,
+    here: &Locality<'_>,
+) -> Result<Vec<LiveWorker>, StoreError> {
+    let mut stmt = conn
+        .prepare_cached(
+            "SELECT id, pid, process_start_time FROM workers \
+             WHERE stopped_at IS NULL AND host = :host AND boot_id = :boot AND pid_namespace = :ns",
+        )
+        .ctx("prepare live workers")?;
+    let rows = stmt
+        .query_map(
+            named_params! {":host": here.host, ":boot": here.boot_id, ":ns": here.pid_namespace},
+            |r| {
+                Ok(LiveWorker {
+                    id: r.get(0)?,
+                    pid: r.get(1)?,
+                    process_start_time: r.get(2)?,
+                })
+            },
+        )
+        .ctx("live workers")?;
+    rows.collect::<Result<_, _>>().ctx("read live workers")
+}
+
+/// Ids of the workers in [`live_workers_on`] whose process `is_dead(pid, start_time)` says
+/// is gone.
+pub fn dead_workers(
+    conn: &Connection,
+    here: &Locality<'_>,
+    is_dead: impl Fn(i64, &str) -> bool,
+) -> Result<Vec<String>, StoreError> {
+    Ok(live_workers_on(conn, here)?
+        .into_iter()
+        .filter(|w| is_dead(w.pid, &w.process_start_time))
+        .map(|w| w.id)
+        .collect())
+}
+
+/// Marks workers whose process is gone as stopped (`stop_reason = 'died'`). Returns how many
+/// rows changed.
+pub fn mark_died(
+    tx: &Transaction<'_>,
+    ids: &[String],
+    now: DateTime<Utc>,
+) -> Result<usize, StoreError> {
+    let mut stmt = tx
+        .prepare_cached(
+            "UPDATE workers SET stopped_at = :now, stop_reason = 'died' \
+             WHERE id = :id AND stopped_at IS NULL",
+        )
+        .ctx("prepare mark died")?;
+    let mut n = 0;
+    for id in ids {
+        n += stmt
+            .execute(named_params! {":now": ts(now), ":id": id})
+            .ctx("mark worker died")?;
+    }
+    Ok(n)
+}
+
+/// Why a running run is taken back from its owner.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RescueReason {
+    /// The owner's process is gone (same host and boot; pid gone or reused).
+    OwnerDied,
+    /// The owner's row says it stopped, yet the run is still running.
+    OwnerStopped,
+    /// The owner has no row in `workers`.
+    OwnerMissing,
+    /// The lease ran out without a heartbeat (owner on another host, or hung).
+    LeaseExpired,
+}
+
+impl RescueReason {
+    /// A short label (stored in the run's `errors` history).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RescueReason::OwnerDied => "owner_died",
+            RescueReason::OwnerStopped => "owner_stopped",
+            RescueReason::OwnerMissing => "owner_missing",
+            RescueReason::LeaseExpired => "lease_expired",
+        }
+    }
+
+    fn parse(s: &str) -> Option<Self> {
+        [
+            RescueReason::OwnerDied,
+            RescueReason::OwnerStopped,
+            RescueReason::OwnerMissing,
+            RescueReason::LeaseExpired,
+        ]
+        .into_iter()
+        .find(|r| r.as_str() == s)
+    }
+}
+
+/// Running runs whose owner row is missing or stopped (including workers just marked dead),
+/// or whose lease expired before `now`. The owner's liveness wins over the lease: a run of a
+/// dead owner is reported as such even when its lease also ran out.
+const RESCUABLE: &str = "SELECT {cols}, reason FROM ( \
+    SELECT r.*, CASE \
+        WHEN w.id IS NULL THEN 'owner_missing' \
+        WHEN w.stop_reason = 'died' THEN 'owner_died' \
+        WHEN w.stopped_at IS NOT NULL THEN 'owner_stopped' \
+        ELSE 'lease_expired' END AS reason \
+    FROM runs r LEFT JOIN workers w ON w.id = r.lease_owner \
+    WHERE r.state = 'running' \
+      AND (w.id IS NULL OR w.stopped_at IS NOT NULL OR r.lease_expires_at < :now)) \
+    ORDER BY id";
+
+/// The running runs to take back now, each with its reason.
+pub fn rescuable(
+    conn: &Connection,
+    now: DateTime<Utc>,
+) -> Result<Vec<(Run, RescueReason)>, StoreError> {
+    let sql = RESCUABLE.replace("{cols}", RUN_COLUMNS);
+    let mut stmt = conn.prepare_cached(&sql).ctx("prepare rescuable")?;
+    let rows = stmt
+        .query_map(named_params! {":now": ts(now)}, |r| {
+            let run = run_from_row(r)?;
+            let reason: String = r.get("reason")?;
+            Ok((
+                run,
+                RescueReason::parse(&reason).unwrap_or(RescueReason::LeaseExpired),
+            ))
+        })
+        .ctx("rescuable runs")?;
+    rows.collect::<Result<_, _>>().ctx("read rescuable runs")
+}
+
+/// Whether a queued run is waiting for a retry (an earlier attempt started), due or not:
+/// a draining worker waits for these.
+pub fn has_pending_retry(conn: &Connection) -> Result<bool, StoreError> {
+    conn.prepare_cached("SELECT EXISTS (SELECT 1 FROM runs WHERE state = 'queued' AND attempt > 0)")
+        .ctx("prepare pending retry")?
+        .query_row([], |r| r.get(0))
+        .ctx("pending retry")
+}

@@ -1,0 +1,262 @@
+//! Retention: deleting finished runs (with their blobs and inbox rows), acknowledged inbox
+//! messages and old schedule occurrences, one bounded batch per call so every write
+//! transaction stays short. Unfinished runs are never candidates.
+
+use chrono::{DateTime, Utc};
+use rusqlite::{Connection, Transaction, named_params};
+use serde::Serialize;
+
+use super::Ctx;
+use super::codec::ts;
+use crate::error::StoreError;
+
+/// The cutoffs of one prune. Everything strictly older than a cutoff may go.
+#[derive(Debug, Clone)]
+pub struct PruneCutoffs {
+    /// Finished runs whose `finished_at` is before this go (with their blobs and inbox rows).
+    pub runs_before: DateTime<Utc>,
+    /// ... unless a message about them is still unacknowledged and they finished after this.
+    pub unacked_runs_before: DateTime<Utc>,
+    /// Acknowledged inbox messages whose `acked_at` is before this go.
+    pub acked_inbox_before: DateTime<Utc>,
+    /// Schedule occurrences recorded before this go (each schedule keeps its latest).
+    pub occurrences_before: DateTime<Utc>,
+    /// Cleanly stopped worker rows whose `stopped_at` is before this go.
+    pub workers_before: DateTime<Utc>,
+}
+
+/// Rows removed (or, for a dry run, that would be removed), per table.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Removed {
+    /// `runs` rows.
+    pub runs: u64,
+    /// `blobs` rows (logs and results of those runs).
+    pub blobs: u64,
+    /// `inbox` rows (messages about those runs, and old acknowledged messages).
+    pub inbox: u64,
+    /// `schedule_occurrences` rows.
+    pub occurrences: u64,
+    /// `workers` rows of processes that stopped cleanly.
+    pub workers: u64,
+}
+
+impl Removed {
+    /// Adds another batch's counts.
+    pub fn add(&mut self, o: &Removed) {
+        self.runs += o.runs;
+        self.blobs += o.blobs;
+        self.inbox += o.inbox;
+        self.occurrences += o.occurrences;
+        self.workers += o.workers;
+    }
+
+    /// Rows in all tables.
+    pub fn total(&self) -> u64 {
+        self.runs + self.blobs + self.inbox + self.occurrences + self.workers
+    }
+}
+
+/// A finished run `r` that may be deleted. Kept: runs an unacknowledged message still points
+/// at (until `:unacked_before`), the latest finished run of each enabled schedule, and runs a
+/// schedule occurrence younger than `:occ_before` points at (so the ledger keeps its link).
+/// `+r.state` keeps the planner on `runs_finished_idx` (a range on finished_at) instead of
+/// `runs_state_created_idx`, which would visit every finished run and sort them.
+const PRUNABLE_RUN: &str = "r.finished_at IS NOT NULL AND r.finished_at < :runs_before \
+    AND +r.state IN ('completed', 'failed', 'cancelled') \
+    AND (r.finished_at < :unacked_before OR NOT EXISTS \
+        (SELECT 1 FROM inbox i WHERE i.run_id = r.id AND i.acked_at IS NULL)) \
+    AND NOT EXISTS (SELECT 1 FROM schedule_occurrences o \
+        WHERE o.run_id = r.id AND o.recorded_at >= :occ_before) \
+    AND (r.schedule_id IS NULL OR r.fire_at IS NULL \
+        OR NOT EXISTS (SELECT 1 FROM schedules s WHERE s.id = r.schedule_id AND s.enabled = 1) \
+        OR r.fire_at <> (SELECT r2.fire_at FROM runs r2 WHERE r2.schedule_id = r.schedule_id \
+            AND r2.finished_at IS NOT NULL ORDER BY r2.fire_at DESC LIMIT 1))";
+
+/// An occurrence `o` that may be deleted: recorded long ago, and not its schedule's latest.
+const PRUNABLE_OCCURRENCE: &str = "o.recorded_at < :occ_before AND o.fire_at < \
+    (SELECT max(o2.fire_at) FROM schedule_occurrences o2 WHERE o2.schedule_id = o.schedule_id)";
+
+/// An acknowledged message `i` that may be deleted on its own (its run may be kept).
+const PRUNABLE_ACKED: &str = "i.acked_at IS NOT NULL AND i.acked_at < :acked_before";
+
+/// A stopped worker row `w` that may be deleted: no run still names it as lease owner.
+const PRUNABLE_WORKER: &str = "w.stopped_at IS NOT NULL AND w.stopped_at < :workers_before \
+    AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.lease_owner = w.id AND r.state = 'running')";
+
+fn run_params(c: &PruneCutoffs) -> [(&'static str, String); 3] {
+    [
+        (":runs_before", ts(c.runs_before)),
+        (":unacked_before", ts(c.unacked_runs_before)),
+        (":occ_before", ts(c.occurrences_before)),
+    ]
+}
+
+fn as_params<'a>(p: &'a [(&'static str, String)]) -> Vec<(&'static str, &'a dyn rusqlite::ToSql)> {
+    p.iter()
+        .map(|(k, v)| (*k, v as &dyn rusqlite::ToSql))
+        .collect()
+}
+
+/// Deletes at most `batch` prunable runs with their blobs and inbox rows (their occurrences
+/// keep the row with `run_id` set to NULL), oldest first. `cursor` is the `finished_at` where
+/// the previous batch stopped (start with `None`), so kept runs are not scanned again batch
+/// after batch. Returns the counts; `runs < batch` means done.
+pub fn prune_runs_batch(
+    tx: &Transaction<'_>,
+    c: &PruneCutoffs,
+    batch: usize,
+    cursor: &mut Option<String>,
+) -> Result<Removed, StoreError> {
+    let found: Vec<(String, String)> = {
+        let sql = format!(
+            "SELECT r.id, r.finished_at FROM runs r WHERE r.finished_at >= :after AND {PRUNABLE_RUN} \
+             ORDER BY r.finished_at LIMIT :batch"
+        );
+        let mut stmt = tx.prepare_cached(&sql).ctx("prepare prunable runs")?;
+        let rp = run_params(c);
+        let mut p = as_params(&rp);
+        let batch = batch as i64;
+        let after = cursor.clone().unwrap_or_default();
+        p.push((":batch", &batch));
+        p.push((":after", &after));
+        let rows = stmt
+            .query_map(p.as_slice(), |r| Ok((r.get(0)?, r.get(1)?)))
+            .ctx("select prunable runs")?;
+        rows.collect::<Result<_, _>>().ctx("read prunable runs")?
+    };
+    let Some((_, last)) = found.last() else {
+        return Ok(Removed::default());
+    };
+    *cursor = Some(last.clone());
+    let ids: Vec<&String> = found.iter().map(|(id, _)| id).collect();
+    let ids = serde_json::to_string(&ids).map_err(|e| StoreError::Task(e.to_string()))?;
+    let del = |sql: &str, what: &str| -> Result<u64, StoreError> {
+        Ok(tx
+            .prepare_cached(sql)
+            .ctx(what)?
+            .execute(named_params! {":ids": ids})
+            .ctx(what)? as u64)
+    };
+    // Children first, so the counts are ours rather than hidden in a cascade.
+    let blobs = del(
+        "DELETE FROM blobs WHERE run_id IN (SELECT value FROM json_each(:ids))",
+        "delete blobs of pruned runs",
+    )?;
+    let inbox = del(
+        "DELETE FROM inbox WHERE run_id IN (SELECT value FROM json_each(:ids))",
+        "delete inbox rows of pruned runs",
+    )?;
+    let runs = del(
+        "DELETE FROM runs WHERE id IN (SELECT value FROM json_each(:ids)) \
+         AND state IN ('completed', 'failed', 'cancelled')",
+        "delete pruned runs",
+    )?;
+    Ok(Removed {
+        runs,
+        blobs,
+        inbox,
+        ..Removed::default()
+    })
+}
+
+/// Deletes at most `batch` acknowledged inbox messages older than the cutoff.
+pub fn prune_acked_inbox_batch(
+    tx: &Transaction<'_>,
+    c: &PruneCutoffs,
+    batch: usize,
+) -> Result<u64, StoreError> {
+    let sql = format!(
+        "DELETE FROM inbox WHERE id IN (SELECT i.id FROM inbox i WHERE {PRUNABLE_ACKED} LIMIT :batch)"
+    );
+    Ok(tx
+        .prepare_cached(&sql)
+        .ctx("prepare prune acked inbox")?
+        .execute(named_params! {":acked_before": ts(c.acked_inbox_before), ":batch": batch as i64})
+        .ctx("prune acked inbox")? as u64)
+}
+
+/// Deletes at most `batch` old schedule occurrences (never a schedule's latest).
+pub fn prune_occurrences_batch(
+    tx: &Transaction<'_>,
+    c: &PruneCutoffs,
+    batch: usize,
+) -> Result<u64, StoreError> {
+    let sql = format!(
+        "DELETE FROM schedule_occurrences WHERE id IN \
+         (SELECT o.id FROM schedule_occurrences o WHERE {PRUNABLE_OCCURRENCE} LIMIT :batch)"
+    );
+    Ok(tx
+        .prepare_cached(&sql)
+        .ctx("prepare prune occurrences")?
+        .execute(named_params! {":occ_before": ts(c.occurrences_before), ":batch": batch as i64})
+        .ctx("prune occurrences")? as u64)
+}
+
+/// Deletes at most `batch` rows of workers that stopped cleanly before the cutoff.
+pub fn prune_workers_batch(
+    tx: &Transaction<'_>,
+    c: &PruneCutoffs,
+    batch: usize,
+) -> Result<u64, StoreError> {
+    let sql = format!(
+        "DELETE FROM workers WHERE id IN (SELECT w.id FROM workers w WHERE {PRUNABLE_WORKER} LIMIT :batch)"
+    );
+    Ok(tx
+        .prepare_cached(&sql)
+        .ctx("prepare prune workers")?
+        .execute(named_params! {":workers_before": ts(c.workers_before), ":batch": batch as i64})
+        .ctx("prune workers")? as u64)
+}
+
+/// What a prune with these cutoffs would remove, counted without writing (dry run).
+pub fn count_prunable(conn: &Connection, c: &PruneCutoffs) -> Result<Removed, StoreError> {
+    let rp = run_params(c);
+    let count =
+        |sql: String, p: &[(&'static str, String)], what: &str| -> Result<u64, StoreError> {
+            conn.prepare_cached(&sql)
+                .ctx(what)?
+                .query_row(as_params(p).as_slice(), |r| r.get::<_, i64>(0))
+                .ctx(what)
+                .map(|n| n as u64)
+        };
+    let runs = count(
+        format!("SELECT count(*) FROM runs r WHERE {PRUNABLE_RUN}"),
+        &rp,
+        "count prunable runs",
+    )?;
+    let blobs = count(
+        format!(
+            "SELECT count(*) FROM blobs b WHERE b.run_id IN (SELECT r.id FROM runs r WHERE {PRUNABLE_RUN})"
+        ),
+        &rp,
+        "count prunable blobs",
+    )?;
+    let mut ip = rp.to_vec();
+    ip.push((":acked_before", ts(c.acked_inbox_before)));
+    // A message goes with its run, or on its own when acknowledged long ago; count it once.
+    let inbox = count(
+        format!(
+            "SELECT count(*) FROM inbox i WHERE i.run_id IN (SELECT r.id FROM runs r WHERE {PRUNABLE_RUN}) \
+             OR ({PRUNABLE_ACKED})"
+        ),
+        &ip,
+        "count prunable inbox rows",
+    )?;
+    let occurrences = count(
+        format!("SELECT count(*) FROM schedule_occurrences o WHERE {PRUNABLE_OCCURRENCE}"),
+        &[(":occ_before", ts(c.occurrences_before))],
+        "count prunable occurrences",
+    )?;
+    let workers = count(
+        format!("SELECT count(*) FROM workers w WHERE {PRUNABLE_WORKER}"),
+        &[(":workers_before", ts(c.workers_before))],
+        "count prunable workers",
+    )?;
+    Ok(Removed {
+        runs,
+        blobs,
+        inbox,
+        occurrences,
+        workers,
+    })
+}

@@ -1,0 +1,202 @@
+//! WAL hygiene: checkpoints (passive while busy, truncating when idle), the size of the
+//! `-wal` file, and noticing a long-lived reader that keeps the WAL from being checkpointed.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use rusqlite::Connection;
+use serde::Serialize;
+
+use super::{BUSY_TIMEOUT, Ctx, Store};
+use crate::error::StoreError;
+
+/// How long a truncating checkpoint waits for readers and writers before giving up: short,
+/// because it holds the write lock meanwhile and it is only an idle-time nicety.
+const TRUNCATE_WAIT: Duration = Duration::from_millis(200);
+
+/// Which checkpoint to run (`PRAGMA wal_checkpoint(MODE)`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum CheckpointMode {
+    /// Copy what it can without waiting for anyone; never blocks readers or writers.
+    Passive,
+    /// Copy everything, then reset the `-wal` file to zero bytes; waits briefly for readers.
+    Truncate,
+}
+
+/// What one checkpoint did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Checkpoint {
+    /// SQLite could not finish (a reader or writer was in the way).
+    pub busy: bool,
+    /// Frames in the WAL.
+    pub log_frames: i64,
+    /// Frames copied into the database file (all of them: the WAL can be reused).
+    pub checkpointed_frames: i64,
+}
+
+impl Checkpoint {
+    /// Frames still only in the WAL: a reader's snapshot needs them, or a writer was busy.
+    pub fn backlog(&self) -> i64 {
+        (self.log_frames - self.checkpointed_frames).max(0)
+    }
+}
+
+/// Runs a checkpoint on `conn` (which must not be inside a transaction).
+pub fn checkpoint(conn: &Connection, mode: CheckpointMode) -> Result<Checkpoint, StoreError> {
+    let run = |sql: &str| {
+        conn.query_row(sql, [], |r| {
+            Ok(Checkpoint {
+                busy: r.get::<_, i64>(0)? != 0,
+                log_frames: r.get(1)?,
+                checkpointed_frames: r.get(2)?,
+            })
+        })
+        .ctx("wal checkpoint")
+    };
+    match mode {
+        CheckpointMode::Passive => run("PRAGMA wal_checkpoint(PASSIVE)"),
+        CheckpointMode::Truncate => {
+            conn.busy_timeout(TRUNCATE_WAIT)
+                .ctx("shorten busy_timeout")?;
+            let res = run("PRAGMA wal_checkpoint(TRUNCATE)");
+            conn.busy_timeout(BUSY_TIMEOUT)
+                .ctx("restore busy_timeout")?;
+            match res {
+                // A busy TRUNCATE is an answer, not a failure: someone was reading.
+                Err(StoreError::Sqlite { source, .. }) if super::is_busy(&source) => {
+                    Ok(Checkpoint {
+                        busy: true,
+                        log_frames: -1,
+                        checkpointed_frames: -1,
+                    })
+                }
+                other => other,
+            }
+        }
+    }
+}
+
+/// The `-wal` file next to a database file.
+pub fn wal_path(db: &Path) -> PathBuf {
+    let mut s = db.as_os_str().to_owned();
+    s.push("-wal");
+    PathBuf::from(s)
+}
+
+/// Bytes of the `-wal` file (0 when there is none).
+pub fn wal_bytes(db: &Path) -> u64 {
+    std::fs::metadata(wal_path(db)).map_or(0, |m| m.len())
+}
+
+/// The WAL as seen by one passive checkpoint, with a warning when it looks pinned.
+#[derive(Debug, Clone, Serialize)]
+pub struct WalHealth {
+    /// Bytes of the `-wal` file after the checkpoint.
+    pub wal_bytes: u64,
+    /// What the checkpoint did.
+    pub checkpoint: Checkpoint,
+    /// Set when at least `warn_frames` frames could not be checkpointed.
+    pub warning: Option<String>,
+}
+
+/// The warning text for a WAL that cannot be checkpointed.
+pub fn pinned_warning(wal_bytes: u64, backlog: i64) -> String {
+    format!(
+        "the WAL is {wal_bytes} bytes and {backlog} frames cannot be checkpointed: a long-lived \
+         reader (an open sqlite3 shell, a long transaction) keeps it from being reset; close it"
+    )
+}
+
+impl Store {
+    /// Runs a checkpoint on a pooled connection. Blocking.
+    pub fn checkpoint(&self, mode: CheckpointMode) -> Result<Checkpoint, StoreError> {
+        self.read(|c| checkpoint(c, mode))
+    }
+
+    /// Bytes of this database's `-wal` file.
+    pub fn wal_bytes(&self) -> u64 {
+        wal_bytes(self.path())
+    }
+
+    /// A passive checkpoint, the WAL size, and a warning when `warn_frames` or more frames
+    /// cannot be checkpointed (something holds an old snapshot). Blocking.
+    pub fn wal_health(&self, warn_frames: i64) -> Result<WalHealth, StoreError> {
+        let cp = self.checkpoint(CheckpointMode::Passive)?;
+        let bytes = self.wal_bytes();
+        let warning = (cp.backlog() >= warn_frames).then(|| pinned_warning(bytes, cp.backlog()));
+        Ok(WalHealth {
+            wal_bytes: bytes,
+            checkpoint: cp,
+            warning,
+        })
+    }
+}
+
+/// Remembers recent checkpoints to tell a pinned WAL from a momentary busy one: warns once the
+/// backlog stayed at or above `warn_frames` for `ticks` checkpoints in a row without shrinking.
+#[derive(Debug, Clone)]
+pub struct WalWatch {
+    warn_frames: i64,
+    ticks: u32,
+    stalled: u32,
+    last_backlog: i64,
+}
+
+impl WalWatch {
+    /// A watch that warns after `ticks` stalled checkpoints with `warn_frames` or more pending.
+    pub fn new(warn_frames: i64, ticks: u32) -> Self {
+        Self {
+            warn_frames,
+            ticks: ticks.max(1),
+            stalled: 0,
+            last_backlog: 0,
+        }
+    }
+
+    /// Feeds one checkpoint; returns the warning when the WAL looks pinned.
+    pub fn observe(&mut self, cp: &Checkpoint, wal_bytes: u64) -> Option<String> {
+        let backlog = cp.backlog();
+        if backlog >= self.warn_frames && backlog >= self.last_backlog {
+            self.stalled += 1;
+        } else {
+            self.stalled = 0;
+        }
+        self.last_backlog = backlog;
+        (self.stalled >= self.ticks).then(|| pinned_warning(wal_bytes, backlog))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cp(log: i64, done: i64) -> Checkpoint {
+        Checkpoint {
+            busy: log != done,
+            log_frames: log,
+            checkpointed_frames: done,
+        }
+    }
+
+    #[test]
+    fn watch_warns_only_after_repeated_growing_backlog() {
+        let mut w = WalWatch::new(100, 3);
+        assert_eq!(w.observe(&cp(500, 0), 1), None);
+        assert_eq!(w.observe(&cp(600, 0), 1), None);
+        assert!(w.observe(&cp(700, 0), 1).is_some());
+        // Once the reader lets go, the backlog drops and the warning stops.
+        assert_eq!(w.observe(&cp(700, 700), 1), None);
+        // Small backlogs never warn.
+        for _ in 0..10 {
+            assert_eq!(w.observe(&cp(50, 0), 1), None);
+        }
+    }
+
+    #[test]
+    fn wal_path_appends_suffix() {
+        assert_eq!(
+            wal_path(Path::new("/tmp/x/toolq.db")),
+            PathBuf::from("/tmp/x/toolq.db-wal")
+        );
+    }
+}

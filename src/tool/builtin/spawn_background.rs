@@ -1,0 +1,278 @@
+//! `spawn_background`: the seed's contract. Starts another tool as a background run of the same
+//! session (returning its id and artifact paths at once), or, with a `schedule`, creates a
+//! monitor that runs it on a cron or once. Rejections use the seed's messages verbatim.
+
+use async_trait::async_trait;
+use serde_json::{Value, json};
+
+use crate::client::{Client, EnqueueRequest};
+use crate::error::Error;
+use crate::run::{artifact_dir, log_path, result_path};
+use crate::schedule::ScheduleRequest;
+use crate::schedule::spec::{BOTH_MESSAGE, NEITHER_MESSAGE};
+use crate::store;
+use crate::tool::{Tool, ToolContext, ToolDef, ToolHints, ToolOutcome};
+
+/// The tool's name (it may not target itself).
+pub const NAME: &str = "spawn_background";
+
+/// Starts a background run or creates a scheduled monitor.
+#[derive(Debug, Clone, Copy)]
+pub struct SpawnBackground;
+
+struct ScheduleArgs {
+    cron: Option<String>,
+    at: Option<String>,
+    timezone: String,
+}
+
+/// Reads `schedule` as the seed does: blank fields count as absent; both or neither is an error.
+fn parse_schedule(args: &Value) -> Result<Option<ScheduleArgs>, String> {
+    let Some(schedule) = args.get("schedule") else {
+        return Ok(None);
+    };
+    let Some(schedule) = schedule.as_object() else {
+        return Err("schedule must be an object".into());
+    };
+    let text = |k: &str| {
+        schedule
+            .get(k)
+            .and_then(Value::as_str)
+            .map(str::trim)
+            .filter(|v| !v.is_empty())
+            .map(str::to_string)
+    };
+    let cron = text("cron_expression");
+    let at = text("scheduled_at");
+    if let Some(at) = &at
+        && chrono::DateTime::parse_from_rfc3339(at).is_err()
+    {
+        return Err("scheduled_at must be RFC3339".into());
+    }
+    match (&cron, &at) {
+        (None, None) => return Err(NEITHER_MESSAGE.into()),
+        (Some(_), Some(_)) => return Err(BOTH_MESSAGE.into()),
+        _ => {}
+    }
+    Ok(Some(ScheduleArgs {
+        cron,
+        at,
+        timezone: text("timezone").unwrap_or_else(|| "UTC".into()),
+    }))
+}
+
+/// An error from the library as the session should see it: bad input and limits are the
+/// tool's verdict; anything else is internal.
+fn outcome_of(e: Error) -> ToolOutcome {
+    match e {
+        Error::Input(_) | Error::Schedule(_) | Error::Conflict(_) => {
+            ToolOutcome::tool_error(e.to_string())
+        }
+        other => ToolOutcome::internal(&other),
+    }
+}
+
+/// The seed's message for the per-session run limit.
+pub fn run_limit_message(max: i64) -> String {
+    format!(
+        "Maximum {max} active background runs per session. Wait for an existing run to finish before starting another."
+    )
+}
+
+#[async_trait]
+impl Tool for SpawnBackground {
+    fn definition(&self) -> ToolDef {
+        ToolDef::new(
+            NAME,
+            "Run a background-capable tool asynchronously. Returns immediately and signals the session when the background run completes.",
+            json!({
+                "type": "object",
+                "properties": {
+                    "tool": {"type": "string", "description": "Name of the tool to execute in the background"},
+                    "args": {"type": "object", "description": "Arguments to pass to the target tool"},
+                    "title": {"type": "string", "description": "Optional human-readable label for the background run"},
+                    "schedule": {
+                        "type": "object",
+                        "description": "Optional session schedule. When provided, this creates a scheduled monitor instead of starting the run immediately.",
+                        "properties": {
+                            "cron_expression": {"type": "string", "description": "Standard 5-field cron expression for recurring runs (e.g. '*/10 * * * *' for every 10 minutes)"},
+                            "scheduled_at": {"type": "string", "description": "RFC 3339 instant for a one-shot run (e.g. '2026-04-16T15:30:00Z')"},
+                            "timezone": {"type": "string", "description": "IANA timezone for the schedule. Default: UTC"}
+                        },
+                        "additionalProperties": false
+                    },
+                    "signal_on_completion": {"type": "boolean", "description": "Send a message back to the session when the run completes", "default": true}
+                },
+                "required": ["tool", "args"],
+                "additionalProperties": false
+            }),
+        )
+        .display_name("Spawn Background")
+        .hints(ToolHints {
+            readonly: false,
+            idempotent: false,
+            supports_background: false,
+        })
+    }
+
+    async fn call(&self, ctx: ToolContext) -> ToolOutcome {
+        let Some(client) = ctx.client.clone() else {
+            return ToolOutcome::tool_error(
+                "Tool registry not available in this context. spawn_background requires worker-side tool execution.",
+            );
+        };
+        let args = &ctx.args;
+        let tool = match args.get("tool").and_then(Value::as_str).map(str::trim) {
+            Some(name) if !name.is_empty() => name.to_string(),
+            _ => return ToolOutcome::tool_error("Missing required parameter: tool"),
+        };
+        let tool_args = match args.get("args") {
+            Some(a) if a.is_object() => a.clone(),
+            _ => {
+                return ToolOutcome::tool_error(
+                    "Missing required parameter: args (object expected)",
+                );
+            }
+        };
+        let signal = args
+            .get("signal_on_completion")
+            .and_then(Value::as_bool)
+            .unwrap_or(true);
+        let schedule = match parse_schedule(args) {
+            Ok(s) => s,
+            Err(msg) => return ToolOutcome::tool_error(msg),
+        };
+        let Some(entry) = client.registry().get(&tool) else {
+            return ToolOutcome::tool_error(format!("Unknown tool: {tool}"));
+        };
+        if tool == NAME {
+            return ToolOutcome::tool_error("spawn_background cannot target itself recursively");
+        }
+        if !entry.def.hints.supports_background {
+            return ToolOutcome::tool_error(format!(
+                "Tool does not support background execution: {tool}"
+            ));
+        }
+        let title = args
+            .get("title")
+            .and_then(Value::as_str)
+            .map(str::trim)
+            .filter(|t| !t.is_empty())
+            .map(str::to_string)
+            .unwrap_or_else(|| {
+                let d = entry.def.display_name.trim();
+                if d.is_empty() || d == tool {
+                    format!("Background {tool}")
+                } else {
+                    d.to_string()
+                }
+            });
+        match schedule {
+            Some(s) => create_monitor(&client, &ctx, tool, tool_args, title, signal, s).await,
+            None => start_run(&client, &ctx, tool, tool_args, title, signal).await,
+        }
+    }
+}
+
+async fn create_monitor(
+    client: &Client,
+    ctx: &ToolContext,
+    tool: String,
+    args: Value,
+    title: String,
+    signal: bool,
+    s: ScheduleArgs,
+) -> ToolOutcome {
+    let mut req = ScheduleRequest::new(tool.clone(), args, s.cron, s.at)
+        .timezone(s.timezone)
+        .session(ctx.session_id.clone());
+    req.title = Some(title.clone());
+    req.signal_on_completion = signal;
+    match client.create_schedule(req).await {
+        Ok(s) => ToolOutcome::ok(json!({
+            "created": true,
+            "status": "scheduled",
+            "title": title,
+            "tool": tool,
+            "schedule_id": s.id,
+            "schedule_type": s.schedule_type,
+            "cron_expression": s.cron_expression,
+            "scheduled_at": s.scheduled_at,
+            "timezone": s.timezone,
+            "next_trigger_at": s.next_trigger_at,
+            "enabled": s.enabled,
+        })),
+        Err(e) => outcome_of(e),
+    }
+}
+
+async fn start_run(
+    client: &Client,
+    ctx: &ToolContext,
+    tool: String,
+    args: Value,
+    title: String,
+    signal: bool,
+) -> ToolOutcome {
+    let mut req = EnqueueRequest::new(tool.clone(), args)
+        .session(ctx.session_id.clone())
+        .title(title.clone());
+    req.signal_on_completion = signal;
+    let row = match client.prepare(&req) {
+        Ok(row) => row,
+        Err(e) => return ToolOutcome::tool_error(e.to_string()),
+    };
+    let max = client.config().sessions.max_active_runs;
+    let me = ctx.run_id.to_string();
+    let inserted = client
+        .store()
+        .write_async(move |tx| {
+            let active = store::runs::count_active_in_session(tx, &row.session_id, Some(&me))?;
+            if active >= max {
+                return Ok(None);
+            }
+            store::runs::insert(tx, &row).map(|i| Some(i.id().clone()))
+        })
+        .await;
+    let run_id = match inserted {
+        Ok(Some(id)) => id,
+        Ok(None) => return ToolOutcome::tool_error(run_limit_message(max)),
+        Err(e) => return ToolOutcome::internal(&e),
+    };
+    client.wake_workers();
+    ToolOutcome::ok(json!({
+        "run_id": run_id,
+        "status": "queued",
+        "title": title,
+        "tool": tool,
+        "signal_on_completion": signal,
+        "artifact_dir": artifact_dir(&run_id),
+        "log_path": log_path(&run_id),
+        "result_path": result_path(&run_id),
+    }))
+}
+
+impl Client {
+    /// Calls `spawn_background` for `session` directly, as an agent host does when its session
+    /// makes the tool call: same contract, messages and limits as the built-in tool, answered at
+    /// once (the run it starts is executed by a worker). Nothing is written on a rejection.
+    pub async fn spawn_background(&self, session: &str, args: Value) -> ToolOutcome {
+        if let Err(e) = crate::ids::validate_session(session) {
+            return ToolOutcome::tool_error(e.to_string());
+        }
+        let ctx = ToolContext {
+            // Not a stored run: nothing is excluded from the session's active-run count.
+            run_id: crate::ids::RunId::generate(),
+            session_id: session.to_string(),
+            title: "Spawn Background".into(),
+            args,
+            attempt: 1,
+            sink: crate::tool::RunSink::new(crate::tool::sink::SinkLimits::default()),
+            cancel: tokio_util::sync::CancellationToken::new(),
+            operation_id: None,
+            client: Some(self.clone()),
+            clock: self.clock().clone(),
+        };
+        SpawnBackground.call(ctx).await
+    }
+}

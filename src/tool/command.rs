@@ -1,0 +1,391 @@
+//! Command tools: `[tools.NAME]` in config.toml defines a tool that runs a command (argv,
+//! never through a shell). Args reach it as JSON on stdin and in `TOOLQ_ARGS`; it reports
+//! through the stdout line protocol in `docs/command-tools.md`.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::process::{self, Exit, ProcessSpec, Stopped};
+use super::sink::{RunSink, escape_bytes};
+use super::{Tool, ToolContext, ToolDef, ToolOutcome, ToolPolicy};
+use crate::config::{Config, parse_duration};
+use crate::error::ConfigError;
+use crate::run::Progress;
+
+/// Args JSON longer than this is not put in `TOOLQ_ARGS` (Linux caps one environment string
+/// at 128 KiB); it is always on stdin.
+pub const MAX_ENV_ARGS: usize = 120 * 1024;
+
+/// Prefix of protocol lines on a command's stdout.
+pub const PROTOCOL_PREFIX: &[u8] = b"::toolq::";
+
+/// A validated `[tools.NAME]` entry.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CommandToolConfig {
+    /// Tool name (the table key).
+    pub name: String,
+    /// Program and arguments.
+    pub command: Vec<String>,
+    /// What the tool does.
+    pub description: String,
+    /// JSON schema of the args (default: any object).
+    pub args_schema: Value,
+    /// Working directory.
+    pub cwd: Option<PathBuf>,
+    /// Extra environment variables.
+    pub env: BTreeMap<String, String>,
+    /// Default timeout of a run.
+    pub timeout: Option<Duration>,
+    /// Log cap for this tool's runs, in bytes (at most the worker's `runs.log_cap_bytes`).
+    pub output_cap: Option<usize>,
+    /// Runs wait for an operator's approval.
+    pub requires_approval: bool,
+    /// An approval not given within this long expires the run.
+    pub approval_deadline: Option<Duration>,
+    /// Between SIGTERM and SIGKILL when a run is cancelled or times out.
+    pub kill_grace: Duration,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileCommandTool {
+    command: Vec<String>,
+    description: Option<String>,
+    args_schema: Option<toml::Value>,
+    cwd: Option<String>,
+    #[serde(default)]
+    env: BTreeMap<String, String>,
+    timeout: Option<String>,
+    output_cap: Option<i64>,
+    #[serde(default)]
+    requires_approval: bool,
+    approval_deadline: Option<String>,
+    kill_grace: Option<String>,
+}
+
+/// Parses and validates every `[tools.NAME]` table; errors name `tools.NAME.key`.
+pub(crate) fn parse_tools(
+    raw: BTreeMap<String, toml::Table>,
+    origin: &str,
+) -> Result<BTreeMap<String, CommandToolConfig>, ConfigError> {
+    raw.into_iter()
+        .map(|(name, table)| Ok((name.clone(), parse_one(&name, table, origin)?)))
+        .collect()
+}
+
+fn parse_one(
+    name: &str,
+    table: toml::Table,
+    origin: &str,
+) -> Result<CommandToolConfig, ConfigError> {
+    let bad = |key: &str, value: String, reason: String| ConfigError::Invalid {
+        path: origin.into(),
+        key: format!("tools.{name}{}{key}", if key.is_empty() { "" } else { "." }),
+        value,
+        reason,
+    };
+    let valid_name = !name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+    if !valid_name {
+        return Err(bad(
+            "",
+            format!("{name:?}"),
+            "tool names use letters, digits, '_' and '-'".into(),
+        ));
+    }
+    let f: FileCommandTool =
+        toml::Value::Table(table.clone())
+            .try_into()
+            .map_err(|e: toml::de::Error| {
+                bad(
+                    "",
+                    table.to_string().replace('\n', " "),
+                    e.message().to_string(),
+                )
+            })?;
+    if f.command.first().is_none_or(|p| p.is_empty()) {
+        return Err(bad(
+            "command",
+            format!("{:?}", f.command),
+            "must be a non-empty array: program first, then its arguments".into(),
+        ));
+    }
+    let args_schema = match f.args_schema {
+        None => json!({"type": "object"}),
+        Some(toml::Value::String(s)) => serde_json::from_str(&s)
+            .map_err(|e| bad("args_schema", s.clone(), format!("is not JSON: {e}")))?,
+        Some(v @ toml::Value::Table(_)) => serde_json::to_value(&v).map_err(|e| {
+            bad(
+                "args_schema",
+                v.to_string(),
+                format!("cannot become JSON: {e}"),
+            )
+        })?,
+        Some(v) => {
+            return Err(bad(
+                "args_schema",
+                v.to_string(),
+                "must be a table or a JSON string".into(),
+            ));
+        }
+    };
+    if let Err(e) = jsonschema::validator_for(&args_schema) {
+        return Err(bad(
+            "args_schema",
+            args_schema.to_string(),
+            format!("is not a valid JSON schema: {e}"),
+        ));
+    }
+    let dur = |key: &str, v: Option<String>| -> Result<Option<Duration>, ConfigError> {
+        v.map(|s| match parse_duration(&s) {
+            Ok(d) if d.is_zero() => Err(bad(
+                key,
+                format!("{s:?}"),
+                "must be greater than zero".into(),
+            )),
+            Ok(d) => Ok(d),
+            Err(r) => Err(bad(key, format!("{s:?}"), r)),
+        })
+        .transpose()
+    };
+    let output_cap = match f.output_cap {
+        None => None,
+        Some(n) if (1024..=1 << 30).contains(&n) => Some(n as usize),
+        Some(n) => {
+            return Err(bad(
+                "output_cap",
+                n.to_string(),
+                "must be between 1024 and 1073741824 bytes".into(),
+            ));
+        }
+    };
+    Ok(CommandToolConfig {
+        name: name.to_string(),
+        description: f
+            .description
+            .unwrap_or_else(|| format!("Runs {}", f.command.join(" "))),
+        command: f.command,
+        args_schema,
+        cwd: f.cwd.map(PathBuf::from),
+        env: f.env,
+        timeout: dur("timeout", f.timeout)?,
+        output_cap,
+        requires_approval: f.requires_approval,
+        approval_deadline: dur("approval_deadline", f.approval_deadline)?,
+        kill_grace: dur("kill_grace", f.kill_grace)?.unwrap_or(Duration::from_secs(3)),
+    })
+}
+
+/// The command tools defined in `config`, ready to register.
+pub fn command_tools(config: &Config) -> Result<Vec<Arc<dyn Tool>>, ConfigError> {
+    Ok(config
+        .tools
+        .values()
+        .map(|c| Arc::new(CommandTool(c.clone())) as Arc<dyn Tool>)
+        .collect())
+}
+
+/// A tool that runs a configured command.
+#[derive(Debug, Clone)]
+pub struct CommandTool(pub CommandToolConfig);
+
+/// What the protocol lines of one run reported.
+#[derive(Debug, Default)]
+struct Reported {
+    result: Option<Value>,
+    error: Option<String>,
+}
+
+/// Applies one stdout line of the protocol; returns true when the line was a protocol line.
+fn protocol_line(line: &[u8], sink: &RunSink, reported: &Mutex<Reported>) -> bool {
+    let Some(rest) = line.strip_prefix(PROTOCOL_PREFIX) else {
+        return false;
+    };
+    let text = String::from_utf8_lossy(rest);
+    let text = text.trim_end_matches(['\n', '\r']);
+    let (verb, payload) = text.split_once(' ').unwrap_or((text, ""));
+    let mut r = reported.lock().unwrap_or_else(|e| e.into_inner());
+    match verb {
+        "status" => sink.status(payload),
+        "progress" => {
+            match serde_json::from_str::<Progress>(payload) {
+                Ok(p) => sink.progress(p),
+                Err(e) => {
+                    sink.system(&format!("ignored protocol line (progress is not {{\"current\": N, ...}}: {e}): {text}"));
+                }
+            }
+        }
+        "result" => match serde_json::from_str::<Value>(payload) {
+            Ok(v) => r.result = Some(v),
+            Err(e) => sink.system(&format!(
+                "ignored protocol line (result is not JSON: {e}): {text}"
+            )),
+        },
+        "error" => r.error = Some(payload.to_string()),
+        _ => {
+            sink.system(&format!(
+                "ignored protocol line (unknown verb {verb:?}; use status, progress, result or error): {text}"
+            ));
+        }
+    }
+    true
+}
+
+#[async_trait]
+impl Tool for CommandTool {
+    fn definition(&self) -> ToolDef {
+        let c = &self.0;
+        let mut def = ToolDef::new(&c.name, &c.description, c.args_schema.clone());
+        def.timeout = c.timeout;
+        def.approval_deadline = c.approval_deadline;
+        if c.requires_approval {
+            def = def.policy(ToolPolicy::RequiresApproval);
+        }
+        def
+    }
+
+    async fn call(&self, ctx: ToolContext) -> ToolOutcome {
+        let c = &self.0;
+        if let Some(cap) = c.output_cap {
+            ctx.sink.limit_log(cap);
+        }
+        let args = ctx.args.to_string();
+        let reported = Arc::new(Mutex::new(Reported::default()));
+        let mut spec = ProcessSpec::new(c.command.clone());
+        spec.cwd = c.cwd.clone();
+        spec.env = c.env.clone().into_iter().collect();
+        // Linux refuses to start a program with one environment string over 128 KiB; such
+        // args arrive on stdin only.
+        if args.len() <= MAX_ENV_ARGS {
+            spec.env.push(("TOOLQ_ARGS".to_string(), args.clone()));
+        } else {
+            ctx.sink.system(&format!(
+                "args are {} bytes, too big for TOOLQ_ARGS; they are on stdin only",
+                args.len()
+            ));
+        }
+        spec.env.extend([
+            ("TOOLQ_RUN_ID".to_string(), ctx.run_id.to_string()),
+            ("TOOLQ_SESSION_ID".to_string(), ctx.session_id.clone()),
+            ("TOOLQ_ATTEMPT".to_string(), ctx.attempt.to_string()),
+            ("TOOLQ_TOOL".to_string(), c.name.clone()),
+            ("TOOLQ_TITLE".to_string(), ctx.title.clone()),
+        ]);
+        spec.stdin = args.into_bytes();
+        spec.kill_grace = c.kill_grace;
+        let (sink, rep) = (ctx.sink.clone(), reported.clone());
+        spec.stdout_filter = Some((
+            PROTOCOL_PREFIX,
+            Box::new(move |line| protocol_line(line, &sink, &rep)),
+        ));
+        let out = match process::run(spec, &ctx.sink, &ctx.cancel).await {
+            Ok(o) => o,
+            Err(e) => return ToolOutcome::tool_error(format!("command tool {:?}: {e}", c.name)),
+        };
+        let rep = std::mem::take(&mut *reported.lock().unwrap_or_else(|e| e.into_inner()));
+        outcome_of(&c.name, out, rep)
+    }
+}
+
+fn outcome_of(name: &str, out: process::ProcessOutput, rep: Reported) -> ToolOutcome {
+    match out.stopped {
+        Some(Stopped::Cancelled) => return ToolOutcome::tool_error("command cancelled"),
+        Some(Stopped::TimedOut) => return ToolOutcome::tool_error("command timed out"),
+        None => {}
+    }
+    if let Some(e) = rep.error {
+        return ToolOutcome::tool_error(e);
+    }
+    match out.exit {
+        Exit::Code(0) => ToolOutcome::ok(rep.result.unwrap_or_else(
+            || json!({"exit_code": 0, "stdout_tail": escape_bytes(&out.stdout_tail)}),
+        )),
+        Exit::Code(code) => {
+            ToolOutcome::tool_error(format!("command tool {name:?} exited with code {code}"))
+        }
+        Exit::Signal(sig) => {
+            ToolOutcome::tool_error(format!("command tool {name:?} was killed by signal {sig}"))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<BTreeMap<String, CommandToolConfig>, ConfigError> {
+        let raw: BTreeMap<String, toml::Table> = toml::from_str(text).unwrap();
+        parse_tools(raw, "c.toml")
+    }
+
+    #[test]
+    fn a_full_entry_parses() {
+        let t = parse(
+            "[check]\ncommand = [\"/bin/check\", \"--fast\"]\ntimeout = \"30s\"\nrequires_approval = true\n\
+             env = { A = \"1\" }\nargs_schema = { type = \"object\", required = [\"host\"] }\n",
+        )
+        .unwrap();
+        let c = &t["check"];
+        assert_eq!(c.command, ["/bin/check", "--fast"]);
+        assert_eq!(c.timeout, Some(Duration::from_secs(30)));
+        assert!(c.requires_approval);
+        assert_eq!(c.args_schema["required"][0], "host");
+        let t = parse("[j]\ncommand = [\"x\"]\nargs_schema = '{\"type\": \"object\"}'\n").unwrap();
+        assert_eq!(t["j"].args_schema, json!({"type": "object"}));
+    }
+
+    #[test]
+    fn bad_entries_name_the_key() {
+        let e = parse("[t]\ncommand = []\n").unwrap_err().to_string();
+        assert!(e.contains("tools.t.command"), "{e}");
+        let e = parse("[t]\ncommand = [\"x\"]\ncomand = 1\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("comand") && e.contains("tools.t"), "{e}");
+        let e = parse("[t]\ncommand = [\"x\"]\ntimeout = \"soon\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("tools.t.timeout") && e.contains("soon"), "{e}");
+        let e = parse("[t]\ncommand = [\"x\"]\nargs_schema = { type = 5 }\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("tools.t.args_schema"), "{e}");
+        let e = parse("[\"a b\"]\ncommand = [\"x\"]\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("\"a b\""), "{e}");
+    }
+
+    #[test]
+    fn protocol_lines_are_applied_and_consumed() {
+        let sink = RunSink::new(Default::default());
+        let rep = Mutex::new(Reported::default());
+        assert!(protocol_line(b"::toolq::status half way\n", &sink, &rep));
+        assert!(protocol_line(
+            b"::toolq::progress {\"current\": 5, \"total\": 10}\n",
+            &sink,
+            &rep
+        ));
+        assert!(protocol_line(
+            b"::toolq::result {\"ok\": true}\n",
+            &sink,
+            &rep
+        ));
+        assert!(protocol_line(b"::toolq::result nope\n", &sink, &rep));
+        assert!(!protocol_line(b"plain line\n", &sink, &rep));
+        let snap = sink.final_snapshot();
+        assert_eq!(snap.status_text.as_deref(), Some("half way"));
+        assert!(snap.progress.unwrap().contains("\"total\":10.0"));
+        assert_eq!(rep.lock().unwrap().result, Some(json!({"ok": true})));
+        let log = String::from_utf8(snap.log.unwrap().0).unwrap();
+        assert!(log.contains("result is not JSON"), "{log}");
+    }
+}

@@ -1,0 +1,265 @@
+//! Retention: prune removes old finished work in batches and keeps what it must.
+
+use std::time::Duration;
+
+use rusqlite::{Connection, params};
+use serde_json::json;
+use toolq::retention::PruneOptions;
+use toolq::store::inbox::InboxFilter;
+use toolq::store::retention::Removed;
+use toolq::{Clock, EnqueueRequest, RunId, RunState};
+
+use crate::support::TestEnv;
+
+const TABLES: [&str; 5] = ["runs", "blobs", "inbox", "schedule_occurrences", "workers"];
+
+fn counts(env: &TestEnv) -> Vec<i64> {
+    TABLES
+        .iter()
+        .map(|t| env.count(&format!("SELECT count(*) FROM {t}")))
+        .collect()
+}
+
+async fn echo(env: &TestEnv, title: &str) -> RunId {
+    env.client
+        .enqueue(EnqueueRequest::new("echo", json!({"message": title})).title(title))
+        .await
+        .unwrap()
+        .run_id
+}
+
+async fn ack_all_but(env: &TestEnv, keep_unacked: &[&RunId]) {
+    let msgs = env
+        .client
+        .inbox(
+            "default",
+            InboxFilter {
+                limit: 1000,
+                unacked_only: true,
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    let ids: Vec<i64> = msgs
+        .iter()
+        .filter(|m| {
+            !keep_unacked
+                .iter()
+                .any(|k| m.run_id.as_deref() == Some(k.as_str()))
+        })
+        .map(|m| m.id)
+        .collect();
+    env.client.mark_inbox("default", ids, true).await.unwrap();
+}
+
+fn ts(t: chrono::DateTime<chrono::Utc>) -> String {
+    toolq::store::codec::ts(t)
+}
+
+#[tokio::test]
+async fn prune_removes_old_finished_work_and_keeps_what_it_must() {
+    let env = TestEnv::with_config(|c| c.retention.batch_size = 2);
+    let t0 = env.clock.now();
+    // Finished at t0: one acknowledged, one whose message is still unread, three runs of an
+    // enabled schedule, one run a recent occurrence points at.
+    let acked = echo(&env, "acked").await;
+    let unacked = echo(&env, "unacked").await;
+    let s1 = echo(&env, "sched 1").await;
+    let s2 = echo(&env, "sched 2").await;
+    let s3 = echo(&env, "sched 3").await;
+    let linked = echo(&env, "linked").await;
+    // Unfinished: queued for much later, and (below) one made running by hand.
+    let mut later = EnqueueRequest::new("echo", json!({}));
+    later.run_at = Some(t0 + chrono::Duration::days(100));
+    let queued = env.client.enqueue(later).await.unwrap().run_id;
+    let mut later = EnqueueRequest::new("echo", json!({}));
+    later.run_at = Some(t0 + chrono::Duration::days(100));
+    let running = env.client.enqueue(later).await.unwrap().run_id;
+    env.drain().await;
+    ack_all_but(&env, &[&unacked]).await;
+
+    let c = Connection::open(env.db_path()).unwrap();
+    c.execute_batch("PRAGMA foreign_keys = ON").unwrap();
+    for (id, title) in [("sch_on", "on"), ("sch_off", "off")] {
+        c.execute(
+            "INSERT INTO schedules (id, session_id, tool, args, title, cron_expression, enabled, \
+             next_trigger_at, created_at, updated_at) \
+             VALUES (?1, 'default', 'echo', '{}', ?2, '0 * * * *', ?3, ?4, ?5, ?5)",
+            params![
+                id,
+                title,
+                (id == "sch_on") as i64,
+                ts(t0 + chrono::Duration::days(9)),
+                ts(t0 - chrono::Duration::days(60))
+            ],
+        )
+        .unwrap();
+    }
+    for (run, hours) in [(&s1, 3), (&s2, 2), (&s3, 1)] {
+        c.execute(
+            "UPDATE runs SET schedule_id = 'sch_on', fire_at = ?2 WHERE id = ?1",
+            params![run.as_str(), ts(t0 - chrono::Duration::hours(hours))],
+        )
+        .unwrap();
+    }
+    // Now is t0 + 8 days: runs finished at t0 are past the 7-day retention.
+    env.clock.advance(chrono::Duration::days(8));
+    let now = env.clock.now();
+    let recent = echo(&env, "recent").await;
+    env.drain().await;
+    ack_all_but(&env, &[&unacked]).await;
+    // Made running by hand after the drains (a worker elsewhere holds it), long ago.
+    c.execute(
+        "UPDATE runs SET state = 'running', attempt = 1, lease_owner = 'wk_x', lease_token = 't', \
+         lease_expires_at = ?2, started_at = ?3 WHERE id = ?1",
+        params![
+            running.as_str(),
+            ts(now + chrono::Duration::days(1)),
+            ts(t0)
+        ],
+    )
+    .unwrap();
+    for (sched, fire, run) in [
+        ("sch_on", now - chrono::Duration::days(40), None),
+        ("sch_on", now - chrono::Duration::days(35), None),
+        (
+            "sch_on",
+            now - chrono::Duration::days(1),
+            Some(linked.as_str()),
+        ),
+        ("sch_off", now - chrono::Duration::days(40), None),
+    ] {
+        c.execute(
+            "INSERT INTO schedule_occurrences (schedule_id, fire_at, outcome, run_id, recorded_at) \
+             VALUES (?1, ?2, 'fired', ?3, ?2)",
+            params![sched, ts(fire), run],
+        )
+        .unwrap();
+    }
+    let blobs_of = |ids: &[&RunId]| -> u64 {
+        ids.iter()
+            .map(|id| {
+                c.query_row(
+                    "SELECT count(*) FROM blobs WHERE run_id = ?1",
+                    [id.as_str()],
+                    |r| r.get::<_, i64>(0),
+                )
+                .unwrap() as u64
+            })
+            .sum()
+    };
+    let gone = [&acked, &s1, &s2];
+    let expected = Removed {
+        runs: 3,
+        blobs: blobs_of(&gone),
+        // The 3 runs' messages, plus the acknowledged messages of two kept runs (s3, linked).
+        inbox: 5,
+        // sch_on's two old ticks; sch_off keeps its only (latest) one.
+        occurrences: 2,
+        // The first drain's worker row (stopped at t0); the second one stopped just now.
+        workers: 1,
+    };
+    assert!(expected.blobs >= 3, "each echo run left a log and a result");
+
+    let before = counts(&env);
+    let dry = env
+        .client
+        .prune(PruneOptions {
+            dry_run: true,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert!(dry.dry_run);
+    assert_eq!(dry.removed, expected, "dry run counts");
+    assert_eq!(counts(&env), before, "a dry run deletes nothing");
+
+    let report = env.client.prune(PruneOptions::default()).await.unwrap();
+    assert_eq!(report.removed, expected);
+    assert!(
+        report.batches > 3,
+        "batch_size 2 must split the work into several transactions: {}",
+        report.batches
+    );
+    let after = counts(&env);
+    let removed = [
+        expected.runs,
+        expected.blobs,
+        expected.inbox,
+        expected.occurrences,
+        expected.workers,
+    ];
+    for (i, t) in TABLES.iter().enumerate() {
+        assert_eq!(after[i], before[i] - removed[i] as i64, "table {t}");
+    }
+    for id in gone {
+        assert!(env.client.get(id).await.is_err(), "{id} should be gone");
+    }
+    assert_eq!(blobs_of(&gone), 0);
+    // Kept: the unread one, the schedule's latest, the linked one, the recent one, unfinished.
+    for id in [&unacked, &s3, &linked, &recent] {
+        let r = env.client.get(id).await.unwrap();
+        assert_eq!(r.state, RunState::Completed, "{id}");
+        assert!(
+            env.client.result(&r).await.unwrap().is_some(),
+            "{id} result"
+        );
+    }
+    assert_eq!(
+        env.client.get(&queued).await.unwrap().state,
+        RunState::Queued
+    );
+    assert_eq!(
+        env.client.get(&running).await.unwrap().state,
+        RunState::Running
+    );
+    let unread = env
+        .client
+        .inbox(
+            "default",
+            InboxFilter {
+                limit: 100,
+                unacked_only: true,
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(unread.len(), 1);
+    assert_eq!(unread[0].run_id.as_deref(), Some(unacked.as_str()));
+    // The recent run's acknowledged message stays (acknowledged just now).
+    assert_eq!(
+        env.count(&format!(
+            "SELECT count(*) FROM inbox WHERE run_id = '{}'",
+            recent.as_str()
+        )),
+        1
+    );
+    // A second prune finds nothing.
+    let again = env.client.prune(PruneOptions::default()).await.unwrap();
+    assert_eq!(again.removed, Removed::default());
+}
+
+#[tokio::test]
+async fn older_than_overrides_the_configured_ages() {
+    let env = TestEnv::new();
+    let a = echo(&env, "a").await;
+    env.drain().await;
+    // Unacknowledged and only an hour old: kept by the defaults, removed by --older-than 30m.
+    env.clock.advance(chrono::Duration::hours(1));
+    let kept = env.client.prune(PruneOptions::default()).await.unwrap();
+    assert_eq!(kept.removed.runs, 0);
+    let report = env
+        .client
+        .prune(PruneOptions {
+            older_than: Some(Duration::from_secs(1800)),
+            dry_run: false,
+        })
+        .await
+        .unwrap();
+    assert_eq!(report.removed.runs, 1);
+    assert!(env.client.get(&a).await.is_err());
+    assert_eq!(env.count("SELECT count(*) FROM blobs"), 0);
+    assert_eq!(env.count("SELECT count(*) FROM inbox"), 0);
+}

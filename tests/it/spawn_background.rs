@@ -1,0 +1,276 @@
+//! spawn_background: every seed message, the result fields, and a run through a real worker.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+use toolq::tool::sink::SinkLimits;
+use toolq::{Client, ManualClock, RunId, RunSink, ToolContext, ToolOutcome};
+
+use crate::schedules::{rows, second_client};
+use crate::support::{TestEnv, t};
+
+fn ctx(client: Option<Client>, args: Value) -> ToolContext {
+    ToolContext {
+        run_id: RunId::generate(),
+        session_id: "s1".into(),
+        title: "Spawn".into(),
+        args,
+        attempt: 1,
+        sink: RunSink::new(SinkLimits::default()),
+        cancel: CancellationToken::new(),
+        operation_id: None,
+        clock: client
+            .as_ref()
+            .map(|c| c.clock().clone())
+            .unwrap_or_else(|| Arc::new(ManualClock::new(t("2026-11-01T12:00:00Z")))),
+        client,
+    }
+}
+
+async fn spawn(client: &Client, args: Value) -> Result<Value, String> {
+    let tool = client
+        .registry()
+        .get("spawn_background")
+        .unwrap()
+        .tool
+        .clone();
+    match tool.call(ctx(Some(client.clone()), args)).await {
+        ToolOutcome::Success(s) => Ok(s.value),
+        ToolOutcome::ToolError(m) => Err(m),
+        other => panic!("unexpected outcome {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn spawn_background_rejects_with_the_seed_messages() {
+    let env = TestEnv::new();
+    let c = second_client(&env, |c| {
+        c.sessions.max_active_runs = 2;
+        c.sessions.max_active_schedules = 1;
+    });
+    let sched = |s: Value| json!({"tool": "echo", "args": {}, "schedule": s});
+    let cases: Vec<(Value, &str)> = vec![
+        (json!({"args": {}}), "Missing required parameter: tool"),
+        (
+            json!({"tool": "echo", "args": [1]}),
+            "Missing required parameter: args (object expected)",
+        ),
+        (
+            sched(json!({"scheduled_at": "tomorrow"})),
+            "scheduled_at must be RFC3339",
+        ),
+        (
+            sched(json!({"cron_expression": "* * * * *", "scheduled_at": "2026-12-01T00:00:00Z"})),
+            "schedule must not include both cron_expression and scheduled_at; provide exactly one",
+        ),
+        (
+            sched(json!({"timezone": "UTC"})),
+            "schedule must include exactly one of cron_expression (recurring) or scheduled_at (one-shot)",
+        ),
+        (json!({"tool": "nope", "args": {}}), "Unknown tool: nope"),
+        (
+            json!({"tool": "spawn_background", "args": {}}),
+            "spawn_background cannot target itself recursively",
+        ),
+        (
+            json!({"tool": "foreground", "args": {}}),
+            "Tool does not support background execution: foreground",
+        ),
+        (
+            sched(json!({"cron_expression": "61 * * * *"})),
+            "cron \"61 * * * *\": minute 61 is outside 0-59",
+        ),
+        (
+            sched(json!({"cron_expression": "0 9 * * *", "timezone": "Mars/Base"})),
+            "unknown time zone \"Mars/Base\"",
+        ),
+        (
+            sched(json!({"scheduled_at": "2026-11-01T11:00:00Z"})),
+            "time \"2026-11-01T11:00:00Z\" is in the past (now is 2026-11-01T12:00:00Z)",
+        ),
+    ];
+    for (args, want) in cases {
+        assert_eq!(spawn(&c, args.clone()).await.unwrap_err(), want, "{args}");
+    }
+    let e = spawn(&c, json!({"tool": "add", "args": {"a": 1}}))
+        .await
+        .unwrap_err();
+    assert!(e.contains("\"b\""), "{e}");
+    let tool = c.registry().get("spawn_background").unwrap().tool.clone();
+    match tool
+        .call(ctx(None, json!({"tool": "echo", "args": {}})))
+        .await
+    {
+        ToolOutcome::ToolError(m) => assert!(m.contains("requires worker-side"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(env.count("SELECT count(*) FROM runs"), 0);
+    assert_eq!(env.count("SELECT count(*) FROM schedules"), 0);
+
+    // Limits: two active runs, one active schedule per session.
+    spawn(&c, json!({"tool": "echo", "args": {}}))
+        .await
+        .unwrap();
+    spawn(&c, json!({"tool": "echo", "args": {}}))
+        .await
+        .unwrap();
+    assert_eq!(
+        spawn(&c, json!({"tool": "echo", "args": {}}))
+            .await
+            .unwrap_err(),
+        "Maximum 2 active background runs per session. Wait for an existing run to finish before starting another."
+    );
+    spawn(&c, sched(json!({"cron_expression": "@hourly"})))
+        .await
+        .unwrap();
+    assert_eq!(
+        spawn(&c, sched(json!({"cron_expression": "@daily"})))
+            .await
+            .unwrap_err(),
+        "Maximum 1 active schedules per session. Cancel an existing schedule first."
+    );
+    assert_eq!(env.count("SELECT count(*) FROM runs"), 2);
+    assert_eq!(env.count("SELECT count(*) FROM schedules"), 1);
+}
+
+fn keys(v: &Value) -> BTreeSet<String> {
+    v.as_object().unwrap().keys().cloned().collect()
+}
+
+#[tokio::test]
+async fn spawn_background_returns_the_seed_fields() {
+    let env = TestEnv::new();
+    let v = spawn(
+        &env.client,
+        json!({"tool": "echo", "args": {"message": "hi"}}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        keys(&v),
+        [
+            "run_id",
+            "status",
+            "title",
+            "tool",
+            "signal_on_completion",
+            "artifact_dir",
+            "log_path",
+            "result_path"
+        ]
+        .map(String::from)
+        .into()
+    );
+    let id = v["run_id"].as_str().unwrap();
+    assert_eq!(v["status"], "queued");
+    assert_eq!(v["title"], "Echo");
+    assert_eq!(v["artifact_dir"], format!("/.background/{id}"));
+    assert_eq!(v["log_path"], format!("/.background/{id}/output.log"));
+    assert_eq!(v["result_path"], format!("/.background/{id}/result.json"));
+    let v = spawn(
+        &env.client,
+        json!({"tool": "counter", "args": {}, "signal_on_completion": false}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(v["title"], "Background counter");
+    assert_eq!(v["signal_on_completion"], false);
+
+    let v = spawn(
+        &env.client,
+        json!({"tool": "echo", "args": {}, "title": "Chicago check",
+               "schedule": {"cron_expression": "0 9 * * *", "timezone": "America/Chicago"}}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        keys(&v),
+        [
+            "created",
+            "status",
+            "title",
+            "tool",
+            "schedule_id",
+            "schedule_type",
+            "cron_expression",
+            "scheduled_at",
+            "timezone",
+            "next_trigger_at",
+            "enabled"
+        ]
+        .map(String::from)
+        .into()
+    );
+    assert_eq!(v["created"], true);
+    assert_eq!(v["status"], "scheduled");
+    assert_eq!(v["schedule_type"], "recurring");
+    assert_eq!(v["timezone"], "America/Chicago");
+    assert_eq!(v["scheduled_at"], Value::Null);
+    assert_eq!(v["next_trigger_at"], "2026-11-01T15:00:00Z");
+    assert_eq!(v["enabled"], true);
+    let v = spawn(
+        &env.client,
+        json!({"tool": "echo", "args": {}, "schedule": {"scheduled_at": "2026-11-02T08:00:00+01:00"}}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(v["schedule_type"], "oneshot");
+    assert_eq!(v["next_trigger_at"], "2026-11-02T07:00:00Z");
+}
+
+#[tokio::test]
+async fn spawn_background_in_a_worker_runs_the_target_and_signals_the_session() {
+    let env = TestEnv::new();
+    let mut req = toolq::EnqueueRequest::new(
+        "spawn_background",
+        json!({"tool": "echo", "args": {"message": "from the background"}}),
+    );
+    req.session = "agent".into();
+    let parent = env.client.enqueue(req).await.unwrap();
+    env.drain().await;
+    let parent = env.client.get(&parent.run_id).await.unwrap();
+    assert_eq!(parent.state, toolq::RunState::Completed);
+    let runs = rows(
+        &env,
+        "SELECT tool, state, session_id FROM runs WHERE tool = 'echo'",
+    );
+    assert_eq!(
+        runs,
+        vec![vec!["echo".to_string(), "completed".into(), "agent".into()]]
+    );
+    assert_eq!(
+        env.count("SELECT count(*) FROM inbox WHERE session_id = 'agent' AND kind = 'completed'"),
+        2
+    );
+}
+
+#[tokio::test]
+async fn an_agent_host_calls_spawn_background_directly() {
+    let env = TestEnv::with_config(|c| c.sessions.max_active_runs = 1);
+    let ok = env
+        .client
+        .spawn_background("agent", json!({"tool": "echo", "args": {"message": "hi"}}))
+        .await;
+    let ToolOutcome::Success(v) = ok else {
+        panic!("{ok:?}")
+    };
+    assert_eq!(v.value["status"], "queued");
+    let again = env
+        .client
+        .spawn_background("agent", json!({"tool": "echo", "args": {}}))
+        .await;
+    let ToolOutcome::ToolError(m) = again else {
+        panic!("{again:?}")
+    };
+    assert!(
+        m.starts_with("Maximum 1 active background runs per session."),
+        "{m}"
+    );
+    env.drain().await;
+    assert_eq!(
+        env.count("SELECT count(*) FROM inbox WHERE session_id = 'agent' AND kind = 'completed'"),
+        1
+    );
+}
