@@ -1,7 +1,7 @@
-//! Cross-process wake-ups: a [`ChangeProbe`] (`PRAGMA data_version` on a dedicated connection)
-//! is read every few milliseconds and wakes the claim loop when another connection (another
-//! process's enqueue, or this process's own writer) committed. The probe reads the WAL index
-//! in shared memory: no transaction and no write, so an idle worker stays idle.
+//! Cross-process wake-ups: a [`ChangeProbe`] (the WAL-index header in the `-shm` file, or
+//! `PRAGMA data_version` as a fallback) is read every few milliseconds and wakes the claim loop
+//! when any connection (another process's enqueue, or this process's own writer) committed.
+//! The probe only reads, so an idle worker writes nothing.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,8 +11,9 @@ use tokio_util::sync::CancellationToken;
 use super::Shared;
 use crate::store::probe::ChangeProbe;
 
-/// How often the probe runs: a cross-process pickup within about 10 ms at 100 cheap reads a
-/// second (5 ms measured 1.5% CPU for an idle worker, over the 1% budget; see BENCHMARKS.md).
+/// How often the probe runs. The probe itself is one `pread` of 48 bytes; on the benchmark VM
+/// each sleep/wake of the thread costs ~60 us of CPU, so 10 ms (100 a second) keeps an idle
+/// worker under 1% of a core with a cross-process pickup of ~6 ms (see BENCHMARKS.md).
 pub(crate) const PROBE_EVERY: Duration = Duration::from_millis(10);
 
 /// One probe: wakes this process's claim loop if anything was committed since the last one.
