@@ -1,7 +1,7 @@
 //! The `blobs` table: a run's log and result, keyed by session and path.
 
 use chrono::{DateTime, Utc};
-use rusqlite::{OptionalExtension, Transaction, named_params};
+use rusqlite::{OptionalExtension, Transaction};
 
 use super::Ctx;
 use super::codec::ts;
@@ -38,7 +38,7 @@ pub struct Blob {
 }
 
 const PUT: &str = "INSERT INTO blobs (session_id, path, run_id, content, size, truncated, created_at, updated_at) \
-    VALUES (:session, :path, :run, :content, :size, :truncated, :now, :now) \
+    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7) \
     ON CONFLICT (session_id, path) DO UPDATE SET content = excluded.content, size = excluded.size, \
     truncated = excluded.truncated, run_id = excluded.run_id, updated_at = excluded.updated_at";
 
@@ -46,15 +46,15 @@ const PUT: &str = "INSERT INTO blobs (session_id, path, run_id, content, size, t
 pub fn put(tx: &Transaction<'_>, b: &BlobWrite<'_>, now: DateTime<Utc>) -> Result<(), StoreError> {
     tx.prepare_cached(PUT)
         .ctx("prepare put blob")?
-        .execute(named_params! {
-            ":session": b.session_id,
-            ":path": b.path,
-            ":run": b.run_id,
-            ":content": b.content,
-            ":size": b.content.len() as i64,
-            ":truncated": b.truncated as i64,
-            ":now": ts(now),
-        })
+        .execute(rusqlite::params![
+            b.session_id,
+            b.path,
+            b.run_id,
+            b.content,
+            b.content.len() as i64,
+            b.truncated as i64,
+            ts(now),
+        ])
         .ctx("put blob")?;
     Ok(())
 }

@@ -40,10 +40,10 @@ const SESSION_HEAD: &str = "SELECT id, priority, run_at FROM runs INDEXED BY run
 /// Marks one queued run running under a fresh lease; returns it (nothing if it was taken).
 static CLAIM_ONE: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
     format!(
-        "UPDATE runs SET state = 'running', attempt = attempt + 1, lease_owner = :worker, \
-         lease_token = lower(hex(randomblob(12))), lease_expires_at = :until, heartbeat_at = :now, \
-         started_at = :now, cancel_requested_at = NULL, status_text = NULL, progress = NULL, \
-         output_tail = NULL WHERE id = :id AND state = 'queued' RETURNING {RUN_COLUMNS}"
+        "UPDATE runs SET state = 'running', attempt = attempt + 1, lease_owner = ?1, \
+         lease_token = lower(hex(randomblob(12))), lease_expires_at = ?2, heartbeat_at = ?3, \
+         started_at = ?3, cancel_requested_at = NULL, status_text = NULL, progress = NULL, \
+         output_tail = NULL WHERE id = ?4 AND state = 'queued' RETURNING {RUN_COLUMNS}"
     )
 });
 
@@ -138,10 +138,7 @@ pub fn claim(tx: &Transaction<'_>, p: &ClaimParams<'_>) -> Result<Vec<Run>, Stor
     let (until, mut claimed) = (ts(p.lease_until), Vec::with_capacity(candidates.len()));
     for c in &candidates {
         let run = stmt
-            .query_row(
-                named_params! {":worker": p.worker, ":until": until, ":now": now, ":id": c.3},
-                run_from_row,
-            )
+            .query_row(rusqlite::params![p.worker, until, now, c.3], run_from_row)
             .optional()
             .ctx("claim run")?;
         claimed.extend(run);

@@ -55,22 +55,22 @@ pub struct Message {
 }
 
 const INSERT: &str = "INSERT INTO inbox (session_id, run_id, attempt, kind, body, data, delivery, created_at) \
-    VALUES (:session, :run, :attempt, :kind, :body, :data, :delivery, :now)";
+    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)";
 
 /// Inserts a message and returns its id.
 pub fn insert(tx: &Transaction<'_>, m: &NewMessage, now: DateTime<Utc>) -> Result<i64, StoreError> {
     tx.prepare_cached(INSERT)
         .ctx("prepare insert message")?
-        .execute(named_params! {
-            ":session": m.session_id,
-            ":run": m.run_id,
-            ":attempt": m.attempt,
-            ":kind": m.kind,
-            ":body": m.body,
-            ":data": m.data.to_string(),
-            ":delivery": m.delivery.as_str(),
-            ":now": ts(now),
-        })
+        .execute(rusqlite::params![
+            m.session_id,
+            m.run_id,
+            m.attempt,
+            m.kind,
+            m.body,
+            m.data.to_string(),
+            m.delivery.as_str(),
+            ts(now),
+        ])
         .ctx("insert message")?;
     Ok(tx.last_insert_rowid())
 }

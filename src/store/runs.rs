@@ -32,8 +32,7 @@ impl Inserted {
 const FIND_BY_KEY: &str = "SELECT id FROM runs WHERE idempotency_key = ?1";
 const INSERT: &str = "INSERT INTO runs (id, session_id, tool, args, title, state, priority, max_attempts, \
     run_at, created_at, idempotency_key, timeout_ms, signal_on_completion, delivery, schedule_id, fire_at, ticks) \
-    VALUES (:id, :session_id, :tool, :args, :title, 'queued', :priority, :max_attempts, :run_at, :created_at, \
-    :idempotency_key, :timeout_ms, :signal, :delivery, :schedule_id, :fire_at, :ticks)";
+    VALUES (?1, ?2, ?3, ?4, ?5, 'queued', ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)";
 
 /// Inserts a queued run, or returns the run that already holds its idempotency key.
 pub fn insert(tx: &Transaction<'_>, run: &NewRun) -> Result<Inserted, StoreError> {
@@ -50,24 +49,25 @@ pub fn insert(tx: &Transaction<'_>, run: &NewRun) -> Result<Inserted, StoreError
     }
     tx.prepare_cached(INSERT)
         .ctx("prepare insert run")?
-        .execute(named_params! {
-            ":id": run.id.as_str(),
-            ":session_id": run.session_id,
-            ":tool": run.tool,
-            ":args": run.args.to_string(),
-            ":title": run.title,
-            ":priority": run.priority,
-            ":max_attempts": run.max_attempts,
-            ":run_at": ts(run.run_at),
-            ":created_at": ts(run.created_at),
-            ":idempotency_key": run.idempotency_key,
-            ":timeout_ms": run.timeout_ms,
-            ":signal": run.signal_on_completion as i64,
-            ":delivery": run.delivery.as_str(),
-            ":schedule_id": run.schedule_id.as_ref().map(|s| s.as_str()),
-            ":fire_at": run.fire_at.map(ts),
-            ":ticks": run.ticks,
-        })
+        // By position: binding 16 parameters by name scans the names for each one.
+        .execute(rusqlite::params![
+            run.id.as_str(),
+            run.session_id,
+            run.tool,
+            run.args.to_string(),
+            run.title,
+            run.priority,
+            run.max_attempts,
+            ts(run.run_at),
+            ts(run.created_at),
+            run.idempotency_key,
+            run.timeout_ms,
+            run.signal_on_completion as i64,
+            run.delivery.as_str(),
+            run.schedule_id.as_ref().map(|s| s.as_str()),
+            run.fire_at.map(ts),
+            run.ticks,
+        ])
         .ctx("insert run")?;
     Ok(Inserted::New(run.id.clone()))
 }
