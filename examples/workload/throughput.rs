@@ -73,7 +73,10 @@ pub async fn drain(db: &Path, n: usize, concurrency: usize) -> anyhow::Result<Va
             "drain incomplete: handled {handled}, completed/log/result/inbox {done:?}, expected {n}"
         );
     }
-    eprintln!("worker report: {report:?}");
+    eprintln!(
+        "worker report: {report:?}\nwriter: {:?}",
+        client.store().write_stats()
+    );
     let v = json!({
         "mode": "drain", "n": n, "concurrency": concurrency, "secs": round(secs, 4),
         "rate": round(n as f64 / secs, 1), "handled": handled,

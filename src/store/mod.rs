@@ -53,6 +53,7 @@ struct Inner {
     writer: Mutex<Connection>,
     readers: Pool<SqliteConnectionManager>,
     busy_retries: AtomicU64,
+    write_counters: WriteCounters,
 }
 
 /// A handle to one toolq database file. Cheap to clone; all clones share the connections.
@@ -106,6 +107,25 @@ fn expect_pragma(conn: &Connection, name: &'static str, wanted: &str) -> Result<
     }
 }
 
+/// Runs blocking store work where it cannot stall other tasks. On a multi-thread runtime the
+/// calling worker thread runs it inside [`tokio::task::block_in_place`], which first hands the
+/// worker's queued tasks and I/O driver to another thread: the write starts at once and the
+/// caller resumes without a thread wake-up. A `spawn_blocking` round trip costs two wake-ups,
+/// which on a 2-vCPU VM were a third of a one-at-a-time enqueue (BENCHMARKS.md). On a
+/// current-thread runtime, where `block_in_place` is not allowed, it uses `spawn_blocking`.
+/// Either way the work runs to completion even if the caller's future is dropped meanwhile.
+pub(crate) async fn off_scheduler<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, StoreError> + Send + 'static,
+) -> Result<T, StoreError> {
+    let flavor = tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor());
+    if matches!(flavor, Ok(tokio::runtime::RuntimeFlavor::MultiThread)) {
+        return tokio::task::block_in_place(f);
+    }
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| StoreError::Task(e.to_string()))?
+}
+
 fn is_busy(e: &rusqlite::Error) -> bool {
     matches!(e, rusqlite::Error::SqliteFailure(f, _)
         if f.code == ErrorCode::DatabaseBusy || f.code == ErrorCode::DatabaseLocked)
@@ -115,6 +135,23 @@ fn store_error_is_busy(e: &StoreError) -> bool {
     matches!(e, StoreError::Sqlite { source, .. } if is_busy(source))
 }
 
+/// Where the writer connection's time went, summed over this process's write transactions.
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+pub struct WriteStats {
+    /// Committed write transactions.
+    pub transactions: u64,
+    /// Seconds from `BEGIN IMMEDIATE` to the end of the statements (before the commit).
+    pub statement_secs: f64,
+    /// Seconds spent committing: writing WAL frames, and checkpoints that the commit ran.
+    pub commit_secs: f64,
+}
+
+#[derive(Debug, Default)]
+struct WriteCounters {
+    transactions: AtomicU64,
+    statement_ns: AtomicU64,
+    commit_ns: AtomicU64,
+}
 impl Store {
     /// Opens (creating if needed) the database at `path`, migrating an older schema.
     /// A file with a newer schema, or a file that is not a toolq database, is refused
@@ -177,6 +214,7 @@ impl Store {
                 writer: Mutex::new(writer),
                 readers,
                 busy_retries: AtomicU64::new(0),
+                write_counters: WriteCounters::default(),
             }),
         })
     }
@@ -189,6 +227,16 @@ impl Store {
     /// How many times a write had to be retried because the database was busy.
     pub fn busy_retries(&self) -> u64 {
         self.inner.busy_retries.load(Ordering::Relaxed)
+    }
+
+    /// Time the writer spent in statements and in commits so far (for benchmarks and metrics).
+    pub fn write_stats(&self) -> WriteStats {
+        let c = &self.inner.write_counters;
+        WriteStats {
+            transactions: c.transactions.load(Ordering::Relaxed),
+            statement_secs: c.statement_ns.load(Ordering::Relaxed) as f64 / 1e9,
+            commit_secs: c.commit_ns.load(Ordering::Relaxed) as f64 / 1e9,
+        }
     }
 
     /// Runs `f` in one `BEGIN IMMEDIATE` transaction on the writer connection and commits.
@@ -219,11 +267,19 @@ impl Store {
     ) -> Result<T, StoreError> {
         // A poisoned writer lock means a writer panicked mid-call; the connection rolled back.
         let mut conn = self.inner.writer.lock().unwrap_or_else(|e| e.into_inner());
+        let t0 = std::time::Instant::now();
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(|e| StoreError::sqlite("begin write", e))?;
         let value = f(&tx)?;
+        let t1 = std::time::Instant::now();
         tx.commit().map_err(|e| StoreError::sqlite("commit", e))?;
+        let c = &self.inner.write_counters;
+        c.statement_ns
+            .fetch_add((t1 - t0).as_nanos() as u64, Ordering::Relaxed);
+        c.commit_ns
+            .fetch_add(t1.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        c.transactions.fetch_add(1, Ordering::Relaxed);
         Ok(value)
     }
 
@@ -237,26 +293,22 @@ impl Store {
         f(&conn)
     }
 
-    /// [`Store::write`] on a blocking thread, for async callers.
+    /// [`Store::write`] for async callers, off the async scheduler (see [`off_scheduler`]).
     pub async fn write_async<T: Send + 'static>(
         &self,
         f: impl FnMut(&Transaction<'_>) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
         let store = self.clone();
-        tokio::task::spawn_blocking(move || store.write(f))
-            .await
-            .map_err(|e| StoreError::Task(e.to_string()))?
+        off_scheduler(move || store.write(f)).await
     }
 
-    /// [`Store::read`] on a blocking thread, for async callers.
+    /// [`Store::read`] for async callers, off the async scheduler (see [`off_scheduler`]).
     pub async fn read_async<T: Send + 'static>(
         &self,
         f: impl FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
         let store = self.clone();
-        tokio::task::spawn_blocking(move || store.read(f))
-            .await
-            .map_err(|e| StoreError::Task(e.to_string()))?
+        off_scheduler(move || store.read(f)).await
     }
 
     /// Journal mode, synchronous setting and SQLite version, as read back from the database.
