@@ -1,4 +1,4 @@
--- toolq schema, version 1 (stored in PRAGMA user_version).
+-- toolq schema, version 2 (stored in PRAGMA user_version; src/store/migrate.rs upgrades older files).
 --
 -- This file is the whole schema. It is embedded in the binary and applied by `toolq init`
 -- (or by any command that opens a new database). Ops people: this is your interface.
@@ -73,8 +73,11 @@ CREATE INDEX runs_claimable_idx ON runs (session_id, priority DESC, run_at, id) 
 -- Limits and heartbeats: running runs per session and per owner.
 CREATE INDEX runs_running_session_idx ON runs (session_id) WHERE state = 'running';
 CREATE INDEX runs_running_owner_idx ON runs (lease_owner, lease_expires_at) WHERE state = 'running';
--- Listing and retention: runs by state and age, by session, by schedule.
-CREATE INDEX runs_state_created_idx ON runs (state, created_at);
+-- Listing and retention: finished runs by state and age, runs by session, by schedule.
+-- Only final states: queued, awaiting and running runs have their own partial indexes above
+-- and below, so enqueue and claim write no entry here and finish writes one (version 2).
+CREATE INDEX runs_state_created_idx ON runs (state, created_at)
+    WHERE state = 'completed' OR state = 'failed' OR state = 'cancelled';
 CREATE INDEX runs_session_created_idx ON runs (session_id, created_at);
 CREATE INDEX runs_finished_idx ON runs (finished_at) WHERE finished_at IS NOT NULL;
 CREATE INDEX runs_schedule_active_idx ON runs (schedule_id)
@@ -199,15 +202,19 @@ CREATE TABLE workers (
 CREATE INDEX workers_live_idx ON workers (heartbeat_at) WHERE stopped_at IS NULL;
 
 -- Ops views. Views read the wall clock (strftime('now')); the worker itself never does in SQL.
+-- Unfinished runs are selected one state at a time, so each arm reads its partial index.
 
 -- Running runs whose lease has expired, or queued runs overdue by more than 5 minutes.
 CREATE VIEW stuck_runs AS
 SELECT id, session_id, tool, state, attempt, max_attempts, run_at, started_at, lease_owner,
-       lease_expires_at, heartbeat_at, status_text,
-       CASE WHEN state = 'running' THEN 'lease expired' ELSE 'queued past due' END AS reason
+       lease_expires_at, heartbeat_at, status_text, 'lease expired' AS reason
 FROM runs
-WHERE (state = 'running' AND lease_expires_at < strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))
-   OR (state = 'queued' AND run_at < strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-5 minutes'));
+WHERE state = 'running' AND lease_expires_at < strftime('%Y-%m-%dT%H:%M:%fZ', 'now')
+UNION ALL
+SELECT id, session_id, tool, state, attempt, max_attempts, run_at, started_at, lease_owner,
+       lease_expires_at, heartbeat_at, status_text, 'queued past due' AS reason
+FROM runs
+WHERE state = 'queued' AND run_at < strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-5 minutes');
 
 -- Failed runs of the last 24 hours, newest first, with the error the session saw and the ops detail.
 CREATE VIEW failures_24h AS
@@ -223,8 +230,11 @@ SELECT session_id, tool,
        sum(state = 'awaiting_approval') AS awaiting_approval,
        sum(state = 'running') AS running,
        min(CASE WHEN state = 'queued' THEN run_at END) AS oldest_queued_run_at
-FROM runs
-WHERE state IN ('queued', 'awaiting_approval', 'running')
+FROM (SELECT session_id, tool, state, run_at FROM runs WHERE state = 'queued'
+      UNION ALL
+      SELECT session_id, tool, state, run_at FROM runs WHERE state = 'awaiting_approval'
+      UNION ALL
+      SELECT session_id, tool, state, run_at FROM runs WHERE state = 'running')
 GROUP BY session_id, tool;
 
 -- Enabled schedules in the order they fire next.

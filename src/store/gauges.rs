@@ -65,7 +65,10 @@ pub fn schedule_lag_secs(conn: &Connection, now: DateTime<Utc>) -> Result<f64, S
 /// Runs not finished yet (queued, awaiting approval, running).
 pub fn unfinished(conn: &Connection) -> Result<i64, StoreError> {
     conn.prepare_cached(
-        "SELECT count(*) FROM runs WHERE state IN ('queued', 'awaiting_approval', 'running')",
+        // One state at a time, so each count reads its partial index.
+        "SELECT (SELECT count(*) FROM runs WHERE state = 'queued') \
+         + (SELECT count(*) FROM runs WHERE state = 'awaiting_approval') \
+         + (SELECT count(*) FROM runs WHERE state = 'running')",
     )
     .ctx("prepare unfinished count")?
     .query_row([], |r| r.get(0))

@@ -122,7 +122,17 @@ pub fn list(conn: &rusqlite::Connection, f: &ListFilter) -> Result<Vec<Run>, Sto
 /// Count of runs in each state.
 pub fn count_by_state(conn: &rusqlite::Connection) -> Result<Vec<(String, i64)>, StoreError> {
     let mut stmt = conn
-        .prepare_cached("SELECT state, count(*) FROM runs GROUP BY state ORDER BY state")
+        // One state at a time, each from its (partial) index instead of a scan of the table.
+        .prepare_cached(
+            "SELECT state, n FROM ( \
+               SELECT 'queued' AS state, count(*) AS n FROM runs WHERE state = 'queued' \
+               UNION ALL SELECT 'awaiting_approval', count(*) FROM runs WHERE state = 'awaiting_approval' \
+               UNION ALL SELECT 'running', count(*) FROM runs WHERE state = 'running' \
+               UNION ALL SELECT 'completed', count(*) FROM runs WHERE state = 'completed' \
+               UNION ALL SELECT 'failed', count(*) FROM runs WHERE state = 'failed' \
+               UNION ALL SELECT 'cancelled', count(*) FROM runs WHERE state = 'cancelled') \
+             WHERE n > 0 ORDER BY state",
+        )
         .ctx("prepare count runs")?;
     let rows = stmt
         .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
@@ -251,7 +261,7 @@ pub fn count_active_in_session(
            WHERE session_id = :session AND state = 'queued' AND id <> coalesce(:except, '')) \
          + (SELECT count(*) FROM runs INDEXED BY runs_running_session_idx \
            WHERE session_id = :session AND state = 'running' AND id <> coalesce(:except, '')) \
-         + (SELECT count(*) FROM runs INDEXED BY runs_state_created_idx \
+         + (SELECT count(*) FROM runs INDEXED BY runs_awaiting_deadline_idx \
            WHERE session_id = :session AND state = 'awaiting_approval')",
     )
     .ctx("prepare count active runs")?

@@ -14,6 +14,7 @@ mod finish;
 mod http;
 mod leases;
 mod limits;
+mod migrate;
 mod ops;
 mod retries;
 mod schedule_cli;

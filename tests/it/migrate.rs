@@ -1,0 +1,125 @@
+//! Schema upgrades: a version-1 file (the schema as first released) opens as the current
+//! version, keeps its rows, and ends up with exactly the schema a new file gets.
+
+use rusqlite::Connection;
+use toolq::store::{SCHEMA_VERSION, Store};
+
+const SCHEMA_V1: &str = include_str!("fixtures/schema_v1.sql");
+
+/// Every schema object as (type, name, SQL with whitespace collapsed), sorted by name.
+fn objects(conn: &Connection) -> Vec<(String, String, String)> {
+    let mut stmt = conn
+        .prepare("SELECT type, name, coalesce(sql, '') FROM sqlite_master ORDER BY type, name")
+        .unwrap();
+    stmt.query_map([], |r| {
+        let sql: String = r.get(2)?;
+        Ok((
+            r.get(0)?,
+            r.get(1)?,
+            sql.split_whitespace().collect::<Vec<_>>().join(" "),
+        ))
+    })
+    .unwrap()
+    .map(Result::unwrap)
+    .collect()
+}
+
+fn v1_file(path: &std::path::Path) {
+    let c = Connection::open(path).unwrap();
+    c.execute_batch(SCHEMA_V1).unwrap();
+    c.execute_batch(
+        "PRAGMA user_version = 1;
+         INSERT INTO runs (id, session_id, tool, args, title, run_at, created_at)
+           VALUES ('bg_q', 's1', 'echo', '{}', 'queued one', '2026-01-01T00:00:00.000Z', '2026-01-01T00:00:00.000Z');
+         INSERT INTO runs (id, session_id, tool, args, title, state, attempt, run_at, created_at, finished_at)
+           VALUES ('bg_c', 's1', 'echo', '{}', 'done one', 'completed', 1, '2026-01-01T00:00:00.000Z',
+                   '2026-01-01T00:00:00.000Z', '2026-01-01T00:00:01.000Z');
+         INSERT INTO inbox (session_id, run_id, attempt, kind, body, created_at)
+           VALUES ('s1', 'bg_c', 1, 'completed', 'done', '2026-01-01T00:00:01.000Z');",
+    )
+    .unwrap();
+}
+
+#[test]
+fn a_version_1_file_is_upgraded_in_place_to_the_current_schema() {
+    let dir = tempfile::tempdir().unwrap();
+    let old = dir.path().join("old.db");
+    let new = dir.path().join("new.db");
+    v1_file(&old);
+    drop(Store::open(&old).unwrap());
+    drop(Store::open(&new).unwrap());
+
+    let (o, n) = (
+        Connection::open(&old).unwrap(),
+        Connection::open(&new).unwrap(),
+    );
+    let version: i64 = o
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(version, SCHEMA_VERSION);
+    assert_eq!(
+        objects(&o),
+        objects(&n),
+        "upgraded schema differs from a new file's"
+    );
+
+    let rows: Vec<(String, String)> = o
+        .prepare("SELECT id, state FROM runs ORDER BY id")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            ("bg_c".into(), "completed".into()),
+            ("bg_q".into(), "queued".into())
+        ]
+    );
+    let inbox: i64 = o
+        .query_row("SELECT count(*) FROM inbox", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(inbox, 1);
+    let queued: i64 = o
+        .query_row(
+            "SELECT queued FROM queue_depth WHERE session_id = 's1'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(queued, 1);
+    // Opening again is a no-op.
+    drop(Store::open(&old).unwrap());
+    assert_eq!(objects(&Connection::open(&old).unwrap()), objects(&n));
+}
+
+/// The ops views and the state counts read partial indexes, never the whole runs table.
+#[test]
+fn state_queries_read_indexes_not_the_runs_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.db");
+    drop(Store::open(&path).unwrap());
+    let c = Connection::open(&path).unwrap();
+    for sql in [
+        "SELECT * FROM queue_depth",
+        "SELECT * FROM stuck_runs",
+        "SELECT * FROM failures_24h",
+        "SELECT count(*) FROM runs WHERE state = 'queued'",
+        "SELECT count(*) FROM runs WHERE state = 'awaiting_approval'",
+        "SELECT count(*) FROM runs WHERE state = 'running'",
+        "SELECT count(*) FROM runs WHERE state = 'failed'",
+    ] {
+        let plan: Vec<String> = c
+            .prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
+            .unwrap()
+            .query_map([], |r| r.get::<_, String>(3))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        assert!(
+            !plan.iter().any(|d| d == "SCAN runs" || d == "SCAN r"),
+            "{sql} scans the runs table: {plan:?}"
+        );
+    }
+}
