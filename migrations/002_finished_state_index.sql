@@ -2,6 +2,9 @@
 -- runs_state_created_idx keeps only finished runs: enqueue and claim no longer write an entry
 -- into it, and finish writes one instead of deleting and inserting twice. The two views that
 -- read unfinished runs now select one state at a time, so each arm uses its partial index.
+-- runs_schedule_active_idx and inbox_one_final_per_attempt spell their conditions as OR
+-- chains: an IN list of three values made SQLite build a temporary b-tree on every insert,
+-- claim and finish.
 -- The statements below are the same text as in schema.sql (a test compares the results).
 
 DROP INDEX runs_state_created_idx;
@@ -33,3 +36,11 @@ FROM (SELECT session_id, tool, state, run_at FROM runs WHERE state = 'queued'
       UNION ALL
       SELECT session_id, tool, state, run_at FROM runs WHERE state = 'running')
 GROUP BY session_id, tool;
+
+DROP INDEX runs_schedule_active_idx;
+CREATE INDEX runs_schedule_active_idx ON runs (schedule_id)
+    WHERE (state = 'queued' OR state = 'awaiting_approval' OR state = 'running') AND schedule_id IS NOT NULL;
+
+DROP INDEX inbox_one_final_per_attempt;
+CREATE UNIQUE INDEX inbox_one_final_per_attempt ON inbox (run_id, attempt)
+    WHERE kind = 'completed' OR kind = 'failed' OR kind = 'cancelled';

@@ -37,7 +37,7 @@ pub struct Blob {
     pub updated_at: String,
 }
 
-const PUT: &str = "INSERT INTO blobs (session_id, path, run_id, content, size, truncated, created_at, updated_at) \
+pub(crate) const PUT: &str = "INSERT INTO blobs (session_id, path, run_id, content, size, truncated, created_at, updated_at) \
     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7) \
     ON CONFLICT (session_id, path) DO UPDATE SET content = excluded.content, size = excluded.size, \
     truncated = excluded.truncated, run_id = excluded.run_id, updated_at = excluded.updated_at";

@@ -38,7 +38,7 @@ const SESSION_HEAD: &str = "SELECT id, priority, run_at FROM runs INDEXED BY run
     AND session_id = ?1 AND run_at <= ?2 ORDER BY priority DESC, run_at, id LIMIT ?3";
 
 /// Marks one queued run running under a fresh lease; returns it (nothing if it was taken).
-static CLAIM_ONE: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+pub(crate) static CLAIM_ONE: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
     format!(
         "UPDATE runs SET state = 'running', attempt = attempt + 1, lease_owner = ?1, \
          lease_token = lower(hex(randomblob(12))), lease_expires_at = ?2, heartbeat_at = ?3, \

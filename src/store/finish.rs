@@ -64,7 +64,7 @@ pub struct FinishRecord {
 
 /// The fenced end of an attempt. Built once and bound by position: this runs for every
 /// attempt, and binding 14 parameters by name costs a scan of the names for each.
-static FINISH: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+pub(crate) static FINISH: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
     "UPDATE runs SET state = ?1, run_at = coalesce(?2, run_at), finished_at = ?3, \
      error = ?4, internal_error = ?5, \
      errors = CASE WHEN ?6 IS NULL THEN errors ELSE json_insert(errors, '$[#]', json(?6)) END, \

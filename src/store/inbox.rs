@@ -54,7 +54,7 @@ pub struct Message {
     pub acked_at: Option<String>,
 }
 
-const INSERT: &str = "INSERT INTO inbox (session_id, run_id, attempt, kind, body, data, delivery, created_at) \
+pub(crate) const INSERT: &str = "INSERT INTO inbox (session_id, run_id, attempt, kind, body, data, delivery, created_at) \
     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)";
 
 /// Inserts a message and returns its id.

@@ -11,6 +11,8 @@ pub mod gauges;
 pub mod inbox;
 pub(crate) mod migrate;
 pub mod occurrences;
+#[cfg(test)]
+mod plans;
 pub mod probe;
 pub mod rescue;
 pub mod retention;

@@ -229,8 +229,9 @@ pub struct ClaimReport {
 
 const DUE: &str = "SELECT {cols} FROM schedules WHERE enabled = 1 AND next_trigger_at IS NOT NULL \
     AND next_trigger_at <= :now ORDER BY next_trigger_at LIMIT :limit";
+// The condition of runs_schedule_active_idx, word for word, so the planner can use it.
 const ACTIVE_RUN: &str = "SELECT EXISTS (SELECT 1 FROM runs WHERE schedule_id = ?1 \
-    AND state IN ('queued', 'awaiting_approval', 'running'))";
+    AND (state = 'queued' OR state = 'awaiting_approval' OR state = 'running'))";
 const LAST_CATCHUP_SLOT: &str = "SELECT run_at FROM runs INDEXED BY runs_schedule_catchup_idx \
     WHERE state = 'queued' AND schedule_id IS NOT NULL ORDER BY run_at DESC LIMIT 1";
 const ADVANCE: &str = "UPDATE schedules SET next_trigger_at = :next, \

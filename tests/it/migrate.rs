@@ -109,6 +109,8 @@ fn state_queries_read_indexes_not_the_runs_table() {
         "SELECT count(*) FROM runs WHERE state = 'awaiting_approval'",
         "SELECT count(*) FROM runs WHERE state = 'running'",
         "SELECT count(*) FROM runs WHERE state = 'failed'",
+        "SELECT EXISTS (SELECT 1 FROM runs WHERE schedule_id = 'sch_x' \
+         AND (state = 'queued' OR state = 'awaiting_approval' OR state = 'running'))",
     ] {
         let plan: Vec<String> = c
             .prepare(&format!("EXPLAIN QUERY PLAN {sql}"))

@@ -1,0 +1,43 @@
+//! Guards on the bytecode of the per-run statements: none may build a temporary b-tree.
+
+use rusqlite::Connection;
+
+/// The opcodes of `sql` as SQLite compiled it.
+fn opcodes(conn: &Connection, sql: &str) -> Vec<String> {
+    let mut stmt = conn
+        .prepare(&format!("EXPLAIN {sql}"))
+        .expect("explain prepares");
+    // Unbound parameters are NULL; EXPLAIN only lists the program.
+    let mut rows = stmt.raw_query();
+    let mut ops = Vec::new();
+    while let Some(row) = rows.next().expect("explain runs") {
+        ops.push(row.get::<_, String>(1).expect("opcode"));
+    }
+    ops
+}
+
+#[test]
+fn per_run_statements_build_no_temporary_btree() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("t.db");
+    drop(super::Store::open(&path).expect("open"));
+    let conn = Connection::open(&path).expect("reopen");
+    // An IN list of three or more values in a CHECK or a partial index condition compiles to
+    // OpenEphemeral on every execution (the schema spells such lists as OR chains).
+    // The claim's one is RETURNING's buffer of the returned row.
+    for (name, sql, allowed) in [
+        ("enqueue", super::runs::INSERT, 0),
+        ("claim", super::claim::CLAIM_ONE.as_str(), 1),
+        ("finish", super::finish::FINISH.as_str(), 0),
+        ("blob", super::artifacts::PUT, 0),
+        ("inbox", super::inbox::INSERT, 0),
+    ] {
+        let ops = opcodes(&conn, sql);
+        assert!(!ops.is_empty(), "{name}: no bytecode");
+        let ephemeral = ops.iter().filter(|op| *op == "OpenEphemeral").count();
+        assert_eq!(
+            ephemeral, allowed,
+            "{name} builds temporary b-trees on every execution: {ops:?}"
+        );
+    }
+}
