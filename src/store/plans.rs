@@ -41,3 +41,31 @@ fn per_run_statements_build_no_temporary_btree() {
         );
     }
 }
+
+/// The rescue tick runs every poll: it must read the running runs only, not every run.
+#[test]
+fn the_rescue_query_reads_running_runs_only() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("t.db");
+    drop(super::Store::open(&path).expect("open"));
+    let conn = Connection::open(&path).expect("reopen");
+    let sql = super::rescue::RESCUABLE.replace("{cols}", super::codec::RUN_COLUMNS);
+    let mut stmt = conn
+        .prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
+        .expect("plan prepares");
+    let mut rows = stmt.raw_query();
+    let mut plan = Vec::new();
+    while let Some(row) = rows.next().expect("plan runs") {
+        plan.push(row.get::<_, String>(3).expect("detail"));
+    }
+    assert!(
+        plan.iter().any(|d| d.contains("runs_running_owner_idx")),
+        "{plan:?}"
+    );
+    assert!(
+        !plan
+            .iter()
+            .any(|d| d.contains("sqlite_autoindex_runs_1") || d == "SCAN r"),
+        "{plan:?}"
+    );
+}

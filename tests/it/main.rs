@@ -6,6 +6,7 @@ mod support;
 
 mod approvals;
 mod async_ops;
+mod checkpoints;
 mod cli;
 mod cli_tools;
 mod crash;
