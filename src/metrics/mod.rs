@@ -4,6 +4,7 @@
 
 pub mod serve;
 
+use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 use prometheus_client::encoding::text::encode;
@@ -114,6 +115,30 @@ pub async fn render(client: &Client, metrics: &Metrics) -> Result<String> {
         "toolq_busy_retries",
         "Write transactions this process retried because the database was busy",
         busy,
+    );
+    let stats = client.store().write_stats();
+    let writes = Counter::<u64>::default();
+    writes.inc_by(stats.transactions);
+    reg.register(
+        "toolq_write_transactions",
+        "Write transactions this process committed",
+        writes,
+    );
+    let (statement, commit) = (
+        Counter::<f64, AtomicU64>::default(),
+        Counter::<f64, AtomicU64>::default(),
+    );
+    statement.inc_by(stats.statement_secs);
+    commit.inc_by(stats.commit_secs);
+    reg.register(
+        "toolq_write_statement_seconds",
+        "Time this process's writer spent in statements (BEGIN to the last statement)",
+        statement,
+    );
+    reg.register(
+        "toolq_write_commit_seconds",
+        "Time this process's writer spent committing (WAL writes, fallback checkpoints)",
+        commit,
     );
     reg.register(
         "toolq_claim_latency_seconds",

@@ -240,7 +240,8 @@ impl Store {
         self.inner.busy_retries.load(Ordering::Relaxed)
     }
 
-    /// Time the writer spent in statements and in commits so far (for benchmarks and metrics).
+    /// Time the writer spent in statements and in commits so far (`workload drain` prints it;
+    /// the worker's metrics export it).
     pub fn write_stats(&self) -> WriteStats {
         let c = &self.inner.write_counters;
         WriteStats {
@@ -251,8 +252,8 @@ impl Store {
     }
 
     /// Runs `f` in one `BEGIN IMMEDIATE` transaction on the writer connection and commits.
-    /// SQLITE_BUSY is retried with backoff (and counted) instead of surfacing. Blocking: call it
-    /// from `spawn_blocking` (see [`Store::write_async`]) when on the async runtime.
+    /// SQLITE_BUSY is retried with backoff (and counted) instead of surfacing. Blocking: from
+    /// async code use [`Store::write_async`].
     pub fn write<T>(
         &self,
         mut f: impl FnMut(&Transaction<'_>) -> Result<T, StoreError>,

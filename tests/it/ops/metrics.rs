@@ -92,6 +92,10 @@ async fn metrics_endpoint_serves_counters_and_database_gauges() {
         1.0
     );
     assert!(sample(&body, "toolq_busy_retries_total") >= 0.0);
+    // Enqueues, claims and finishes above were all write transactions of this process.
+    assert!(sample(&body, "toolq_write_transactions_total") >= 5.0);
+    assert!(sample(&body, "toolq_write_statement_seconds_total") > 0.0);
+    assert!(sample(&body, "toolq_write_commit_seconds_total") > 0.0);
     assert!(
         sample(&body, "toolq_wal_bytes") > 0.0,
         "writes went to the WAL"
