@@ -79,6 +79,20 @@ impl Metrics {
     }
 }
 
+/// A counter holding a total the store keeps itself.
+fn counter(total: u64) -> Counter<u64> {
+    let c = Counter::default();
+    c.inc_by(total);
+    c
+}
+
+/// A counter of seconds the store keeps itself.
+fn seconds(total: f64) -> Counter<f64, AtomicU64> {
+    let c = Counter::default();
+    c.inc_by(total);
+    c
+}
+
 /// The metrics as OpenMetrics text: the worker's counters plus, read from the database now,
 /// runs by state, queue depth by session and tool, schedule lag and WAL bytes.
 pub async fn render(client: &Client, metrics: &Metrics) -> Result<String> {
@@ -109,36 +123,26 @@ pub async fn render(client: &Client, metrics: &Metrics) -> Result<String> {
         "Attempt ends recorded by this worker, by outcome",
         metrics.finishes.clone(),
     );
-    let busy = Counter::<u64>::default();
-    busy.inc_by(client.store().busy_retries());
     reg.register(
         "toolq_busy_retries",
         "Write transactions this process retried because the database was busy",
-        busy,
+        counter(client.store().busy_retries()),
     );
     let stats = client.store().write_stats();
-    let writes = Counter::<u64>::default();
-    writes.inc_by(stats.transactions);
     reg.register(
         "toolq_write_transactions",
         "Write transactions this process committed",
-        writes,
+        counter(stats.transactions),
     );
-    let (statement, commit) = (
-        Counter::<f64, AtomicU64>::default(),
-        Counter::<f64, AtomicU64>::default(),
-    );
-    statement.inc_by(stats.statement_secs);
-    commit.inc_by(stats.commit_secs);
     reg.register(
         "toolq_write_statement_seconds",
         "Time this process's writer spent in statements (BEGIN to the last statement)",
-        statement,
+        seconds(stats.statement_secs),
     );
     reg.register(
         "toolq_write_commit_seconds",
         "Time this process's writer spent committing (WAL writes, fallback checkpoints)",
-        commit,
+        seconds(stats.commit_secs),
     );
     reg.register(
         "toolq_claim_latency_seconds",

@@ -113,23 +113,22 @@ pub mod col {
     pub const CANCEL_REQUESTED_AT: usize = 37;
 }
 
+/// A text column parsed with `FromStr`, read without copying it into a `String`; `None` when
+/// it is not text or does not parse.
+fn parsed_text<T: std::str::FromStr>(row: &Row<'_>, idx: usize) -> rusqlite::Result<Option<T>> {
+    Ok(match row.get_ref(idx)? {
+        rusqlite::types::ValueRef::Text(b) => {
+            std::str::from_utf8(b).ok().and_then(|s| s.parse().ok())
+        }
+        _ => None,
+    })
+}
+
 /// Maps a row whose select list starts with [`RUN_COLUMNS`] to a [`Run`].
 pub fn run_from_row(row: &Row<'_>) -> rusqlite::Result<Run> {
     use col::*;
-    let state = match row.get_ref(STATE)? {
-        rusqlite::types::ValueRef::Text(b) => std::str::from_utf8(b)
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(RunState::Failed),
-        _ => RunState::Failed,
-    };
-    let delivery = match row.get_ref(DELIVERY)? {
-        rusqlite::types::ValueRef::Text(b) => std::str::from_utf8(b)
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or_default(),
-        _ => Delivery::default(),
-    };
+    let state = parsed_text(row, STATE)?.unwrap_or(RunState::Failed);
+    let delivery: Delivery = parsed_text(row, DELIVERY)?.unwrap_or_default();
     let progress = match row.get_ref(PROGRESS)? {
         rusqlite::types::ValueRef::Text(b) => serde_json::from_slice::<Progress>(b).ok(),
         _ => None,

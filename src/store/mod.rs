@@ -120,7 +120,7 @@ fn expect_pragma(conn: &Connection, name: &'static str, wanted: &str) -> Result<
 /// which on a 2-vCPU VM were a third of a one-at-a-time enqueue (BENCHMARKS.md). On a
 /// current-thread runtime, where `block_in_place` is not allowed, it uses `spawn_blocking`.
 /// Either way the work runs to completion even if the caller's future is dropped meanwhile.
-pub(crate) async fn off_scheduler<T: Send + 'static>(
+async fn off_scheduler<T: Send + 'static>(
     f: impl FnOnce() -> Result<T, StoreError> + Send + 'static,
 ) -> Result<T, StoreError> {
     let flavor = tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor());

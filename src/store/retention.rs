@@ -159,20 +159,36 @@ pub fn prune_runs_batch(
     })
 }
 
+/// Deletes at most `batch` rows of `table` (alias `alias`) matching `condition`, whose one
+/// parameter besides `:batch` is the cutoff `param`.
+fn delete_batch(
+    tx: &Transaction<'_>,
+    (table, alias, condition): (&str, &str, &str),
+    (param, cutoff): (&str, String),
+    batch: usize,
+) -> Result<u64, StoreError> {
+    let sql = format!(
+        "DELETE FROM {table} WHERE id IN \
+         (SELECT {alias}.id FROM {table} {alias} WHERE {condition} LIMIT :batch)"
+    );
+    Ok(tx
+        .prepare_cached(&sql)
+        .map_err(|e| StoreError::sqlite(format!("prepare prune {table}"), e))?
+        .execute(&[
+            (param, &cutoff as &dyn rusqlite::ToSql),
+            (":batch", &(batch as i64)),
+        ])
+        .map_err(|e| StoreError::sqlite(format!("prune {table}"), e))? as u64)
+}
+
 /// Deletes at most `batch` acknowledged inbox messages older than the cutoff.
 pub fn prune_acked_inbox_batch(
     tx: &Transaction<'_>,
     c: &PruneCutoffs,
     batch: usize,
 ) -> Result<u64, StoreError> {
-    let sql = format!(
-        "DELETE FROM inbox WHERE id IN (SELECT i.id FROM inbox i WHERE {PRUNABLE_ACKED} LIMIT :batch)"
-    );
-    Ok(tx
-        .prepare_cached(&sql)
-        .ctx("prepare prune acked inbox")?
-        .execute(named_params! {":acked_before": ts(c.acked_inbox_before), ":batch": batch as i64})
-        .ctx("prune acked inbox")? as u64)
+    let cutoff = (":acked_before", ts(c.acked_inbox_before));
+    delete_batch(tx, ("inbox", "i", PRUNABLE_ACKED), cutoff, batch)
 }
 
 /// Deletes at most `batch` old schedule occurrences (never a schedule's latest).
@@ -181,15 +197,13 @@ pub fn prune_occurrences_batch(
     c: &PruneCutoffs,
     batch: usize,
 ) -> Result<u64, StoreError> {
-    let sql = format!(
-        "DELETE FROM schedule_occurrences WHERE id IN \
-         (SELECT o.id FROM schedule_occurrences o WHERE {PRUNABLE_OCCURRENCE} LIMIT :batch)"
-    );
-    Ok(tx
-        .prepare_cached(&sql)
-        .ctx("prepare prune occurrences")?
-        .execute(named_params! {":occ_before": ts(c.occurrences_before), ":batch": batch as i64})
-        .ctx("prune occurrences")? as u64)
+    let cutoff = (":occ_before", ts(c.occurrences_before));
+    delete_batch(
+        tx,
+        ("schedule_occurrences", "o", PRUNABLE_OCCURRENCE),
+        cutoff,
+        batch,
+    )
 }
 
 /// Deletes at most `batch` rows of workers that stopped cleanly before the cutoff.
@@ -198,14 +212,8 @@ pub fn prune_workers_batch(
     c: &PruneCutoffs,
     batch: usize,
 ) -> Result<u64, StoreError> {
-    let sql = format!(
-        "DELETE FROM workers WHERE id IN (SELECT w.id FROM workers w WHERE {PRUNABLE_WORKER} LIMIT :batch)"
-    );
-    Ok(tx
-        .prepare_cached(&sql)
-        .ctx("prepare prune workers")?
-        .execute(named_params! {":workers_before": ts(c.workers_before), ":batch": batch as i64})
-        .ctx("prune workers")? as u64)
+    let cutoff = (":workers_before", ts(c.workers_before));
+    delete_batch(tx, ("workers", "w", PRUNABLE_WORKER), cutoff, batch)
 }
 
 /// What a prune with these cutoffs would remove, counted without writing (dry run).
