@@ -1,4 +1,4 @@
--- toolq schema, version 2 (stored in PRAGMA user_version; src/store/migrate.rs upgrades older files).
+-- toolq schema, version 3 (stored in PRAGMA user_version; src/store/migrate.rs upgrades older files).
 --
 -- This file is the whole schema. It is embedded in the binary and applied by `toolq init`
 -- (or by any command that opens a new database). Ops people: this is your interface.
@@ -71,9 +71,10 @@ CREATE UNIQUE INDEX runs_schedule_tick_idx ON runs (schedule_id, fire_at) WHERE 
 
 -- Claim: runnable rows by session, in priority then age order (the claim visits each session's head).
 CREATE INDEX runs_claimable_idx ON runs (session_id, priority DESC, run_at, id) WHERE state = 'queued';
--- Limits and heartbeats: running runs per session and per owner.
-CREATE INDEX runs_running_session_idx ON runs (session_id) WHERE state = 'running';
-CREATE INDEX runs_running_owner_idx ON runs (lease_owner, lease_expires_at) WHERE state = 'running';
+-- Limits, heartbeats and rescue: running runs by owner. Running runs are few (at most the
+-- workers' slots), so per-session counts read this index whole instead of keeping a second one
+-- that every claim and finish would write (version 3).
+CREATE INDEX runs_running_owner_idx ON runs (lease_owner, lease_expires_at, session_id) WHERE state = 'running';
 -- Listing and retention: finished runs by state and age, runs by session, by schedule.
 -- Only final states: queued, awaiting and running runs have their own partial indexes above
 -- and below, so enqueue and claim write no entry here and finish writes one (version 2).
@@ -89,18 +90,26 @@ CREATE INDEX runs_awaiting_deadline_idx ON runs (approval_deadline) WHERE state 
 
 -- Run artifacts as blob rows: '/.background/{run_id}/output.log' and '/.background/{run_id}/result.json'.
 -- Read one with:  SELECT CAST(content AS TEXT) FROM blobs WHERE path = '/.background/bg_.../output.log';
+-- A run's blobs all live under '/.background/{run_id}/', so the primary key finds them:
+--   WHERE session_id = :s AND path >= '/.background/' || :id || '/' AND path < '/.background/' || :id || '0'
+-- Clustered on its key (WITHOUT ROWID) and with no index or foreign key of its own, a blob
+-- costs one b-tree insert (version 3); the trigger below deletes a run's blobs with the run.
 CREATE TABLE blobs (
     session_id  TEXT NOT NULL,
     path        TEXT NOT NULL,
-    run_id      TEXT REFERENCES runs(id) ON DELETE CASCADE,
+    run_id      TEXT,                          -- the run it belongs to (also in the path)
     content     BLOB NOT NULL,                 -- raw bytes; a log may hold non-UTF-8 bytes and NULs
     size        INTEGER NOT NULL,              -- bytes in content
     truncated   INTEGER NOT NULL DEFAULT 0 CHECK (truncated IN (0, 1)),  -- the log hit its cap
     created_at  TEXT NOT NULL,
     updated_at  TEXT NOT NULL,
     PRIMARY KEY (session_id, path)
-);
-CREATE INDEX blobs_run_idx ON blobs (run_id);
+) WITHOUT ROWID;
+-- Deleting a run deletes its blobs (toolq prune deletes them first, to count them).
+CREATE TRIGGER runs_delete_blobs AFTER DELETE ON runs BEGIN
+    DELETE FROM blobs WHERE session_id = old.session_id
+        AND path >= '/.background/' || old.id || '/' AND path < '/.background/' || old.id || '0';
+END;
 
 -- Recurring (cron) and one-shot schedules. Each due tick inserts one run.
 CREATE TABLE schedules (

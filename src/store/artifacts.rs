@@ -37,6 +37,11 @@ pub struct Blob {
     pub updated_at: String,
 }
 
+/// The blobs of one run: every path under `/.background/{run_id}/` in its session, a range of
+/// the primary key (`?1` session, `?2` run id). The blobs table has no run_id index.
+pub(crate) const OF_RUN: &str = "session_id = ?1 AND path >= '/.background/' || ?2 || '/' \
+    AND path < '/.background/' || ?2 || '0'";
+
 pub(crate) const PUT: &str = "INSERT INTO blobs (session_id, path, run_id, content, size, truncated, created_at, updated_at) \
     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7) \
     ON CONFLICT (session_id, path) DO UPDATE SET content = excluded.content, size = excluded.size, \

@@ -24,10 +24,9 @@ fn per_run_statements_build_no_temporary_btree() {
     let conn = Connection::open(&path).expect("reopen");
     // An IN list of three or more values in a CHECK or a partial index condition compiles to
     // OpenEphemeral on every execution (the schema spells such lists as OR chains).
-    // The claim's one is RETURNING's buffer of the returned row.
     for (name, sql, allowed) in [
         ("enqueue", super::runs::INSERT, 0),
-        ("claim", super::claim::CLAIM_ONE.as_str(), 1),
+        ("claim", super::claim::CLAIM_ONE, 0),
         ("finish", super::finish::FINISH.as_str(), 0),
         ("blob", super::artifacts::PUT, 0),
         ("inbox", super::inbox::INSERT, 0),
@@ -66,6 +65,31 @@ fn the_rescue_query_reads_running_runs_only() {
         !plan
             .iter()
             .any(|d| d.contains("sqlite_autoindex_runs_1") || d == "SCAN r"),
+        "{plan:?}"
+    );
+}
+
+/// Without a run_id index (version 3), a run's blobs are found by their path prefix: a range
+/// of the primary key, never a scan of every blob.
+#[test]
+fn a_runs_blobs_are_a_primary_key_range() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("t.db");
+    drop(super::Store::open(&path).expect("open"));
+    let conn = Connection::open(&path).expect("reopen");
+    let sql = format!(
+        "EXPLAIN QUERY PLAN DELETE FROM blobs WHERE {}",
+        super::artifacts::OF_RUN
+    );
+    let mut stmt = conn.prepare(&sql).expect("plan prepares");
+    let mut rows = stmt.raw_query();
+    let mut plan = Vec::new();
+    while let Some(row) = rows.next().expect("plan runs") {
+        plan.push(row.get::<_, String>(3).expect("detail"));
+    }
+    assert!(
+        plan.iter()
+            .any(|d| d.contains("USING PRIMARY KEY (session_id=? AND path>? AND path<?)")),
         "{plan:?}"
     );
 }

@@ -107,10 +107,10 @@ pub fn prune_runs_batch(
     batch: usize,
     cursor: &mut Option<String>,
 ) -> Result<Removed, StoreError> {
-    let found: Vec<(String, String)> = {
+    let found: Vec<(String, String, String)> = {
         let sql = format!(
-            "SELECT r.id, r.finished_at FROM runs r WHERE r.finished_at >= :after AND {PRUNABLE_RUN} \
-             ORDER BY r.finished_at LIMIT :batch"
+            "SELECT r.id, r.finished_at, r.session_id FROM runs r WHERE r.finished_at >= :after \
+             AND {PRUNABLE_RUN} ORDER BY r.finished_at LIMIT :batch"
         );
         let mut stmt = tx.prepare_cached(&sql).ctx("prepare prunable runs")?;
         let rp = run_params(c);
@@ -120,15 +120,15 @@ pub fn prune_runs_batch(
         p.push((":batch", &batch));
         p.push((":after", &after));
         let rows = stmt
-            .query_map(p.as_slice(), |r| Ok((r.get(0)?, r.get(1)?)))
+            .query_map(p.as_slice(), |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
             .ctx("select prunable runs")?;
         rows.collect::<Result<_, _>>().ctx("read prunable runs")?
     };
-    let Some((_, last)) = found.last() else {
+    let Some((_, last, _)) = found.last() else {
         return Ok(Removed::default());
     };
     *cursor = Some(last.clone());
-    let ids: Vec<&String> = found.iter().map(|(id, _)| id).collect();
+    let ids: Vec<&String> = found.iter().map(|(id, _, _)| id).collect();
     let ids = serde_json::to_string(&ids).map_err(|e| StoreError::Task(e.to_string()))?;
     let del = |sql: &str, what: &str| -> Result<u64, StoreError> {
         Ok(tx
@@ -137,11 +137,21 @@ pub fn prune_runs_batch(
             .execute(named_params! {":ids": ids})
             .ctx(what)? as u64)
     };
-    // Children first, so the counts are ours rather than hidden in a cascade.
-    let blobs = del(
-        "DELETE FROM blobs WHERE run_id IN (SELECT value FROM json_each(:ids))",
-        "delete blobs of pruned runs",
-    )?;
+    // Children first, so the counts are ours rather than hidden in the cascade and trigger.
+    let mut blobs = 0;
+    {
+        let mut stmt = tx
+            .prepare_cached(&format!(
+                "DELETE FROM blobs WHERE {}",
+                super::artifacts::OF_RUN
+            ))
+            .ctx("prepare delete blobs of pruned runs")?;
+        for (id, _, session) in &found {
+            blobs += stmt
+                .execute([session, id])
+                .ctx("delete blobs of pruned runs")? as u64;
+        }
+    }
     let inbox = del(
         "DELETE FROM inbox WHERE run_id IN (SELECT value FROM json_each(:ids))",
         "delete inbox rows of pruned runs",
@@ -234,7 +244,9 @@ pub fn count_prunable(conn: &Connection, c: &PruneCutoffs) -> Result<Removed, St
     )?;
     let blobs = count(
         format!(
-            "SELECT count(*) FROM blobs b WHERE b.run_id IN (SELECT r.id FROM runs r WHERE {PRUNABLE_RUN})"
+            "SELECT count(*) FROM runs r JOIN blobs b ON b.session_id = r.session_id \
+             AND b.path >= '/.background/' || r.id || '/' AND b.path < '/.background/' || r.id || '0' \
+             WHERE {PRUNABLE_RUN}"
         ),
         &rp,
         "count prunable blobs",

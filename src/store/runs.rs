@@ -259,7 +259,7 @@ pub fn count_active_in_session(
     conn.prepare_cached(
         "SELECT (SELECT count(*) FROM runs INDEXED BY runs_claimable_idx \
            WHERE session_id = :session AND state = 'queued' AND id <> coalesce(:except, '')) \
-         + (SELECT count(*) FROM runs INDEXED BY runs_running_session_idx \
+         + (SELECT count(*) FROM runs INDEXED BY runs_running_owner_idx \
            WHERE session_id = :session AND state = 'running' AND id <> coalesce(:except, '')) \
          + (SELECT count(*) FROM runs INDEXED BY runs_awaiting_deadline_idx \
            WHERE session_id = :session AND state = 'awaiting_approval')",

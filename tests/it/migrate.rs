@@ -34,8 +34,16 @@ fn v1_file(path: &std::path::Path) {
          INSERT INTO runs (id, session_id, tool, args, title, state, attempt, run_at, created_at, finished_at)
            VALUES ('bg_c', 's1', 'echo', '{}', 'done one', 'completed', 1, '2026-01-01T00:00:00.000Z',
                    '2026-01-01T00:00:00.000Z', '2026-01-01T00:00:01.000Z');
+         INSERT INTO runs (id, session_id, tool, args, title, state, attempt, run_at, created_at, finished_at)
+           VALUES ('bg_cc', 's1', 'echo', '{}', 'other one', 'completed', 1, '2026-01-01T00:00:00.000Z',
+                   '2026-01-01T00:00:00.000Z', '2026-01-01T00:00:01.000Z');
          INSERT INTO inbox (session_id, run_id, attempt, kind, body, created_at)
-           VALUES ('s1', 'bg_c', 1, 'completed', 'done', '2026-01-01T00:00:01.000Z');",
+           VALUES ('s1', 'bg_c', 1, 'completed', 'done', '2026-01-01T00:00:01.000Z');
+         INSERT INTO blobs (session_id, path, run_id, content, size, created_at, updated_at)
+           VALUES ('s1', '/.background/bg_c/result.json', 'bg_c', CAST('{\"ok\":1}' AS BLOB), 8,
+                   '2026-01-01T00:00:01.000Z', '2026-01-01T00:00:01.000Z'),
+                  ('s1', '/.background/bg_cc/result.json', 'bg_cc', CAST('other' AS BLOB), 5,
+                   '2026-01-01T00:00:01.000Z', '2026-01-01T00:00:01.000Z');",
     )
     .unwrap();
 }
@@ -74,6 +82,7 @@ fn a_version_1_file_is_upgraded_in_place_to_the_current_schema() {
         rows,
         [
             ("bg_c".into(), "completed".into()),
+            ("bg_cc".into(), "completed".into()),
             ("bg_q".into(), "queued".into())
         ]
     );
@@ -89,9 +98,44 @@ fn a_version_1_file_is_upgraded_in_place_to_the_current_schema() {
         )
         .unwrap();
     assert_eq!(queued, 1);
+    // The blobs table was rebuilt (version 3) with its rows.
+    let blob: (String, i64) = o
+        .query_row(
+            "SELECT CAST(content AS TEXT), size FROM blobs WHERE session_id = 's1' \
+             AND path = '/.background/bg_c/result.json'",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    assert_eq!(blob, ("{\"ok\":1}".to_string(), 8));
     // Opening again is a no-op.
     drop(Store::open(&old).unwrap());
     assert_eq!(objects(&Connection::open(&old).unwrap()), objects(&n));
+}
+
+/// A hand-written `DELETE FROM runs` still takes the run's blobs (trigger) and messages
+/// (cascade) with it, and only that run's: `bg_cc` shares a prefix with `bg_c`.
+#[test]
+fn deleting_a_run_by_hand_deletes_its_blobs_and_messages() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("old.db");
+    v1_file(&path);
+    drop(Store::open(&path).unwrap());
+    let c = Connection::open(&path).unwrap();
+    c.execute_batch("PRAGMA foreign_keys = ON; DELETE FROM runs WHERE id = 'bg_c';")
+        .unwrap();
+    let left: Vec<String> = c
+        .prepare("SELECT path FROM blobs ORDER BY path")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(left, ["/.background/bg_cc/result.json"]);
+    let inbox: i64 = c
+        .query_row("SELECT count(*) FROM inbox", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(inbox, 0);
 }
 
 /// The ops views and the state counts read partial indexes, never the whole runs table.
