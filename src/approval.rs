@@ -55,6 +55,7 @@ pub fn await_approval(run: &Run, deadline: Option<DateTime<Utc>>) -> FinishRecor
         result: None,
         extra_blobs: Vec::new(),
         message: Some(message),
+        message_data: None,
     }
 }
 

@@ -60,6 +60,17 @@ pub struct FinishRecord {
     pub extra_blobs: Vec<(String, Vec<u8>)>,
     /// The inbox message, when the run signals completion.
     pub message: Option<NewMessage>,
+    /// The message's `data` as JSON text, encoded before the write transaction by
+    /// [`FinishRecord::encode_message`]; `None`: the writer encodes it.
+    pub message_data: Option<String>,
+}
+
+impl FinishRecord {
+    /// Encodes the message's structured data now, off the writer. Call it once the message
+    /// is final (after a tool's formatter ran); [`finish`] then inserts the text as is.
+    pub fn encode_message(&mut self) {
+        self.message_data = self.message.as_ref().map(|m| m.data.to_string());
+    }
 }
 
 /// The fenced end of an attempt. Built once and bound by position: this runs for every
@@ -170,7 +181,10 @@ fn write_artifacts(
         )?;
     }
     if let Some(m) = &r.message {
-        super::inbox::insert(tx, m, now)?;
+        match &r.message_data {
+            Some(data) => super::inbox::insert_encoded(tx, m, data, now)?,
+            None => super::inbox::insert(tx, m, now)?,
+        };
     }
     Ok(())
 }

@@ -59,6 +59,17 @@ pub(crate) const INSERT: &str = "INSERT INTO inbox (session_id, run_id, attempt,
 
 /// Inserts a message and returns its id.
 pub fn insert(tx: &Transaction<'_>, m: &NewMessage, now: DateTime<Utc>) -> Result<i64, StoreError> {
+    insert_encoded(tx, m, &m.data.to_string(), now)
+}
+
+/// [`insert`] with the message's `data` already encoded as JSON text (`data_json`), so a
+/// write transaction does not spend its time serializing.
+pub fn insert_encoded(
+    tx: &Transaction<'_>,
+    m: &NewMessage,
+    data_json: &str,
+    now: DateTime<Utc>,
+) -> Result<i64, StoreError> {
     tx.prepare_cached(INSERT)
         .ctx("prepare insert message")?
         .execute(rusqlite::params![
@@ -67,7 +78,7 @@ pub fn insert(tx: &Transaction<'_>, m: &NewMessage, now: DateTime<Utc>) -> Resul
             m.attempt,
             m.kind,
             m.body,
-            m.data.to_string(),
+            data_json,
             m.delivery.as_str(),
             ts(now),
         ])

@@ -52,6 +52,7 @@ pub fn decide(
         result: None,
         extra_blobs: Vec::new(),
         message: None,
+        message_data: None,
     };
     // (visible error, ops detail, retryable, final kind)
     let (error, internal, retryable, kind) = match end {

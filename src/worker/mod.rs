@@ -376,6 +376,7 @@ fn start(sh: &Arc<Shared>, run: Run, jobs: mpsc::UnboundedSender<Job>) {
                     if let (Some(m), Some(e)) = (record.message.as_mut(), client.registry().get(&run.tool)) {
                         crate::tool::apply_format(&*e.tool, m);
                     }
+                    record.encode_message();
                     Job::Finish(Box::new(record))
                 }
                 Executed::HandBack => Job::Release {
