@@ -1,7 +1,13 @@
-//! Executing one attempt: the tool runs in its own task (a panic stays there), under a
-//! timeout and a cancellation signal, and is aborted after a grace period if it ignores them.
+//! Executing one attempt: the tool's future runs inside the attempt's task with its panics
+//! caught (a panic ends that attempt only), under a timeout and a cancellation signal, and is
+//! dropped after a grace period if it ignores them.
 
+use std::any::Any;
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
@@ -58,36 +64,53 @@ pub async fn execute(
     stop: StopSignal,
 ) -> Executed {
     let tool_cancel = ctx.cancel.clone();
-    let mut handle = tokio::spawn(async move { tool.call(ctx).await });
+    // Polled in this task rather than spawned: a second task per run cost a spawn and a
+    // cross-task wake-up on the path between a claim and the next commit.
+    let mut call = CatchPanic(tool.call(ctx));
     let early = tokio::select! {
-        joined = &mut handle => return Executed::End(joined_end(joined)),
+        returned = &mut call => return Executed::End(returned_end(returned)),
         _ = tokio::time::sleep(timeout) => Executed::End(AttemptEnd::TimedOut(timeout)),
         _ = stop.token.cancelled() => match stop.reason() {
             Some(StopReason::Shutdown) => Executed::HandBack,
             _ => Executed::End(AttemptEnd::Cancelled),
         },
     };
-    // Ask the tool to stop, give it the grace period, then abort it.
+    // Ask the tool to stop, give it the grace period, then drop its future (the abort).
     tool_cancel.cancel();
-    if tokio::time::timeout(grace, &mut handle).await.is_err() {
-        handle.abort();
+    if tokio::time::timeout(grace, &mut call).await.is_err() {
+        drop(call);
         tracing::warn!("tool ignored its cancellation for {grace:?}; aborted");
     }
     early
 }
 
-fn joined_end(joined: Result<crate::tool::ToolOutcome, tokio::task::JoinError>) -> AttemptEnd {
-    match joined {
+/// A tool's boxed future whose panics come out as `Err(payload)` instead of unwinding
+/// through the worker. It is never polled again after it panicked: the caller stops at the
+/// first `Ready`.
+struct CatchPanic<F: ?Sized>(Pin<Box<F>>);
+
+impl<F: Future + ?Sized> Future for CatchPanic<F> {
+    type Output = Result<F::Output, Box<dyn Any + Send>>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let fut = self.0.as_mut();
+        match std::panic::catch_unwind(AssertUnwindSafe(|| fut.poll(cx))) {
+            Ok(Poll::Ready(v)) => Poll::Ready(Ok(v)),
+            Ok(Poll::Pending) => Poll::Pending,
+            Err(payload) => Poll::Ready(Err(payload)),
+        }
+    }
+}
+
+fn returned_end(returned: Result<crate::tool::ToolOutcome, Box<dyn Any + Send>>) -> AttemptEnd {
+    match returned {
         Ok(outcome) => AttemptEnd::Returned(outcome),
-        Err(e) if e.is_panic() => {
-            let payload = e.into_panic();
-            let msg = payload
+        Err(payload) => AttemptEnd::Panicked(
+            payload
                 .downcast_ref::<&str>()
                 .map(|s| s.to_string())
                 .or_else(|| payload.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "panic with a non-text payload".into());
-            AttemptEnd::Panicked(msg)
-        }
-        Err(e) => AttemptEnd::Panicked(format!("tool task ended abnormally: {e}")),
+                .unwrap_or_else(|| "panic with a non-text payload".into()),
+        ),
     }
 }

@@ -54,7 +54,7 @@ pub struct WorkerReport {
 }
 
 struct InFlight {
-    run: Run,
+    run: Arc<Run>,
     sink: RunSink,
     stop: StopSignal,
 }
@@ -331,6 +331,7 @@ fn start(sh: &Arc<Shared>, run: Run, jobs: mpsc::UnboundedSender<Job>) {
         .or_else(|| entry.and_then(|e| e.def.timeout))
         .unwrap_or(defaults.timeout);
     let tool = entry.map(|e| e.tool.clone());
+    let run = Arc::new(run);
     sh.flights().insert(
         run.id.to_string(),
         InFlight {
