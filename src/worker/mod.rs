@@ -12,6 +12,11 @@ mod retention;
 pub(crate) mod schedules;
 mod wakeup;
 mod wal;
+#[cfg(target_os = "linux")]
+mod wal_watch;
+#[cfg(not(target_os = "linux"))]
+#[path = "wal_watch_polling.rs"]
+mod wal_watch;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
