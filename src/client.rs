@@ -261,11 +261,7 @@ impl Client {
         let inserted = self
             .inner
             .store
-            .write_async(move |tx| {
-                rows.iter()
-                    .map(|r| store::runs::insert(tx, r))
-                    .collect::<Result<Vec<_>, _>>()
-            })
+            .write_async(move |tx| store::runs::insert_many(tx, &rows))
             .await?;
         self.inner.wake.notify_one();
         Ok(inserted.into_iter().map(to_enqueued).collect())

@@ -42,3 +42,31 @@ async fn idempotency_key_returns_the_existing_run() {
     assert_eq!(a.run_id, b.run_id);
     assert_eq!(env.count("SELECT count(*) FROM runs"), 1);
 }
+
+#[tokio::test]
+async fn a_batch_inserts_in_order_and_a_repeated_key_within_it_returns_the_first_run() {
+    let env = TestEnv::new();
+    let keyed = |m: &str| {
+        let mut req = EnqueueRequest::new("echo", json!({"message": m}));
+        req.idempotency_key = Some("same".into());
+        req
+    };
+    let out = env
+        .client
+        .enqueue_batch(vec![
+            keyed("first"),
+            EnqueueRequest::new("echo", json!({"message": "plain", "n": [1, 2]})),
+            keyed("second"),
+        ])
+        .await
+        .unwrap();
+    assert_eq!(out.len(), 3);
+    assert!(out[0].created && out[1].created && !out[2].created);
+    assert_eq!(out[0].run_id, out[2].run_id);
+    assert_eq!(env.count("SELECT count(*) FROM runs"), 2);
+    let first = env.client.get(&out[0].run_id).await.unwrap();
+    assert_eq!(first.args, json!({"message": "first"}));
+    let plain = env.client.get(&out[1].run_id).await.unwrap();
+    assert_eq!(plain.args, json!({"message": "plain", "n": [1, 2]}));
+    assert_eq!(plain.run_at, plain.created_at);
+}
