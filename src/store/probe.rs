@@ -66,10 +66,11 @@ impl ChangeProbe {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn create(store: &Store, table: &str) {
+    /// Commits a `CREATE TABLE` through `store`: one write to the WAL.
+    pub(crate) fn create(store: &Store, table: &str) {
         store
             .write(|tx| {
                 tx.execute_batch(&format!("CREATE TABLE {table} (x)"))

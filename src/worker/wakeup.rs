@@ -11,7 +11,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use super::Shared;
-use super::wal_watch::{WalWatch, Woken};
+use super::wal_watch::WalWatch;
 use crate::store::probe::ChangeProbe;
 
 /// How often the probe runs while commits keep coming (or always, without a WAL watch). The
@@ -24,6 +24,17 @@ pub(crate) const PROBE_EVERY: Duration = Duration::from_millis(10);
 /// With a WAL watch, the longest sleep between probes: a safety net for a write the watch did
 /// not report, and the bound on how long a dropped runtime waits for the probe thread.
 const WATCH_TIMEOUT: Duration = Duration::from_millis(100);
+
+/// Why [`WalWatch::wait`] returned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Woken {
+    /// The WAL file was written (or the event queue overflowed, which may hide such a write).
+    Wal,
+    /// Nothing happened within the timeout.
+    Timeout,
+    /// [`WalWatch::stop`] was called.
+    Stop,
+}
 
 /// One probe: wakes this process's claim loop if anything was committed since the last one.
 pub(crate) fn wake_tick(sh: &Shared, probe: &mut ChangeProbe) -> crate::error::Result<bool> {

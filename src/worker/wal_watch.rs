@@ -15,16 +15,7 @@ use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::eventfd::{EfdFlags, EventFd};
 use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
 
-/// Why [`WalWatch::wait`] returned.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Woken {
-    /// The WAL file was written (or the event queue overflowed, which may hide such a write).
-    Wal,
-    /// Nothing happened within the timeout.
-    Timeout,
-    /// [`WalWatch::stop`] was called.
-    Stop,
-}
+use super::wakeup::Woken;
 
 /// Watches one database's `-wal` file for writes.
 #[derive(Debug)]
@@ -115,17 +106,8 @@ impl WalWatch {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::error::StoreError;
     use crate::store::Store;
-
-    fn create(store: &Store, table: &str) {
-        store
-            .write(|tx| {
-                tx.execute_batch(&format!("CREATE TABLE {table} (x)"))
-                    .map_err(|e| StoreError::sqlite("create", e))
-            })
-            .expect("write");
-    }
+    use crate::store::probe::tests::create;
 
     #[test]
     fn a_commit_by_another_connection_wakes_the_watcher() {

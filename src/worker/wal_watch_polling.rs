@@ -4,16 +4,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-/// Why [`WalWatch::wait`] returned.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Woken {
-    /// The WAL file was written.
-    Wal,
-    /// Nothing happened within the timeout.
-    Timeout,
-    /// [`WalWatch::stop`] was called.
-    Stop,
-}
+use super::wakeup::Woken;
 
 /// No watch on this platform.
 #[derive(Debug)]
