@@ -102,21 +102,20 @@ fn probe_thread(sh: &Shared, stop: &CancellationToken, mut watch: Option<Arc<Wal
                 false
             }
         };
-        if watch.is_none() {
+        let Some(w) = &watch else {
             std::thread::sleep(PROBE_EVERY);
             continue;
-        }
-        if look_again && !changed {
-            look_again = false;
-            std::thread::sleep(PROBE_EVERY);
-            continue;
-        }
-        if changed {
+        };
+        if changed || look_again {
             // Pace a stream of commits (this worker's own, during a drain) instead of probing
             // after every one of them; the first write after a quiet spell is seen at once.
+            // A reported write this probe did not see yet is looked for once more.
             std::thread::sleep(PROBE_EVERY);
+            if !changed {
+                look_again = false;
+                continue;
+            }
         }
-        let Some(w) = &watch else { continue };
         look_again = match w.wait(WATCH_TIMEOUT) {
             Ok(woken) => woken == Woken::Wal,
             Err(e) => {
