@@ -69,8 +69,12 @@ async fn metrics_endpoint_serves_counters_and_database_gauges() {
 
     let body = wait_for("four attempts recorded", async || {
         let (head, body) = get(addr, "/metrics").await;
+        // One scrape reads the database before the counters, so a finish committed in
+        // between shows in the counters only: wait until both agree.
         let done = body.contains("toolq_finishes_total{outcome=\"completed\"} 3")
-            && body.contains("toolq_finishes_total{outcome=\"failed\"} 1");
+            && body.contains("toolq_finishes_total{outcome=\"failed\"} 1")
+            && body.contains("toolq_runs{state=\"completed\"} 3")
+            && body.contains("toolq_runs{state=\"failed\"} 1");
         (done.then_some((head, body.clone())), body)
     })
     .await;
