@@ -1,4 +1,4 @@
--- toolq schema, version 3 (stored in PRAGMA user_version; src/store/migrate.rs upgrades older files).
+-- toolq schema, version 4 (stored in PRAGMA user_version; src/store/migrate.rs upgrades older files).
 --
 -- This file is the whole schema. It is embedded in the binary and applied by `toolq init`
 -- (or by any command that opens a new database). Ops people: this is your interface.
@@ -75,13 +75,15 @@ CREATE INDEX runs_claimable_idx ON runs (session_id, priority DESC, run_at, id) 
 -- workers' slots), so per-session counts read this index whole instead of keeping a second one
 -- that every claim and finish would write (version 3).
 CREATE INDEX runs_running_owner_idx ON runs (lease_owner, lease_expires_at, session_id) WHERE state = 'running';
--- Listing and retention: finished runs by state and age, runs by session, by schedule.
--- Only final states: queued, awaiting and running runs have their own partial indexes above
--- and below, so enqueue and claim write no entry here and finish writes one (version 2).
-CREATE INDEX runs_state_created_idx ON runs (state, created_at)
+-- Counts, failures_24h and retention: finished runs by state and finish time. Only final
+-- states: queued, awaiting and running runs have their own partial indexes above and below,
+-- so enqueue and claim write no entry here and finish writes one (version 4: one index where
+-- versions 2-3 kept one by state and creation and one by finish time; every finish wrote both).
+-- Retention walks it one state at a time, oldest finish first.
+CREATE INDEX runs_final_idx ON runs (state, finished_at)
     WHERE state = 'completed' OR state = 'failed' OR state = 'cancelled';
+-- Listing a session's runs, by schedule.
 CREATE INDEX runs_session_created_idx ON runs (session_id, created_at);
-CREATE INDEX runs_finished_idx ON runs (finished_at) WHERE finished_at IS NOT NULL;
 CREATE INDEX runs_schedule_active_idx ON runs (schedule_id)
     WHERE (state = 'queued' OR state = 'awaiting_approval' OR state = 'running') AND schedule_id IS NOT NULL;
 -- Schedule firing: the latest queued schedule run, so catch-up starts are spread and capped.
@@ -180,14 +182,18 @@ CREATE TABLE inbox (
     read_at     TEXT,
     acked_at    TEXT
 );
+-- Reading a session's messages in order (also the unacknowledged ones: a session's reader
+-- goes forward from the last id it saw).
 CREATE INDEX inbox_session_idx ON inbox (session_id, id);
-CREATE INDEX inbox_unacked_idx ON inbox (session_id, id) WHERE acked_at IS NULL;
--- Retention: a run's messages (deleted with it), and acknowledged messages by age.
-CREATE INDEX inbox_run_idx ON inbox (run_id);
+-- A run's messages (deleted with it), and recording is exactly-once: at most one final
+-- message (completed, failed, cancelled) per run attempt. The third column is the same value
+-- for every final message and NULL for approval requests (NULLs never collide), so this one
+-- index is both the run lookup and the guard (version 4; before, two indexes that every
+-- finish wrote).
+CREATE UNIQUE INDEX inbox_run_idx ON inbox (run_id, attempt,
+    (CASE WHEN kind = 'approval_request' THEN NULL ELSE 'final' END));
+-- Retention: acknowledged messages by age.
 CREATE INDEX inbox_acked_idx ON inbox (acked_at) WHERE acked_at IS NOT NULL;
--- Recording is exactly-once: one final message per run attempt.
-CREATE UNIQUE INDEX inbox_one_final_per_attempt ON inbox (run_id, attempt)
-    WHERE kind = 'completed' OR kind = 'failed' OR kind = 'cancelled';
 
 -- One row per worker process, for ops and for rescuing the runs of dead processes.
 CREATE TABLE workers (

@@ -9,7 +9,7 @@ use tokio_util::sync::CancellationToken;
 use crate::client::Client;
 use crate::error::{InputError, Result};
 use crate::store::codec::ts;
-use crate::store::retention::{self, PruneCutoffs, Removed};
+use crate::store::retention::{self, PruneCutoffs, Removed, RunsCursor};
 
 /// What to prune.
 #[derive(Debug, Clone, Default)]
@@ -71,7 +71,7 @@ impl Client {
             return Ok(report);
         }
         let batch = self.config().retention.batch_size;
-        let mut cursor: Option<String> = None;
+        let mut cursor = RunsCursor::default();
         for step in [
             Step::Runs,
             Step::AckedInbox,
@@ -102,8 +102,8 @@ impl Client {
         step: Step,
         cutoffs: &PruneCutoffs,
         batch: usize,
-        cursor: Option<String>,
-    ) -> Result<(Removed, Option<String>)> {
+        cursor: RunsCursor,
+    ) -> Result<(Removed, RunsCursor)> {
         let c = cutoffs.clone();
         Ok(self
             .store()

@@ -27,7 +27,7 @@ pub struct ClaimParams<'a> {
     pub after_session: Option<&'a str>,
 }
 
-// Without ANALYZE statistics the planner prefers runs_state_created_idx (state = ?) for these,
+// Without ANALYZE statistics the planner may prefer another index on state for these,
 // which walks every queued run; INDEXED BY pins the index each query is built on, so a
 // claim costs the same with 20,000 or 1,000,000 runs queued. Running runs are few (at most
 // the workers' slots): counting them per session reads the owner index whole.

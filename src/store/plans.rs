@@ -93,3 +93,66 @@ fn a_runs_blobs_are_a_primary_key_range() {
         "{plan:?}"
     );
 }
+
+/// The query plan of `sql` on a new database: one line per step.
+fn plan(sql: &str) -> Vec<String> {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("t.db");
+    drop(super::Store::open(&path).expect("open"));
+    let conn = Connection::open(&path).expect("reopen");
+    let mut stmt = conn
+        .prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
+        .expect("plan prepares");
+    let mut rows = stmt.raw_query();
+    let mut plan = Vec::new();
+    while let Some(row) = rows.next().expect("plan runs") {
+        plan.push(row.get::<_, String>(3).expect("detail"));
+    }
+    plan
+}
+
+/// Version 4 keeps one index of finished runs (`runs_final_idx`, state then finish time); the
+/// counts, the failures view and retention's per-state walk must all read a range of it.
+#[test]
+fn finished_runs_are_found_through_runs_final_idx() {
+    for sql in [
+        "SELECT count(*) FROM runs WHERE state = 'completed'".to_string(),
+        "SELECT * FROM failures_24h".to_string(),
+        format!(
+            "SELECT r.id FROM runs r WHERE r.state = 'cancelled' AND r.finished_at >= '' AND {} \
+             ORDER BY r.finished_at LIMIT 10",
+            super::retention::PRUNABLE_RUN
+        ),
+    ] {
+        let p = plan(&sql);
+        assert!(
+            p.iter().any(
+                |d| d.contains("USING COVERING INDEX runs_final_idx (state=?")
+                    || d.contains("USING INDEX runs_final_idx (state=?")
+            ),
+            "{sql}: {p:?}"
+        );
+        assert!(
+            !p.iter()
+                .any(|d| d.starts_with("SCAN r") || d == "SCAN runs"),
+            "{sql}: {p:?}"
+        );
+        assert!(!p.iter().any(|d| d.contains("TEMP B-TREE")), "{sql}: {p:?}");
+    }
+}
+
+/// A run's messages (retention, the cascade of a run deleted by hand) are a range of
+/// `inbox_run_idx`, which is also the one-final-message-per-attempt guard.
+#[test]
+fn a_runs_messages_are_found_through_inbox_run_idx() {
+    for sql in [
+        "DELETE FROM inbox WHERE run_id IN (SELECT value FROM json_each('[\"bg_x\"]'))",
+        "SELECT 1 FROM inbox i WHERE i.run_id = 'bg_x' AND i.acked_at IS NULL",
+    ] {
+        let p = plan(sql);
+        assert!(
+            p.iter().any(|d| d.contains("inbox_run_idx (run_id=?)")),
+            "{sql}: {p:?}"
+        );
+    }
+}

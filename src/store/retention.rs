@@ -59,10 +59,10 @@ impl Removed {
 /// A finished run `r` that may be deleted. Kept: runs an unacknowledged message still points
 /// at (until `:unacked_before`), the latest finished run of each enabled schedule, and runs a
 /// schedule occurrence younger than `:occ_before` points at (so the ledger keeps its link).
-/// `+r.state` keeps the planner on `runs_finished_idx` (a range on finished_at) instead of
-/// `runs_state_created_idx`, which would visit every finished run and sort them.
-const PRUNABLE_RUN: &str = "r.finished_at IS NOT NULL AND r.finished_at < :runs_before \
-    AND +r.state IN ('completed', 'failed', 'cancelled') \
+/// The state condition repeats `runs_final_idx`'s own, so its ranges of (state, finished_at)
+/// serve it.
+pub(crate) const PRUNABLE_RUN: &str = "r.finished_at IS NOT NULL AND r.finished_at < :runs_before \
+    AND (r.state = 'completed' OR r.state = 'failed' OR r.state = 'cancelled') \
     AND (r.finished_at < :unacked_before OR NOT EXISTS \
         (SELECT 1 FROM inbox i WHERE i.run_id = r.id AND i.acked_at IS NULL)) \
     AND NOT EXISTS (SELECT 1 FROM schedule_occurrences o \
@@ -97,37 +97,60 @@ fn as_params<'a>(p: &'a [(&'static str, String)]) -> Vec<(&'static str, &'a dyn 
         .collect()
 }
 
+/// The final states, in the order a prune walks them.
+const FINAL_STATES: [&str; 3] = ["completed", "failed", "cancelled"];
+
+/// Where a prune of runs stands: the final state it walks (one at a time, so each batch is a
+/// range of `runs_final_idx`) and the finish time it reached in that state. Start with
+/// `RunsCursor::default()`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RunsCursor {
+    state: usize,
+    after: String,
+}
+
 /// Deletes at most `batch` prunable runs with their blobs and inbox rows (their occurrences
-/// keep the row with `run_id` set to NULL), oldest first. `cursor` is the `finished_at` where
-/// the previous batch stopped (start with `None`), so kept runs are not scanned again batch
-/// after batch. Returns the counts; `runs < batch` means done.
+/// keep the row with `run_id` set to NULL), oldest first within each final state. `cursor`
+/// says where the previous batch stopped, so kept runs are not scanned again batch after
+/// batch. Returns the counts; `runs < batch` means done.
 pub fn prune_runs_batch(
     tx: &Transaction<'_>,
     c: &PruneCutoffs,
     batch: usize,
-    cursor: &mut Option<String>,
+    cursor: &mut RunsCursor,
 ) -> Result<Removed, StoreError> {
-    let found: Vec<(String, String, String)> = {
+    let mut found: Vec<(String, String, String)> = Vec::new();
+    let rp = run_params(c);
+    while found.len() < batch && cursor.state < FINAL_STATES.len() {
+        // A literal state (not a parameter) lets the planner prove the partial index applies.
         let sql = format!(
-            "SELECT r.id, r.finished_at, r.session_id FROM runs r WHERE r.finished_at >= :after \
-             AND {PRUNABLE_RUN} ORDER BY r.finished_at LIMIT :batch"
+            "SELECT r.id, r.finished_at, r.session_id FROM runs r \
+             WHERE r.state = '{}' AND r.finished_at >= :after \
+             AND {PRUNABLE_RUN} ORDER BY r.finished_at LIMIT :batch",
+            FINAL_STATES[cursor.state]
         );
         let mut stmt = tx.prepare_cached(&sql).ctx("prepare prunable runs")?;
-        let rp = run_params(c);
         let mut p = as_params(&rp);
-        let batch = batch as i64;
-        let after = cursor.clone().unwrap_or_default();
-        p.push((":batch", &batch));
-        p.push((":after", &after));
-        let rows = stmt
+        let want = (batch - found.len()) as i64;
+        p.push((":batch", &want));
+        p.push((":after", &cursor.after));
+        let rows: Vec<(String, String, String)> = stmt
             .query_map(p.as_slice(), |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-            .ctx("select prunable runs")?;
-        rows.collect::<Result<_, _>>().ctx("read prunable runs")?
-    };
-    let Some((_, last, _)) = found.last() else {
+            .ctx("select prunable runs")?
+            .collect::<Result<_, _>>()
+            .ctx("read prunable runs")?;
+        match rows.last() {
+            Some((_, last, _)) if rows.len() as i64 == want => cursor.after.clone_from(last),
+            _ => {
+                cursor.state += 1;
+                cursor.after.clear();
+            }
+        }
+        found.extend(rows);
+    }
+    if found.is_empty() {
         return Ok(Removed::default());
-    };
-    *cursor = Some(last.clone());
+    }
     let ids: Vec<&String> = found.iter().map(|(id, _, _)| id).collect();
     let ids = serde_json::to_string(&ids).map_err(|e| StoreError::Task(e.to_string()))?;
     let del = |sql: &str, what: &str| -> Result<u64, StoreError> {

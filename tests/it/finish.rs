@@ -52,6 +52,47 @@ async fn echo_completes_with_artifacts_and_inbox_message() {
     );
 }
 
+/// Recording is exactly-once down to the schema: a second final message for the same run
+/// attempt is refused by `inbox_run_idx` (whatever code tried it), while approval requests
+/// for one attempt are not limited by it.
+#[tokio::test]
+async fn the_database_refuses_a_second_final_message_for_an_attempt() {
+    let env = TestEnv::new();
+    let id = env
+        .client
+        .enqueue(EnqueueRequest::new("echo", json!({"message": "once"})))
+        .await
+        .unwrap()
+        .run_id;
+    env.drain().await;
+    let c = rusqlite::Connection::open(env.db_path()).unwrap();
+    let insert = |kind: &str, attempt: i64| {
+        c.execute(
+            "INSERT INTO inbox (session_id, run_id, attempt, kind, body, created_at) \
+             VALUES ('default', ?1, ?2, ?3, 'x', '2026-11-01T00:00:00.000Z')",
+            rusqlite::params![id.as_str(), attempt, kind],
+        )
+    };
+    for kind in ["completed", "failed", "cancelled"] {
+        let err = insert(kind, 1).expect_err("a second final message for attempt 1");
+        assert!(
+            err.to_string()
+                .contains("UNIQUE constraint failed: index 'inbox_run_idx'"),
+            "{kind}: {err}"
+        );
+    }
+    insert("failed", 2).expect("another attempt's final message");
+    insert("approval_request", 1).expect("an approval request");
+    insert("approval_request", 1).expect("another approval request for the same attempt");
+    assert_eq!(
+        env.count(&format!(
+            "SELECT count(*) FROM inbox WHERE run_id = '{}' AND attempt = 1",
+            id.as_str()
+        )),
+        3
+    );
+}
+
 #[tokio::test]
 async fn panic_is_contained_and_internal_error_is_hidden() {
     let env = TestEnv::new();

@@ -263,3 +263,70 @@ async fn older_than_overrides_the_configured_ages() {
     assert_eq!(env.count("SELECT count(*) FROM blobs"), 0);
     assert_eq!(env.count("SELECT count(*) FROM inbox"), 0);
 }
+
+/// Retention walks the final states one at a time, oldest finish first (`runs_final_idx`):
+/// old completed, failed and cancelled runs all go, in batches smaller than each state's
+/// share, and the recent run of each state stays.
+#[tokio::test]
+async fn prune_takes_old_runs_of_every_final_state_batch_by_batch() {
+    let env = TestEnv::with_config(|c| c.retention.batch_size = 2);
+    let finish_one_of_each = |tag: &'static str| {
+        let env = &env;
+        async move {
+            let ok = echo(env, tag).await;
+            let failed = env
+                .client
+                .enqueue(EnqueueRequest::new("divide", json!({"a": 1, "b": 0})).title(tag))
+                .await
+                .unwrap()
+                .run_id;
+            let mut later = EnqueueRequest::new("echo", json!({})).title(tag);
+            later.run_at = Some(env.clock.now() + chrono::Duration::days(1));
+            let cancelled = env.client.enqueue(later).await.unwrap().run_id;
+            env.client.cancel(&cancelled).await.unwrap();
+            [ok, failed, cancelled]
+        }
+    };
+    let mut old = Vec::new();
+    for _ in 0..3 {
+        old.extend(finish_one_of_each("old").await);
+    }
+    env.drain().await;
+    ack_all_but(&env, &[]).await;
+    env.clock.advance(chrono::Duration::days(8));
+    let recent = finish_one_of_each("recent").await;
+    env.drain().await;
+    ack_all_but(&env, &[]).await;
+    let states = |ids: &[RunId]| {
+        let env = &env;
+        let ids = ids.to_vec();
+        async move {
+            let mut s = Vec::new();
+            for id in &ids {
+                s.push(env.client.get(id).await.unwrap().state);
+            }
+            s
+        }
+    };
+    assert_eq!(
+        states(&recent).await,
+        [RunState::Completed, RunState::Failed, RunState::Cancelled]
+    );
+    assert_eq!(
+        states(&old[..3]).await,
+        [RunState::Completed, RunState::Failed, RunState::Cancelled]
+    );
+
+    let report = env.client.prune(PruneOptions::default()).await.unwrap();
+    assert_eq!(report.removed.runs, 9, "{report:?}");
+    for id in &old {
+        assert!(env.client.get(id).await.is_err(), "{id} should be gone");
+    }
+    assert_eq!(
+        states(&recent).await,
+        [RunState::Completed, RunState::Failed, RunState::Cancelled]
+    );
+    assert_eq!(env.count("SELECT count(*) FROM runs"), 3);
+    let again = env.client.prune(PruneOptions::default()).await.unwrap();
+    assert_eq!(again.removed, Removed::default());
+}
