@@ -91,9 +91,7 @@ fn probe_thread(sh: &Shared, stop: &CancellationToken, mut watch: Option<Arc<Wal
             return;
         }
     };
-    // After a reported write, probe once more a little later if this probe saw nothing: the
-    // writer updates the `-shm` header just after its WAL frames.
-    let mut look_again = false;
+    let mut pacing = Pacing::default();
     while !stop.is_cancelled() {
         let changed = match wake_tick(sh, &mut probe) {
             Ok(c) => c,
@@ -102,27 +100,173 @@ fn probe_thread(sh: &Shared, stop: &CancellationToken, mut watch: Option<Arc<Wal
                 false
             }
         };
-        let Some(w) = &watch else {
+        let Some(w) = watch.clone() else {
             std::thread::sleep(PROBE_EVERY);
             continue;
         };
-        if changed || look_again {
-            // Pace a stream of commits (this worker's own, during a drain) instead of probing
-            // after every one of them; the first write after a quiet spell is seen at once.
-            // A reported write this probe did not see yet is looked for once more.
-            std::thread::sleep(PROBE_EVERY);
-            if !changed {
-                look_again = false;
-                continue;
+        let wait = match pacing.after_probe(changed) {
+            Next::Wait => true,
+            Next::SleepThenWait => {
+                std::thread::sleep(PROBE_EVERY);
+                true
             }
-        }
-        look_again = match w.wait(WATCH_TIMEOUT) {
-            Ok(woken) => woken == Woken::Wal,
-            Err(e) => {
-                tracing::warn!(error = %e, "WAL watch failed; probing every {PROBE_EVERY:?}");
-                watch = None;
+            Next::Sleep => {
+                std::thread::sleep(PROBE_EVERY);
+                false
+            }
+            Next::Pause => {
+                if let Err(e) = w.pause() {
+                    tracing::debug!(error = %e, "could not pause the WAL watch");
+                }
+                std::thread::sleep(PROBE_EVERY);
+                false
+            }
+            // Probe at once: a commit between the last probe and the new watch is not reported.
+            Next::Resume => {
+                if let Err(e) = w.resume() {
+                    tracing::warn!(error = %e, "WAL watch failed; probing every {PROBE_EVERY:?}");
+                    watch = None;
+                }
                 false
             }
         };
+        if !wait {
+            continue;
+        }
+        match w.wait(WATCH_TIMEOUT) {
+            Ok(woken) => pacing.woken(woken == Woken::Wal),
+            Err(e) => {
+                tracing::warn!(error = %e, "WAL watch failed; probing every {PROBE_EVERY:?}");
+                watch = None;
+            }
+        }
+    }
+}
+
+/// Consecutive probes that saw a commit (commits streaming in, e.g. this worker's own during a
+/// drain) after which the watch is paused and the thread polls every [`PROBE_EVERY`].
+const BUSY_PROBES: u32 = 3;
+/// Consecutive probes that saw nothing after which a paused watch is resumed.
+const QUIET_PROBES: u32 = 3;
+
+/// What the probe thread does after a probe.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Next {
+    /// Sleep in the watch until a write is reported (or the safety timeout).
+    Wait,
+    /// Sleep [`PROBE_EVERY`], then wait in the watch: paces a stream of commits instead of
+    /// probing after every one; the first write after a quiet spell is seen at once.
+    SleepThenWait,
+    /// Sleep [`PROBE_EVERY`], then probe.
+    Sleep,
+    /// Pause the watch (commits keep coming), sleep, probe: polling while busy.
+    Pause,
+    /// Resume the watch (quiet again) and probe at once.
+    Resume,
+}
+
+/// Decides, probe by probe, between sleeping in the watch and polling.
+#[derive(Debug, Default)]
+struct Pacing {
+    /// A reported write the last probe did not see yet: the writer updates the `-shm` header
+    /// just after its WAL frames, so look once more a little later.
+    look_again: bool,
+    /// Consecutive probes that saw a commit while watching.
+    busy: u32,
+    /// Consecutive probes that saw nothing while paused.
+    quiet: u32,
+    paused: bool,
+}
+
+impl Pacing {
+    fn after_probe(&mut self, changed: bool) -> Next {
+        if self.paused {
+            self.quiet = if changed { 0 } else { self.quiet + 1 };
+            if self.quiet < QUIET_PROBES {
+                return Next::Sleep;
+            }
+            *self = Pacing::default();
+            return Next::Resume;
+        }
+        if changed {
+            self.look_again = false;
+            self.busy += 1;
+            if self.busy < BUSY_PROBES {
+                return Next::SleepThenWait;
+            }
+            self.busy = 0;
+            self.quiet = 0;
+            self.paused = true;
+            return Next::Pause;
+        }
+        self.busy = 0;
+        if std::mem::take(&mut self.look_again) {
+            return Next::Sleep;
+        }
+        Next::Wait
+    }
+
+    /// The watch reported a write (`wal`) or timed out.
+    fn woken(&mut self, wal: bool) {
+        self.look_again = wal;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(p: &mut Pacing, probes: &[bool]) -> Vec<Next> {
+        probes.iter().map(|&c| p.after_probe(c)).collect()
+    }
+
+    #[test]
+    fn a_lone_commit_is_seen_at_once_and_then_the_thread_sleeps_in_the_watch() {
+        let mut p = Pacing::default();
+        assert_eq!(run(&mut p, &[false]), [Next::Wait]);
+        p.woken(true);
+        assert_eq!(run(&mut p, &[true]), [Next::SleepThenWait]);
+        p.woken(false);
+        assert_eq!(run(&mut p, &[false, false]), [Next::Wait, Next::Wait]);
+    }
+
+    #[test]
+    fn a_reported_write_not_yet_visible_is_looked_for_once_more() {
+        let mut p = Pacing::default();
+        p.woken(true);
+        assert_eq!(run(&mut p, &[false, false]), [Next::Sleep, Next::Wait]);
+    }
+
+    #[test]
+    fn streaming_commits_pause_the_watch_and_quiet_resumes_it() {
+        let mut p = Pacing::default();
+        assert_eq!(
+            run(&mut p, &[true, true, true]),
+            [Next::SleepThenWait, Next::SleepThenWait, Next::Pause]
+        );
+        // Paused: poll; a commit restarts the quiet count.
+        assert_eq!(
+            run(&mut p, &[true, false, false, true, false, false, false]),
+            [
+                Next::Sleep,
+                Next::Sleep,
+                Next::Sleep,
+                Next::Sleep,
+                Next::Sleep,
+                Next::Sleep,
+                Next::Resume
+            ]
+        );
+        // Watching again, from a clean slate.
+        assert_eq!(run(&mut p, &[false]), [Next::Wait]);
+        assert_eq!(
+            run(&mut p, &[true, false, true, true]),
+            [
+                Next::SleepThenWait,
+                Next::Wait,
+                Next::SleepThenWait,
+                Next::SleepThenWait
+            ]
+        );
     }
 }

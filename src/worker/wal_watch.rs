@@ -4,16 +4,22 @@
 //! worker costs almost no CPU and another process's enqueue is seen as soon as it is written.
 //! The parent directory is watched rather than the file, so a WAL file that is deleted and
 //! created again (a journal-mode switch by hand) stays watched.
+//!
+//! A watch is not free for the writer: the kernel queues an event on every `pwrite` to the
+//! watched directory, two per WAL frame, which cost a quarter of a draining worker's commit
+//! time (BENCHMARKS.md). So the probe thread [pauses](WalWatch::pause) the watch while commits
+//! stream in, and polls instead, until things are quiet again.
 
 use std::ffi::OsString;
 use std::os::fd::AsFd;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use nix::errno::Errno;
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::eventfd::{EfdFlags, EventFd};
-use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
+use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify, WatchDescriptor};
 
 use super::wakeup::Woken;
 
@@ -21,7 +27,10 @@ use super::wakeup::Woken;
 #[derive(Debug)]
 pub(crate) struct WalWatch {
     inotify: Inotify,
+    dir: PathBuf,
     wal_name: OsString,
+    /// The directory's watch; `None` while paused.
+    watch: Mutex<Option<WatchDescriptor>>,
     stop: EventFd,
 }
 
@@ -39,13 +48,49 @@ impl WalWatch {
         let mut wal_name = name.to_owned();
         wal_name.push("-wal");
         let inotify = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC)?;
-        inotify.add_watch(dir, AddWatchFlags::IN_MODIFY)?;
+        let wd = inotify.add_watch(dir, AddWatchFlags::IN_MODIFY)?;
         let stop = EventFd::from_flags(EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC)?;
         Ok(WalWatch {
             inotify,
+            dir: dir.to_path_buf(),
             wal_name,
+            watch: Mutex::new(Some(wd)),
             stop,
         })
+    }
+
+    fn watch(&self) -> std::sync::MutexGuard<'_, Option<WatchDescriptor>> {
+        // The guarded value is replaced whole; a panic elsewhere cannot leave it half-made.
+        self.watch.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Stops the kernel from reporting writes (writes cost nothing extra meanwhile); the
+    /// caller polls instead until [`resume`](Self::resume). Idempotent.
+    pub(crate) fn pause(&self) -> std::io::Result<()> {
+        if let Some(wd) = self.watch().take() {
+            self.inotify.rm_watch(wd)?;
+        }
+        Ok(())
+    }
+
+    /// Watches again after [`pause`](Self::pause), dropping the events queued before it, so
+    /// the next [`wait`](Self::wait) reports only new writes. Idempotent.
+    pub(crate) fn resume(&self) -> std::io::Result<()> {
+        let mut watch = self.watch();
+        if watch.is_none() {
+            self.drain_events()?;
+            *watch = Some(
+                self.inotify
+                    .add_watch(&self.dir, AddWatchFlags::IN_MODIFY)?,
+            );
+        }
+        Ok(())
+    }
+
+    /// Whether the watch is paused.
+    #[cfg(test)]
+    pub(crate) fn is_paused(&self) -> bool {
+        self.watch().is_none()
     }
 
     /// Makes the current or next [`wait`](Self::wait) return [`Woken::Stop`].
@@ -149,6 +194,37 @@ mod tests {
         assert_eq!(
             watch.wait(Duration::from_secs(60)).expect("wait"),
             Woken::Stop
+        );
+    }
+
+    #[test]
+    fn a_paused_watch_reports_nothing_and_a_resumed_one_reports_new_writes() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("w.db");
+        let _store = Store::open(&path).expect("open");
+        let watch = WalWatch::open(&path).expect("watch");
+        while watch.wait(Duration::from_millis(20)).expect("wait") == Woken::Wal {}
+        let other = Store::open(&path).expect("open again");
+        watch.pause().expect("pause");
+        watch.pause().expect("pausing twice is fine");
+        assert!(watch.is_paused());
+        create(&other, "t1");
+        assert_eq!(
+            watch.wait(Duration::from_millis(50)).expect("wait"),
+            Woken::Timeout
+        );
+        watch.resume().expect("resume");
+        watch.resume().expect("resuming twice is fine");
+        assert!(!watch.is_paused());
+        assert_eq!(
+            watch.wait(Duration::from_millis(20)).expect("wait"),
+            Woken::Timeout,
+            "nothing was written since the resume"
+        );
+        create(&other, "t2");
+        assert_eq!(
+            watch.wait(Duration::from_secs(5)).expect("wait"),
+            Woken::Wal
         );
     }
 

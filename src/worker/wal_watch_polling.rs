@@ -23,6 +23,16 @@ impl WalWatch {
     pub(crate) fn stop(&self) {}
 
     /// Never called: [`open`](Self::open) fails.
+    pub(crate) fn pause(&self) -> std::io::Result<()> {
+        Ok(())
+    }
+
+    /// Never called: [`open`](Self::open) fails.
+    pub(crate) fn resume(&self) -> std::io::Result<()> {
+        Ok(())
+    }
+
+    /// Never called: [`open`](Self::open) fails.
     pub(crate) fn wait(&self, _timeout: Duration) -> std::io::Result<Woken> {
         Ok(Woken::Timeout)
     }
