@@ -17,6 +17,9 @@ pub struct Recorder {
 
 struct Inner {
     handled: AtomicU64,
+    /// The count [`Recorder::wait_handled`] waits for: the handler wakes it only then, not on
+    /// every run (a wake-up per run would measure the benchmark's waiter, not the queue).
+    target: AtomicU64,
     notify: Notify,
     starts: Option<mpsc::UnboundedSender<(u64, i64)>>,
 }
@@ -27,6 +30,7 @@ impl Recorder {
         Self {
             inner: Arc::new(Inner {
                 handled: AtomicU64::new(0),
+                target: AtomicU64::new(0),
                 notify: Notify::new(),
                 starts: None,
             }),
@@ -39,6 +43,7 @@ impl Recorder {
         let r = Self {
             inner: Arc::new(Inner {
                 handled: AtomicU64::new(0),
+                target: AtomicU64::new(0),
                 notify: Notify::new(),
                 starts: Some(tx),
             }),
@@ -53,6 +58,7 @@ impl Recorder {
 
     /// Waits until at least `n` runs were handled.
     pub async fn wait_handled(&self, n: u64) {
+        self.inner.target.store(n, Ordering::Release);
         loop {
             let notified = self.inner.notify.notified();
             if self.handled() >= n {
@@ -94,8 +100,10 @@ impl Tool for Noop {
             // The receiver goes away only when the measurement is over.
             let _ = tx.send((i, t1));
         }
-        self.0.inner.handled.fetch_add(1, Ordering::AcqRel);
-        self.0.inner.notify.notify_waiters();
+        let handled = self.0.inner.handled.fetch_add(1, Ordering::AcqRel) + 1;
+        if handled >= self.0.inner.target.load(Ordering::Acquire) {
+            self.0.inner.notify.notify_waiters();
+        }
         ToolOutcome::ok(json!({"i": i}))
     }
 }

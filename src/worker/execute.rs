@@ -68,6 +68,8 @@ pub async fn execute(
     // cross-task wake-up on the path between a claim and the next commit.
     let mut call = CatchPanic(tool.call(ctx));
     let early = tokio::select! {
+        // The tool first: one that is done at its first poll never arms the timeout's timer.
+        biased;
         returned = &mut call => return Executed::End(returned_end(returned)),
         _ = tokio::time::sleep(timeout) => Executed::End(AttemptEnd::TimedOut(timeout)),
         _ = stop.token.cancelled() => match stop.reason() {
