@@ -47,6 +47,41 @@ pub(crate) const PUT: &str = "INSERT INTO blobs (session_id, path, run_id, conte
     ON CONFLICT (session_id, path) DO UPDATE SET content = excluded.content, size = excluded.size, \
     truncated = excluded.truncated, run_id = excluded.run_id, updated_at = excluded.updated_at";
 
+/// The columns [`PUT`] writes, and its conflict clause: shared with [`put_many`].
+const PUT_HEAD: &str = "INSERT INTO blobs (session_id, path, run_id, content, size, truncated, created_at, updated_at)";
+const PUT_TAIL: &str = "ON CONFLICT (session_id, path) DO UPDATE SET content = excluded.content, \
+    size = excluded.size, truncated = excluded.truncated, run_id = excluded.run_id, \
+    updated_at = excluded.updated_at";
+
+/// [`PUT`] for `rows` blobs, `now` shared as `?1`.
+pub(crate) fn put_many_sql(rows: usize) -> String {
+    super::rows::values_sql(PUT_HEAD, "(#, #, #, #, #, #, ?1, ?1)", rows, PUT_TAIL)
+}
+
+/// [`put`] for many blobs: one multi-row statement per chunk (see `store::rows`).
+pub(crate) fn put_many(
+    tx: &Transaction<'_>,
+    blobs: &[BlobWrite<'_>],
+    now: DateTime<Utc>,
+) -> Result<(), StoreError> {
+    super::rows::insert_chunked(
+        tx,
+        blobs,
+        "put blobs",
+        put_many_sql,
+        &ts(now),
+        |stmt, i, b| {
+            stmt.raw_bind_parameter(i, b.session_id)?;
+            stmt.raw_bind_parameter(i + 1, b.path)?;
+            stmt.raw_bind_parameter(i + 2, b.run_id)?;
+            stmt.raw_bind_parameter(i + 3, b.content)?;
+            stmt.raw_bind_parameter(i + 4, b.content.len() as i64)?;
+            stmt.raw_bind_parameter(i + 5, b.truncated as i64)?;
+            Ok(i + 6)
+        },
+    )
+}
+
 /// Writes (or replaces) a blob.
 pub fn put(tx: &Transaction<'_>, b: &BlobWrite<'_>, now: DateTime<Utc>) -> Result<(), StoreError> {
     tx.prepare_cached(PUT)

@@ -6,7 +6,7 @@ use rusqlite::{Transaction, named_params};
 use serde_json::Value;
 
 use super::Ctx;
-use super::artifacts::{BlobWrite, put};
+use super::artifacts::{BlobWrite, put, put_many};
 use super::codec::ts;
 use super::inbox::NewMessage;
 use super::runs::APPEND_ERROR;
@@ -96,6 +96,20 @@ pub fn finish(
     r: &FinishRecord,
     now: DateTime<Utc>,
 ) -> Result<bool, StoreError> {
+    if !finish_state(tx, r, now)? {
+        return Ok(false);
+    }
+    write_artifacts(tx, r, now)?;
+    Ok(true)
+}
+
+/// The fenced state change of [`finish`] alone: true when the attempt still held the lease.
+/// Its artifacts must follow in the same transaction ([`write_artifacts_many`]).
+pub fn finish_state(
+    tx: &Transaction<'_>,
+    r: &FinishRecord,
+    now: DateTime<Utc>,
+) -> Result<bool, StoreError> {
     let (state, run_at, finished, approval, deadline) = match &r.outcome {
         Outcome::Final(s) => (s.as_str(), None, Some(ts(now)), None, None),
         Outcome::Retry(at) => ("queued", Some(ts(*at)), None, None, None),
@@ -127,11 +141,60 @@ pub fn finish(
             r.token,
         ])
         .ctx("finish run")?;
-    if n == 0 {
-        return Ok(false);
+    Ok(n == 1)
+}
+
+/// The blobs and messages of attempt ends whose [`finish_state`] applied, in this
+/// transaction: multi-row inserts for the whole batch instead of one statement per row.
+pub fn write_artifacts_many(
+    tx: &Transaction<'_>,
+    records: &[&FinishRecord],
+    now: DateTime<Utc>,
+) -> Result<(), StoreError> {
+    let paths: Vec<[String; 2]> = records
+        .iter()
+        .map(|r| {
+            [
+                format!("/.background/{}/output.log", r.id),
+                format!("/.background/{}/result.json", r.id),
+            ]
+        })
+        .collect();
+    let mut blobs = Vec::with_capacity(records.len() * 2);
+    for (r, [log_path, result_path]) in records.iter().zip(&paths) {
+        let log = r.log.as_ref().map(|(log, cut)| (log_path, log, *cut));
+        let result = r.result.as_ref().map(|res| (result_path, res, false));
+        let extra = r
+            .extra_blobs
+            .iter()
+            .map(|(path, content)| (path, content, false));
+        for (path, content, truncated) in log.into_iter().chain(result).chain(extra) {
+            blobs.push(BlobWrite {
+                session_id: &r.session_id,
+                path,
+                run_id: &r.id,
+                content,
+                truncated,
+            });
+        }
     }
-    write_artifacts(tx, r, now)?;
-    Ok(true)
+    put_many(tx, &blobs, now)?;
+    let encoded: Vec<Option<String>> = records
+        .iter()
+        .map(|r| match (&r.message, &r.message_data) {
+            (Some(m), None) => Some(m.data.to_string()),
+            _ => None,
+        })
+        .collect();
+    let messages: Vec<(&NewMessage, &str)> = records
+        .iter()
+        .zip(&encoded)
+        .filter_map(|(r, late)| {
+            let m = r.message.as_ref()?;
+            Some((m, r.message_data.as_deref().or(late.as_deref())?))
+        })
+        .collect();
+    super::inbox::insert_many_encoded(tx, &messages, now)
 }
 
 fn write_artifacts(
@@ -197,7 +260,17 @@ pub fn finish_many(
     records: &[FinishRecord],
     now: DateTime<Utc>,
 ) -> Result<Vec<bool>, StoreError> {
-    records.iter().map(|r| finish(tx, r, now)).collect()
+    let applied = records
+        .iter()
+        .map(|r| finish_state(tx, r, now))
+        .collect::<Result<Vec<bool>, _>>()?;
+    let done: Vec<&FinishRecord> = records
+        .iter()
+        .zip(&applied)
+        .filter_map(|(r, &ok)| ok.then_some(r))
+        .collect();
+    write_artifacts_many(tx, &done, now)?;
+    Ok(applied)
 }
 
 /// Records the end of a run that is not running (rescued by another process, cancelled while

@@ -86,6 +86,43 @@ pub fn insert_encoded(
     Ok(tx.last_insert_rowid())
 }
 
+/// [`INSERT`] for `rows` messages, `created_at` shared as `?1`.
+pub(crate) fn insert_many_sql(rows: usize) -> String {
+    super::rows::values_sql(
+        "INSERT INTO inbox (session_id, run_id, attempt, kind, body, data, delivery, created_at)",
+        "(#, #, #, #, #, #, #, ?1)",
+        rows,
+        "",
+    )
+}
+
+/// [`insert_encoded`] for many messages, each with its `data` already encoded: one
+/// multi-row statement per chunk (see `store::rows`), so `AUTOINCREMENT`'s sequence row is
+/// read and written once per chunk instead of once per message. Ids follow `msgs`' order.
+pub(crate) fn insert_many_encoded(
+    tx: &Transaction<'_>,
+    msgs: &[(&NewMessage, &str)],
+    now: DateTime<Utc>,
+) -> Result<(), StoreError> {
+    super::rows::insert_chunked(
+        tx,
+        msgs,
+        "insert messages",
+        insert_many_sql,
+        &ts(now),
+        |stmt, i, (m, data)| {
+            stmt.raw_bind_parameter(i, &m.session_id)?;
+            stmt.raw_bind_parameter(i + 1, &m.run_id)?;
+            stmt.raw_bind_parameter(i + 2, m.attempt)?;
+            stmt.raw_bind_parameter(i + 3, m.kind)?;
+            stmt.raw_bind_parameter(i + 4, &m.body)?;
+            stmt.raw_bind_parameter(i + 5, *data)?;
+            stmt.raw_bind_parameter(i + 6, m.delivery.as_str())?;
+            Ok(i + 7)
+        },
+    )
+}
+
 /// Which messages [`list`] returns.
 #[derive(Debug, Clone, Default)]
 pub struct InboxFilter {

@@ -17,6 +17,7 @@ mod plans;
 pub mod probe;
 pub mod rescue;
 pub mod retention;
+mod rows;
 pub mod runs;
 pub mod schedules;
 pub mod wal;

@@ -24,7 +24,13 @@ fn per_run_statements_build_no_temporary_btree() {
     let conn = Connection::open(&path).expect("reopen");
     // An IN list of three or more values in a CHECK or a partial index condition compiles to
     // OpenEphemeral on every execution (the schema spells such lists as OR chains).
+    let (blobs, messages) = (
+        super::artifacts::put_many_sql(32),
+        super::inbox::insert_many_sql(16),
+    );
     for (name, sql, allowed) in [
+        ("blobs of a cohort", blobs.as_str(), 0),
+        ("messages of a cohort", messages.as_str(), 0),
         ("enqueue", super::runs::INSERT, 0),
         ("claim", super::claim::CLAIM_ONE, 0),
         ("finish", super::finish::FINISH.as_str(), 0),

@@ -451,12 +451,22 @@ async fn finisher_loop(
                     let applied = b
                         .iter()
                         .map(|job| match job {
-                            Job::Finish(r) => store::finish::finish(tx, r, now),
+                            Job::Finish(r) => store::finish::finish_state(tx, r, now),
                             Job::Release { id, attempt, token } => {
                                 store::claim::release(tx, id, *attempt, token, now)
                             }
                         })
                         .collect::<Result<Vec<bool>, _>>()?;
+                    // The blobs and messages of every recorded end, a few statements for all.
+                    let done: Vec<&FinishRecord> = b
+                        .iter()
+                        .zip(&applied)
+                        .filter_map(|(job, &ok)| match job {
+                            Job::Finish(r) if ok => Some(&**r),
+                            _ => None,
+                        })
+                        .collect();
+                    store::finish::write_artifacts_many(tx, &done, now)?;
                     let runs = store::claim::claim(tx, &a.params(now))?;
                     Ok((applied, runs))
                 })

@@ -199,3 +199,153 @@ async fn huge_output_keeps_the_cap_and_the_tail_moves_on() {
     assert!(blob.content.len() < 256 * 1024 + 100);
     assert_eq!(run.output_tail.unwrap().chars().count(), 2048);
 }
+
+/// A batch of attempt ends is recorded with multi-row inserts (chunks of 32, 16, ... rows):
+/// each applied run gets exactly its blobs and message, in the batch's order; a fenced-out
+/// run gets nothing; a run without a completion signal gets no message; a sidecar blob is
+/// written beside the others.
+#[tokio::test]
+async fn a_large_batch_of_ends_writes_each_runs_artifacts_once() {
+    use toolq::store::finish::{FinishRecord, finish_many};
+    use toolq::tool::ToolSuccess;
+    use toolq::tool::sink::SinkSnapshot;
+    use toolq::worker::finish::{AttemptEnd, decide};
+    use toolq::{Run, ToolOutcome};
+
+    let env = TestEnv::new();
+    const N: usize = 45; // 32 + 8 + 4 + 1 rows of messages; more blob rows
+    for i in 0..N {
+        let mut req =
+            EnqueueRequest::new("echo", json!({"message": i.to_string()})).session("batch");
+        req.signal_on_completion = i != 3;
+        env.client.enqueue(req).await.unwrap();
+    }
+    let now = env.client.now();
+    let runs: Vec<Run> = env
+        .client
+        .store()
+        .write(|tx| {
+            toolq::store::claim::claim(
+                tx,
+                &toolq::store::claim::ClaimParams {
+                    worker: "wk_test",
+                    now,
+                    lease_until: now + chrono::Duration::seconds(30),
+                    max: N,
+                    per_session: N as i64,
+                    after_session: None,
+                },
+            )
+        })
+        .unwrap();
+    assert_eq!(runs.len(), N);
+    let records: Vec<FinishRecord> = runs
+        .iter()
+        .enumerate()
+        .map(|(i, run)| {
+            let outcome = ToolOutcome::Success(ToolSuccess {
+                value: json!({"i": i}),
+                images: Vec::new(),
+                raw_output: (i == 7).then(|| "raw seven".to_string()),
+            });
+            let mut rec = decide(
+                run,
+                AttemptEnd::Returned(outcome),
+                SinkSnapshot {
+                    log: Some((format!("[stdout] line {i}\n").into_bytes(), false)),
+                    ..SinkSnapshot::default()
+                },
+                &env.client.config().runs,
+                now,
+                0.5,
+            );
+            if i % 2 == 0 {
+                rec.encode_message(); // the others are encoded by the writer
+            }
+            if i == 5 {
+                rec.token = "not-the-lease".into();
+            }
+            rec
+        })
+        .collect();
+    let applied = env
+        .client
+        .store()
+        .write(|tx| finish_many(tx, &records, now))
+        .unwrap();
+    assert_eq!(applied.iter().filter(|ok| !**ok).count(), 1);
+    assert!(!applied[5]);
+    let count = |sql: String| env.count(&sql);
+    for (i, run) in runs.iter().enumerate() {
+        let id = run.id.as_str();
+        let blobs = count(format!("SELECT count(*) FROM blobs WHERE run_id = '{id}'"));
+        let messages = count(format!("SELECT count(*) FROM inbox WHERE run_id = '{id}'"));
+        let state = env.client.get(&run.id).await.unwrap().state;
+        match i {
+            5 => {
+                assert_eq!(
+                    (blobs, messages, state),
+                    (0, 0, RunState::Running),
+                    "fenced out"
+                );
+            }
+            3 => assert_eq!(
+                (blobs, messages, state),
+                (2, 0, RunState::Completed),
+                "no signal"
+            ),
+            7 => assert_eq!(
+                (blobs, messages, state),
+                (3, 1, RunState::Completed),
+                "sidecar"
+            ),
+            _ => assert_eq!(
+                (blobs, messages, state),
+                (2, 1, RunState::Completed),
+                "run {i}"
+            ),
+        }
+    }
+    let raw = count(format!(
+        "SELECT count(*) FROM blobs WHERE path = '/.background/{}/raw_output.txt' \
+         AND CAST(content AS TEXT) = 'raw seven'",
+        runs[7].id.as_str()
+    ));
+    assert_eq!(raw, 1);
+    let log = count(format!(
+        "SELECT count(*) FROM blobs WHERE path = '/.background/{}/output.log' \
+         AND CAST(content AS TEXT) = '[stdout] line 44' || char(10)",
+        runs[44].id.as_str()
+    ));
+    assert_eq!(log, 1, "each log row holds its own run's bytes");
+    // Messages are numbered in the batch's order, and each names its own run and result.
+    let inbox = env
+        .client
+        .inbox(
+            "batch",
+            InboxFilter {
+                limit: 100,
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    let expected: Vec<&str> = runs
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i != 3 && *i != 5)
+        .map(|(_, r)| r.id.as_str())
+        .collect();
+    let got: Vec<&str> = inbox.iter().filter_map(|m| m.run_id.as_deref()).collect();
+    assert_eq!(got, expected);
+    assert!(inbox.windows(2).all(|w| w[0].id < w[1].id));
+    for m in &inbox {
+        let run_id = m.run_id.as_deref().unwrap();
+        assert!(
+            m.body.contains(&format!("- run_id: {run_id}")),
+            "{}",
+            m.body
+        );
+        assert_eq!(m.data["run_id"], run_id, "{}", m.data);
+    }
+}
