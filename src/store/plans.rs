@@ -2,26 +2,40 @@
 
 use rusqlite::Connection;
 
+/// A connection to a new database with toolq's schema; the directory must outlive it.
+fn fresh(dir: &tempfile::TempDir) -> Connection {
+    let path = dir.path().join("t.db");
+    drop(super::Store::open(&path).expect("open"));
+    Connection::open(&path).expect("reopen")
+}
+
+/// Column `col` of every row `sql` (an `EXPLAIN ...` statement) returns.
+fn explain(conn: &Connection, sql: &str, col: usize) -> Vec<String> {
+    let mut stmt = conn.prepare(sql).expect("explain prepares");
+    // Unbound parameters are NULL; EXPLAIN only lists the program or the plan.
+    let mut rows = stmt.raw_query();
+    let mut out = Vec::new();
+    while let Some(row) = rows.next().expect("explain runs") {
+        out.push(row.get::<_, String>(col).expect("explain column"));
+    }
+    out
+}
+
 /// The opcodes of `sql` as SQLite compiled it.
 fn opcodes(conn: &Connection, sql: &str) -> Vec<String> {
-    let mut stmt = conn
-        .prepare(&format!("EXPLAIN {sql}"))
-        .expect("explain prepares");
-    // Unbound parameters are NULL; EXPLAIN only lists the program.
-    let mut rows = stmt.raw_query();
-    let mut ops = Vec::new();
-    while let Some(row) = rows.next().expect("explain runs") {
-        ops.push(row.get::<_, String>(1).expect("opcode"));
-    }
-    ops
+    explain(conn, &format!("EXPLAIN {sql}"), 1)
+}
+
+/// The query plan of `sql` on a new database: one line per step.
+fn plan(sql: &str) -> Vec<String> {
+    let dir = tempfile::tempdir().expect("temp dir");
+    explain(&fresh(&dir), &format!("EXPLAIN QUERY PLAN {sql}"), 3)
 }
 
 #[test]
 fn per_run_statements_build_no_temporary_btree() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let path = dir.path().join("t.db");
-    drop(super::Store::open(&path).expect("open"));
-    let conn = Connection::open(&path).expect("reopen");
+    let conn = fresh(&dir);
     // An IN list of three or more values in a CHECK or a partial index condition compiles to
     // OpenEphemeral on every execution (the schema spells such lists as OR chains).
     let (blobs, messages) = (
@@ -50,19 +64,7 @@ fn per_run_statements_build_no_temporary_btree() {
 /// The rescue tick runs every poll: it must read the running runs only, not every run.
 #[test]
 fn the_rescue_query_reads_running_runs_only() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let path = dir.path().join("t.db");
-    drop(super::Store::open(&path).expect("open"));
-    let conn = Connection::open(&path).expect("reopen");
-    let sql = super::rescue::RESCUABLE.replace("{cols}", super::codec::RUN_COLUMNS);
-    let mut stmt = conn
-        .prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
-        .expect("plan prepares");
-    let mut rows = stmt.raw_query();
-    let mut plan = Vec::new();
-    while let Some(row) = rows.next().expect("plan runs") {
-        plan.push(row.get::<_, String>(3).expect("detail"));
-    }
+    let plan = plan(&super::rescue::RESCUABLE.replace("{cols}", super::codec::RUN_COLUMNS));
     assert!(
         plan.iter().any(|d| d.contains("runs_running_owner_idx")),
         "{plan:?}"
@@ -79,42 +81,15 @@ fn the_rescue_query_reads_running_runs_only() {
 /// of the primary key, never a scan of every blob.
 #[test]
 fn a_runs_blobs_are_a_primary_key_range() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let path = dir.path().join("t.db");
-    drop(super::Store::open(&path).expect("open"));
-    let conn = Connection::open(&path).expect("reopen");
-    let sql = format!(
-        "EXPLAIN QUERY PLAN DELETE FROM blobs WHERE {}",
+    let plan = plan(&format!(
+        "DELETE FROM blobs WHERE {}",
         super::artifacts::OF_RUN
-    );
-    let mut stmt = conn.prepare(&sql).expect("plan prepares");
-    let mut rows = stmt.raw_query();
-    let mut plan = Vec::new();
-    while let Some(row) = rows.next().expect("plan runs") {
-        plan.push(row.get::<_, String>(3).expect("detail"));
-    }
+    ));
     assert!(
         plan.iter()
             .any(|d| d.contains("USING PRIMARY KEY (session_id=? AND path>? AND path<?)")),
         "{plan:?}"
     );
-}
-
-/// The query plan of `sql` on a new database: one line per step.
-fn plan(sql: &str) -> Vec<String> {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let path = dir.path().join("t.db");
-    drop(super::Store::open(&path).expect("open"));
-    let conn = Connection::open(&path).expect("reopen");
-    let mut stmt = conn
-        .prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
-        .expect("plan prepares");
-    let mut rows = stmt.raw_query();
-    let mut plan = Vec::new();
-    while let Some(row) = rows.next().expect("plan runs") {
-        plan.push(row.get::<_, String>(3).expect("detail"));
-    }
-    plan
 }
 
 /// Version 4 keeps one index of finished runs (`runs_final_idx`, state then finish time); the

@@ -154,15 +154,22 @@ mod tests {
     use crate::store::Store;
     use crate::store::probe::tests::create;
 
-    #[test]
-    fn a_commit_by_another_connection_wakes_the_watcher() {
+    /// A watch on a new database whose own opening writes were already reported; the
+    /// directory and the store must outlive it.
+    fn quiet_watch() -> (tempfile::TempDir, Store, WalWatch) {
         let dir = tempfile::tempdir().expect("temp dir");
         let path = dir.path().join("w.db");
-        let _store = Store::open(&path).expect("open");
+        let store = Store::open(&path).expect("open");
         let watch = WalWatch::open(&path).expect("watch");
         // Opening may have written the WAL already; start from a quiet queue.
         while watch.wait(Duration::from_millis(20)).expect("wait") == Woken::Wal {}
-        let other = Store::open(&path).expect("open again");
+        (dir, store, watch)
+    }
+
+    #[test]
+    fn a_commit_by_another_connection_wakes_the_watcher() {
+        let (_dir, store, watch) = quiet_watch();
+        let other = Store::open(store.path()).expect("open again");
         create(&other, "t1");
         assert_eq!(
             watch.wait(Duration::from_secs(5)).expect("wait"),
@@ -172,11 +179,7 @@ mod tests {
 
     #[test]
     fn writes_to_other_files_in_the_directory_are_ignored() {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let path = dir.path().join("w.db");
-        let _store = Store::open(&path).expect("open");
-        let watch = WalWatch::open(&path).expect("watch");
-        while watch.wait(Duration::from_millis(20)).expect("wait") == Woken::Wal {}
+        let (dir, _store, watch) = quiet_watch();
         std::fs::write(dir.path().join("notes.txt"), b"not the database").expect("write");
         assert_eq!(
             watch.wait(Duration::from_millis(50)).expect("wait"),
@@ -186,10 +189,7 @@ mod tests {
 
     #[test]
     fn stop_ends_a_wait_at_once() {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let path = dir.path().join("w.db");
-        let _store = Store::open(&path).expect("open");
-        let watch = WalWatch::open(&path).expect("watch");
+        let (_dir, _store, watch) = quiet_watch();
         watch.stop();
         assert_eq!(
             watch.wait(Duration::from_secs(60)).expect("wait"),
@@ -199,12 +199,8 @@ mod tests {
 
     #[test]
     fn a_paused_watch_reports_nothing_and_a_resumed_one_reports_new_writes() {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let path = dir.path().join("w.db");
-        let _store = Store::open(&path).expect("open");
-        let watch = WalWatch::open(&path).expect("watch");
-        while watch.wait(Duration::from_millis(20)).expect("wait") == Woken::Wal {}
-        let other = Store::open(&path).expect("open again");
+        let (_dir, store, watch) = quiet_watch();
+        let other = Store::open(store.path()).expect("open again");
         watch.pause().expect("pause");
         watch.pause().expect("pausing twice is fine");
         assert!(watch.is_paused());
