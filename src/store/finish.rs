@@ -6,7 +6,7 @@ use rusqlite::{Transaction, named_params};
 use serde_json::Value;
 
 use super::Ctx;
-use super::artifacts::{BlobWrite, put, put_many};
+use super::artifacts::{BlobWrite, put_many};
 use super::codec::ts;
 use super::inbox::NewMessage;
 use super::runs::APPEND_ERROR;
@@ -99,7 +99,7 @@ pub fn finish(
     if !finish_state(tx, r, now)? {
         return Ok(false);
     }
-    write_artifacts(tx, r, now)?;
+    write_artifacts_many(tx, &[r], now)?;
     Ok(true)
 }
 
@@ -197,61 +197,6 @@ pub fn write_artifacts_many(
     super::inbox::insert_many_encoded(tx, &messages, now)
 }
 
-fn write_artifacts(
-    tx: &Transaction<'_>,
-    r: &FinishRecord,
-    now: DateTime<Utc>,
-) -> Result<(), StoreError> {
-    if let Some((log, truncated)) = &r.log {
-        let path = format!("/.background/{}/output.log", r.id);
-        put(
-            tx,
-            &BlobWrite {
-                session_id: &r.session_id,
-                path: &path,
-                run_id: &r.id,
-                content: log,
-                truncated: *truncated,
-            },
-            now,
-        )?;
-    }
-    if let Some(result) = &r.result {
-        let path = format!("/.background/{}/result.json", r.id);
-        put(
-            tx,
-            &BlobWrite {
-                session_id: &r.session_id,
-                path: &path,
-                run_id: &r.id,
-                content: result,
-                truncated: false,
-            },
-            now,
-        )?;
-    }
-    for (path, content) in &r.extra_blobs {
-        put(
-            tx,
-            &BlobWrite {
-                session_id: &r.session_id,
-                path,
-                run_id: &r.id,
-                content,
-                truncated: false,
-            },
-            now,
-        )?;
-    }
-    if let Some(m) = &r.message {
-        match &r.message_data {
-            Some(data) => super::inbox::insert_encoded(tx, m, data, now)?,
-            None => super::inbox::insert(tx, m, now)?,
-        };
-    }
-    Ok(())
-}
-
 /// Finishes many attempts in one transaction; each run is still all-or-nothing, because its
 /// guarded update decides whether any of its records are written. Returns, per record,
 /// whether it was applied.
@@ -302,6 +247,6 @@ pub fn finish_unleased(
     if n == 0 {
         return Ok(false);
     }
-    write_artifacts(tx, r, now)?;
+    write_artifacts_many(tx, &[r], now)?;
     Ok(true)
 }
