@@ -9,13 +9,13 @@ use chrono::{DateTime, Utc};
 use crate::client::{Client, about_of};
 use crate::error::{Error, InputError, Result};
 use crate::ids::RunId;
-use crate::inbox::{FinalKind, approval_message, final_message};
+use crate::inbox::approval_message;
 use crate::run::{Run, RunState};
 use crate::store::approvals::{self, Decision};
 use crate::store::codec::ts;
-use crate::store::finish::{FinishRecord, Outcome};
-use crate::store::inbox::NewMessage;
-use crate::tool::{ToolPolicy, apply_format};
+use crate::store::finish::{Fence, FinishRecord, Outcome};
+use crate::tool::ToolPolicy;
+use crate::worker::finish::{WaitingEnd, blank, decide_waiting};
 
 /// Whether a claimed run must first wait for approval, and until when. `None`: run it.
 /// A run approved once is not asked again (e.g. on retry); a denied one that is retried is.
@@ -38,25 +38,18 @@ pub fn gate_of(client: &Client, run: &Run, now: DateTime<Utc>) -> Option<Option<
 /// its approval request. Pure.
 pub fn await_approval(run: &Run, deadline: Option<DateTime<Utc>>) -> FinishRecord {
     let about = about_of(run);
-    let message = approval_message(&about, &run.args, deadline.map(ts).as_deref());
-    FinishRecord {
-        id: run.id.to_string(),
-        session_id: run.session_id.clone(),
-        attempt: run.attempt,
-        token: run.lease_token.clone().unwrap_or_default(),
-        outcome: Outcome::AwaitApproval { deadline },
-        error: None,
-        internal_error: None,
-        error_entry: None,
-        status_text: Some("awaiting approval".into()),
-        progress: None,
-        output_tail: None,
-        log: None,
-        result: None,
-        extra_blobs: Vec::new(),
-        message: Some(message),
-        message_data: None,
-    }
+    let mut rec = blank(
+        run,
+        Fence::Lease(run.lease_token.clone().unwrap_or_default()),
+    );
+    rec.outcome = Outcome::AwaitApproval { deadline };
+    rec.status_text = Some("awaiting approval".into());
+    rec.message = Some(approval_message(
+        &about,
+        &run.args,
+        deadline.map(ts).as_deref(),
+    ));
+    rec
 }
 
 fn check_actor(by: &str) -> Result<(), InputError> {
@@ -101,20 +94,14 @@ impl Client {
         if run.state != RunState::AwaitingApproval {
             return Err(not_awaiting(&run, "denied"));
         }
-        let error = match reason {
-            Some(r) => format!("approval denied by {by}: {r}"),
-            None => format!("approval denied by {by}"),
+        let end = WaitingEnd::Denied {
+            by: by.to_string(),
+            reason: reason.map(str::to_string),
         };
-        let now = self.now();
-        let ok = self
-            .reject(
-                vec![(run, by.to_string(), reason.map(str::to_string), error)],
-                "denied",
-                now,
-            )
-            .await?;
+        let record = decide_waiting(&run, end);
+        let applied = self.record_ends(vec![(run.tool.clone(), record)]).await?;
         let run = self.get(id).await?;
-        if ok == 0 {
+        if applied.first() != Some(&true) {
             return Err(not_awaiting(&run, "denied"));
         }
         Ok(run)
@@ -131,56 +118,12 @@ impl Client {
         if runs.is_empty() {
             return Ok(0);
         }
-        let batch = runs
+        let records = runs
             .into_iter()
-            .map(|r| {
-                let at = r.approval_deadline.map(ts).unwrap_or_default();
-                let error = format!("approval not given before its deadline {at}; expired");
-                (r, "toolq".to_string(), None, error)
-            })
+            .map(|r| (r.tool.clone(), decide_waiting(&r, WaitingEnd::Expired)))
             .collect();
-        self.reject(batch, "expired", now).await
-    }
-
-    async fn reject(
-        &self,
-        batch: Vec<(Run, String, Option<String>, String)>,
-        state: &'static str,
-        now: DateTime<Utc>,
-    ) -> Result<usize> {
-        let messages: Vec<Option<NewMessage>> = batch
-            .iter()
-            .map(|(run, _, _, error)| {
-                run.signal_on_completion.then(|| {
-                    let mut m = final_message(FinalKind::Cancelled, &about_of(run), error);
-                    if let Some(e) = self.registry().get(&run.tool) {
-                        apply_format(&*e.tool, &mut m);
-                    }
-                    m
-                })
-            })
-            .collect();
-        Ok(self
-            .store()
-            .write_async(move |tx| {
-                let mut done = 0;
-                for ((run, by, note, error), msg) in batch.iter().zip(&messages) {
-                    let d = Decision {
-                        id: run.id.as_str(),
-                        by,
-                        note: note.as_deref(),
-                        now,
-                    };
-                    if approvals::reject(tx, &d, state, error)? {
-                        done += 1;
-                        if let Some(m) = msg {
-                            crate::store::inbox::insert(tx, m, now)?;
-                        }
-                    }
-                }
-                Ok(done)
-            })
-            .await?)
+        let applied = self.record_ends(records).await?;
+        Ok(applied.into_iter().filter(|&ok| ok).count())
     }
 }
 

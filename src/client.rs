@@ -13,12 +13,14 @@ use crate::clock::{SharedClock, SystemClock};
 use crate::config::Config;
 use crate::error::{Error, InputError, Result};
 use crate::ids::{RunId, validate_session};
-use crate::inbox::{About, FinalKind, final_message};
+use crate::inbox::About;
 use crate::run::{Delivery, NewRun, Run, RunState};
+use crate::store::finish::FinishRecord;
 use crate::store::inbox::{InboxFilter, Message};
 use crate::store::runs::{Inserted, ListFilter};
 use crate::store::{self, Store};
 use crate::tool::Registry;
+use crate::worker::finish::{WaitingEnd, decide_waiting};
 
 /// A request to run a tool once.
 #[derive(Debug, Clone)]
@@ -297,41 +299,9 @@ impl Client {
         let now = self.now();
         match run.state {
             RunState::Queued | RunState::AwaitingApproval => {
-                let expected = run.state;
-                let text = "cancelled by request before it started".to_string();
-                let about_run = run.clone();
-                let mut message = final_message(FinalKind::Cancelled, &about_of(&run), &text);
-                if let Some(e) = self.registry().get(&run.tool) {
-                    crate::tool::apply_format(&*e.tool, &mut message);
-                }
-                let done = self
-                    .inner
-                    .store
-                    .write_async(move |tx| {
-                        let ok =
-                            store::runs::cancel_waiting(tx, &about_run.id, expected, &text, now)?;
-                        if ok {
-                            // Like every final state: a result blob next to the message.
-                            let result = serde_json::json!({"status": "cancelled", "error": text});
-                            store::artifacts::put(
-                                tx,
-                                &store::artifacts::BlobWrite {
-                                    session_id: &about_run.session_id,
-                                    path: &about_run.result_path(),
-                                    run_id: about_run.id.as_str(),
-                                    content: result.to_string().as_bytes(),
-                                    truncated: false,
-                                },
-                                now,
-                            )?;
-                        }
-                        if ok && about_run.signal_on_completion {
-                            store::inbox::insert(tx, &message, now)?;
-                        }
-                        Ok(ok)
-                    })
-                    .await?;
-                if done {
+                let record = decide_waiting(&run, WaitingEnd::Cancelled);
+                let applied = self.record_ends(vec![(run.tool.clone(), record)]).await?;
+                if applied.first() == Some(&true) {
                     Ok(RunState::Cancelled)
                 } else {
                     Box::pin(self.cancel(id)).await
@@ -421,6 +391,37 @@ impl Client {
             .inner
             .store
             .read_async(move |c| store::artifacts::get(c, &s, &p))
+            .await?)
+    }
+
+    /// Makes an end's message final: the tool's formatter (if the tool is known here), then
+    /// its data encoded off the writer.
+    pub(crate) fn format_end(&self, tool: &str, record: &mut FinishRecord) {
+        if let (Some(m), Some(e)) = (record.message.as_mut(), self.registry().get(tool)) {
+            crate::tool::apply_format(&*e.tool, m);
+        }
+        record.encode_message();
+    }
+
+    /// Records ends of runs, each given with its tool's name, through the one end-writer
+    /// ([`store::finish::record_ends`]) in one transaction. Returns, per record, whether it
+    /// applied (its fence still held).
+    pub(crate) async fn record_ends(&self, ends: Vec<(String, FinishRecord)>) -> Result<Vec<bool>> {
+        let records: Vec<FinishRecord> = ends
+            .into_iter()
+            .map(|(tool, mut r)| {
+                self.format_end(&tool, &mut r);
+                r
+            })
+            .collect();
+        let now = self.now();
+        Ok(self
+            .inner
+            .store
+            .write_async(move |tx| {
+                let refs: Vec<&FinishRecord> = records.iter().collect();
+                store::finish::record_ends(tx, &refs, now)
+            })
             .await?)
     }
 

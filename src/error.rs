@@ -131,6 +131,9 @@ pub enum StoreError {
         /// The value read back.
         got: String,
     },
+    /// A store operation was asked for something its contract does not allow.
+    #[error("database: {0}")]
+    Invalid(String),
     /// A blocking database task panicked or was cancelled.
     #[error("database task failed: {0}")]
     Task(String),

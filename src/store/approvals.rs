@@ -1,5 +1,5 @@
-//! Approval decisions on `runs`: approve (back to the queue), deny (cancelled) and expire
-//! (cancelled past the deadline). Each names the state it expects: `awaiting_approval`.
+//! Approval decisions on `runs`: approve (back to the queue), and the awaiting runs past their
+//! deadline. Deny and expire are ends, written by `finish::record_ends`.
 
 use chrono::{DateTime, Utc};
 use rusqlite::{Transaction, named_params};
@@ -33,28 +33,6 @@ pub fn approve(tx: &Transaction<'_>, d: &Decision<'_>) -> Result<bool, StoreErro
         .ctx("prepare approve")?
         .execute(named_params! {":now": ts(d.now), ":by": d.by, ":note": d.note, ":id": d.id})
         .ctx("approve run")?;
-    Ok(n == 1)
-}
-
-/// Ends an awaiting run as cancelled with `state` (`denied` or `expired`) and `error`.
-/// False when it was not awaiting approval.
-pub fn reject(
-    tx: &Transaction<'_>,
-    d: &Decision<'_>,
-    state: &str,
-    error: &str,
-) -> Result<bool, StoreError> {
-    let n = tx
-        .prepare_cached(
-            "UPDATE runs SET state = 'cancelled', finished_at = :now, error = :error, \
-             approval_state = :state, approval_by = :by, approval_at = :now, approval_note = :note \
-             WHERE id = :id AND state = 'awaiting_approval'",
-        )
-        .ctx("prepare reject approval")?
-        .execute(named_params! {
-            ":now": ts(d.now), ":error": error, ":state": state, ":by": d.by, ":note": d.note, ":id": d.id,
-        })
-        .ctx("reject approval")?;
     Ok(n == 1)
 }
 

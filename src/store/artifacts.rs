@@ -121,26 +121,3 @@ pub fn get(
     .optional()
     .ctx("get blob")
 }
-
-/// Reads the bytes of a blob from `offset` on (for following a growing log).
-pub fn read_from(
-    conn: &rusqlite::Connection,
-    session_id: &str,
-    path: &str,
-    offset: i64,
-) -> Result<Option<Vec<u8>>, StoreError> {
-    conn.prepare_cached(
-        "SELECT substr(content, ?3 + 1) FROM blobs WHERE session_id = ?1 AND path = ?2",
-    )
-    .ctx("prepare read blob")?
-    .query_row(rusqlite::params![session_id, path, offset], |r| {
-        let v: rusqlite::types::Value = r.get(0)?;
-        Ok(match v {
-            rusqlite::types::Value::Blob(b) => b,
-            rusqlite::types::Value::Text(t) => t.into_bytes(),
-            _ => Vec::new(),
-        })
-    })
-    .optional()
-    .ctx("read blob")
-}

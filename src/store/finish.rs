@@ -2,14 +2,13 @@
 //! inbox message, all or nothing per run, many runs per transaction (group commit).
 
 use chrono::{DateTime, Utc};
-use rusqlite::{Transaction, named_params};
+use rusqlite::Transaction;
 use serde_json::Value;
 
 use super::Ctx;
 use super::artifacts::{BlobWrite, put_many};
 use super::codec::ts;
 use super::inbox::NewMessage;
-use super::runs::APPEND_ERROR;
 use crate::error::StoreError;
 use crate::run::RunState;
 
@@ -27,17 +26,40 @@ pub enum Outcome {
     },
 }
 
-/// Everything one attempt writes when it ends. Fenced by (id, attempt, token).
+/// What fences an end: the write applies only while the run is still in the state the end
+/// was decided from, so two ends of one attempt can never both apply.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Fence {
+    /// A running attempt, fenced by (id, attempt, lease token).
+    Lease(String),
+    /// A run that is not running (queued, or awaiting approval), fenced by (id, state,
+    /// attempt). Its end counts as the next attempt (attempt + 1), so a retry and a second
+    /// end of the same run never reuse an attempt's final message.
+    Waiting(RunState),
+}
+
+/// An operator's decision recorded with an end (denied or expired approval).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ApprovalMark {
+    /// `denied` or `expired`.
+    pub state: &'static str,
+    /// Who decided.
+    pub by: String,
+    /// The reason given.
+    pub note: Option<String>,
+}
+
+/// Everything one attempt writes when it ends, fenced by [`FinishRecord::fence`].
 #[derive(Debug, Clone)]
 pub struct FinishRecord {
     /// Run id.
     pub id: String,
     /// Owner session.
     pub session_id: String,
-    /// The attempt that ends.
+    /// The run's attempt as read (for a running run, the attempt that ends).
     pub attempt: i64,
-    /// Its lease token.
-    pub token: String,
+    /// What the write is fenced by.
+    pub fence: Fence,
     /// The new state.
     pub outcome: Outcome,
     /// Error shown to the session.
@@ -52,9 +74,10 @@ pub struct FinishRecord {
     pub progress: Option<String>,
     /// Log tail, escaped.
     pub output_tail: Option<String>,
-    /// The log: bytes and whether it was cut at its cap.
+    /// The log: bytes and whether it was cut at its cap. `None` on a final state keeps the
+    /// log written so far, or writes an empty one.
     pub log: Option<(Vec<u8>, bool)>,
-    /// The result JSON.
+    /// The result JSON (a final state always gets one; see [`record_ends`]).
     pub result: Option<Vec<u8>>,
     /// Extra blobs (path, bytes), e.g. a raw output sidecar.
     pub extra_blobs: Vec<(String, Vec<u8>)>,
@@ -63,6 +86,8 @@ pub struct FinishRecord {
     /// The message's `data` as JSON text, encoded before the write transaction by
     /// [`FinishRecord::encode_message`]; `None`: the writer encodes it.
     pub message_data: Option<String>,
+    /// An approval decision to record with the end.
+    pub approval: Option<ApprovalMark>,
 }
 
 impl FinishRecord {
@@ -89,25 +114,37 @@ pub(crate) static FINISH: std::sync::LazyLock<String> = std::sync::LazyLock::new
         .to_string()
 });
 
-/// Writes one attempt's end. Returns false, writing nothing, when the attempt no longer holds
-/// the lease (its run was rescued or cancelled meanwhile).
-pub fn finish(
+/// The one end-writer: records many attempt ends in the caller's transaction. Each end is
+/// all or nothing: its fenced state change decides whether its blobs and message are
+/// written. A final state always gets an output.log (the one given, else the log so far,
+/// else an empty one) and a result.json, and its message (one per run and attempt, enforced
+/// by `inbox_run_idx`). Returns, per record, whether it applied.
+pub fn record_ends(
     tx: &Transaction<'_>,
-    r: &FinishRecord,
+    records: &[&FinishRecord],
     now: DateTime<Utc>,
-) -> Result<bool, StoreError> {
-    if !finish_state(tx, r, now)? {
-        return Ok(false);
-    }
-    write_artifacts_many(tx, &[r], now)?;
-    Ok(true)
+) -> Result<Vec<bool>, StoreError> {
+    let applied = records
+        .iter()
+        .map(|r| match &r.fence {
+            Fence::Lease(token) => finish_state(tx, r, token, now),
+            Fence::Waiting(expected) => end_waiting(tx, r, *expected, now),
+        })
+        .collect::<Result<Vec<bool>, _>>()?;
+    let done: Vec<&FinishRecord> = records
+        .iter()
+        .zip(&applied)
+        .filter_map(|(r, &ok)| ok.then_some(*r))
+        .collect();
+    write_artifacts_many(tx, &done, now)?;
+    Ok(applied)
 }
 
-/// The fenced state change of [`finish`] alone: true when the attempt still held the lease.
-/// Its artifacts must follow in the same transaction ([`write_artifacts_many`]).
-pub fn finish_state(
+/// The fenced state change of a running attempt's end: true when it still held the lease.
+fn finish_state(
     tx: &Transaction<'_>,
     r: &FinishRecord,
+    token: &str,
     now: DateTime<Utc>,
 ) -> Result<bool, StoreError> {
     let (state, run_at, finished, approval, deadline) = match &r.outcome {
@@ -138,15 +175,68 @@ pub fn finish_state(
             deadline,
             r.id,
             r.attempt,
-            r.token,
+            token,
         ])
         .ctx("finish run")?;
     Ok(n == 1)
 }
 
-/// The blobs and messages of attempt ends whose [`finish_state`] applied, in this
-/// transaction: multi-row inserts for the whole batch instead of one statement per row.
-pub fn write_artifacts_many(
+/// The end of a run that is not running (cancelled while queued or awaiting approval, denied,
+/// expired): fenced by (id, state, attempt); the end counts as attempt + 1. Cancelling a run
+/// that awaits approval marks the approval denied.
+const END_WAITING: &str = "UPDATE runs SET state = ?1, finished_at = ?2, error = ?3, \
+     internal_error = coalesce(?4, internal_error), \
+     errors = CASE WHEN ?5 IS NULL THEN errors ELSE json_insert(errors, '$[#]', json(?5)) END, \
+     attempt = attempt + 1, \
+     approval_state = coalesce(?6, CASE WHEN approval_state = 'pending' THEN 'denied' \
+         ELSE approval_state END), \
+     approval_by = CASE WHEN ?6 IS NULL THEN approval_by ELSE ?7 END, \
+     approval_at = CASE WHEN ?6 IS NULL THEN approval_at ELSE ?2 END, \
+     approval_note = CASE WHEN ?6 IS NULL THEN approval_note ELSE ?8 END, \
+     lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL \
+     WHERE id = ?9 AND state = ?10 AND attempt = ?11";
+
+fn end_waiting(
+    tx: &Transaction<'_>,
+    r: &FinishRecord,
+    expected: RunState,
+    now: DateTime<Utc>,
+) -> Result<bool, StoreError> {
+    let Outcome::Final(state) = r.outcome else {
+        return Err(StoreError::Invalid(format!(
+            "run {}: a run that is not running can only end in a final state",
+            r.id
+        )));
+    };
+    let mark = r.approval.as_ref();
+    let n = tx
+        .prepare_cached(END_WAITING)
+        .ctx("prepare end waiting run")?
+        .execute(rusqlite::params![
+            state.as_str(),
+            ts(now),
+            r.error,
+            r.internal_error,
+            r.error_entry.as_ref().map(Value::to_string),
+            mark.map(|m| m.state),
+            mark.map(|m| &m.by),
+            mark.and_then(|m| m.note.as_deref()),
+            r.id,
+            expected.as_str(),
+            r.attempt,
+        ])
+        .ctx("end waiting run")?;
+    Ok(n == 1)
+}
+
+/// Keeps the log written so far, or writes an empty one (`?1` now).
+const ENSURE_LOG: &str = "INSERT INTO blobs (session_id, path, run_id, content, size, truncated, \
+     created_at, updated_at) VALUES (?2, ?3, ?4, x'', 0, 0, ?1, ?1) \
+     ON CONFLICT (session_id, path) DO NOTHING";
+
+/// The blobs and messages of attempt ends whose state change applied, in this transaction:
+/// multi-row inserts for the whole batch instead of one statement per row.
+fn write_artifacts_many(
     tx: &Transaction<'_>,
     records: &[&FinishRecord],
     now: DateTime<Utc>,
@@ -160,10 +250,27 @@ pub fn write_artifacts_many(
             ]
         })
         .collect();
+    // A final state's result when its record brought none: its status and error.
+    let fallback: Vec<Option<Vec<u8>>> = records
+        .iter()
+        .map(|r| match (&r.outcome, &r.result) {
+            (Outcome::Final(s), None) => Some(
+                serde_json::json!({"status": s.as_str(), "error": r.error})
+                    .to_string()
+                    .into_bytes(),
+            ),
+            _ => None,
+        })
+        .collect();
     let mut blobs = Vec::with_capacity(records.len() * 2);
-    for (r, [log_path, result_path]) in records.iter().zip(&paths) {
+    let now_s = ts(now);
+    for ((r, [log_path, result_path]), fallback) in records.iter().zip(&paths).zip(&fallback) {
         let log = r.log.as_ref().map(|(log, cut)| (log_path, log, *cut));
-        let result = r.result.as_ref().map(|res| (result_path, res, false));
+        let result = r
+            .result
+            .as_ref()
+            .or(fallback.as_ref())
+            .map(|res| (result_path, res, false));
         let extra = r
             .extra_blobs
             .iter()
@@ -176,6 +283,12 @@ pub fn write_artifacts_many(
                 content,
                 truncated,
             });
+        }
+        if r.log.is_none() && matches!(r.outcome, Outcome::Final(_)) {
+            tx.prepare_cached(ENSURE_LOG)
+                .ctx("prepare ensure log")?
+                .execute(rusqlite::params![now_s, r.session_id, log_path, r.id])
+                .ctx("ensure log")?;
         }
     }
     put_many(tx, &blobs, now)?;
@@ -195,58 +308,4 @@ pub fn write_artifacts_many(
         })
         .collect();
     super::inbox::insert_many_encoded(tx, &messages, now)
-}
-
-/// Finishes many attempts in one transaction; each run is still all-or-nothing, because its
-/// guarded update decides whether any of its records are written. Returns, per record,
-/// whether it was applied.
-pub fn finish_many(
-    tx: &Transaction<'_>,
-    records: &[FinishRecord],
-    now: DateTime<Utc>,
-) -> Result<Vec<bool>, StoreError> {
-    let applied = records
-        .iter()
-        .map(|r| finish_state(tx, r, now))
-        .collect::<Result<Vec<bool>, _>>()?;
-    let done: Vec<&FinishRecord> = records
-        .iter()
-        .zip(&applied)
-        .filter_map(|(r, &ok)| ok.then_some(r))
-        .collect();
-    write_artifacts_many(tx, &done, now)?;
-    Ok(applied)
-}
-
-/// Records the end of a run that is not running (rescued by another process, cancelled while
-/// waiting, expired approval): state change guarded by `expected`, plus message and artifacts.
-pub fn finish_unleased(
-    tx: &Transaction<'_>,
-    r: &FinishRecord,
-    expected: RunState,
-    now: DateTime<Utc>,
-) -> Result<bool, StoreError> {
-    let Outcome::Final(state) = r.outcome else {
-        return Ok(false);
-    };
-    let n = tx
-        .prepare_cached(&format!(
-            "UPDATE runs SET state = :state, finished_at = :now, error = :error, \
-             internal_error = coalesce(:internal, internal_error), \
-             errors = CASE WHEN :error_entry IS NULL THEN errors ELSE {APPEND_ERROR} END, \
-             lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL \
-             WHERE id = :id AND state = :expected AND attempt = :attempt"
-        ))
-        .ctx("prepare finish unleased")?
-        .execute(named_params! {
-            ":state": state.as_str(), ":now": ts(now), ":error": r.error, ":internal": r.internal_error,
-            ":error_entry": r.error_entry.as_ref().map(Value::to_string),
-            ":id": r.id, ":expected": expected.as_str(), ":attempt": r.attempt,
-        })
-        .ctx("finish run")?;
-    if n == 0 {
-        return Ok(false);
-    }
-    write_artifacts_many(tx, &[r], now)?;
-    Ok(true)
 }

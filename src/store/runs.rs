@@ -202,37 +202,6 @@ pub fn has_unfinished(
     Ok((runnable, running))
 }
 
-/// The earliest `run_at` of a queued run in the future (to sleep until it).
-pub fn next_run_at(conn: &rusqlite::Connection) -> Result<Option<String>, StoreError> {
-    conn.prepare_cached("SELECT min(run_at) FROM runs WHERE state = 'queued'")
-        .ctx("prepare next run_at")?
-        .query_row([], |r| r.get(0))
-        .ctx("next run_at")
-}
-
-/// Appends one entry to a run's `errors` history (used by finish and rescue).
-pub(crate) const APPEND_ERROR: &str = "json_insert(errors, '$[#]', json(:error_entry))";
-
-/// Sets a queued or awaiting run to `cancelled` at once. Returns false if it was not in `expected`.
-pub fn cancel_waiting(
-    tx: &Transaction<'_>,
-    id: &RunId,
-    expected: RunState,
-    message: &str,
-    now: DateTime<Utc>,
-) -> Result<bool, StoreError> {
-    let n = tx
-        .prepare_cached(
-            "UPDATE runs SET state = 'cancelled', finished_at = :now, error = :msg, \
-             approval_state = CASE WHEN approval_state = 'pending' THEN 'denied' ELSE approval_state END \
-             WHERE id = :id AND state = :expected",
-        )
-        .ctx("prepare cancel")?
-        .execute(named_params! {":now": ts(now), ":msg": message, ":id": id.as_str(), ":expected": expected.as_str()})
-        .ctx("cancel run")?;
-    Ok(n == 1)
-}
-
 /// Asks a running run to stop; its worker notices at its next heartbeat.
 pub fn request_cancel(
     tx: &Transaction<'_>,

@@ -379,10 +379,7 @@ fn start(sh: &Arc<Shared>, run: Run, jobs: mpsc::UnboundedSender<Job>) {
                         tracing::error!(internal_error = %detail, "attempt failed with an internal error");
                     }
                     let mut record = decide(&run, end, sink.final_snapshot(), &defaults, client.now(), rand::random::<f64>());
-                    if let (Some(m), Some(e)) = (record.message.as_mut(), client.registry().get(&run.tool)) {
-                        crate::tool::apply_format(&*e.tool, m);
-                    }
-                    record.encode_message();
+                    client.format_end(&run.tool, &mut record);
                     Job::Finish(Box::new(record))
                 }
                 Executed::HandBack => Job::Release {
@@ -448,25 +445,24 @@ async fn finisher_loop(
                 .client
                 .store()
                 .write_async(move |tx| {
+                    // The one end-writer for every end in the batch, a few statements for all.
+                    let ends: Vec<&FinishRecord> = b
+                        .iter()
+                        .filter_map(|job| match job {
+                            Job::Finish(r) => Some(&**r),
+                            Job::Release { .. } => None,
+                        })
+                        .collect();
+                    let mut ended = store::finish::record_ends(tx, &ends, now)?.into_iter();
                     let applied = b
                         .iter()
                         .map(|job| match job {
-                            Job::Finish(r) => store::finish::finish_state(tx, r, now),
+                            Job::Finish(_) => Ok(ended.next().unwrap_or(false)),
                             Job::Release { id, attempt, token } => {
                                 store::claim::release(tx, id, *attempt, token, now)
                             }
                         })
                         .collect::<Result<Vec<bool>, _>>()?;
-                    // The blobs and messages of every recorded end, a few statements for all.
-                    let done: Vec<&FinishRecord> = b
-                        .iter()
-                        .zip(&applied)
-                        .filter_map(|(job, &ok)| match job {
-                            Job::Finish(r) if ok => Some(&**r),
-                            _ => None,
-                        })
-                        .collect();
-                    store::finish::write_artifacts_many(tx, &done, now)?;
                     let runs = store::claim::claim(tx, &a.params(now))?;
                     Ok((applied, runs))
                 })

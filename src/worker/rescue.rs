@@ -108,6 +108,7 @@ pub async fn rescue_tick(client: &Client) -> Result<RescueReport> {
         return Ok(RescueReport::default());
     }
     let defaults = client.config().runs.clone();
+    let formatter = client.clone();
     let report = client
         .store()
         .write_async(move |tx| {
@@ -116,8 +117,9 @@ pub async fn rescue_tick(client: &Client) -> Result<RescueReport> {
                 ..RescueReport::default()
             };
             for (run, reason) in store::rescue::rescuable(tx, now)? {
-                let record = decide_rescue(&run, reason, &defaults, now, rand::random::<f64>());
-                if !store::finish::finish(tx, &record, now)? {
+                let mut record = decide_rescue(&run, reason, &defaults, now, rand::random::<f64>());
+                formatter.format_end(&run.tool, &mut record);
+                if store::finish::record_ends(tx, &[&record], now)? != [true] {
                     continue;
                 }
                 tracing::warn!(run_id = %run.id, attempt = run.attempt, reason = reason.as_str(),
@@ -206,7 +208,10 @@ mod tests {
                 .contains("wk_dead")
         );
         assert!(rec.message.is_none() && rec.result.is_none());
-        assert_eq!((rec.attempt, rec.token.as_str()), (1, "tok"));
+        assert_eq!(
+            (rec.attempt, &rec.fence),
+            (1, &crate::store::finish::Fence::Lease("tok".into()))
+        );
     }
 
     #[test]

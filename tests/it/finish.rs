@@ -206,7 +206,7 @@ async fn huge_output_keeps_the_cap_and_the_tail_moves_on() {
 /// written beside the others.
 #[tokio::test]
 async fn a_large_batch_of_ends_writes_each_runs_artifacts_once() {
-    use toolq::store::finish::{FinishRecord, finish_many};
+    use toolq::store::finish::{Fence, FinishRecord, record_ends};
     use toolq::tool::ToolSuccess;
     use toolq::tool::sink::SinkSnapshot;
     use toolq::worker::finish::{AttemptEnd, decide};
@@ -263,7 +263,7 @@ async fn a_large_batch_of_ends_writes_each_runs_artifacts_once() {
                 rec.encode_message(); // the others are encoded by the writer
             }
             if i == 5 {
-                rec.token = "not-the-lease".into();
+                rec.fence = Fence::Lease("not-the-lease".into());
             }
             rec
         })
@@ -271,7 +271,7 @@ async fn a_large_batch_of_ends_writes_each_runs_artifacts_once() {
     let applied = env
         .client
         .store()
-        .write(|tx| finish_many(tx, &records, now))
+        .write(|tx| record_ends(tx, &records.iter().collect::<Vec<_>>(), now))
         .unwrap();
     assert_eq!(applied.iter().filter(|ok| !**ok).count(), 1);
     assert!(!applied[5]);

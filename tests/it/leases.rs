@@ -75,7 +75,8 @@ fn finish(env: &TestEnv, rec: &FinishRecord) -> bool {
     let now = env.client.now();
     env.client
         .store()
-        .write(|tx| toolq::store::finish::finish(tx, rec, now))
+        .write(|tx| toolq::store::finish::record_ends(tx, &[rec], now))
+        .map(|applied| applied == [true])
         .unwrap()
 }
 

@@ -10,6 +10,7 @@ mod checkpoints;
 mod cli;
 mod cli_tools;
 mod crash;
+mod ends;
 mod enqueue;
 mod finish;
 mod http;
