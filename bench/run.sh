@@ -5,6 +5,7 @@
 #   bench/run.sh [N] [SAMPLES] [RUNS]      (defaults: 20000 200 3)
 #   BENCH_DIR=... to put the files elsewhere (default bench/out, must not be tmpfs)
 #   BENCH_BIG=1000000 to add the flat-claim check (drain with that many queued)
+#   BENCH_PEERS=0 to skip the peers (plainjob, via node and npm: bench/peers/plainjob)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${1:-20000}
@@ -18,6 +19,20 @@ if [ "$fs" = tmpfs ]; then echo "bench: $DIR is on tmpfs (fsync is free there); 
 
 cargo build --release --quiet --example workload --example sqlite_limit
 W=target/release/examples/workload
+# Peers speak the same adapter protocol; they are installed on first use and measured in the
+# same rounds as toolq, so the ratios compare like with like.
+PJ=""
+if [ "${BENCH_PEERS:-1}" != 0 ]; then
+  if command -v node >/dev/null && command -v npm >/dev/null; then
+    if [ ! -d bench/peers/plainjob/node_modules ]; then
+      (cd bench/peers/plainjob && npm ci --no-audit --no-fund >&2)
+    fi
+    PJ="node bench/peers/plainjob/adapter.mjs"
+  else
+    echo "bench: node and npm are needed for the plainjob peer (apt-get install nodejs npm), or set BENCH_PEERS=0" >&2
+    exit 2
+  fi
+fi
 L=target/release/examples/sqlite_limit
 RAW="$DIR/raw.jsonl"
 : > "$RAW"
@@ -32,6 +47,10 @@ for r in $(seq "$RUNS"); do
   $W enqueue-batch "$DIR/b$r.db" "$N" "$CONC" | tee -a "$RAW"
   $W latency "$DIR/l$r.db" "$SAMPLES" "$CONC" | tee -a "$RAW"
   $W latency-xproc "$DIR/x$r.db" "$SAMPLES" "$CONC" | tee -a "$RAW"
+  if [ -n "$PJ" ]; then
+    for m in enqueue drain; do $PJ $m "$DIR/pj$r.db" "$N" "$CONC" | sed 's/"mode":"/"mode":"plainjob-/' | tee -a "$RAW"; done
+    $PJ enqueue-batch "$DIR/pjb$r.db" "$N" "$CONC" | sed 's/"mode":"/"mode":"plainjob-/' | tee -a "$RAW"
+  fi
 done
 $W idle "$DIR/idle.db" 10 "$CONC" | tee -a "$RAW"
 if [ -n "${BENCH_BIG:-}" ]; then
@@ -66,6 +85,14 @@ line("latency-xproc p50", "latency-xproc", "p50_ms", "ms")
 line("latency-xproc p99", "latency-xproc", "p99_ms", "ms")
 line("idle worker CPU", "idle", "cpu_pct", "%")
 line("idle WAL frames/10s", "idle", "wal_frames_appended", "frames")
+def versus(label, ours, theirs):
+    a, b = med(ours, "rate"), med(theirs, "rate")
+    if a and b: print(f"{label:<22} {b:>12,.1f} jobs/s  (toolq {a/b:.2f}x plainjob)")
+versus("plainjob enqueue", "enqueue", "plainjob-enqueue")
+versus("plainjob enqueue-batch", "enqueue-batch", "plainjob-enqueue-batch")
+versus("plainjob drain", "drain", "plainjob-drain")
+pj_rss = med("plainjob-drain", "peak_rss_kib")
+if pj_rss: print(f"{'plainjob drain RSS':<22} {pj_rss:>12,.1f} KiB")
 big = med("drain-big", "rate")
 if big:
     small = med("drain", "rate")

@@ -4,13 +4,16 @@
 //! day-of-week`, or one of the `@yearly`/`@annually`/`@monthly`/`@weekly`/`@daily`/
 //! `@midnight`/`@hourly` macros. Fire times are computed on the zone's wall clock:
 //!
-//! - If the hour field is *fixed* (no `*` and no `/` step; lists and ranges count as fixed),
-//!   each matching wall time fires once per local day: a wall time inside a spring-forward gap
-//!   fires at the first valid instant after the gap, and a repeated wall time (fall-back
-//!   overlap) fires at its first occurrence only.
-//! - Otherwise (`*` or a step in the hour field) the schedule fires at every real instant whose
-//!   wall time matches: wall times inside a gap are skipped, and repeated wall times fire in
-//!   both copies.
+//! - A *wildcard* schedule, whose minute or hour field starts with `*` (`*`, `*/3`), fires at
+//!   every real instant whose wall time matches: wall times inside a spring-forward gap are
+//!   skipped, and repeated wall times (fall-back overlap) fire in both copies.
+//! - Any other schedule is a *fixed-time* one (numbers, lists, ranges and ranges with a step
+//!   such as `0-23/3`): each matching wall time fires once per local day, a wall time inside a
+//!   gap at the first valid instant after the gap, a repeated wall time at its first copy only.
+//!
+//! This is the rule of Vixie cron and cronie, which set `MIN_STAR`/`HR_STAR` from the first
+//! character of the minute and hour fields and treat a job as wildcard if either is set; it is
+//! about the text, so `0-59 * * * *` is wildcard (hour `*`) but `0-59 1 * * *` is fixed.
 //!
 //! Fire instants are strictly increasing in UTC; two wall times mapping to one instant fire once.
 
@@ -178,8 +181,9 @@ pub struct CronSchedule {
     /// day-of-week OR rule.
     dom_star: bool,
     dow_star: bool,
-    /// Hour field has no `*` and no step: gap/overlap wall times fire exactly once.
-    fixed_hour: bool,
+    /// Neither the minute nor the hour field starts with `*` (cronie's `MIN_STAR`/`HR_STAR`):
+    /// gap/overlap wall times fire exactly once.
+    fixed_time: bool,
 }
 
 impl CronSchedule {
@@ -229,7 +233,7 @@ impl CronSchedule {
             dows: bits[4],
             dom_star: fields[2].starts_with('*'),
             dow_star: fields[4].starts_with('*'),
-            fixed_hour: !fields[1].contains(['*', '/']),
+            fixed_time: !fields[0].starts_with('*') && !fields[1].starts_with('*'),
         };
         if schedule.next_after(now).is_none() {
             return Err(ScheduleError::NeverFires {
@@ -350,9 +354,9 @@ impl CronSchedule {
             LocalResult::Single(t) => [Some(t.to_utc()), None],
             LocalResult::Ambiguous(a, b) => {
                 let (a, b) = (a.to_utc(), b.to_utc());
-                [Some(a.min(b)), (!self.fixed_hour).then_some(a.max(b))]
+                [Some(a.min(b)), (!self.fixed_time).then_some(a.max(b))]
             }
-            LocalResult::None if self.fixed_hour => [self.gap_end(wall), None],
+            LocalResult::None if self.fixed_time => [self.gap_end(wall), None],
             LocalResult::None => [None, None],
         }
     }
@@ -562,11 +566,61 @@ mod tests {
                     "2026-03-09T07:30:00Z",
                 ],
             ),
+            // A minute field starting with `*` makes the schedule a wildcard one (cronie's
+            // MIN_STAR): the gap's wall times are skipped.
             (
                 "* 2 * * *",
                 "America/Chicago",
                 "2026-03-08T07:00:00Z",
-                &["2026-03-08T08:00:00Z", "2026-03-09T07:00:00Z"],
+                &["2026-03-09T07:00:00Z", "2026-03-09T07:01:00Z"],
+            ),
+            // A range with a step is a fixed time: 02:00 fires at the end of the gap.
+            (
+                "0 2-23/3 * * *",
+                "America/Chicago",
+                "2026-03-08T07:00:00Z",
+                &["2026-03-08T08:00:00Z", "2026-03-08T10:00:00Z"],
+            ),
+            (
+                "0 0-23/3 * * *",
+                "America/Chicago",
+                "2026-03-08T05:00:00Z",
+                &[
+                    "2026-03-08T06:00:00Z",
+                    "2026-03-08T08:00:00Z",
+                    "2026-03-08T11:00:00Z",
+                ],
+            ),
+            (
+                "0 */3 * * *",
+                "America/Chicago",
+                "2026-03-08T05:00:00Z",
+                &[
+                    "2026-03-08T06:00:00Z",
+                    "2026-03-08T08:00:00Z",
+                    "2026-03-08T11:00:00Z",
+                ],
+            ),
+            // 01:00 CST, then 02:00 (gap) and 03:00 CDT are one instant: it fires once.
+            (
+                "0 1-3 * * *",
+                "America/Chicago",
+                "2026-03-08T06:30:00Z",
+                &[
+                    "2026-03-08T07:00:00Z",
+                    "2026-03-08T08:00:00Z",
+                    "2026-03-09T06:00:00Z",
+                ],
+            ),
+            (
+                "0 1,2 * * *",
+                "America/Chicago",
+                "2026-03-08T06:30:00Z",
+                &[
+                    "2026-03-08T07:00:00Z",
+                    "2026-03-08T08:00:00Z",
+                    "2026-03-09T06:00:00Z",
+                ],
             ),
             (
                 "0 2,3 * * *",
@@ -607,6 +661,60 @@ mod tests {
                     "2026-11-01T09:00:00Z",
                 ],
             ),
+            // A range with a step is a fixed time: 01:00 fires in the first copy only.
+            (
+                "0 1-23/3 * * *",
+                "America/Chicago",
+                "2026-11-01T05:00:00Z",
+                &[
+                    "2026-11-01T06:00:00Z",
+                    "2026-11-01T10:00:00Z",
+                    "2026-11-01T13:00:00Z",
+                ],
+            ),
+            (
+                "0 0-23/3 * * *",
+                "America/Chicago",
+                "2026-11-01T04:00:00Z",
+                &[
+                    "2026-11-01T05:00:00Z",
+                    "2026-11-01T09:00:00Z",
+                    "2026-11-01T12:00:00Z",
+                ],
+            ),
+            (
+                "0 1,2 * * *",
+                "America/Chicago",
+                "2026-11-01T05:00:00Z",
+                &[
+                    "2026-11-01T06:00:00Z",
+                    "2026-11-01T08:00:00Z",
+                    "2026-11-02T07:00:00Z",
+                ],
+            ),
+            // Minute `*/30` is a wildcard field: both copies of 01:xx fire. `0-59/30` is fixed.
+            (
+                "*/30 1 * * *",
+                "America/Chicago",
+                "2026-11-01T05:00:00Z",
+                &[
+                    "2026-11-01T06:00:00Z",
+                    "2026-11-01T06:30:00Z",
+                    "2026-11-01T07:00:00Z",
+                    "2026-11-01T07:30:00Z",
+                    "2026-11-02T07:00:00Z",
+                ],
+            ),
+            (
+                "0-59/30 1 * * *",
+                "America/Chicago",
+                "2026-11-01T05:00:00Z",
+                &[
+                    "2026-11-01T06:00:00Z",
+                    "2026-11-01T06:30:00Z",
+                    "2026-11-02T07:00:00Z",
+                ],
+            ),
             (
                 "30 * * * *",
                 "America/Chicago",
@@ -640,7 +748,87 @@ mod tests {
                 "2026-03-29T00:00:00Z",
                 &["2026-03-29T00:30:00Z", "2026-03-29T01:00:00Z"],
             ),
+            (
+                "0 2-23/3 * * *",
+                "Europe/Berlin",
+                "2026-03-28T23:30:00Z",
+                &["2026-03-29T01:00:00Z", "2026-03-29T03:00:00Z"],
+            ),
+            (
+                "*/30 2 * * *",
+                "Europe/Berlin",
+                "2026-03-28T23:30:00Z",
+                &["2026-03-30T00:00:00Z", "2026-03-30T00:30:00Z"],
+            ),
+            (
+                "0 1-3 * * *",
+                "Europe/Berlin",
+                "2026-03-28T23:30:00Z",
+                &[
+                    "2026-03-29T00:00:00Z",
+                    "2026-03-29T01:00:00Z",
+                    "2026-03-29T23:00:00Z",
+                ],
+            ),
+            (
+                "0 1,2 * * *",
+                "Europe/Berlin",
+                "2026-03-28T23:30:00Z",
+                &[
+                    "2026-03-29T00:00:00Z",
+                    "2026-03-29T01:00:00Z",
+                    "2026-03-29T23:00:00Z",
+                ],
+            ),
             // Berlin fall-back 2026-10-25 03:00 CEST -> 02:00 CET (01:00Z).
+            (
+                "0 2-23/3 * * *",
+                "Europe/Berlin",
+                "2026-10-24T23:30:00Z",
+                &["2026-10-25T00:00:00Z", "2026-10-25T04:00:00Z"],
+            ),
+            (
+                "0 0-23/2 * * *",
+                "Europe/Berlin",
+                "2026-10-24T21:30:00Z",
+                &[
+                    "2026-10-24T22:00:00Z",
+                    "2026-10-25T00:00:00Z",
+                    "2026-10-25T03:00:00Z",
+                ],
+            ),
+            (
+                "0 */2 * * *",
+                "Europe/Berlin",
+                "2026-10-24T21:30:00Z",
+                &[
+                    "2026-10-24T22:00:00Z",
+                    "2026-10-25T00:00:00Z",
+                    "2026-10-25T01:00:00Z",
+                    "2026-10-25T03:00:00Z",
+                ],
+            ),
+            (
+                "0 1-3 * * *",
+                "Europe/Berlin",
+                "2026-10-24T22:30:00Z",
+                &[
+                    "2026-10-24T23:00:00Z",
+                    "2026-10-25T00:00:00Z",
+                    "2026-10-25T02:00:00Z",
+                    "2026-10-26T00:00:00Z",
+                ],
+            ),
+            (
+                "0 1,2 * * *",
+                "Europe/Berlin",
+                "2026-10-24T22:30:00Z",
+                &[
+                    "2026-10-24T23:00:00Z",
+                    "2026-10-25T00:00:00Z",
+                    "2026-10-26T00:00:00Z",
+                ],
+            ),
             (
                 "30 2 * * *",
                 "Europe/Berlin",
@@ -673,11 +861,58 @@ mod tests {
                 "2026-04-04T00:00:00Z",
                 &["2026-04-04T14:45:00Z", "2026-04-05T15:15:00Z"],
             ),
+            // Santiago: spring-forward at midnight (2026-09-06 00:00 -04 -> 01:00 -03, 04:00Z),
+            // fall-back from midnight to 23:00 (2026-04-05 00:00 -03 -> 04-04 23:00 -04, 03:00Z).
+            (
+                "0 0-23/3 * * *",
+                "America/Santiago",
+                "2026-09-05T23:00:00Z",
+                &[
+                    "2026-09-06T01:00:00Z",
+                    "2026-09-06T04:00:00Z",
+                    "2026-09-06T06:00:00Z",
+                ],
+            ),
+            (
+                "0 */3 * * *",
+                "America/Santiago",
+                "2026-09-05T23:00:00Z",
+                &[
+                    "2026-09-06T01:00:00Z",
+                    "2026-09-06T06:00:00Z",
+                    "2026-09-06T09:00:00Z",
+                ],
+            ),
+            (
+                "30 14-23/3 * * *",
+                "America/Santiago",
+                "2026-04-04T23:00:00Z",
+                &[
+                    "2026-04-04T23:30:00Z",
+                    "2026-04-05T02:30:00Z",
+                    "2026-04-05T18:30:00Z",
+                ],
+            ),
+            (
+                "30 */1 * * *",
+                "America/Santiago",
+                "2026-04-05T01:00:00Z",
+                &[
+                    "2026-04-05T01:30:00Z",
+                    "2026-04-05T02:30:00Z",
+                    "2026-04-05T03:30:00Z",
+                ],
+            ),
         ];
-        for (expr, tz, after, want) in table {
-            let got = fires(expr, tz, after, want.len());
-            assert_eq!(&got, want, "{expr} in {tz} after {after}");
-        }
+        // Check every row before failing, so one run shows all rows that disagree.
+        let wrong: Vec<String> = table
+            .iter()
+            .filter_map(|(expr, tz, after, want)| {
+                let got = fires(expr, tz, after, want.len());
+                (got != *want).then(|| format!("{expr} in {tz} after {after}: {got:?}"))
+            })
+            .collect();
+        assert!(wrong.is_empty(), "{}", wrong.join("\n"));
     }
 
     #[test]
@@ -692,6 +927,15 @@ mod tests {
             ("*/15 * * * *", "Europe/Berlin", "2026-03-29", 92),
             ("0,30 2 * * *", "America/Chicago", "2026-03-08", 1),
             ("0,30 2 * * *", "America/Chicago", "2026-03-09", 2),
+            ("* 2 * * *", "America/Chicago", "2026-03-08", 0),
+            ("0-59 2 * * *", "America/Chicago", "2026-03-08", 1),
+            ("* 1 * * *", "America/Chicago", "2026-11-01", 120),
+            ("0-59 1 * * *", "America/Chicago", "2026-11-01", 60),
+            ("0 0-23/3 * * *", "America/Santiago", "2026-09-06", 8),
+            ("0 */3 * * *", "America/Santiago", "2026-09-06", 7),
+            ("0 2-23/3 * * *", "Europe/Berlin", "2026-10-25", 8),
+            ("0 */2 * * *", "Europe/Berlin", "2026-10-25", 13),
+            ("30 14-23/3 * * *", "America/Santiago", "2026-04-04", 4),
         ];
         for (expr, tz, day, n) in cases {
             let got = fires_on_local_day(&sched(expr, tz), day);
@@ -891,6 +1135,12 @@ mod tests {
             "*/7 */2 * * *",
             "0 0 13 * FRI",
             "* 2 * * *",
+            "0 0-23/3 * * *",
+            "30 14-23/3 * * *",
+            "0 */3 * * *",
+            "0 1-3 * * *",
+            "0 1,2 * * *",
+            "*/30 1 * * *",
         ];
         let zones = [
             "America/Chicago",
@@ -915,8 +1165,15 @@ mod tests {
                     count += 1;
                 }
                 assert!(count > 0, "{expr} in {tz}");
-                if expr == "30 2 * * *" {
-                    assert_eq!(count, 365, "{expr} in {tz}: once per local day");
+                // Fixed times fire once per wall time per local day, gap or repeat.
+                let per_day = match expr {
+                    "30 2 * * *" => 1,
+                    "0 0-23/3 * * *" => 8,
+                    "30 14-23/3 * * *" => 4,
+                    _ => 0,
+                };
+                if per_day > 0 {
+                    assert_eq!(count, 365 * per_day, "{expr} in {tz}: once per wall time");
                 }
             }
         }
