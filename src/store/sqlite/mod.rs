@@ -1,0 +1,397 @@
+//! The store: every SQL statement lives under this module. One writer connection (all writes
+//! go through it as short `BEGIN IMMEDIATE` transactions), a pool of readers, and pragmas that
+//! are read back after being set.
+
+pub mod approvals;
+pub mod artifacts;
+mod checkpointer;
+pub mod claim;
+pub mod codec;
+pub mod finish;
+pub mod gauges;
+pub mod inbox;
+pub(crate) mod migrate;
+pub mod occurrences;
+#[cfg(test)]
+mod plans;
+pub mod probe;
+pub mod rescue;
+pub mod retention;
+mod rows;
+pub mod runs;
+pub mod schedules;
+pub mod wal;
+pub mod workers;
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use r2d2::Pool;
+use r2d2_sqlite::SqliteConnectionManager;
+use rusqlite::{Connection, ErrorCode, OpenFlags, Transaction, TransactionBehavior};
+
+pub use migrate::SCHEMA_VERSION;
+
+use crate::error::StoreError;
+
+/// How long SQLite itself waits on a lock before returning SQLITE_BUSY.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long we keep retrying a busy write before giving up.
+const BUSY_GIVE_UP: Duration = Duration::from_secs(120);
+
+/// Durability settings reported by benchmarks and `stats`.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct DbInfo {
+    /// `PRAGMA journal_mode`.
+    pub journal_mode: String,
+    /// `PRAGMA synchronous`, as a name.
+    pub synchronous: String,
+    /// SQLite library version.
+    pub sqlite_version: String,
+}
+
+struct Inner {
+    path: PathBuf,
+    writer: Mutex<Connection>,
+    readers: Pool<SqliteConnectionManager>,
+    busy_retries: AtomicU64,
+    write_counters: WriteCounters,
+    /// Copies WAL pages into the database file off the writer's path (None: SQLite's own
+    /// automatic checkpoint in the commit). Declared last: dropped after the connections.
+    checkpointer: Option<checkpointer::Checkpointer>,
+}
+
+/// A handle to one toolq database file. Cheap to clone; all clones share the connections.
+#[derive(Clone)]
+pub struct Store {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store")
+            .field("path", &self.inner.path)
+            .finish()
+    }
+}
+
+/// Page cache per connection, in KiB: a quarter of SQLite's 2 MiB default.
+///
+/// Readers look up single runs and short index ranges; the writer touches the right edges of
+/// a few indexes and the runs it just claimed. The OS caches the file anyway, and a drain of
+/// 1,000,000 queued runs went no slower with this than with the default while its peak RSS
+/// fell by 2 MiB (BENCHMARKS.md).
+const CACHE_KIB: u32 = 512;
+
+fn set_cache_size(conn: &Connection) -> rusqlite::Result<()> {
+    conn.execute_batch(&format!("PRAGMA cache_size = -{CACHE_KIB}"))
+}
+
+fn set_connection_pragmas(conn: &Connection) -> rusqlite::Result<()> {
+    conn.busy_timeout(BUSY_TIMEOUT)?;
+    // Plans must not depend on bound values: otherwise a statement whose WHERE is compared
+    // with a partial index's WHERE is re-prepared every time it is re-bound (hot claim path).
+    conn.set_db_config(
+        rusqlite::config::DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG,
+        true,
+    )?;
+    conn.execute_batch("PRAGMA foreign_keys = ON; PRAGMA synchronous = NORMAL;")?;
+    Ok(())
+}
+
+fn read_pragma(conn: &Connection, name: &'static str) -> Result<String, StoreError> {
+    conn.query_row(&format!("PRAGMA {name}"), [], |r| {
+        let v: rusqlite::types::Value = r.get(0)?;
+        Ok(match v {
+            rusqlite::types::Value::Integer(i) => i.to_string(),
+            rusqlite::types::Value::Text(s) => s,
+            other => format!("{other:?}"),
+        })
+    })
+    .map_err(|e| StoreError::sqlite(format!("read PRAGMA {name}"), e))
+}
+
+fn expect_pragma(conn: &Connection, name: &'static str, wanted: &str) -> Result<(), StoreError> {
+    let got = read_pragma(conn, name)?;
+    if got.eq_ignore_ascii_case(wanted) {
+        Ok(())
+    } else {
+        Err(StoreError::Pragma {
+            name,
+            wanted: wanted.to_string(),
+            got,
+        })
+    }
+}
+
+/// Runs blocking store work where it cannot stall other tasks. On a multi-thread runtime the
+/// calling worker thread runs it inside [`tokio::task::block_in_place`], which first hands the
+/// worker's queued tasks and I/O driver to another thread: the write starts at once and the
+/// caller resumes without a thread wake-up. A `spawn_blocking` round trip costs two wake-ups,
+/// which on a 2-vCPU VM were a third of a one-at-a-time enqueue (BENCHMARKS.md). On a
+/// current-thread runtime, where `block_in_place` is not allowed, it uses `spawn_blocking`.
+/// Either way the work runs to completion even if the caller's future is dropped meanwhile.
+async fn off_scheduler<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, StoreError> + Send + 'static,
+) -> Result<T, StoreError> {
+    let flavor = tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor());
+    if matches!(flavor, Ok(tokio::runtime::RuntimeFlavor::MultiThread)) {
+        return tokio::task::block_in_place(f);
+    }
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| StoreError::Task(e.to_string()))?
+}
+
+fn is_busy(e: &rusqlite::Error) -> bool {
+    matches!(e, rusqlite::Error::SqliteFailure(f, _)
+        if f.code == ErrorCode::DatabaseBusy || f.code == ErrorCode::DatabaseLocked)
+}
+
+fn store_error_is_busy(e: &StoreError) -> bool {
+    matches!(e, StoreError::Sqlite { source, .. } if is_busy(source))
+}
+
+/// Where the writer connection's time went, summed over this process's write transactions.
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+pub struct WriteStats {
+    /// Committed write transactions.
+    pub transactions: u64,
+    /// Seconds from `BEGIN IMMEDIATE` to the end of the statements (before the commit).
+    pub statement_secs: f64,
+    /// Seconds spent committing: writing WAL frames, and checkpoints that the commit ran.
+    pub commit_secs: f64,
+}
+
+#[derive(Debug, Default)]
+struct WriteCounters {
+    transactions: AtomicU64,
+    statement_ns: AtomicU64,
+    commit_ns: AtomicU64,
+}
+impl Store {
+    /// Opens (creating if needed) the database at `path`, migrating an older schema.
+    /// A file with a newer schema, or a file that is not a toolq database, is refused
+    /// before anything is written to it.
+    pub fn open(path: impl AsRef<Path>) -> Result<Store, StoreError> {
+        let path = path.as_ref().to_path_buf();
+        let display = path.display().to_string();
+        let mut writer = Connection::open_with_flags(
+            &path,
+            OpenFlags::SQLITE_OPEN_READ_WRITE
+                | OpenFlags::SQLITE_OPEN_CREATE
+                | OpenFlags::SQLITE_OPEN_NO_MUTEX
+                | OpenFlags::SQLITE_OPEN_URI,
+        )
+        .map_err(|e| StoreError::sqlite(format!("open {display}"), e))?;
+        writer
+            .busy_timeout(BUSY_TIMEOUT)
+            .map_err(|e| StoreError::sqlite("set busy_timeout", e))?;
+        // Inspect before any pragma that writes (journal_mode = WAL rewrites the header).
+        let state = migrate::inspect(&writer, &display)?;
+
+        let mode = read_pragma(&writer, "journal_mode")?;
+        if !mode.eq_ignore_ascii_case("wal") {
+            writer
+                .query_row("PRAGMA journal_mode = WAL", [], |_| Ok(()))
+                .map_err(|e| StoreError::sqlite("set journal_mode = WAL", e))?;
+        }
+        expect_pragma(&writer, "journal_mode", "wal")?;
+        set_connection_pragmas(&writer).map_err(|e| StoreError::sqlite("set pragmas", e))?;
+        expect_pragma(&writer, "foreign_keys", "1")?;
+        expect_pragma(&writer, "synchronous", "1")?;
+        expect_pragma(
+            &writer,
+            "busy_timeout",
+            &BUSY_TIMEOUT.as_millis().to_string(),
+        )?;
+        migrate::apply(&mut writer, state).map_err(|e| match e {
+            StoreError::NotToolq { reason, .. } => StoreError::NotToolq {
+                path: display.clone(),
+                reason,
+            },
+            other => other,
+        })?;
+        set_cache_size(&writer).map_err(|e| StoreError::sqlite("set cache_size", e))?;
+        writer.set_prepared_statement_cache_capacity(64);
+        let checkpointer = checkpointer::Checkpointer::start(&path, &writer);
+
+        let manager = SqliteConnectionManager::file(&path)
+            .with_flags(OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX)
+            .with_init(|c| {
+                set_connection_pragmas(c)?;
+                set_cache_size(c)?;
+                c.set_prepared_statement_cache_capacity(32);
+                Ok(())
+            });
+        let readers = Pool::builder()
+            .max_size(4)
+            .min_idle(Some(0))
+            .build(manager)?;
+        Ok(Store {
+            inner: Arc::new(Inner {
+                path,
+                writer: Mutex::new(writer),
+                readers,
+                busy_retries: AtomicU64::new(0),
+                write_counters: WriteCounters::default(),
+                checkpointer,
+            }),
+        })
+    }
+
+    /// The database file's path.
+    pub fn path(&self) -> &Path {
+        &self.inner.path
+    }
+
+    /// How many times a write had to be retried because the database was busy.
+    pub fn busy_retries(&self) -> u64 {
+        self.inner.busy_retries.load(Ordering::Relaxed)
+    }
+
+    /// Time the writer spent in statements and in commits so far (`workload drain` prints it;
+    /// the worker's metrics export it).
+    pub fn write_stats(&self) -> WriteStats {
+        let c = &self.inner.write_counters;
+        WriteStats {
+            transactions: c.transactions.load(Ordering::Relaxed),
+            statement_secs: c.statement_ns.load(Ordering::Relaxed) as f64 / 1e9,
+            commit_secs: c.commit_ns.load(Ordering::Relaxed) as f64 / 1e9,
+        }
+    }
+
+    /// Runs `f` in one `BEGIN IMMEDIATE` transaction on the writer connection and commits.
+    /// SQLITE_BUSY is retried with backoff (and counted) instead of surfacing. Blocking: from
+    /// async code use [`Store::write_async`].
+    pub fn write<T>(
+        &self,
+        mut f: impl FnMut(&Transaction<'_>) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let started = std::time::Instant::now();
+        let mut delay = Duration::from_millis(2);
+        loop {
+            match self.try_write(&mut f) {
+                Err(e) if store_error_is_busy(&e) && started.elapsed() < BUSY_GIVE_UP => {
+                    self.inner.busy_retries.fetch_add(1, Ordering::Relaxed);
+                    tracing::debug!(error = %e, "database busy; retrying write");
+                    std::thread::sleep(delay);
+                    delay = (delay * 2).min(Duration::from_millis(200));
+                }
+                other => return other,
+            }
+        }
+    }
+
+    fn try_write<T>(
+        &self,
+        f: &mut impl FnMut(&Transaction<'_>) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        // A poisoned writer lock means a writer panicked mid-call; the connection rolled back.
+        let mut conn = self.inner.writer.lock().unwrap_or_else(|e| e.into_inner());
+        let t0 = std::time::Instant::now();
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(|e| StoreError::sqlite("begin write", e))?;
+        let value = f(&tx)?;
+        let t1 = std::time::Instant::now();
+        tx.commit().map_err(|e| StoreError::sqlite("commit", e))?;
+        let c = &self.inner.write_counters;
+        c.statement_ns
+            .fetch_add((t1 - t0).as_nanos() as u64, Ordering::Relaxed);
+        c.commit_ns
+            .fetch_add(t1.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        c.transactions.fetch_add(1, Ordering::Relaxed);
+        let pages = checkpointer::take_wal_pages();
+        if let Some(cp) = &self.inner.checkpointer {
+            cp.committed(pages);
+        }
+        Ok(value)
+    }
+
+    /// Runs `f` with a reader connection (a consistent snapshot only inside one statement
+    /// unless `f` opens a transaction). Blocking.
+    pub fn read<T>(
+        &self,
+        f: impl FnOnce(&Connection) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let conn = self.inner.readers.get()?;
+        f(&conn)
+    }
+
+    /// [`Store::write`] for async callers, off the async scheduler (see [`off_scheduler`]).
+    pub async fn write_async<T: Send + 'static>(
+        &self,
+        f: impl FnMut(&Transaction<'_>) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        let store = self.clone();
+        off_scheduler(move || store.write(f)).await
+    }
+
+    /// [`Store::read`] for async callers, off the async scheduler (see [`off_scheduler`]).
+    pub async fn read_async<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        let store = self.clone();
+        off_scheduler(move || store.read(f)).await
+    }
+
+    /// Journal mode, synchronous setting and SQLite version, as read back from the database.
+    pub fn info(&self) -> Result<DbInfo, StoreError> {
+        self.read(|c| {
+            let sync = read_pragma(c, "synchronous")?;
+            Ok(DbInfo {
+                journal_mode: read_pragma(c, "journal_mode")?,
+                synchronous: match sync.as_str() {
+                    "0" => "OFF",
+                    "1" => "NORMAL",
+                    "2" => "FULL",
+                    "3" => "EXTRA",
+                    _ => "unknown",
+                }
+                .to_string(),
+                sqlite_version: rusqlite::version().to_string(),
+            })
+        })
+    }
+
+    /// `PRAGMA integrity_check`: "ok" for a healthy file.
+    pub fn integrity_check(&self) -> Result<String, StoreError> {
+        self.read(|c| {
+            c.query_row("PRAGMA integrity_check", [], |r| r.get(0))
+                .map_err(|e| StoreError::sqlite("integrity_check", e))
+        })
+    }
+
+    /// `PRAGMA data_version` on a given connection: changes when another connection commits.
+    pub fn data_version(conn: &Connection) -> Result<i64, StoreError> {
+        conn.prepare_cached("PRAGMA data_version")
+            .and_then(|mut s| s.query_row([], |r| r.get(0)))
+            .map_err(|e| StoreError::sqlite("read data_version", e))
+    }
+
+    /// A dedicated read connection (not from the pool), e.g. for change polling.
+    pub fn dedicated_reader(&self) -> Result<Connection, StoreError> {
+        let c = Connection::open_with_flags(
+            &self.inner.path,
+            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .map_err(|e| StoreError::sqlite("open reader", e))?;
+        set_connection_pragmas(&c).map_err(|e| StoreError::sqlite("set pragmas", e))?;
+        Ok(c)
+    }
+}
+
+/// Wraps a rusqlite result with the action that failed.
+pub(crate) trait Ctx<T> {
+    fn ctx(self, action: &str) -> Result<T, StoreError>;
+}
+
+impl<T> Ctx<T> for rusqlite::Result<T> {
+    fn ctx(self, action: &str) -> Result<T, StoreError> {
+        self.map_err(|e| StoreError::sqlite(action, e))
+    }
+}
