@@ -6,7 +6,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
-use toolq::store::inbox::InboxFilter;
+use toolq::inbox::InboxFilter;
 use toolq::tool::Stream;
 use toolq::{
     Client, Config, EnqueueRequest, RegistryBuilder, Tool, ToolContext, ToolDef, ToolOutcome,

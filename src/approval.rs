@@ -10,10 +10,10 @@ use crate::client::{Client, about_of};
 use crate::error::{Error, InputError, Result};
 use crate::ids::RunId;
 use crate::inbox::approval_message;
+use crate::run::{Fence, FinishRecord, Outcome};
 use crate::run::{Run, RunState};
 use crate::store::approvals::{self, Decision};
 use crate::store::codec::ts;
-use crate::store::finish::{Fence, FinishRecord, Outcome};
 use crate::tool::ToolPolicy;
 use crate::worker::finish::{WaitingEnd, blank, decide_waiting};
 

@@ -14,10 +14,10 @@ use crate::config::Config;
 use crate::error::{Error, InputError, Result};
 use crate::ids::{RunId, validate_session};
 use crate::inbox::About;
+use crate::inbox::{InboxFilter, Message};
+use crate::run::FinishRecord;
 use crate::run::{Delivery, NewRun, Run, RunState};
-use crate::store::finish::FinishRecord;
-use crate::store::inbox::{InboxFilter, Message};
-use crate::store::runs::{Inserted, ListFilter};
+use crate::run::{Inserted, ListFilter};
 use crate::store::{self, Store};
 use crate::tool::Registry;
 use crate::worker::finish::{WaitingEnd, decide_waiting};
@@ -375,7 +375,7 @@ impl Client {
     }
 
     /// A run's log blob (bytes, truncated flag), if written yet.
-    pub async fn log(&self, run: &Run) -> Result<Option<store::artifacts::Blob>> {
+    pub async fn log(&self, run: &Run) -> Result<Option<crate::run::Blob>> {
         let (s, p) = (run.session_id.clone(), run.log_path());
         Ok(self
             .inner
@@ -385,7 +385,7 @@ impl Client {
     }
 
     /// A run's result blob, if written.
-    pub async fn result(&self, run: &Run) -> Result<Option<store::artifacts::Blob>> {
+    pub async fn result(&self, run: &Run) -> Result<Option<crate::run::Blob>> {
         let (s, p) = (run.session_id.clone(), run.result_path());
         Ok(self
             .inner

@@ -4,7 +4,7 @@ use serde_json::{Value, json};
 
 use crate::ids::RunId;
 use crate::run::{Delivery, log_path, result_path};
-use crate::store::inbox::NewMessage;
+use serde::Serialize;
 
 /// Kinds of final message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -161,4 +161,59 @@ mod tests {
         assert_eq!(m.data["status"], "completed");
         assert_eq!(summarize(&"x".repeat(400), 10), "xxxxxxx...");
     }
+}
+
+/// A message to insert.
+#[derive(Debug, Clone, Serialize)]
+pub struct NewMessage {
+    /// Recipient session.
+    pub session_id: String,
+    /// The run it is about.
+    pub run_id: String,
+    /// The run's attempt when it was written.
+    pub attempt: i64,
+    /// completed | failed | cancelled | approval_request.
+    pub kind: &'static str,
+    /// Text for the session.
+    pub body: String,
+    /// The same, structured.
+    pub data: Value,
+    /// Delivery mode.
+    pub delivery: Delivery,
+}
+
+/// A stored message.
+#[derive(Debug, Clone, Serialize)]
+pub struct Message {
+    /// Increasing id.
+    pub id: i64,
+    /// Recipient session.
+    pub session_id: String,
+    /// The run it is about.
+    pub run_id: Option<String>,
+    /// completed | failed | cancelled | approval_request.
+    pub kind: String,
+    /// Text for the session.
+    pub body: String,
+    /// Structured form.
+    pub data: Value,
+    /// Delivery mode.
+    pub delivery: String,
+    /// When it was written.
+    pub created_at: String,
+    /// When it was first read.
+    pub read_at: Option<String>,
+    /// When it was acknowledged.
+    pub acked_at: Option<String>,
+}
+
+/// Which messages [`list`] returns.
+#[derive(Debug, Clone, Default)]
+pub struct InboxFilter {
+    /// Only messages with a larger id.
+    pub after_id: i64,
+    /// Only unacknowledged messages.
+    pub unacked_only: bool,
+    /// At most this many, oldest first.
+    pub limit: i64,
 }

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use super::{Ctx, render};
 use crate::error::Result;
-use crate::store::inbox::InboxFilter;
+use crate::inbox::InboxFilter;
 
 /// Flags of `inbox`.
 #[derive(Debug, clap::Args)]
@@ -70,7 +70,7 @@ async fn follow(ctx: &Ctx, args: &Args) -> Result<()> {
     }
 }
 
-fn show(m: &crate::store::inbox::Message) {
+fn show(m: &crate::inbox::Message) {
     let ack = m
         .acked_at
         .as_deref()

@@ -2,8 +2,8 @@
 
 use super::{Ctx, render};
 use crate::error::{InputError, Result};
+use crate::run::ListFilter;
 use crate::run::RunState;
-use crate::store::runs::ListFilter;
 
 /// Flags of `runs`.
 #[derive(Debug, clap::Args)]

@@ -227,14 +227,14 @@ pub trait Tool: Send + Sync + 'static {
     /// completion, failure, cancellation). `draft` holds the kind, the default text (the
     /// seed's) and the structured data; return `Some(text)` to replace the text. The
     /// structured data and the delivery mode stay as they are.
-    fn format_message(&self, draft: &crate::store::inbox::NewMessage) -> Option<String> {
+    fn format_message(&self, draft: &crate::inbox::NewMessage) -> Option<String> {
         let _ = draft;
         None
     }
 }
 
 /// Applies `tool`'s formatter to `msg`, keeping the default text when it has none.
-pub fn apply_format(tool: &dyn Tool, msg: &mut crate::store::inbox::NewMessage) {
+pub fn apply_format(tool: &dyn Tool, msg: &mut crate::inbox::NewMessage) {
     if let Some(text) = tool.format_message(msg) {
         msg.body = text;
     }

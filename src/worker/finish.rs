@@ -6,8 +6,8 @@ use serde_json::{Value, json};
 use crate::client::about_of;
 use crate::config::RunDefaults;
 use crate::inbox::{FinalKind, final_message, summary_of};
+use crate::run::{ApprovalMark, Fence, FinishRecord, Outcome};
 use crate::run::{Jitter, Run, RunState, backoff, should_retry};
-use crate::store::finish::{ApprovalMark, Fence, FinishRecord, Outcome};
 use crate::tool::sink::SinkSnapshot;
 use crate::tool::{INTERNAL_ERROR_TEXT, ToolOutcome};
 

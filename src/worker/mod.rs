@@ -31,8 +31,8 @@ use tracing::Instrument;
 use crate::client::Client;
 use crate::error::Result;
 use crate::ids::WorkerId;
-use crate::run::Run;
-use crate::store::{self, finish::FinishRecord};
+use crate::run::{FinishRecord, Run};
+use crate::store;
 use crate::tool::ToolContext;
 use crate::tool::sink::{RunSink, SinkLimits};
 use execute::{Executed, StopReason, StopSignal, execute};
@@ -553,9 +553,9 @@ fn outcome_label(job: &Job, applied: bool) -> &'static str {
         (_, false) => "fenced_out",
         (Job::Release { .. }, true) => "handed_back",
         (Job::Finish(r), true) => match &r.outcome {
-            store::finish::Outcome::Final(s) => s.as_str(),
-            store::finish::Outcome::Retry(_) => "retried",
-            store::finish::Outcome::AwaitApproval { .. } => "awaiting_approval",
+            crate::run::Outcome::Final(s) => s.as_str(),
+            crate::run::Outcome::Retry(_) => "retried",
+            crate::run::Outcome::AwaitApproval { .. } => "awaiting_approval",
         },
     }
 }

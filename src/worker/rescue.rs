@@ -17,8 +17,8 @@ use super::identity;
 use crate::client::Client;
 use crate::config::RunDefaults;
 use crate::error::Result;
+use crate::run::{FinishRecord, Outcome};
 use crate::run::{Jitter, Run};
-use crate::store::finish::{FinishRecord, Outcome};
 use crate::store::rescue::RescueReason;
 use crate::store::{self};
 use crate::tool::sink::SinkSnapshot;
@@ -210,7 +210,7 @@ mod tests {
         assert!(rec.message.is_none() && rec.result.is_none());
         assert_eq!(
             (rec.attempt, &rec.fence),
-            (1, &crate::store::finish::Fence::Lease("tok".into()))
+            (1, &crate::run::Fence::Lease("tok".into()))
         );
     }
 

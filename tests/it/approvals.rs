@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use serde_json::json;
-use toolq::store::inbox::{InboxFilter, Message, NewMessage};
+use toolq::inbox::{InboxFilter, Message, NewMessage};
 use toolq::tool::ToolPolicy;
 use toolq::{
     Client, EnqueueRequest, Error, RegistryBuilder, RunState, Tool, ToolContext, ToolDef,

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use serde_json::{Value, json};
-use toolq::store::inbox::{InboxFilter, Message};
+use toolq::inbox::{InboxFilter, Message};
 use toolq::worker::rescue::rescue_tick;
 use toolq::{
     Client, Config, EnqueueRequest, ManualClock, RegistryBuilder, RunId, RunState, Tool,

@@ -1,5 +1,5 @@
 use serde_json::json;
-use toolq::store::inbox::InboxFilter;
+use toolq::inbox::InboxFilter;
 use toolq::{EnqueueRequest, RunState};
 
 use crate::support::TestEnv;
@@ -206,7 +206,8 @@ async fn huge_output_keeps_the_cap_and_the_tail_moves_on() {
 /// written beside the others.
 #[tokio::test]
 async fn a_large_batch_of_ends_writes_each_runs_artifacts_once() {
-    use toolq::store::finish::{Fence, FinishRecord, record_ends};
+    use toolq::run::{Fence, FinishRecord};
+    use toolq::store::finish::record_ends;
     use toolq::tool::ToolSuccess;
     use toolq::tool::sink::SinkSnapshot;
     use toolq::worker::finish::{AttemptEnd, decide};

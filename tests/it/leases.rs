@@ -1,9 +1,9 @@
 //! Leases, fencing and rescue at library level, with two worker ids and the manual clock.
 
 use serde_json::{Value, json};
+use toolq::inbox::InboxFilter;
+use toolq::run::FinishRecord;
 use toolq::store::codec::ts;
-use toolq::store::finish::FinishRecord;
-use toolq::store::inbox::InboxFilter;
 use toolq::store::workers::WorkerRow;
 use toolq::tool::sink::SinkSnapshot;
 use toolq::worker::finish::{AttemptEnd, decide};
@@ -91,7 +91,7 @@ pub(crate) async fn enqueue(
     env.client.enqueue(req).await.unwrap().run_id
 }
 
-pub(crate) async fn inbox(env: &TestEnv) -> Vec<toolq::store::inbox::Message> {
+pub(crate) async fn inbox(env: &TestEnv) -> Vec<toolq::inbox::Message> {
     let f = InboxFilter {
         limit: 100,
         ..Default::default()

@@ -6,6 +6,7 @@ use rusqlite::{OptionalExtension, Transaction};
 use super::Ctx;
 use super::codec::ts;
 use crate::error::StoreError;
+use crate::run::Blob;
 
 /// One blob to write.
 #[derive(Debug, Clone)]
@@ -20,21 +21,6 @@ pub struct BlobWrite<'a> {
     pub content: &'a [u8],
     /// Whether the content was cut at its cap.
     pub truncated: bool,
-}
-
-/// A stored blob.
-#[derive(Debug, Clone)]
-pub struct Blob {
-    /// Path.
-    pub path: String,
-    /// Raw bytes.
-    pub content: Vec<u8>,
-    /// Size in bytes.
-    pub size: i64,
-    /// Whether it was cut at its cap.
-    pub truncated: bool,
-    /// Last write.
-    pub updated_at: String,
 }
 
 /// The blobs of one run: every path under `/.background/{run_id}/` in its session, a range of

@@ -2,57 +2,12 @@
 
 use chrono::{DateTime, Utc};
 use rusqlite::{Transaction, named_params};
-use serde::Serialize;
 use serde_json::Value;
 
 use super::Ctx;
 use super::codec::ts;
 use crate::error::StoreError;
-use crate::run::Delivery;
-
-/// A message to insert.
-#[derive(Debug, Clone, Serialize)]
-pub struct NewMessage {
-    /// Recipient session.
-    pub session_id: String,
-    /// The run it is about.
-    pub run_id: String,
-    /// The run's attempt when it was written.
-    pub attempt: i64,
-    /// completed | failed | cancelled | approval_request.
-    pub kind: &'static str,
-    /// Text for the session.
-    pub body: String,
-    /// The same, structured.
-    pub data: Value,
-    /// Delivery mode.
-    pub delivery: Delivery,
-}
-
-/// A stored message.
-#[derive(Debug, Clone, Serialize)]
-pub struct Message {
-    /// Increasing id.
-    pub id: i64,
-    /// Recipient session.
-    pub session_id: String,
-    /// The run it is about.
-    pub run_id: Option<String>,
-    /// completed | failed | cancelled | approval_request.
-    pub kind: String,
-    /// Text for the session.
-    pub body: String,
-    /// Structured form.
-    pub data: Value,
-    /// Delivery mode.
-    pub delivery: String,
-    /// When it was written.
-    pub created_at: String,
-    /// When it was first read.
-    pub read_at: Option<String>,
-    /// When it was acknowledged.
-    pub acked_at: Option<String>,
-}
+use crate::inbox::{InboxFilter, Message, NewMessage};
 
 pub(crate) const INSERT: &str = "INSERT INTO inbox (session_id, run_id, attempt, kind, body, data, delivery, created_at) \
     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)";
@@ -121,17 +76,6 @@ pub(crate) fn insert_many_encoded(
             Ok(i + 7)
         },
     )
-}
-
-/// Which messages [`list`] returns.
-#[derive(Debug, Clone, Default)]
-pub struct InboxFilter {
-    /// Only messages with a larger id.
-    pub after_id: i64,
-    /// Only unacknowledged messages.
-    pub unacked_only: bool,
-    /// At most this many, oldest first.
-    pub limit: i64,
 }
 
 /// Lists a session's messages in id order.

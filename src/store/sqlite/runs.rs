@@ -9,25 +9,8 @@ use super::Ctx;
 use super::codec::{RUN_COLUMNS, run_from_row, ts};
 use crate::error::StoreError;
 use crate::ids::RunId;
+use crate::run::{Inserted, ListFilter};
 use crate::run::{NewRun, Run, RunState};
-
-/// What [`insert`] did.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Inserted {
-    /// A new row was written.
-    New(RunId),
-    /// The idempotency key already existed: this is the existing run.
-    Existing(RunId),
-}
-
-impl Inserted {
-    /// The run id either way.
-    pub fn id(&self) -> &RunId {
-        match self {
-            Inserted::New(id) | Inserted::Existing(id) => id,
-        }
-    }
-}
 
 const FIND_BY_KEY: &str = "SELECT id FROM runs WHERE idempotency_key = ?1";
 pub(crate) const INSERT: &str = "INSERT INTO runs (id, session_id, tool, args, title, state, priority, max_attempts, \
@@ -108,21 +91,6 @@ pub fn get(conn: &rusqlite::Connection, id: &str) -> Result<Option<Run>, StoreEr
         .query_row([id], run_from_row)
         .optional()
         .ctx("get run")
-}
-
-/// Filters for [`list`].
-#[derive(Debug, Clone, Default)]
-pub struct ListFilter {
-    /// Only this state.
-    pub state: Option<RunState>,
-    /// Only this session.
-    pub session: Option<String>,
-    /// Only this tool.
-    pub tool: Option<String>,
-    /// Only runs made by this schedule.
-    pub schedule_id: Option<String>,
-    /// At most this many (newest first).
-    pub limit: i64,
 }
 
 /// Lists runs, newest first.

@@ -4,8 +4,8 @@ use std::time::Duration;
 
 use rusqlite::{Connection, params};
 use serde_json::json;
+use toolq::inbox::InboxFilter;
 use toolq::retention::PruneOptions;
-use toolq::store::inbox::InboxFilter;
 use toolq::store::retention::Removed;
 use toolq::{Clock, EnqueueRequest, RunId, RunState};
 

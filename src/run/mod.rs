@@ -6,6 +6,12 @@ use serde_json::Value;
 use std::fmt;
 use std::str::FromStr;
 
+mod end;
+mod records;
+
+pub use end::{ApprovalMark, Fence, FinishRecord, Outcome};
+pub use records::{Blob, Inserted, ListFilter};
+
 use crate::error::InputError;
 use crate::ids::{RunId, ScheduleId};
 
