@@ -9,7 +9,8 @@ use tokio_util::sync::CancellationToken;
 use crate::client::Client;
 use crate::error::{InputError, Result};
 use crate::store::codec::ts;
-use crate::store::retention::{self, PruneCutoffs, Removed, RunsCursor};
+use crate::store::retention;
+use crate::store::{PruneCutoffs, Removed, RunsCursor};
 
 /// What to prune.
 #[derive(Debug, Clone, Default)]

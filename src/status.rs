@@ -11,8 +11,8 @@ use serde::Serialize;
 
 use crate::client::Client;
 use crate::error::Result;
+use crate::store::WorkerRow;
 use crate::store::codec::parse_ts;
-use crate::store::workers::WorkerRow;
 use crate::worker::identity;
 
 /// How a worker process looks from here.

@@ -3,7 +3,7 @@
 
 use crate::client::Client;
 use crate::error::{Result, StoreError};
-use crate::store::wal::WalHealth;
+use crate::store::WalHealth;
 
 impl Client {
     /// Runs a passive checkpoint and reports the `-wal` size, the frames it could not copy,

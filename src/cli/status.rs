@@ -10,7 +10,7 @@ use crate::status::status;
 struct WithWal<'a> {
     #[serde(flatten)]
     report: &'a crate::status::StatusReport,
-    wal: &'a crate::store::wal::WalHealth,
+    wal: &'a crate::store::WalHealth,
 }
 
 /// Flags of `status`.

@@ -194,7 +194,7 @@ fn runs_gauge(counts: &[(String, i64)]) -> Family<Labels, Gauge> {
 }
 
 /// `toolq_queue_depth{session,tool,state}` from the `queue_depth` view.
-fn queue_gauge(depth: &[store::gauges::QueueDepth]) -> Family<Labels, Gauge> {
+fn queue_gauge(depth: &[store::QueueDepth]) -> Family<Labels, Gauge> {
     let queue = Family::<Labels, Gauge>::default();
     for d in depth {
         for (state, n) in [

@@ -15,7 +15,7 @@ use crate::ids::{ScheduleId, validate_session};
 use crate::run::Delivery;
 use crate::store;
 
-pub use crate::store::schedules::ClaimReport as FireReport;
+pub use crate::store::ClaimReport as FireReport;
 
 /// A request to create a schedule: the run each tick makes, and when ticks come.
 #[derive(Debug, Clone)]

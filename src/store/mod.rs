@@ -2,5 +2,7 @@
 //! ([`sqlite`]); its items are re-exported here while callers move to the engine contract.
 
 pub mod sqlite;
+mod types;
 
 pub use sqlite::*;
+pub use types::*;

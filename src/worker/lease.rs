@@ -15,7 +15,7 @@ pub(super) async fn register(sh: &Arc<Shared>) -> Result<()> {
     let pid = std::process::id();
     let now = ts(sh.client.now());
     let cfg = &sh.client.config().worker;
-    let row = store::workers::WorkerRow {
+    let row = store::WorkerRow {
         id: sh.id.to_string(),
         host: super::identity::host(),
         boot_id: super::identity::boot_id(),
@@ -137,7 +137,7 @@ pub(crate) async fn flush_tick(sh: &Arc<Shared>) -> Result<()> {
             ));
         }
         if let Some(snap) = f.sink.take_changes() {
-            writes.push(store::claim::ProgressWrite {
+            writes.push(store::ProgressWrite {
                 id: f.run.id.to_string(),
                 session_id: f.run.session_id.clone(),
                 attempt: f.run.attempt,

@@ -19,7 +19,7 @@ use crate::config::RunDefaults;
 use crate::error::Result;
 use crate::run::{FinishRecord, Outcome};
 use crate::run::{Jitter, Run};
-use crate::store::rescue::RescueReason;
+use crate::store::RescueReason;
 use crate::store::{self};
 use crate::tool::sink::SinkSnapshot;
 

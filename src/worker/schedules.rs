@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 use super::Shared;
 use crate::client::Client;
 use crate::error::Result;
-use crate::store::{self, schedules::ClaimDue, schedules::ClaimReport};
+use crate::store::{self, ClaimDue, ClaimReport};
 
 /// Schedules handled per transaction (keeps each write short).
 const BATCH: usize = 100;

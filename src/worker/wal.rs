@@ -7,7 +7,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::Shared;
 use crate::error::Result;
-use crate::store::wal::{Checkpoint, CheckpointMode, WalWatch};
+use crate::store::wal::WalWatch;
+use crate::store::{Checkpoint, CheckpointMode};
 
 /// Checkpoints seen stalled in a row before the worker warns.
 const STALLED_TICKS: u32 = 3;

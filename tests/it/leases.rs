@@ -3,8 +3,8 @@
 use serde_json::{Value, json};
 use toolq::inbox::InboxFilter;
 use toolq::run::FinishRecord;
+use toolq::store::WorkerRow;
 use toolq::store::codec::ts;
-use toolq::store::workers::WorkerRow;
 use toolq::tool::sink::SinkSnapshot;
 use toolq::worker::finish::{AttemptEnd, decide};
 use toolq::worker::identity;
@@ -145,7 +145,7 @@ async fn stale_attempt_is_fenced_out_after_a_lease_rescue() {
 
     // The first attempt comes back late: nothing of it is written.
     assert!(!finish(&env, &success_record(&env, &first)));
-    let progress = toolq::store::claim::ProgressWrite {
+    let progress = toolq::store::ProgressWrite {
         id: first.id.to_string(),
         session_id: first.session_id.clone(),
         attempt: first.attempt,

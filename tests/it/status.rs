@@ -67,7 +67,7 @@ fn status_lists_workers_and_exits_1_when_a_live_loop_is_stale() {
     let mut hung = Command::new("sleep").arg("30").spawn().unwrap();
     let hung_pid = hung.id() as i64;
     let old = toolq::store::codec::ts(Utc::now() - chrono::Duration::minutes(1));
-    let row = toolq::store::workers::WorkerRow {
+    let row = toolq::store::WorkerRow {
         id: "wk_hung".into(),
         host: toolq::worker::identity::host(),
         boot_id: toolq::worker::identity::boot_id(),

@@ -9,6 +9,7 @@ use super::Ctx;
 use super::codec::{RUN_COLUMNS, run_from_row, ts};
 use crate::error::StoreError;
 use crate::run::Run;
+use crate::store::ProgressWrite;
 
 /// Parameters of one claim.
 #[derive(Debug, Clone)]
@@ -198,27 +199,6 @@ pub fn heartbeat(
         )
         .ctx("heartbeat")?;
     rows.collect::<Result<_, _>>().ctx("read heartbeat")
-}
-
-/// A live view of a running attempt: status, progress, tail and the log so far.
-#[derive(Debug, Clone)]
-pub struct ProgressWrite {
-    /// Run id.
-    pub id: String,
-    /// Session (owner of the log blob).
-    pub session_id: String,
-    /// The attempt this write belongs to.
-    pub attempt: i64,
-    /// The attempt's lease token.
-    pub token: String,
-    /// Latest status line.
-    pub status_text: Option<String>,
-    /// Latest progress, JSON.
-    pub progress: Option<String>,
-    /// Log tail, escaped text.
-    pub output_tail: Option<String>,
-    /// The whole log so far, when it changed.
-    pub log: Option<(Vec<u8>, bool)>,
 }
 
 /// Writes a running attempt's live view, fenced by its lease. Returns false (and writes

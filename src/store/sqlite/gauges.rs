@@ -2,26 +2,11 @@
 
 use chrono::{DateTime, Utc};
 use rusqlite::Connection;
-use serde::Serialize;
 
 use super::Ctx;
 use super::codec::{parse_ts, ts};
 use crate::error::StoreError;
-
-/// Unfinished runs of one (session, tool).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct QueueDepth {
-    /// Session.
-    pub session_id: String,
-    /// Tool.
-    pub tool: String,
-    /// Runs waiting in the queue (due or not).
-    pub queued: i64,
-    /// Runs waiting for an operator.
-    pub awaiting_approval: i64,
-    /// Runs executing.
-    pub running: i64,
-}
+use crate::store::QueueDepth;
 
 /// Unfinished runs by session and tool (the `queue_depth` view).
 pub fn queue_depth(conn: &Connection) -> Result<Vec<QueueDepth>, StoreError> {

@@ -35,22 +35,12 @@ use rusqlite::{Connection, ErrorCode, OpenFlags, Transaction, TransactionBehavio
 pub use migrate::SCHEMA_VERSION;
 
 use crate::error::StoreError;
+use crate::store::{DbInfo, WriteStats};
 
 /// How long SQLite itself waits on a lock before returning SQLITE_BUSY.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long we keep retrying a busy write before giving up.
 const BUSY_GIVE_UP: Duration = Duration::from_secs(120);
-
-/// Durability settings reported by benchmarks and `stats`.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct DbInfo {
-    /// `PRAGMA journal_mode`.
-    pub journal_mode: String,
-    /// `PRAGMA synchronous`, as a name.
-    pub synchronous: String,
-    /// SQLite library version.
-    pub sqlite_version: String,
-}
 
 struct Inner {
     path: PathBuf,
@@ -152,17 +142,6 @@ fn is_busy(e: &rusqlite::Error) -> bool {
 
 fn store_error_is_busy(e: &StoreError) -> bool {
     matches!(e, StoreError::Sqlite { source, .. } if is_busy(source))
-}
-
-/// Where the writer connection's time went, summed over this process's write transactions.
-#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
-pub struct WriteStats {
-    /// Committed write transactions.
-    pub transactions: u64,
-    /// Seconds from `BEGIN IMMEDIATE` to the end of the statements (before the commit).
-    pub statement_secs: f64,
-    /// Seconds spent committing: writing WAL frames, and checkpoints that the commit ran.
-    pub commit_secs: f64,
 }
 
 #[derive(Debug, Default)]

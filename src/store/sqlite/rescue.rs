@@ -10,6 +10,7 @@ use super::Ctx;
 use super::codec::{RUN_COLUMNS, run_from_row, ts};
 use crate::error::StoreError;
 use crate::run::Run;
+use crate::store::RescueReason;
 
 /// A worker row that has not stopped, with what is needed to check its process.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -94,42 +95,6 @@ pub fn mark_died(
             .ctx("mark worker died")?;
     }
     Ok(n)
-}
-
-/// Why a running run is taken back from its owner.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RescueReason {
-    /// The owner's process is gone (same host and boot; pid gone or reused).
-    OwnerDied,
-    /// The owner's row says it stopped, yet the run is still running.
-    OwnerStopped,
-    /// The owner has no row in `workers`.
-    OwnerMissing,
-    /// The lease ran out without a heartbeat (owner on another host, or hung).
-    LeaseExpired,
-}
-
-impl RescueReason {
-    /// A short label (stored in the run's `errors` history).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RescueReason::OwnerDied => "owner_died",
-            RescueReason::OwnerStopped => "owner_stopped",
-            RescueReason::OwnerMissing => "owner_missing",
-            RescueReason::LeaseExpired => "lease_expired",
-        }
-    }
-
-    fn parse(s: &str) -> Option<Self> {
-        [
-            RescueReason::OwnerDied,
-            RescueReason::OwnerStopped,
-            RescueReason::OwnerMissing,
-            RescueReason::LeaseExpired,
-        ]
-        .into_iter()
-        .find(|r| r.as_str() == s)
-    }
 }
 
 /// Running runs whose owner row is missing or stopped (including workers just marked dead),

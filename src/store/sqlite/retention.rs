@@ -2,59 +2,12 @@
 //! messages and old schedule occurrences, one bounded batch per call so every write
 //! transaction stays short. Unfinished runs are never candidates.
 
-use chrono::{DateTime, Utc};
 use rusqlite::{Connection, Transaction, named_params};
-use serde::Serialize;
 
 use super::Ctx;
 use super::codec::ts;
 use crate::error::StoreError;
-
-/// The cutoffs of one prune. Everything strictly older than a cutoff may go.
-#[derive(Debug, Clone)]
-pub struct PruneCutoffs {
-    /// Finished runs whose `finished_at` is before this go (with their blobs and inbox rows).
-    pub runs_before: DateTime<Utc>,
-    /// ... unless a message about them is still unacknowledged and they finished after this.
-    pub unacked_runs_before: DateTime<Utc>,
-    /// Acknowledged inbox messages whose `acked_at` is before this go.
-    pub acked_inbox_before: DateTime<Utc>,
-    /// Schedule occurrences recorded before this go (each schedule keeps its latest).
-    pub occurrences_before: DateTime<Utc>,
-    /// Cleanly stopped worker rows whose `stopped_at` is before this go.
-    pub workers_before: DateTime<Utc>,
-}
-
-/// Rows removed (or, for a dry run, that would be removed), per table.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-pub struct Removed {
-    /// `runs` rows.
-    pub runs: u64,
-    /// `blobs` rows (logs and results of those runs).
-    pub blobs: u64,
-    /// `inbox` rows (messages about those runs, and old acknowledged messages).
-    pub inbox: u64,
-    /// `schedule_occurrences` rows.
-    pub occurrences: u64,
-    /// `workers` rows of processes that stopped cleanly.
-    pub workers: u64,
-}
-
-impl Removed {
-    /// Adds another batch's counts.
-    pub fn add(&mut self, o: &Removed) {
-        self.runs += o.runs;
-        self.blobs += o.blobs;
-        self.inbox += o.inbox;
-        self.occurrences += o.occurrences;
-        self.workers += o.workers;
-    }
-
-    /// Rows in all tables.
-    pub fn total(&self) -> u64 {
-        self.runs + self.blobs + self.inbox + self.occurrences + self.workers
-    }
-}
+use crate::store::{PruneCutoffs, Removed, RunsCursor};
 
 /// A finished run `r` that may be deleted. Kept: runs an unacknowledged message still points
 /// at (until `:unacked_before`), the latest finished run of each enabled schedule, and runs a
@@ -99,15 +52,6 @@ fn as_params<'a>(p: &'a [(&'static str, String)]) -> Vec<(&'static str, &'a dyn 
 
 /// The final states, in the order a prune walks them.
 const FINAL_STATES: [&str; 3] = ["completed", "failed", "cancelled"];
-
-/// Where a prune of runs stands: the final state it walks (one at a time, so each batch is a
-/// range of `runs_final_idx`) and the finish time it reached in that state. Start with
-/// `RunsCursor::default()`.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct RunsCursor {
-    state: usize,
-    after: String,
-}
 
 /// Deletes at most `batch` prunable runs with their blobs and inbox rows (their occurrences
 /// keep the row with `run_id` set to NULL), oldest first within each final state. `cursor`

@@ -14,6 +14,7 @@ use crate::schedule::OverlapPolicy;
 use crate::schedule::fire::{Fire, Plan, PlanInput, plan};
 use crate::schedule::model::{NewSchedule, Schedule};
 use crate::schedule::spec::ScheduleSpec;
+use crate::store::{ClaimDue, ClaimReport};
 
 const COLUMNS: &str = "id, session_id, tool, args, title, cron_expression, scheduled_at, timezone, \
     enabled, next_trigger_at, last_triggered_at, trigger_count, missed_policy, catchup_window_ms, \
@@ -191,40 +192,6 @@ pub fn next_due(conn: &Connection) -> Result<Option<DateTime<Utc>>, StoreError> 
         .query_row([], |r| r.get(0))
         .ctx("next due")?;
     Ok(s.as_deref().and_then(parse_ts))
-}
-
-/// Parameters of [`claim_due`].
-#[derive(Debug, Clone, Copy)]
-pub struct ClaimDue {
-    /// The current time.
-    pub now: DateTime<Utc>,
-    /// At most this many schedules per call.
-    pub limit: usize,
-    /// A single tick fired within this much of its time is on time.
-    pub late_after: Duration,
-    /// Gap between two catch-up starts (spreads them; caps their rate).
-    pub catchup_spacing: Duration,
-}
-
-/// What [`claim_due`] did.
-#[derive(Debug, Clone, Default, serde::Serialize)]
-pub struct ClaimReport {
-    /// Schedules handled.
-    pub schedules: usize,
-    /// Runs inserted.
-    pub runs: Vec<RunId>,
-    /// Ledger rows by outcome.
-    pub fired: usize,
-    /// Ticks folded into a catch-up run.
-    pub coalesced: usize,
-    /// Ticks with no run (policy or window).
-    pub missed: usize,
-    /// Ticks skipped because the previous run was still active.
-    pub skipped_overlap: usize,
-    /// Schedules disabled because their cron no longer fires (id, reason).
-    pub broken: Vec<(String, String)>,
-    /// More schedules were due than `limit`: call again.
-    pub more: bool,
 }
 
 const DUE: &str = "SELECT {cols} FROM schedules WHERE enabled = 1 AND next_trigger_at IS NOT NULL \

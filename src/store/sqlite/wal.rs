@@ -5,41 +5,14 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use rusqlite::Connection;
-use serde::Serialize;
 
 use super::{BUSY_TIMEOUT, Ctx, Store};
 use crate::error::StoreError;
+use crate::store::{Checkpoint, CheckpointMode, WalHealth};
 
 /// How long a truncating checkpoint waits for readers and writers before giving up: short,
 /// because it holds the write lock meanwhile and it is only an idle-time nicety.
 const TRUNCATE_WAIT: Duration = Duration::from_millis(200);
-
-/// Which checkpoint to run (`PRAGMA wal_checkpoint(MODE)`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub enum CheckpointMode {
-    /// Copy what it can without waiting for anyone; never blocks readers or writers.
-    Passive,
-    /// Copy everything, then reset the `-wal` file to zero bytes; waits briefly for readers.
-    Truncate,
-}
-
-/// What one checkpoint did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct Checkpoint {
-    /// SQLite could not finish (a reader or writer was in the way).
-    pub busy: bool,
-    /// Frames in the WAL.
-    pub log_frames: i64,
-    /// Frames copied into the database file (all of them: the WAL can be reused).
-    pub checkpointed_frames: i64,
-}
-
-impl Checkpoint {
-    /// Frames still only in the WAL: a reader's snapshot needs them, or a writer was busy.
-    pub fn backlog(&self) -> i64 {
-        (self.log_frames - self.checkpointed_frames).max(0)
-    }
-}
 
 /// Runs a checkpoint on `conn` (which must not be inside a transaction).
 pub fn checkpoint(conn: &Connection, mode: CheckpointMode) -> Result<Checkpoint, StoreError> {
@@ -86,17 +59,6 @@ pub fn wal_path(db: &Path) -> PathBuf {
 /// Bytes of the `-wal` file (0 when there is none).
 pub fn wal_bytes(db: &Path) -> u64 {
     std::fs::metadata(wal_path(db)).map_or(0, |m| m.len())
-}
-
-/// The WAL as seen by one passive checkpoint, with a warning when it looks pinned.
-#[derive(Debug, Clone, Serialize)]
-pub struct WalHealth {
-    /// Bytes of the `-wal` file after the checkpoint.
-    pub wal_bytes: u64,
-    /// What the checkpoint did.
-    pub checkpoint: Checkpoint,
-    /// Set when at least `warn_frames` frames could not be checkpointed.
-    pub warning: Option<String>,
 }
 
 /// The warning text for a WAL that cannot be checkpointed.

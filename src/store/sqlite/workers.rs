@@ -2,50 +2,11 @@
 
 use chrono::{DateTime, Utc};
 use rusqlite::{Transaction, named_params};
-use serde::Serialize;
 
 use super::Ctx;
 use super::codec::ts;
 use crate::error::StoreError;
-
-/// Identity of a worker process.
-#[derive(Debug, Clone, Serialize)]
-pub struct WorkerRow {
-    /// Worker id.
-    pub id: String,
-    /// Host name.
-    pub host: String,
-    /// Kernel boot id.
-    pub boot_id: String,
-    /// Pid namespace: pids are only comparable within one.
-    pub pid_namespace: String,
-    /// Process id.
-    pub pid: i64,
-    /// Process start time (from /proc), to tell a reused pid apart.
-    pub process_start_time: String,
-    /// When it started.
-    pub started_at: String,
-    /// Last heartbeat.
-    pub heartbeat_at: String,
-    /// Last claim poll.
-    pub last_poll_at: Option<String>,
-    /// Set on a clean exit, or when another worker found the process dead.
-    pub stopped_at: Option<String>,
-    /// Why it stopped: `exited` (clean exit) or `died` (found dead by another worker).
-    pub stop_reason: Option<String>,
-    /// Its concurrency limit.
-    pub concurrency: i64,
-    /// Its claim loop's poll interval, in milliseconds.
-    pub poll_interval_ms: i64,
-    /// Its heartbeat interval, in milliseconds.
-    pub heartbeat_interval_ms: i64,
-    /// Its lease length, in milliseconds.
-    pub lease_ms: i64,
-    /// SQLITE_BUSY retries it needed.
-    pub busy_retries: i64,
-    /// toolq version.
-    pub version: String,
-}
+use crate::store::WorkerRow;
 
 /// Registers a worker process.
 pub fn register(tx: &Transaction<'_>, w: &WorkerRow) -> Result<(), StoreError> {

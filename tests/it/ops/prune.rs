@@ -6,7 +6,7 @@ use rusqlite::{Connection, params};
 use serde_json::json;
 use toolq::inbox::InboxFilter;
 use toolq::retention::PruneOptions;
-use toolq::store::retention::Removed;
+use toolq::store::Removed;
 use toolq::{Clock, EnqueueRequest, RunId, RunState};
 
 use crate::support::TestEnv;

@@ -4,7 +4,7 @@
 use rusqlite::Connection;
 use serde_json::json;
 use toolq::EnqueueRequest;
-use toolq::store::wal::CheckpointMode;
+use toolq::store::CheckpointMode;
 
 use crate::support::TestEnv;
 

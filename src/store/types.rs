@@ -1,0 +1,266 @@
+//! The contract's plain parameter and result types (no engine type in any of them).
+
+use chrono::{DateTime, Duration, Utc};
+use serde::Serialize;
+
+use crate::ids::RunId;
+
+/// Identity of a worker process.
+#[derive(Debug, Clone, Serialize)]
+pub struct WorkerRow {
+    /// Worker id.
+    pub id: String,
+    /// Host name.
+    pub host: String,
+    /// Kernel boot id.
+    pub boot_id: String,
+    /// Pid namespace: pids are only comparable within one.
+    pub pid_namespace: String,
+    /// Process id.
+    pub pid: i64,
+    /// Process start time (from /proc), to tell a reused pid apart.
+    pub process_start_time: String,
+    /// When it started.
+    pub started_at: String,
+    /// Last heartbeat.
+    pub heartbeat_at: String,
+    /// Last claim poll.
+    pub last_poll_at: Option<String>,
+    /// Set on a clean exit, or when another worker found the process dead.
+    pub stopped_at: Option<String>,
+    /// Why it stopped: `exited` (clean exit) or `died` (found dead by another worker).
+    pub stop_reason: Option<String>,
+    /// Its concurrency limit.
+    pub concurrency: i64,
+    /// Its claim loop's poll interval, in milliseconds.
+    pub poll_interval_ms: i64,
+    /// Its heartbeat interval, in milliseconds.
+    pub heartbeat_interval_ms: i64,
+    /// Its lease length, in milliseconds.
+    pub lease_ms: i64,
+    /// SQLITE_BUSY retries it needed.
+    pub busy_retries: i64,
+    /// toolq version.
+    pub version: String,
+}
+
+/// Parameters of [`claim_due`].
+#[derive(Debug, Clone, Copy)]
+pub struct ClaimDue {
+    /// The current time.
+    pub now: DateTime<Utc>,
+    /// At most this many schedules per call.
+    pub limit: usize,
+    /// A single tick fired within this much of its time is on time.
+    pub late_after: Duration,
+    /// Gap between two catch-up starts (spreads them; caps their rate).
+    pub catchup_spacing: Duration,
+}
+
+/// What [`claim_due`] did.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct ClaimReport {
+    /// Schedules handled.
+    pub schedules: usize,
+    /// Runs inserted.
+    pub runs: Vec<RunId>,
+    /// Ledger rows by outcome.
+    pub fired: usize,
+    /// Ticks folded into a catch-up run.
+    pub coalesced: usize,
+    /// Ticks with no run (policy or window).
+    pub missed: usize,
+    /// Ticks skipped because the previous run was still active.
+    pub skipped_overlap: usize,
+    /// Schedules disabled because their cron no longer fires (id, reason).
+    pub broken: Vec<(String, String)>,
+    /// More schedules were due than `limit`: call again.
+    pub more: bool,
+}
+
+/// The cutoffs of one prune. Everything strictly older than a cutoff may go.
+#[derive(Debug, Clone)]
+pub struct PruneCutoffs {
+    /// Finished runs whose `finished_at` is before this go (with their blobs and inbox rows).
+    pub runs_before: DateTime<Utc>,
+    /// ... unless a message about them is still unacknowledged and they finished after this.
+    pub unacked_runs_before: DateTime<Utc>,
+    /// Acknowledged inbox messages whose `acked_at` is before this go.
+    pub acked_inbox_before: DateTime<Utc>,
+    /// Schedule occurrences recorded before this go (each schedule keeps its latest).
+    pub occurrences_before: DateTime<Utc>,
+    /// Cleanly stopped worker rows whose `stopped_at` is before this go.
+    pub workers_before: DateTime<Utc>,
+}
+
+/// Rows removed (or, for a dry run, that would be removed), per table.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Removed {
+    /// `runs` rows.
+    pub runs: u64,
+    /// `blobs` rows (logs and results of those runs).
+    pub blobs: u64,
+    /// `inbox` rows (messages about those runs, and old acknowledged messages).
+    pub inbox: u64,
+    /// `schedule_occurrences` rows.
+    pub occurrences: u64,
+    /// `workers` rows of processes that stopped cleanly.
+    pub workers: u64,
+}
+
+impl Removed {
+    /// Adds another batch's counts.
+    pub fn add(&mut self, o: &Removed) {
+        self.runs += o.runs;
+        self.blobs += o.blobs;
+        self.inbox += o.inbox;
+        self.occurrences += o.occurrences;
+        self.workers += o.workers;
+    }
+
+    /// Rows in all tables.
+    pub fn total(&self) -> u64 {
+        self.runs + self.blobs + self.inbox + self.occurrences + self.workers
+    }
+}
+
+/// Where a prune of runs stands: the final state it walks (one at a time, so each batch is a
+/// range of `runs_final_idx`) and the finish time it reached in that state. Start with
+/// `RunsCursor::default()`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RunsCursor {
+    pub(crate) state: usize,
+    pub(crate) after: String,
+}
+
+/// Unfinished runs of one (session, tool).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct QueueDepth {
+    /// Session.
+    pub session_id: String,
+    /// Tool.
+    pub tool: String,
+    /// Runs waiting in the queue (due or not).
+    pub queued: i64,
+    /// Runs waiting for an operator.
+    pub awaiting_approval: i64,
+    /// Runs executing.
+    pub running: i64,
+}
+
+/// Why a running run is taken back from its owner.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RescueReason {
+    /// The owner's process is gone (same host and boot; pid gone or reused).
+    OwnerDied,
+    /// The owner's row says it stopped, yet the run is still running.
+    OwnerStopped,
+    /// The owner has no row in `workers`.
+    OwnerMissing,
+    /// The lease ran out without a heartbeat (owner on another host, or hung).
+    LeaseExpired,
+}
+
+impl RescueReason {
+    /// A short label (stored in the run's `errors` history).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RescueReason::OwnerDied => "owner_died",
+            RescueReason::OwnerStopped => "owner_stopped",
+            RescueReason::OwnerMissing => "owner_missing",
+            RescueReason::LeaseExpired => "lease_expired",
+        }
+    }
+
+    pub(crate) fn parse(s: &str) -> Option<Self> {
+        [
+            RescueReason::OwnerDied,
+            RescueReason::OwnerStopped,
+            RescueReason::OwnerMissing,
+            RescueReason::LeaseExpired,
+        ]
+        .into_iter()
+        .find(|r| r.as_str() == s)
+    }
+}
+
+/// Which checkpoint to run (`PRAGMA wal_checkpoint(MODE)`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum CheckpointMode {
+    /// Copy what it can without waiting for anyone; never blocks readers or writers.
+    Passive,
+    /// Copy everything, then reset the `-wal` file to zero bytes; waits briefly for readers.
+    Truncate,
+}
+
+/// What one checkpoint did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Checkpoint {
+    /// SQLite could not finish (a reader or writer was in the way).
+    pub busy: bool,
+    /// Frames in the WAL.
+    pub log_frames: i64,
+    /// Frames copied into the database file (all of them: the WAL can be reused).
+    pub checkpointed_frames: i64,
+}
+
+impl Checkpoint {
+    /// Frames still only in the WAL: a reader's snapshot needs them, or a writer was busy.
+    pub fn backlog(&self) -> i64 {
+        (self.log_frames - self.checkpointed_frames).max(0)
+    }
+}
+
+/// The WAL as seen by one passive checkpoint, with a warning when it looks pinned.
+#[derive(Debug, Clone, Serialize)]
+pub struct WalHealth {
+    /// Bytes of the `-wal` file after the checkpoint.
+    pub wal_bytes: u64,
+    /// What the checkpoint did.
+    pub checkpoint: Checkpoint,
+    /// Set when at least `warn_frames` frames could not be checkpointed.
+    pub warning: Option<String>,
+}
+
+/// Durability settings reported by benchmarks and `stats`.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct DbInfo {
+    /// `PRAGMA journal_mode`.
+    pub journal_mode: String,
+    /// `PRAGMA synchronous`, as a name.
+    pub synchronous: String,
+    /// SQLite library version.
+    pub sqlite_version: String,
+}
+
+/// Where the writer connection's time went, summed over this process's write transactions.
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+pub struct WriteStats {
+    /// Committed write transactions.
+    pub transactions: u64,
+    /// Seconds from `BEGIN IMMEDIATE` to the end of the statements (before the commit).
+    pub statement_secs: f64,
+    /// Seconds spent committing: writing WAL frames, and checkpoints that the commit ran.
+    pub commit_secs: f64,
+}
+
+/// A live view of a running attempt: status, progress, tail and the log so far.
+#[derive(Debug, Clone)]
+pub struct ProgressWrite {
+    /// Run id.
+    pub id: String,
+    /// Session (owner of the log blob).
+    pub session_id: String,
+    /// The attempt this write belongs to.
+    pub attempt: i64,
+    /// The attempt's lease token.
+    pub token: String,
+    /// Latest status line.
+    pub status_text: Option<String>,
+    /// Latest progress, JSON.
+    pub progress: Option<String>,
+    /// Log tail, escaped text.
+    pub output_tail: Option<String>,
+    /// The whole log so far, when it changed.
+    pub log: Option<(Vec<u8>, bool)>,
+}
