@@ -7,13 +7,13 @@
 use chrono::{DateTime, Utc};
 
 use crate::client::{Client, about_of};
+use crate::clock::ts;
 use crate::error::{Error, InputError, Result};
 use crate::ids::RunId;
 use crate::inbox::approval_message;
 use crate::run::{Fence, FinishRecord, Outcome};
 use crate::run::{Run, RunState};
-use crate::store::approvals::{self, Decision};
-use crate::store::codec::ts;
+use crate::store::RunApprove;
 use crate::tool::ToolPolicy;
 use crate::worker::finish::{WaitingEnd, blank, decide_waiting};
 
@@ -64,19 +64,13 @@ impl Client {
     pub async fn approve(&self, id: &RunId, by: &str, note: Option<&str>) -> Result<Run> {
         check_actor(by)?;
         let now = self.now();
-        let (rid, by_s, note_s) = (id.to_string(), by.to_string(), note.map(str::to_string));
         let ok = self
-            .store()
-            .write_async(move |tx| {
-                approvals::approve(
-                    tx,
-                    &Decision {
-                        id: &rid,
-                        by: &by_s,
-                        note: note_s.as_deref(),
-                        now,
-                    },
-                )
+            .engine()
+            .run_approve(RunApprove {
+                id: id.clone(),
+                by: by.to_string(),
+                note: note.map(str::to_string),
+                now,
             })
             .await?;
         let run = self.get(id).await?;
@@ -111,10 +105,7 @@ impl Client {
     /// how many. The worker calls this on every heartbeat.
     pub async fn expire_approvals(&self) -> Result<usize> {
         let now = self.now();
-        let runs = self
-            .store()
-            .read_async(move |c| approvals::overdue(c, now, 500))
-            .await?;
+        let runs = self.engine().run_list_overdue_approvals(now, 500).await?;
         if runs.is_empty() {
             return Ok(0);
         }

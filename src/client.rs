@@ -11,6 +11,7 @@ use tokio::sync::Notify;
 
 use crate::clock::{SharedClock, SystemClock};
 use crate::config::Config;
+use crate::error::StoreError;
 use crate::error::{Error, InputError, Result};
 use crate::ids::{RunId, validate_session};
 use crate::inbox::About;
@@ -18,7 +19,7 @@ use crate::inbox::{InboxFilter, Message};
 use crate::run::FinishRecord;
 use crate::run::{Delivery, NewRun, Run, RunState};
 use crate::run::{Inserted, ListFilter};
-use crate::store::{self, Store};
+use crate::store::{Engine, InboxMark, RunRetry, Store};
 use crate::tool::Registry;
 use crate::worker::finish::{WaitingEnd, decide_waiting};
 
@@ -90,6 +91,9 @@ pub struct Enqueued {
 }
 
 pub(crate) struct Inner {
+    /// The engine every operation goes through.
+    pub engine: Arc<dyn Engine>,
+    /// The same engine as SQLite, for test support and SQLite-only upkeep.
     pub store: Store,
     pub registry: Arc<Registry>,
     pub config: Config,
@@ -107,7 +111,7 @@ pub struct Client {
 impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Client")
-            .field("store", &self.inner.store)
+            .field("engine", &self.inner.engine)
             .finish()
     }
 }
@@ -127,6 +131,7 @@ impl Client {
         let store = Store::open(&config.db_path)?;
         Ok(Client {
             inner: Arc::new(Inner {
+                engine: Arc::new(store.clone()),
                 store,
                 registry: Arc::new(registry),
                 config,
@@ -136,9 +141,16 @@ impl Client {
         })
     }
 
-    /// The store.
+    /// The SQLite store under this client (test support: tests reach below the engine
+    /// contract to stage races; the crate itself goes through [`Client::engine`]).
+    #[doc(hidden)]
     pub fn store(&self) -> &Store {
         &self.inner.store
+    }
+
+    /// The engine: every store operation ([`Engine`]).
+    pub(crate) fn engine(&self) -> &dyn Engine {
+        &*self.inner.engine
     }
 
     /// The tools.
@@ -240,13 +252,13 @@ impl Client {
     /// returns the existing run.
     pub async fn enqueue(&self, req: EnqueueRequest) -> Result<Enqueued> {
         let row = self.prepare(&req)?;
-        let inserted = self
-            .inner
-            .store
-            .write_async(move |tx| store::runs::insert(tx, &row))
-            .await?;
+        let inserted = self.engine().run_insert(vec![row]).await?;
         self.inner.wake.notify_one();
-        Ok(to_enqueued(inserted))
+        inserted.into_iter().map(to_enqueued).next().ok_or_else(|| {
+            Error::Store(StoreError::Invalid(
+                "an insert of one run returned none".into(),
+            ))
+        })
     }
 
     /// Validates every request first, then inserts all of them in one transaction, or none.
@@ -260,21 +272,15 @@ impl Client {
                     .map_err(|e| e.within(&format!("request {}: ", i + 1)))
             })
             .collect::<Result<Vec<_>, _>>()?;
-        let inserted = self
-            .inner
-            .store
-            .write_async(move |tx| store::runs::insert_many(tx, &rows))
-            .await?;
+        let inserted = self.engine().run_insert(rows).await?;
         self.inner.wake.notify_one();
         Ok(inserted.into_iter().map(to_enqueued).collect())
     }
 
     /// Reads a run.
     pub async fn get(&self, id: &RunId) -> Result<Run> {
-        let key = id.to_string();
-        self.inner
-            .store
-            .read_async(move |c| store::runs::get(c, &key))
+        self.engine()
+            .run_get(id.clone())
             .await?
             .ok_or_else(|| Error::NotFound {
                 what: "run",
@@ -284,11 +290,7 @@ impl Client {
 
     /// Lists runs, newest first.
     pub async fn list(&self, filter: ListFilter) -> Result<Vec<Run>> {
-        Ok(self
-            .inner
-            .store
-            .read_async(move |c| store::runs::list(c, &filter))
-            .await?)
+        Ok(self.engine().run_list(filter).await?)
     }
 
     /// Cancels a run: a queued or awaiting run ends `cancelled` at once (with its inbox message);
@@ -308,10 +310,8 @@ impl Client {
                 }
             }
             RunState::Running => {
-                let rid = run.id.clone();
-                self.inner
-                    .store
-                    .write_async(move |tx| store::runs::request_cancel(tx, &rid, now))
+                self.engine()
+                    .run_cancel_request(run.id.clone(), now)
                     .await?;
                 Ok(RunState::Running)
             }
@@ -331,11 +331,13 @@ impl Client {
             )));
         }
         let now = self.now();
-        let (rid, st) = (run.id.clone(), run.state);
         let ok = self
-            .inner
-            .store
-            .write_async(move |tx| store::runs::requeue_finished(tx, &rid, st, now))
+            .engine()
+            .run_retry(RunRetry {
+                id: run.id.clone(),
+                expected: run.state,
+                now,
+            })
             .await?;
         if !ok {
             return Err(Error::Conflict(format!(
@@ -349,48 +351,36 @@ impl Client {
     /// A session's inbox messages.
     pub async fn inbox(&self, session: &str, filter: InboxFilter) -> Result<Vec<Message>> {
         validate_session(session)?;
-        let s = session.to_string();
         Ok(self
-            .inner
-            .store
-            .read_async(move |c| store::inbox::list(c, &s, &filter))
+            .engine()
+            .inbox_list(session.to_string(), filter)
             .await?)
     }
 
     /// Marks messages read; with `ack`, also acknowledges them.
     pub async fn mark_inbox(&self, session: &str, ids: Vec<i64>, ack: bool) -> Result<usize> {
-        let s = session.to_string();
-        let now = self.now();
-        Ok(self
-            .inner
-            .store
-            .write_async(move |tx| {
-                if ack {
-                    store::inbox::ack(tx, &s, &ids, now)
-                } else {
-                    store::inbox::mark_read(tx, &s, &ids, now)
-                }
-            })
-            .await?)
+        let mark = InboxMark {
+            session: session.to_string(),
+            ids,
+            ack,
+            now: self.now(),
+        };
+        Ok(self.engine().inbox_mark(mark).await?)
     }
 
     /// A run's log blob (bytes, truncated flag), if written yet.
     pub async fn log(&self, run: &Run) -> Result<Option<crate::run::Blob>> {
-        let (s, p) = (run.session_id.clone(), run.log_path());
         Ok(self
-            .inner
-            .store
-            .read_async(move |c| store::artifacts::get(c, &s, &p))
+            .engine()
+            .blob_get(run.session_id.clone(), run.log_path())
             .await?)
     }
 
     /// A run's result blob, if written.
     pub async fn result(&self, run: &Run) -> Result<Option<crate::run::Blob>> {
-        let (s, p) = (run.session_id.clone(), run.result_path());
         Ok(self
-            .inner
-            .store
-            .read_async(move |c| store::artifacts::get(c, &s, &p))
+            .engine()
+            .blob_get(run.session_id.clone(), run.result_path())
             .await?)
     }
 
@@ -404,7 +394,7 @@ impl Client {
     }
 
     /// Records ends of runs, each given with its tool's name, through the one end-writer
-    /// ([`store::finish::record_ends`]) in one transaction. Returns, per record, whether it
+    /// ([`Engine::run_end`]) in one transaction. Returns, per record, whether it
     /// applied (its fence still held).
     pub(crate) async fn record_ends(&self, ends: Vec<(String, FinishRecord)>) -> Result<Vec<bool>> {
         let records: Vec<FinishRecord> = ends
@@ -414,15 +404,7 @@ impl Client {
                 r
             })
             .collect();
-        let now = self.now();
-        Ok(self
-            .inner
-            .store
-            .write_async(move |tx| {
-                let refs: Vec<&FinishRecord> = records.iter().collect();
-                store::finish::record_ends(tx, &refs, now)
-            })
-            .await?)
+        Ok(self.engine().run_end(records, self.now()).await?)
     }
 
     /// Wakes this process's workers (used after an enqueue made elsewhere in the process).

@@ -1,6 +1,6 @@
 //! The only place that reads wall-clock time; everything else takes `now` as a parameter.
 
-use chrono::{DateTime, Duration, Utc};
+use chrono::{DateTime, Duration, NaiveDateTime, Utc};
 use std::sync::{Arc, Mutex};
 
 /// A source of the current UTC time. Inject [`ManualClock`] in tests to make time exact.
@@ -58,6 +58,28 @@ impl Clock for ManualClock {
 
 /// A shared clock handle.
 pub type SharedClock = Arc<dyn Clock>;
+
+/// Instants as stored and shown: fixed-width UTC text.
+pub(crate) const TS_FORMAT: &str = "%Y-%m-%dT%H:%M:%S%.3fZ";
+
+/// Formats an instant as fixed-width UTC text: `YYYY-MM-DDTHH:MM:SS.mmmZ`.
+pub fn ts(t: DateTime<Utc>) -> String {
+    // Same text as TS_FORMAT, without interpreting a format string on every call (hot path).
+    t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
+/// Parses text written by [`ts`] (or any RFC 3339 instant).
+pub fn parse_ts(s: &str) -> Option<DateTime<Utc>> {
+    // The RFC 3339 parser is hand-written and fast; what ts() writes is RFC 3339.
+    DateTime::parse_from_rfc3339(s)
+        .ok()
+        .map(|t| t.with_timezone(&Utc))
+        .or_else(|| {
+            NaiveDateTime::parse_from_str(s, TS_FORMAT)
+                .map(|n| n.and_utc())
+                .ok()
+        })
+}
 
 #[cfg(test)]
 mod tests {

@@ -90,17 +90,17 @@ pub enum ConfigError {
 /// A database operation failed.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    /// SQLite reported an error.
+    /// The database engine reported an error.
     #[error("database: {action}: {source}")]
     Sqlite {
         /// What was being done.
         action: String,
-        /// The SQLite error.
-        source: rusqlite::Error,
+        /// The engine's error.
+        source: crate::store::EngineError,
     },
     /// The connection pool failed to hand out a connection.
     #[error("database: connection pool: {0}")]
-    Pool(#[from] r2d2::Error),
+    Pool(crate::store::EngineError),
     /// The file was written by a newer toolq.
     #[error(
         "database {path} has schema version {found}, newer than this toolq supports ({supported}); upgrade toolq"
@@ -137,16 +137,6 @@ pub enum StoreError {
     /// A blocking database task panicked or was cancelled.
     #[error("database task failed: {0}")]
     Task(String),
-}
-
-impl StoreError {
-    /// Wraps a rusqlite error with the action that failed.
-    pub fn sqlite(action: impl Into<String>, source: rusqlite::Error) -> Self {
-        Self::Sqlite {
-            action: action.into(),
-            source,
-        }
-    }
 }
 
 /// Any toolq error.

@@ -7,10 +7,9 @@ use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
 use crate::client::Client;
+use crate::clock::ts;
 use crate::error::{InputError, Result};
-use crate::store::codec::ts;
-use crate::store::retention;
-use crate::store::{PruneCutoffs, Removed, RunsCursor};
+use crate::store::{PruneBatch, PruneCutoffs, PruneStep, Removed, RunsCursor};
 
 /// What to prune.
 #[derive(Debug, Clone, Default)]
@@ -64,11 +63,7 @@ impl Client {
             occurrences_before: ts(cutoffs.occurrences_before),
         };
         if opts.dry_run {
-            let c = cutoffs.clone();
-            report.removed = self
-                .store()
-                .read_async(move |conn| retention::count_prunable(conn, &c))
-                .await?;
+            report.removed = self.engine().prune_count(cutoffs.clone()).await?;
             return Ok(report);
         }
         let batch = self.config().retention.batch_size;
@@ -87,7 +82,7 @@ impl Client {
                 cursor = next;
                 report.batches += 1;
                 report.removed.add(&got);
-                if (step.count(&got) as usize) < batch {
+                if (count_of(step, &got) as usize) < batch {
                     break;
                 }
                 // Let other writers (claims, finishes) in between batches.
@@ -105,28 +100,13 @@ impl Client {
         batch: usize,
         cursor: RunsCursor,
     ) -> Result<(Removed, RunsCursor)> {
-        let c = cutoffs.clone();
         Ok(self
-            .store()
-            .write_async(move |tx| {
-                // A busy retry re-runs this closure: start from the same cursor.
-                let mut cur = cursor.clone();
-                let removed = match step {
-                    Step::Runs => retention::prune_runs_batch(tx, &c, batch, &mut cur)?,
-                    Step::AckedInbox => Removed {
-                        inbox: retention::prune_acked_inbox_batch(tx, &c, batch)?,
-                        ..Removed::default()
-                    },
-                    Step::Occurrences => Removed {
-                        occurrences: retention::prune_occurrences_batch(tx, &c, batch)?,
-                        ..Removed::default()
-                    },
-                    Step::Workers => Removed {
-                        workers: retention::prune_workers_batch(tx, &c, batch)?,
-                        ..Removed::default()
-                    },
-                };
-                Ok((removed, cur))
+            .engine()
+            .prune_batch(PruneBatch {
+                step,
+                cutoffs: cutoffs.clone(),
+                batch,
+                cursor,
             })
             .await?)
     }
@@ -158,24 +138,15 @@ impl Client {
     }
 }
 
-/// What a prune deletes, in order: runs first (their messages go with them), then what is
-/// left of old acknowledged messages, occurrences and stopped workers.
-#[derive(Debug, Clone, Copy)]
-enum Step {
-    Runs,
-    AckedInbox,
-    Occurrences,
-    Workers,
-}
+/// A prune's step, as the engine names it.
+type Step = PruneStep;
 
-impl Step {
-    /// The rows of this step's own table in a batch's counts (a short batch means done).
-    fn count(self, r: &Removed) -> u64 {
-        match self {
-            Step::Runs => r.runs,
-            Step::AckedInbox => r.inbox,
-            Step::Occurrences => r.occurrences,
-            Step::Workers => r.workers,
-        }
+/// The rows of a step's own table in a batch's counts (a short batch means done).
+fn count_of(step: Step, r: &Removed) -> u64 {
+    match step {
+        Step::Runs => r.runs,
+        Step::AckedInbox => r.inbox,
+        Step::Occurrences => r.occurrences,
+        Step::Workers => r.workers,
     }
 }

@@ -10,9 +10,9 @@ use chrono::{DateTime, Duration, Utc};
 use serde::Serialize;
 
 use crate::client::Client;
+use crate::clock::parse_ts;
 use crate::error::Result;
 use crate::store::WorkerRow;
-use crate::store::codec::parse_ts;
 use crate::worker::identity;
 
 /// How a worker process looks from here.
@@ -118,10 +118,7 @@ pub fn classify(
 
 /// Lists worker processes (with `include_stopped`, also those that stopped) and judges each.
 pub async fn status(client: &Client, include_stopped: bool) -> Result<StatusReport> {
-    let rows = client
-        .store()
-        .read_async(move |c| crate::store::workers::list(c, include_stopped))
-        .await?;
+    let rows = client.engine().worker_list(include_stopped).await?;
     let now = client.now();
     let (host, boot_id, pid_ns) = (
         identity::host(),
@@ -141,7 +138,7 @@ pub async fn status(client: &Client, include_stopped: bool) -> Result<StatusRepo
         })
         .collect();
     Ok(StatusReport {
-        now: crate::store::codec::ts(now),
+        now: crate::clock::ts(now),
         stale: workers
             .iter()
             .filter(|w| w.liveness == Liveness::Stale)

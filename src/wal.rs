@@ -2,7 +2,7 @@
 //! long-lived reader keeps the WAL from being checkpointed (for `stats` and `status`).
 
 use crate::client::Client;
-use crate::error::{Result, StoreError};
+use crate::error::Result;
 use crate::store::WalHealth;
 
 impl Client {
@@ -10,11 +10,6 @@ impl Client {
     /// and a warning when `[wal] warn_frames` or more are stuck behind an old snapshot.
     pub async fn wal_health(&self) -> Result<WalHealth> {
         let warn_frames = self.config().wal.warn_frames;
-        let store = self.store().clone();
-        Ok(
-            tokio::task::spawn_blocking(move || store.wal_health(warn_frames))
-                .await
-                .map_err(|e| StoreError::Task(e.to_string()))??,
-        )
+        Ok(self.engine().wal_health(warn_frames).await?)
     }
 }

@@ -12,8 +12,8 @@ pub struct Args {}
 
 /// Opening the client already created or migrated the file; report it.
 pub async fn run(ctx: &Ctx, _args: Args) -> Result<()> {
-    let info = ctx.client.store().info()?;
-    let path = ctx.client.store().path().display().to_string();
+    let info = ctx.client.engine().info().await?;
+    let path = ctx.client.engine().location();
     if ctx.json {
         render::json(
             &json!({"db": path, "schema_version": SCHEMA_VERSION, "journal_mode": info.journal_mode,

@@ -97,5 +97,5 @@ pub fn opt<T: std::fmt::Display>(v: &Option<T>) -> String {
 
 /// A compact timestamp for tables.
 pub fn time(t: &chrono::DateTime<chrono::Utc>) -> String {
-    crate::store::codec::ts(*t)
+    crate::clock::ts(*t)
 }

@@ -4,7 +4,6 @@ use serde_json::{Map, Value, json};
 
 use super::{Ctx, render};
 use crate::error::Result;
-use crate::store;
 
 /// Flags of `stats` (none).
 #[derive(Debug, clap::Args)]
@@ -13,19 +12,10 @@ pub struct Args {}
 /// Prints the figures.
 pub async fn run(ctx: &Ctx, _args: Args) -> Result<()> {
     let now = ctx.client.now();
-    let (counts, oldest, busy, live) = ctx
-        .client
-        .store()
-        .read_async(move |c| {
-            Ok((
-                store::runs::count_by_state(c)?,
-                store::runs::oldest_queued(c, now)?,
-                store::workers::total_busy_retries(c)?,
-                store::workers::list(c, false)?.len(),
-            ))
-        })
-        .await?;
-    let info = ctx.client.store().info()?;
+    let s = ctx.client.engine().stats_read(now).await?;
+    let (counts, oldest, busy, live) =
+        (s.by_state, s.oldest_queued, s.busy_retries, s.live_workers);
+    let info = ctx.client.engine().info().await?;
     let wal = ctx.client.wal_health().await?;
     if let Some(w) = &wal.warning {
         tracing::warn!("{w}");
@@ -40,18 +30,16 @@ pub async fn run(ctx: &Ctx, _args: Args) -> Result<()> {
     }
     let oldest_age = oldest
         .as_deref()
-        .and_then(store::codec::parse_ts)
+        .and_then(crate::clock::parse_ts)
         .map(|t| (now - t).num_milliseconds().max(0) as f64 / 1000.0);
-    let size = std::fs::metadata(ctx.client.store().path())
-        .map(|m| m.len())
-        .unwrap_or(0);
+    let size = ctx.client.engine().size_bytes().unwrap_or(0);
     let v = json!({
         "runs": Value::Object(by_state.clone()),
         "oldest_queued_run_at": oldest,
         "oldest_queued_age_secs": oldest_age,
         "busy_retries": busy,
         "live_workers": live,
-        "db": ctx.client.store().path().display().to_string(),
+        "db": ctx.client.engine().location(),
         "db_bytes": size,
         "wal_bytes": wal.wal_bytes,
         "wal_backlog_frames": wal.checkpoint.backlog(),

@@ -42,7 +42,7 @@ pub async fn run(ctx: &Ctx, args: Args) -> Result<()> {
     let cfg = &ctx.client.config().worker;
     tracing::info!(
         worker_id = %worker.id(),
-        db = %ctx.client.store().path().display(),
+        db = %ctx.client.engine().location(),
         concurrency = cfg.concurrency,
         per_session = cfg.per_session,
         "worker starting"
@@ -95,11 +95,7 @@ async fn drain_progress(
             .iter()
             .map(|o| metrics.finishes(o))
             .sum();
-        if let Ok(left) = client
-            .store()
-            .read_async(crate::store::gauges::unfinished)
-            .await
-        {
+        if let Ok(left) = client.engine().run_count_unfinished().await {
             pb.set_length(done + left.max(0) as u64);
             pb.set_position(done);
         }

@@ -97,16 +97,8 @@ fn seconds(total: f64) -> Counter<f64, AtomicU64> {
 /// runs by state, queue depth by session and tool, schedule lag and WAL bytes.
 pub async fn render(client: &Client, metrics: &Metrics) -> Result<String> {
     let now = client.now();
-    let (counts, depth, lag) = client
-        .store()
-        .read_async(move |c| {
-            Ok((
-                store::runs::count_by_state(c)?,
-                store::gauges::queue_depth(c)?,
-                store::gauges::schedule_lag_secs(c, now)?,
-            ))
-        })
-        .await?;
+    let g = client.engine().gauges_read(now).await?;
+    let (counts, depth, lag) = (g.by_state, g.queue_depth, g.schedule_lag_secs);
     let mut reg = Registry::default();
     reg.register(
         "toolq_runs",
@@ -126,9 +118,9 @@ pub async fn render(client: &Client, metrics: &Metrics) -> Result<String> {
     reg.register(
         "toolq_busy_retries",
         "Write transactions this process retried because the database was busy",
-        counter(client.store().busy_retries()),
+        counter(client.engine().busy_retries()),
     );
-    let stats = client.store().write_stats();
+    let stats = client.engine().write_stats();
     reg.register(
         "toolq_write_transactions",
         "Write transactions this process committed",
@@ -162,7 +154,7 @@ pub async fn render(client: &Client, metrics: &Metrics) -> Result<String> {
         lag_g,
     );
     let wal = Gauge::<i64>::default();
-    wal.set(client.store().wal_bytes() as i64);
+    wal.set(client.engine().wal_bytes() as i64);
     reg.register("toolq_wal_bytes", "Bytes of the database's -wal file", wal);
     reg.register(
         "toolq_wal_backlog_frames",

@@ -13,7 +13,7 @@ use crate::client::{Client, EnqueueRequest};
 use crate::error::{Error, InputError, Result};
 use crate::ids::{ScheduleId, validate_session};
 use crate::run::Delivery;
-use crate::store;
+use crate::store::ScheduleEnable;
 
 pub use crate::store::ClaimReport as FireReport;
 
@@ -172,16 +172,7 @@ impl Client {
         };
         let max = self.config().sessions.max_active_schedules;
         let id = new.id.to_string();
-        let inserted = self
-            .store()
-            .write_async(move |tx| {
-                if store::schedules::count_active(tx, &new.session_id)? >= max {
-                    return Ok(false);
-                }
-                store::schedules::insert(tx, &new)?;
-                Ok(true)
-            })
-            .await?;
+        let inserted = self.engine().schedule_insert_within_limit(new, max).await?;
         if !inserted {
             return Err(Error::Conflict(schedule_limit_message(max)));
         }
@@ -193,10 +184,9 @@ impl Client {
         if let Some(s) = session {
             validate_session(s)?;
         }
-        let session = session.map(str::to_string);
         Ok(self
-            .store()
-            .read_async(move |c| store::schedules::list(c, session.as_deref(), 10_000))
+            .engine()
+            .schedule_list(session.map(str::to_string), 10_000)
             .await?)
     }
 
@@ -217,10 +207,9 @@ impl Client {
             }
             _ => Vec::new(),
         };
-        let key = id.to_string();
         let occurrences = self
-            .store()
-            .read_async(move |c| store::occurrences::list(c, &key, 20))
+            .engine()
+            .schedule_occurrences(id.to_string(), 20)
             .await?;
         Ok(ScheduleDetail {
             schedule,
@@ -238,11 +227,7 @@ impl Client {
             )));
         }
         let now = self.now();
-        let key = id.to_string();
-        let done = self
-            .store()
-            .write_async(move |tx| store::schedules::cancel(tx, &key, now))
-            .await?;
+        let done = self.engine().schedule_cancel(id.to_string(), now).await?;
         if !done {
             return Err(Error::Conflict(format!(
                 "schedule {id} changed meanwhile; try again"
@@ -271,14 +256,14 @@ impl Client {
             )));
         };
         let max = self.config().sessions.max_active_schedules;
-        let (key, session) = (id.to_string(), s.session_id.clone());
         let res = self
-            .store()
-            .write_async(move |tx| {
-                if store::schedules::count_active(tx, &session)? >= max {
-                    return Ok(None);
-                }
-                store::schedules::enable(tx, &key, next, now).map(Some)
+            .engine()
+            .schedule_enable_within_limit(ScheduleEnable {
+                id: id.to_string(),
+                session: s.session_id.clone(),
+                next,
+                now,
+                max_active: max,
             })
             .await?;
         match res {
@@ -316,9 +301,8 @@ impl Client {
     }
 
     async fn get_schedule_row(&self, id: &str) -> Result<Schedule> {
-        let key = id.to_string();
-        self.store()
-            .read_async(move |c| store::schedules::get(c, &key))
+        self.engine()
+            .schedule_get(id.to_string())
             .await?
             .ok_or_else(|| Error::NotFound {
                 what: "schedule",

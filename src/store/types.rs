@@ -264,3 +264,74 @@ pub struct ProgressWrite {
     /// The whole log so far, when it changed.
     pub log: Option<(Vec<u8>, bool)>,
 }
+
+/// An engine's own error, kept whole (its message and source chain) without naming the
+/// engine's types in the public API.
+#[derive(Debug)]
+pub struct EngineError(Box<dyn std::error::Error + Send + Sync + 'static>);
+
+impl EngineError {
+    /// Wraps an engine's error.
+    pub(crate) fn new(e: impl std::error::Error + Send + Sync + 'static) -> Self {
+        Self(Box::new(e))
+    }
+
+    /// The engine's error as its own type, for the engine itself.
+    pub(crate) fn downcast_ref<T: std::error::Error + 'static>(&self) -> Option<&T> {
+        self.0.downcast_ref::<T>()
+    }
+}
+
+impl std::fmt::Display for EngineError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for EngineError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.0.source()
+    }
+}
+
+/// Remembers recent checkpoints to tell a pinned WAL from a momentary busy one: warns once the
+/// backlog stayed at or above `warn_frames` for `ticks` checkpoints in a row without shrinking.
+#[derive(Debug, Clone)]
+pub struct WalWatch {
+    warn_frames: i64,
+    ticks: u32,
+    stalled: u32,
+    last_backlog: i64,
+}
+
+impl WalWatch {
+    /// A watch that warns after `ticks` stalled checkpoints with `warn_frames` or more pending.
+    pub fn new(warn_frames: i64, ticks: u32) -> Self {
+        Self {
+            warn_frames,
+            ticks: ticks.max(1),
+            stalled: 0,
+            last_backlog: 0,
+        }
+    }
+
+    /// Feeds one checkpoint; returns the warning when the WAL looks pinned.
+    pub fn observe(&mut self, cp: &Checkpoint, wal_bytes: u64) -> Option<String> {
+        let backlog = cp.backlog();
+        if backlog >= self.warn_frames && backlog >= self.last_backlog {
+            self.stalled += 1;
+        } else {
+            self.stalled = 0;
+        }
+        self.last_backlog = backlog;
+        (self.stalled >= self.ticks).then(|| pinned_warning(wal_bytes, backlog))
+    }
+}
+
+/// The warning text for a WAL that cannot be checkpointed.
+pub fn pinned_warning(wal_bytes: u64, backlog: i64) -> String {
+    format!(
+        "the WAL is {wal_bytes} bytes and {backlog} frames cannot be checkpointed: a long-lived \
+         reader (an open sqlite3 shell, a long transaction) keeps it from being reset; close it"
+    )
+}

@@ -26,7 +26,7 @@ pub(super) fn hold_for_approval(
     if let (Some(m), Some(e)) = (rec.message.as_mut(), client.registry().get(&run.tool)) {
         crate::tool::apply_format(&*e.tool, m);
     }
-    if jobs.send(Job::Finish(Box::new(rec))).is_err() {
+    if jobs.send(Job::End(Box::new(rec))).is_err() {
         tracing::error!(run_id = %run.id, "finisher is gone; the lease will expire and the run be rescued");
     }
     true

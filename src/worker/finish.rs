@@ -102,7 +102,7 @@ pub fn decide(
     };
     rec.error_entry = Some(json!({
         "attempt": run.attempt,
-        "at": crate::store::codec::ts(now),
+        "at": crate::clock::ts(now),
         "error": error,
         "internal_error": internal,
     }));
@@ -212,7 +212,7 @@ pub fn decide_waiting(run: &Run, end: WaitingEnd) -> FinishRecord {
         WaitingEnd::Expired => {
             let at = run
                 .approval_deadline
-                .map(crate::store::codec::ts)
+                .map(crate::clock::ts)
                 .unwrap_or_default();
             rec.approval = Some(ApprovalMark {
                 state: "expired",

@@ -35,10 +35,7 @@ pub(super) async fn register(sh: &Arc<Shared>) -> Result<()> {
         busy_retries: 0,
         version: env!("CARGO_PKG_VERSION").into(),
     };
-    sh.client
-        .store()
-        .write_async(move |tx| store::workers::register(tx, &row))
-        .await?;
+    sh.client.engine().worker_register(row).await?;
     tracing::info!(worker_id = %sh.id, pid, "worker registered");
     Ok(())
 }
@@ -47,13 +44,8 @@ pub(super) async fn register(sh: &Arc<Shared>) -> Result<()> {
 pub(super) async fn deregister(sh: &Arc<Shared>) {
     let id = sh.id.to_string();
     let now = sh.client.now();
-    let busy = sh.client.store().busy_retries();
-    if let Err(e) = sh
-        .client
-        .store()
-        .write_async(move |tx| store::workers::deregister(tx, &id, now, busy))
-        .await
-    {
+    let busy = sh.client.engine().busy_retries();
+    if let Err(e) = sh.client.engine().worker_deregister(id, now, busy).await {
         tracing::warn!(error = %e, "could not mark the worker stopped");
     }
 }
@@ -75,16 +67,17 @@ pub(crate) async fn heartbeat_tick(sh: &Arc<Shared>) -> Result<()> {
     let until = now
         + chrono::Duration::from_std(sh.client.config().worker.lease)
             .unwrap_or(chrono::Duration::seconds(30));
-    let worker = sh.id.to_string();
     let last_poll = *sh.last_poll.lock().unwrap_or_else(|e| e.into_inner());
-    let busy = sh.client.store().busy_retries();
-    let held_q = held.clone();
     let alive = sh
         .client
-        .store()
-        .write_async(move |tx| {
-            store::workers::heartbeat(tx, &worker, now, last_poll, busy)?;
-            store::claim::heartbeat(tx, &worker, &held_q, now, until)
+        .engine()
+        .attempt_heartbeat(store::Heartbeat {
+            worker: sh.id.to_string(),
+            held: held.clone(),
+            now,
+            until,
+            last_poll,
+            busy_retries: sh.client.engine().busy_retries(),
         })
         .await?;
     let flights = sh.flights();
@@ -128,13 +121,13 @@ pub(crate) async fn flush_tick(sh: &Arc<Shared>) -> Result<()> {
     for f in sh.flights().values() {
         let token = f.run.lease_token.clone().unwrap_or_default();
         if let Some((op, stages)) = f.sink.take_operation() {
-            ops.push((
-                f.run.id.to_string(),
-                f.run.attempt,
-                token.clone(),
-                op,
+            ops.push(store::OperationWrite {
+                id: f.run.id.to_string(),
+                attempt: f.run.attempt,
+                token: token.clone(),
+                operation_id: op,
                 stages,
-            ));
+            });
         }
         if let Some(snap) = f.sink.take_changes() {
             writes.push(store::ProgressWrite {
@@ -152,25 +145,35 @@ pub(crate) async fn flush_tick(sh: &Arc<Shared>) -> Result<()> {
     if writes.is_empty() && ops.is_empty() {
         return Ok(());
     }
-    let now = sh.client.now();
-    sh.client
-        .store()
-        .write_async(move |tx| {
-            for (id, attempt, token, op, stages) in &ops {
-                if !store::claim::set_operation_stages(tx, id, *attempt, token, op, stages)? {
-                    tracing::debug!(run_id = %id, attempt,
-                        "operation id dropped: the attempt no longer holds the lease");
-                }
-            }
-            for w in &writes {
-                if !store::claim::write_progress(tx, w, now)? {
-                    tracing::debug!(run_id = %w.id, attempt = w.attempt,
-                        "progress write dropped: the attempt no longer holds the lease");
-                }
-            }
-            Ok(())
-        })
-        .await?;
+    let flush = store::Flush {
+        operations: ops,
+        progress: writes,
+        now: sh.client.now(),
+    };
+    // Only the ids are kept for the log lines: the writes themselves (logs) move.
+    let ops: Vec<(String, i64)> = flush
+        .operations
+        .iter()
+        .map(|o| (o.id.clone(), o.attempt))
+        .collect();
+    let writes: Vec<(String, i64)> = flush
+        .progress
+        .iter()
+        .map(|w| (w.id.clone(), w.attempt))
+        .collect();
+    let done = sh.client.engine().attempt_flush(flush).await?;
+    for ((id, attempt), ok) in ops.iter().zip(done.operations) {
+        if !ok {
+            tracing::debug!(run_id = %id, attempt,
+                "operation id dropped: the attempt no longer holds the lease");
+        }
+    }
+    for ((id, attempt), ok) in writes.iter().zip(done.progress) {
+        if !ok {
+            tracing::debug!(run_id = %id, attempt,
+                "progress write dropped: the attempt no longer holds the lease");
+        }
+    }
     Ok(())
 }
 
@@ -183,15 +186,18 @@ pub(super) async fn flush_operation(
     let Some((op, stages)) = sink.take_operation() else {
         return;
     };
-    let (id, attempt) = (run.id.to_string(), run.attempt);
-    let token = run.lease_token.clone().unwrap_or_default();
-    if let Err(e) = client
-        .store()
-        .write_async(move |tx| {
-            store::claim::set_operation_stages(tx, &id, attempt, &token, &op, &stages)
-        })
-        .await
-    {
+    let flush = store::Flush {
+        operations: vec![store::OperationWrite {
+            id: run.id.to_string(),
+            attempt: run.attempt,
+            token: run.lease_token.clone().unwrap_or_default(),
+            operation_id: op,
+            stages,
+        }],
+        progress: Vec::new(),
+        now: client.now(),
+    };
+    if let Err(e) = client.engine().attempt_flush(flush).await {
         tracing::warn!(error = %e, "could not store the operation's last stages");
     }
 }

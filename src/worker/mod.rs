@@ -10,13 +10,7 @@ mod lease;
 pub mod rescue;
 mod retention;
 pub(crate) mod schedules;
-mod wakeup;
 mod wal;
-#[cfg(target_os = "linux")]
-mod wal_watch;
-#[cfg(not(target_os = "linux"))]
-#[path = "wal_watch_polling.rs"]
-mod wal_watch;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -31,7 +25,7 @@ use tracing::Instrument;
 use crate::client::Client;
 use crate::error::Result;
 use crate::ids::WorkerId;
-use crate::run::{FinishRecord, Run};
+use crate::run::Run;
 use crate::store;
 use crate::tool::ToolContext;
 use crate::tool::sink::{RunSink, SinkLimits};
@@ -64,23 +58,8 @@ struct InFlight {
     stop: StopSignal,
 }
 
-enum Job {
-    Finish(Box<FinishRecord>),
-    Release {
-        id: String,
-        attempt: i64,
-        token: String,
-    },
-}
-
-impl Job {
-    fn id(&self) -> &str {
-        match self {
-            Job::Finish(r) => &r.id,
-            Job::Release { id, .. } => id,
-        }
-    }
-}
+/// An attempt's way out of this worker, sent to the finisher.
+type Job = store::Settlement;
 
 pub(crate) struct Shared {
     client: Client,
@@ -172,7 +151,7 @@ impl Worker {
             tokio::spawn(approval::approval_loop(sh.clone(), background.clone())),
             tokio::spawn(rescue::rescue_loop(sh.clone(), background.clone())),
             tokio::spawn(schedules::schedule_loop(sh.clone(), background.clone())),
-            tokio::spawn(wakeup::wake_loop(sh.clone(), background.clone())),
+            tokio::spawn(change_feed(sh.clone(), background.clone())),
         ];
         let mut failures = 0u32;
         loop {
@@ -246,20 +225,19 @@ impl Worker {
     }
 }
 
-async fn runnable(client: &Client) -> Result<bool> {
-    let now = client.now();
-    let runnable = client
-        .store()
-        .read_async(move |c| {
-            let (due, _) = store::runs::has_unfinished(c, now)?;
-            // A retry waiting for its backoff is not done yet: a drain waits for it.
-            Ok(due || store::rescue::has_pending_retry(c)?)
-        })
-        .await?;
-    Ok(runnable)
+/// Wakes the claim loop whenever the engine's change feed reports a commit (another
+/// process's enqueue, or this one's).
+async fn change_feed(sh: Arc<Shared>, stop: CancellationToken) {
+    let client = sh.client.clone();
+    let wake: store::OnChange = Arc::new(move || client.wake_workers());
+    sh.client.engine().change_feed(wake, stop).await;
 }
 
-/// What a claim needs, owned so it can move into a blocking write.
+async fn runnable(client: &Client) -> Result<bool> {
+    Ok(client.engine().run_pending(client.now()).await?)
+}
+
+/// What a claim needs besides the time.
 struct ClaimArgs {
     worker: String,
     lease: chrono::Duration,
@@ -280,15 +258,15 @@ impl ClaimArgs {
         }
     }
 
-    /// The store's claim parameters at `now` (a claim of 0 runs claims nothing).
-    fn params(&self, now: chrono::DateTime<chrono::Utc>) -> store::claim::ClaimParams<'_> {
-        store::claim::ClaimParams {
-            worker: &self.worker,
+    /// The engine's claim parameters at `now` (a claim of 0 runs claims nothing).
+    fn params(&self, now: chrono::DateTime<chrono::Utc>) -> store::Claim {
+        store::Claim {
+            worker: self.worker.clone(),
             now,
             lease_until: now + self.lease,
             max: self.max,
             per_session: self.per_session,
-            after_session: self.cursor.as_deref(),
+            after_session: self.cursor.clone(),
         }
     }
 }
@@ -309,11 +287,7 @@ async fn claim(sh: &Arc<Shared>, free: usize, cursor: Option<String>) -> Result<
     let args = ClaimArgs::new(sh, free, cursor);
     let now = sh.client.now();
     let started = std::time::Instant::now();
-    let runs = sh
-        .client
-        .store()
-        .write_async(move |tx| store::claim::claim(tx, &args.params(now)))
-        .await?;
+    let runs = sh.client.engine().attempt_claim(args.params(now)).await?;
     claimed(sh, &runs, now, started.elapsed());
     Ok(runs)
 }
@@ -380,13 +354,13 @@ fn start(sh: &Arc<Shared>, run: Run, jobs: mpsc::UnboundedSender<Job>) {
                     }
                     let mut record = decide(&run, end, sink.final_snapshot(), &defaults, client.now(), rand::random::<f64>());
                     client.format_end(&run.tool, &mut record);
-                    Job::Finish(Box::new(record))
+                    Job::End(Box::new(record))
                 }
-                Executed::HandBack => Job::Release {
+                Executed::HandBack => Job::Release(store::Release {
                     id: run.id.to_string(),
                     attempt: run.attempt,
                     token: run.lease_token.clone().unwrap_or_default(),
-                },
+                }),
             };
             if jobs.send(job).is_err() {
                 tracing::error!("finisher is gone; the run's lease will expire and it will be rescued");
@@ -435,38 +409,20 @@ async fn finisher_loop(
         } else {
             concurrency.saturating_sub(sh.flights().len().saturating_sub(batch.len()))
         };
-        let args = Arc::new(ClaimArgs::new(&sh, free, cursor.clone()));
+        let args = ClaimArgs::new(&sh, free, cursor.clone());
         let mut delay = Duration::from_millis(50);
         let started = std::time::Instant::now();
         let (applied, runs, now) = loop {
             let now = sh.client.now();
-            let (b, a) = (batch.clone(), args.clone());
             let res = sh
                 .client
-                .store()
-                .write_async(move |tx| {
-                    // The one end-writer for every end in the batch, a few statements for all.
-                    let ends: Vec<&FinishRecord> = b
-                        .iter()
-                        .filter_map(|job| match job {
-                            Job::Finish(r) => Some(&**r),
-                            Job::Release { .. } => None,
-                        })
-                        .collect();
-                    let mut ended = store::finish::record_ends(tx, &ends, now)?.into_iter();
-                    let applied = b
-                        .iter()
-                        .map(|job| match job {
-                            Job::Finish(_) => Ok(ended.next().unwrap_or(false)),
-                            Job::Release { id, attempt, token } => {
-                                store::claim::release(tx, id, *attempt, token, now)
-                            }
-                        })
-                        .collect::<Result<Vec<bool>, _>>()?;
-                    let runs = store::claim::claim(tx, &a.params(now))?;
-                    Ok((applied, runs))
+                .engine()
+                .attempt_settle(store::Settle {
+                    batch: batch.clone(),
+                    claim: args.params(now),
                 })
-                .await;
+                .await
+                .map(|s| (s.applied, s.claimed));
             match res {
                 Ok((applied, runs)) => break (applied, runs, now),
                 Err(e) if delay < Duration::from_secs(10) => {
@@ -489,8 +445,8 @@ async fn finisher_loop(
                 flights.remove(job.id());
                 sh.metrics.finished(outcome_label(job, ok));
                 match (job, ok) {
-                    (Job::Finish(_), true) => sh.recorded.fetch_add(1, Ordering::Relaxed),
-                    (Job::Release { .. }, true) => sh.handed_back.fetch_add(1, Ordering::Relaxed),
+                    (Job::End(_), true) => sh.recorded.fetch_add(1, Ordering::Relaxed),
+                    (Job::Release(_), true) => sh.handed_back.fetch_add(1, Ordering::Relaxed),
                     (_, false) => {
                         tracing::warn!(
                             run_id = job.id(),
@@ -551,8 +507,8 @@ async fn drain_in_flight(sh: &Arc<Shared>, grace: Duration) {
 fn outcome_label(job: &Job, applied: bool) -> &'static str {
     match (job, applied) {
         (_, false) => "fenced_out",
-        (Job::Release { .. }, true) => "handed_back",
-        (Job::Finish(r), true) => match &r.outcome {
+        (Job::Release(_), true) => "handed_back",
+        (Job::End(r), true) => match &r.outcome {
             crate::run::Outcome::Final(s) => s.as_str(),
             crate::run::Outcome::Retry(_) => "retried",
             crate::run::Outcome::AwaitApproval { .. } => "awaiting_approval",

@@ -19,8 +19,7 @@ use crate::config::RunDefaults;
 use crate::error::Result;
 use crate::run::{FinishRecord, Outcome};
 use crate::run::{Jitter, Run};
-use crate::store::RescueReason;
-use crate::store::{self};
+use crate::store::{DecideRescue, Rescue, RescueReason};
 use crate::tool::sink::SinkSnapshot;
 
 /// What one rescue tick did.
@@ -73,7 +72,7 @@ pub fn decide_rescue(
             run.attempt,
             run.max_attempts,
             run.lease_expires_at
-                .map(store::codec::ts)
+                .map(crate::clock::ts)
                 .unwrap_or_else(|| "unset".into()),
         );
         AttemptEnd::WorkerLost(reason_text(reason).to_string(), detail)
@@ -86,53 +85,35 @@ pub fn decide_rescue(
 /// transaction, which looks again before acting (every write in it is fenced anyway).
 pub async fn rescue_tick(client: &Client) -> Result<RescueReport> {
     let now = client.now();
-    let (host, boot, pid_ns) = (
-        identity::host(),
-        identity::boot_id(),
-        identity::pid_namespace(),
-    );
-    let (dead, pending) = client
-        .store()
-        .read_async(move |c| {
-            let here = store::rescue::Locality {
-                host: &host,
-                boot_id: &boot,
-                pid_namespace: &pid_ns,
-            };
-            let dead = store::rescue::dead_workers(c, &here, identity::is_dead)?;
-            let pending = !store::rescue::rescuable(c, now)?.is_empty();
-            Ok((dead, pending))
-        })
-        .await?;
-    if dead.is_empty() && !pending {
-        return Ok(RescueReport::default());
-    }
+    let params = Rescue {
+        host: identity::host(),
+        boot_id: identity::boot_id(),
+        pid_namespace: identity::pid_namespace(),
+        now,
+        is_dead: identity::is_dead,
+    };
     let defaults = client.config().runs.clone();
     let formatter = client.clone();
-    let report = client
-        .store()
-        .write_async(move |tx| {
-            let mut report = RescueReport {
-                workers_died: store::rescue::mark_died(tx, &dead, now)?,
-                ..RescueReport::default()
-            };
-            for (run, reason) in store::rescue::rescuable(tx, now)? {
-                let mut record = decide_rescue(&run, reason, &defaults, now, rand::random::<f64>());
-                formatter.format_end(&run.tool, &mut record);
-                if store::finish::record_ends(tx, &[&record], now)? != [true] {
-                    continue;
-                }
-                tracing::warn!(run_id = %run.id, attempt = run.attempt, reason = reason.as_str(),
-                    owner = run.lease_owner.as_deref().unwrap_or("none"), "rescued a run");
-                match record.outcome {
-                    Outcome::Retry(_) => report.requeued += 1,
-                    Outcome::Final(crate::RunState::Cancelled) => report.cancelled += 1,
-                    _ => report.failed += 1,
-                }
-            }
-            Ok(report)
-        })
-        .await?;
+    let decide: DecideRescue = Arc::new(move |run, reason| {
+        let mut record = decide_rescue(run, reason, &defaults, now, rand::random::<f64>());
+        formatter.format_end(&run.tool, &mut record);
+        record
+    });
+    let rescued = client.engine().attempt_rescue(params, decide).await?;
+    let mut report = RescueReport {
+        workers_died: rescued.workers_died,
+        ..RescueReport::default()
+    };
+    // Logged after the commit: a line never claims a write that rolled back.
+    for r in &rescued.runs {
+        tracing::warn!(run_id = %r.run.id, attempt = r.run.attempt, reason = r.reason.as_str(),
+            owner = r.run.lease_owner.as_deref().unwrap_or("none"), "rescued a run");
+        match r.outcome {
+            Outcome::Retry(_) => report.requeued += 1,
+            Outcome::Final(crate::RunState::Cancelled) => report.cancelled += 1,
+            _ => report.failed += 1,
+        }
+    }
     if report.requeued > 0 {
         client.wake_workers();
     }

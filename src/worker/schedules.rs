@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 use super::Shared;
 use crate::client::Client;
 use crate::error::Result;
-use crate::store::{self, ClaimDue, ClaimReport};
+use crate::store::{ClaimDue, ClaimReport};
 
 /// Schedules handled per transaction (keeps each write short).
 const BATCH: usize = 100;
@@ -26,10 +26,7 @@ pub(crate) async fn schedule_tick(client: &Client) -> Result<(ClaimReport, Optio
         chrono::Duration::from_std(cfg.late_after).unwrap_or(chrono::Duration::minutes(1));
     let mut total = ClaimReport::default();
     // A cheap read first: most ticks find nothing due and should not take the write lock.
-    let next = client
-        .store()
-        .read_async(store::schedules::next_due)
-        .await?;
+    let next = client.engine().schedule_next_due().await?;
     if next.is_none_or(|n| n > client.now()) {
         return Ok((total, next));
     }
@@ -40,10 +37,7 @@ pub(crate) async fn schedule_tick(client: &Client) -> Result<(ClaimReport, Optio
             late_after,
             catchup_spacing: spacing,
         };
-        let r = client
-            .store()
-            .write_async(move |tx| store::schedules::claim_due(tx, &p))
-            .await?;
+        let r = client.engine().schedule_claim_due(p).await?;
         for (id, why) in &r.broken {
             tracing::error!(schedule_id = %id, reason = %why, "schedule disabled: it no longer fires");
         }
@@ -67,10 +61,7 @@ pub(crate) async fn schedule_tick(client: &Client) -> Result<(ClaimReport, Optio
         );
         client.wake_workers();
     }
-    let next = client
-        .store()
-        .read_async(store::schedules::next_due)
-        .await?;
+    let next = client.engine().schedule_next_due().await?;
     Ok((total, next))
 }
 

@@ -7,8 +7,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::Shared;
 use crate::error::Result;
-use crate::store::wal::WalWatch;
-use crate::store::{Checkpoint, CheckpointMode};
+use crate::store::{Checkpoint, CheckpointMode, CheckpointTick, WalWatch};
 
 /// Checkpoints seen stalled in a row before the worker warns.
 const STALLED_TICKS: u32 = 3;
@@ -30,22 +29,11 @@ pub(crate) struct WalTick {
 /// readers in the way falls back to a passive one, so the watch always sees a backlog.
 pub(crate) async fn wal_tick(sh: &Arc<Shared>, watch: &mut WalWatch) -> Result<WalTick> {
     let idle = sh.flights().is_empty();
-    let store = sh.client.store().clone();
-    let (mode, cp) = tokio::task::spawn_blocking(move || {
-        if idle {
-            let cp = store.checkpoint(CheckpointMode::Truncate)?;
-            if !cp.busy {
-                return Ok((CheckpointMode::Truncate, cp));
-            }
-        }
-        Ok::<_, crate::error::StoreError>((
-            CheckpointMode::Passive,
-            store.checkpoint(CheckpointMode::Passive)?,
-        ))
-    })
-    .await
-    .map_err(|e| crate::error::StoreError::Task(e.to_string()))??;
-    let wal_bytes = sh.client.store().wal_bytes();
+    let CheckpointTick {
+        mode,
+        checkpoint: cp,
+        wal_bytes,
+    } = sh.client.engine().checkpoint(idle).await?;
     let warning = watch.observe(&cp, wal_bytes);
     sh.metrics.wal_checked(cp.backlog(), warning.is_some());
     if let Some(w) = &warning {
@@ -108,17 +96,13 @@ mod tests {
         let client = client(&dir).await;
         let worker = client.worker(Default::default());
         let mut watch = WalWatch::new(1, STALLED_TICKS);
-        assert!(client.store().wal_bytes() > 0);
+        assert!(client.engine().wal_bytes() > 0);
         let t = wal_tick(&worker.shared, &mut watch).await.unwrap();
         assert_eq!(t.mode, CheckpointMode::Truncate);
         assert_eq!(t.wal_bytes, 0);
         assert!(t.warning.is_none());
 
-        let reader = rusqlite::Connection::open(dir.path().join("t.db")).unwrap();
-        reader.execute_batch("BEGIN").unwrap();
-        let _: i64 = reader
-            .query_row("SELECT count(*) FROM runs", [], |r| r.get(0))
-            .unwrap();
+        let reader = crate::store::sqlite::pinned_reader(&dir.path().join("t.db"));
         let mut warned = Vec::new();
         for i in 0..STALLED_TICKS {
             let reqs = (0..100)
@@ -138,7 +122,7 @@ mod tests {
         }
         assert_eq!(warned, vec![false, false, true]);
 
-        reader.execute_batch("COMMIT").unwrap();
+        drop(reader);
         let t = wal_tick(&worker.shared, &mut watch).await.unwrap();
         assert_eq!(t.mode, CheckpointMode::Truncate);
         assert_eq!(t.wal_bytes, 0);

@@ -1,32 +1,13 @@
 //! Column encodings: fixed-width UTC timestamps, JSON columns, and row-to-struct mapping.
 
-use chrono::{DateTime, NaiveDateTime, Utc};
+use chrono::{DateTime, Utc};
 use rusqlite::Row;
 use serde_json::Value;
 
 use crate::ids::{RunId, ScheduleId};
 use crate::run::{Delivery, Progress, Run, RunState};
 
-const TS_FORMAT: &str = "%Y-%m-%dT%H:%M:%S%.3fZ";
-
-/// Formats an instant as fixed-width UTC text: `YYYY-MM-DDTHH:MM:SS.mmmZ`.
-pub fn ts(t: DateTime<Utc>) -> String {
-    // Same text as TS_FORMAT, without interpreting a format string on every call (hot path).
-    t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
-}
-
-/// Parses text written by [`ts`] (or any RFC 3339 instant).
-pub fn parse_ts(s: &str) -> Option<DateTime<Utc>> {
-    // The RFC 3339 parser is hand-written and fast; what ts() writes is RFC 3339.
-    DateTime::parse_from_rfc3339(s)
-        .ok()
-        .map(|t| t.with_timezone(&Utc))
-        .or_else(|| {
-            NaiveDateTime::parse_from_str(s, TS_FORMAT)
-                .map(|n| n.and_utc())
-                .ok()
-        })
-}
+pub use crate::clock::{parse_ts, ts};
 
 /// Reads an optional timestamp column.
 pub(crate) fn ts_col<I: rusqlite::RowIndex>(
@@ -247,8 +228,8 @@ mod tests {
             .unwrap()
             .with_timezone(&Utc);
         assert_eq!(ts(early).len(), ts(t).len());
-        assert_eq!(ts(early), early.format(TS_FORMAT).to_string());
+        assert_eq!(ts(early), early.format(crate::clock::TS_FORMAT).to_string());
         let odd = t + chrono::Duration::nanoseconds(123_999_999);
-        assert_eq!(ts(odd), odd.format(TS_FORMAT).to_string());
+        assert_eq!(ts(odd), odd.format(crate::clock::TS_FORMAT).to_string());
     }
 }

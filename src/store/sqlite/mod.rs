@@ -4,9 +4,11 @@
 
 pub mod approvals;
 pub mod artifacts;
+pub(crate) mod change_feed;
 mod checkpointer;
 pub mod claim;
 pub mod codec;
+mod engine;
 pub mod finish;
 pub mod gauges;
 pub mod inbox;
@@ -21,6 +23,11 @@ mod rows;
 pub mod runs;
 pub mod schedules;
 pub mod wal;
+#[cfg(target_os = "linux")]
+mod wal_watch;
+#[cfg(not(target_os = "linux"))]
+#[path = "wal_watch_polling.rs"]
+mod wal_watch;
 pub mod workers;
 
 use std::path::{Path, PathBuf};
@@ -141,7 +148,24 @@ fn is_busy(e: &rusqlite::Error) -> bool {
 }
 
 fn store_error_is_busy(e: &StoreError) -> bool {
-    matches!(e, StoreError::Sqlite { source, .. } if is_busy(source))
+    matches!(e, StoreError::Sqlite { source, .. }
+        if source.downcast_ref::<rusqlite::Error>().is_some_and(is_busy))
+}
+
+impl StoreError {
+    /// Wraps a rusqlite error with the action that failed.
+    pub(crate) fn sqlite(action: impl Into<String>, source: rusqlite::Error) -> Self {
+        Self::Sqlite {
+            action: action.into(),
+            source: crate::store::EngineError::new(source),
+        }
+    }
+}
+
+impl From<r2d2::Error> for StoreError {
+    fn from(e: r2d2::Error) -> Self {
+        Self::Pool(crate::store::EngineError::new(e))
+    }
 }
 
 #[derive(Debug, Default)]
@@ -373,4 +397,16 @@ impl<T> Ctx<T> for rusqlite::Result<T> {
     fn ctx(self, action: &str) -> Result<T, StoreError> {
         self.map_err(|e| StoreError::sqlite(action, e))
     }
+}
+
+/// Test support: a reader holding a snapshot of the file at `path` (an open read
+/// transaction) until dropped, which keeps checkpoints from copying the WAL past it.
+#[cfg(test)]
+pub(crate) fn pinned_reader(path: &Path) -> Connection {
+    let reader = Connection::open(path).expect("open a test reader");
+    reader.execute_batch("BEGIN").expect("begin");
+    let _: i64 = reader
+        .query_row("SELECT count(*) FROM runs", [], |r| r.get(0))
+        .expect("pin a snapshot");
+    reader
 }

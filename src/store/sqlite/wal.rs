@@ -8,7 +8,7 @@ use rusqlite::Connection;
 
 use super::{BUSY_TIMEOUT, Ctx, Store};
 use crate::error::StoreError;
-use crate::store::{Checkpoint, CheckpointMode, WalHealth};
+use crate::store::{Checkpoint, CheckpointMode, WalHealth, pinned_warning};
 
 /// How long a truncating checkpoint waits for readers and writers before giving up: short,
 /// because it holds the write lock meanwhile and it is only an idle-time nicety.
@@ -36,13 +36,11 @@ pub fn checkpoint(conn: &Connection, mode: CheckpointMode) -> Result<Checkpoint,
                 .ctx("restore busy_timeout")?;
             match res {
                 // A busy TRUNCATE is an answer, not a failure: someone was reading.
-                Err(StoreError::Sqlite { source, .. }) if super::is_busy(&source) => {
-                    Ok(Checkpoint {
-                        busy: true,
-                        log_frames: -1,
-                        checkpointed_frames: -1,
-                    })
-                }
+                Err(e) if super::store_error_is_busy(&e) => Ok(Checkpoint {
+                    busy: true,
+                    log_frames: -1,
+                    checkpointed_frames: -1,
+                }),
                 other => other,
             }
         }
@@ -59,14 +57,6 @@ pub fn wal_path(db: &Path) -> PathBuf {
 /// Bytes of the `-wal` file (0 when there is none).
 pub fn wal_bytes(db: &Path) -> u64 {
     std::fs::metadata(wal_path(db)).map_or(0, |m| m.len())
-}
-
-/// The warning text for a WAL that cannot be checkpointed.
-pub fn pinned_warning(wal_bytes: u64, backlog: i64) -> String {
-    format!(
-        "the WAL is {wal_bytes} bytes and {backlog} frames cannot be checkpointed: a long-lived \
-         reader (an open sqlite3 shell, a long transaction) keeps it from being reset; close it"
-    )
 }
 
 impl Store {
@@ -94,40 +84,6 @@ impl Store {
     }
 }
 
-/// Remembers recent checkpoints to tell a pinned WAL from a momentary busy one: warns once the
-/// backlog stayed at or above `warn_frames` for `ticks` checkpoints in a row without shrinking.
-#[derive(Debug, Clone)]
-pub struct WalWatch {
-    warn_frames: i64,
-    ticks: u32,
-    stalled: u32,
-    last_backlog: i64,
-}
-
-impl WalWatch {
-    /// A watch that warns after `ticks` stalled checkpoints with `warn_frames` or more pending.
-    pub fn new(warn_frames: i64, ticks: u32) -> Self {
-        Self {
-            warn_frames,
-            ticks: ticks.max(1),
-            stalled: 0,
-            last_backlog: 0,
-        }
-    }
-
-    /// Feeds one checkpoint; returns the warning when the WAL looks pinned.
-    pub fn observe(&mut self, cp: &Checkpoint, wal_bytes: u64) -> Option<String> {
-        let backlog = cp.backlog();
-        if backlog >= self.warn_frames && backlog >= self.last_backlog {
-            self.stalled += 1;
-        } else {
-            self.stalled = 0;
-        }
-        self.last_backlog = backlog;
-        (self.stalled >= self.ticks).then(|| pinned_warning(wal_bytes, backlog))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -142,7 +98,7 @@ mod tests {
 
     #[test]
     fn watch_warns_only_after_repeated_growing_backlog() {
-        let mut w = WalWatch::new(100, 3);
+        let mut w = crate::store::WalWatch::new(100, 3);
         assert_eq!(w.observe(&cp(500, 0), 1), None);
         assert_eq!(w.observe(&cp(600, 0), 1), None);
         assert!(w.observe(&cp(700, 0), 1).is_some());

@@ -19,8 +19,8 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncSeekExt};
 
 use super::shell::{argv_schema, check_program};
+use crate::clock::ts;
 use crate::config::ShellConfig;
-use crate::store::codec::ts;
 use crate::tool::sink::{Stream, escape_bytes};
 use crate::tool::{Tool, ToolContext, ToolDef, ToolHints, ToolOutcome};
 

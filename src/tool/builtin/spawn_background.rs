@@ -10,7 +10,7 @@ use crate::error::Error;
 use crate::run::{artifact_dir, log_path, result_path};
 use crate::schedule::ScheduleRequest;
 use crate::schedule::spec::{BOTH_MESSAGE, NEITHER_MESSAGE};
-use crate::store;
+use crate::store::RunInsertLimited;
 use crate::tool::{Tool, ToolContext, ToolDef, ToolHints, ToolOutcome};
 
 /// The tool's name (it may not target itself).
@@ -222,21 +222,21 @@ async fn start_run(
         Ok(row) => row,
         Err(e) => return ToolOutcome::tool_error(e.to_string()),
     };
-    let max = client.config().sessions.max_active_runs;
-    let me = ctx.run_id.to_string();
     let inserted = client
-        .store()
-        .write_async(move |tx| {
-            let active = store::runs::count_active_in_session(tx, &row.session_id, Some(&me))?;
-            if active >= max {
-                return Ok(None);
-            }
-            store::runs::insert(tx, &row).map(|i| Some(i.id().clone()))
+        .engine()
+        .run_insert_within_limit(RunInsertLimited {
+            run: row,
+            max_active: client.config().sessions.max_active_runs,
+            except: Some(ctx.run_id.to_string()),
         })
-        .await;
+        .await
+        .map(|i| i.map(|i| i.id().clone()));
     let run_id = match inserted {
         Ok(Some(id)) => id,
-        Ok(None) => return ToolOutcome::tool_error(run_limit_message(max)),
+        Ok(None) => {
+            let max = client.config().sessions.max_active_runs;
+            return ToolOutcome::tool_error(run_limit_message(max));
+        }
         Err(e) => return ToolOutcome::internal(&e),
     };
     client.wake_workers();

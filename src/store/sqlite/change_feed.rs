@@ -10,9 +10,10 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use super::Shared;
+use super::Store;
+use super::probe::ChangeProbe;
 use super::wal_watch::WalWatch;
-use crate::store::probe::ChangeProbe;
+use crate::store::engine::OnChange;
 
 /// How often the probe runs while commits keep coming (or always, without a WAL watch). The
 /// probe itself is one `pread` of 48 bytes; on the benchmark VM each sleep/wake of the thread
@@ -37,10 +38,13 @@ pub(crate) enum Woken {
 }
 
 /// One probe: wakes this process's claim loop if anything was committed since the last one.
-pub(crate) fn wake_tick(sh: &Shared, probe: &mut ChangeProbe) -> crate::error::Result<bool> {
+pub(crate) fn wake_tick(
+    on_change: &OnChange,
+    probe: &mut ChangeProbe,
+) -> Result<bool, crate::error::StoreError> {
     let changed = probe.changed()?;
     if changed {
-        sh.client.wake_workers();
+        on_change();
     }
     Ok(changed)
 }
@@ -48,16 +52,17 @@ pub(crate) fn wake_tick(sh: &Shared, probe: &mut ChangeProbe) -> crate::error::R
 /// Runs the probe on its own blocking thread (no DB call on the async runtime's threads) until
 /// `stop` fires. If the probe cannot be opened or fails, the claim loop's poll interval
 /// remains the fallback.
-pub(super) async fn wake_loop(sh: Arc<Shared>, stop: CancellationToken) {
+pub(super) async fn wake_loop(store: Store, on_change: OnChange, stop: CancellationToken) {
     // Also stop the thread when this future is dropped (a runtime shutting down without a
     // worker shutdown), or the runtime would wait forever for its blocking thread.
     let stop = stop.child_token();
     let _on_drop = stop.clone().drop_guard();
-    let watch = open_watch(&sh);
+    let watch = open_watch(&store);
     let thread_stop = stop.clone();
     let thread_watch = watch.clone();
-    let mut task =
-        tokio::task::spawn_blocking(move || probe_thread(&sh, &thread_stop, thread_watch));
+    let mut task = tokio::task::spawn_blocking(move || {
+        probe_thread(&store, &on_change, &thread_stop, thread_watch)
+    });
     let ended = tokio::select! {
         ended = &mut task => ended,
         _ = stop.cancelled() => {
@@ -72,8 +77,8 @@ pub(super) async fn wake_loop(sh: Arc<Shared>, stop: CancellationToken) {
     }
 }
 
-fn open_watch(sh: &Shared) -> Option<Arc<WalWatch>> {
-    match WalWatch::open(sh.client.store().path()) {
+fn open_watch(store: &Store) -> Option<Arc<WalWatch>> {
+    match WalWatch::open(store.path()) {
         Ok(w) => Some(Arc::new(w)),
         Err(e) if e.kind() == std::io::ErrorKind::Unsupported => None,
         Err(e) => {
@@ -83,8 +88,13 @@ fn open_watch(sh: &Shared) -> Option<Arc<WalWatch>> {
     }
 }
 
-fn probe_thread(sh: &Shared, stop: &CancellationToken, mut watch: Option<Arc<WalWatch>>) {
-    let mut probe = match ChangeProbe::open(sh.client.store()) {
+fn probe_thread(
+    store: &Store,
+    on_change: &OnChange,
+    stop: &CancellationToken,
+    mut watch: Option<Arc<WalWatch>>,
+) {
+    let mut probe = match ChangeProbe::open(store) {
         Ok(p) => p,
         Err(e) => {
             tracing::warn!(error = %e, "no change probe; other processes' work is found by polling");
@@ -93,7 +103,7 @@ fn probe_thread(sh: &Shared, stop: &CancellationToken, mut watch: Option<Arc<Wal
     };
     let mut pacing = Pacing::default();
     while !stop.is_cancelled() {
-        let changed = match wake_tick(sh, &mut probe) {
+        let changed = match wake_tick(on_change, &mut probe) {
             Ok(c) => c,
             Err(e) => {
                 tracing::warn!(error = %e, "change probe failed");

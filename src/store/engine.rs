@@ -1,0 +1,441 @@
+//! The engine contract: every store operation the rest of the crate uses, each one
+//! transaction (or one consistent read) that the engine owns. Callers hand over plain values
+//! and get plain values back; no engine type crosses this boundary. docs/architecture.md lists
+//! the invariant each operation guarantees, for the next engine to keep.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use tokio_util::sync::CancellationToken;
+
+use super::types::*;
+use crate::error::StoreError;
+use crate::ids::RunId;
+use crate::inbox::{InboxFilter, Message};
+use crate::run::{Blob, FinishRecord, Inserted, ListFilter, NewRun, Run, RunState};
+use crate::schedule::model::{NewSchedule, Occurrence, Schedule};
+
+/// Result of an engine operation.
+pub type EngineResult<T> = Result<T, StoreError>;
+
+/// Decides how a rescued run's attempt ends (pure; called inside the rescue transaction).
+pub type DecideRescue = Arc<dyn Fn(&Run, RescueReason) -> FinishRecord + Send + Sync>;
+
+/// Called by a change feed when another connection or process may have committed.
+pub type OnChange = Arc<dyn Fn() + Send + Sync>;
+
+/// The operations of a toolq store. One implementation per engine (SQLite today).
+#[async_trait]
+pub trait Engine: Send + Sync + std::fmt::Debug + 'static {
+    // ---- runs -------------------------------------------------------------------------
+    /// Inserts runs in one transaction, all or none; a known idempotency key returns the
+    /// run that holds it.
+    async fn run_insert(&self, runs: Vec<NewRun>) -> EngineResult<Vec<Inserted>>;
+    /// Inserts one run unless its session already has `max_active` active runs (not
+    /// counting `except`); `None` when the limit is reached. Count and insert are atomic.
+    async fn run_insert_within_limit(&self, p: RunInsertLimited) -> EngineResult<Option<Inserted>>;
+    /// Reads one run.
+    async fn run_get(&self, id: RunId) -> EngineResult<Option<Run>>;
+    /// Lists runs, newest first.
+    async fn run_list(&self, filter: ListFilter) -> EngineResult<Vec<Run>>;
+    /// Asks a running run to stop (its worker sees it at its next heartbeat).
+    async fn run_cancel_request(&self, id: RunId, now: DateTime<Utc>) -> EngineResult<bool>;
+    /// Puts a failed or cancelled run (still in `expected`) back in the queue; its next
+    /// claim starts a new attempt.
+    async fn run_retry(&self, p: RunRetry) -> EngineResult<bool>;
+    /// Queues an awaiting run to execute as approved.
+    async fn run_approve(&self, p: RunApprove) -> EngineResult<bool>;
+    /// Awaiting runs whose approval deadline passed, oldest deadline first.
+    async fn run_list_overdue_approvals(
+        &self,
+        now: DateTime<Utc>,
+        limit: i64,
+    ) -> EngineResult<Vec<Run>>;
+    /// The one end-writer: records ends in one transaction (see
+    /// [`crate::store::finish::record_ends`]); per record, whether its fence held.
+    async fn run_end(&self, ends: Vec<FinishRecord>, now: DateTime<Utc>)
+    -> EngineResult<Vec<bool>>;
+    /// Whether a draining worker must keep going: a due queued run, or a queued retry (due
+    /// or not). Runs running elsewhere do not count.
+    async fn run_pending(&self, now: DateTime<Utc>) -> EngineResult<bool>;
+    /// Runs not finished (queued, awaiting approval or running): the drain progress bar.
+    async fn run_count_unfinished(&self) -> EngineResult<i64>;
+
+    // ---- attempts (a worker's leases) -------------------------------------------------
+    /// Claims runnable runs under a fresh lease each (attempt + 1).
+    async fn attempt_claim(&self, p: Claim) -> EngineResult<Vec<Run>>;
+    /// The finisher's cycle in one transaction: records ends, hands back released
+    /// attempts, then claims replacements.
+    async fn attempt_settle(&self, p: Settle) -> EngineResult<Settled>;
+    /// Heartbeats the worker row and extends the held leases; returns, per held run still
+    /// leased to this worker, whether its cancellation was requested.
+    async fn attempt_heartbeat(&self, p: Heartbeat) -> EngineResult<Vec<(String, bool)>>;
+    /// Writes live views and operation stages of running attempts, each fenced by its
+    /// lease; returns which applied.
+    async fn attempt_flush(&self, p: Flush) -> EngineResult<Flushed>;
+    /// Marks dead workers stopped and takes back the runs of dead owners and expired
+    /// leases, each written through the end-writer (or re-queued) in one transaction.
+    async fn attempt_rescue(&self, p: Rescue, decide: DecideRescue) -> EngineResult<Rescued>;
+
+    // ---- workers ----------------------------------------------------------------------
+    /// Registers a worker process.
+    async fn worker_register(&self, row: WorkerRow) -> EngineResult<()>;
+    /// Marks a worker cleanly stopped.
+    async fn worker_deregister(
+        &self,
+        id: String,
+        now: DateTime<Utc>,
+        busy_retries: u64,
+    ) -> EngineResult<()>;
+    /// Worker rows (with `include_stopped`, also stopped ones).
+    async fn worker_list(&self, include_stopped: bool) -> EngineResult<Vec<WorkerRow>>;
+
+    // ---- inbox and blobs --------------------------------------------------------------
+    /// A session's messages.
+    async fn inbox_list(&self, session: String, filter: InboxFilter) -> EngineResult<Vec<Message>>;
+    /// Marks messages read (and, with `ack`, acknowledged); returns how many changed.
+    async fn inbox_mark(&self, p: InboxMark) -> EngineResult<usize>;
+    /// A blob by session and path.
+    async fn blob_get(&self, session: String, path: String) -> EngineResult<Option<Blob>>;
+
+    // ---- schedules --------------------------------------------------------------------
+    /// Inserts a schedule unless its session has `max_active` enabled ones (atomic).
+    async fn schedule_insert_within_limit(
+        &self,
+        new: NewSchedule,
+        max_active: i64,
+    ) -> EngineResult<bool>;
+    /// Reads a schedule.
+    async fn schedule_get(&self, id: String) -> EngineResult<Option<Schedule>>;
+    /// Lists schedules of a session (or all), newest first.
+    async fn schedule_list(
+        &self,
+        session: Option<String>,
+        limit: i64,
+    ) -> EngineResult<Vec<Schedule>>;
+    /// A schedule's most recent ledger rows.
+    async fn schedule_occurrences(&self, id: String, limit: i64) -> EngineResult<Vec<Occurrence>>;
+    /// Cancels an enabled schedule.
+    async fn schedule_cancel(&self, id: String, now: DateTime<Utc>) -> EngineResult<bool>;
+    /// Enables a schedule from `next` on unless its session is at its limit (`None`);
+    /// `Some(false)` when it changed meanwhile.
+    async fn schedule_enable_within_limit(&self, p: ScheduleEnable) -> EngineResult<Option<bool>>;
+    /// The earliest next tick of an enabled schedule.
+    async fn schedule_next_due(&self) -> EngineResult<Option<DateTime<Utc>>>;
+    /// Fires due schedules: runs, ledger rows and the advance of each, in one transaction;
+    /// a tick fires once however many workers poll.
+    async fn schedule_claim_due(&self, p: ClaimDue) -> EngineResult<ClaimReport>;
+
+    // ---- retention --------------------------------------------------------------------
+    /// What a prune with these cutoffs would remove.
+    async fn prune_count(&self, cutoffs: PruneCutoffs) -> EngineResult<Removed>;
+    /// One bounded prune batch of one step, in its own transaction.
+    async fn prune_batch(&self, p: PruneBatch) -> EngineResult<(Removed, RunsCursor)>;
+
+    // ---- observation ------------------------------------------------------------------
+    /// Figures for `toolq stats`.
+    async fn stats_read(&self, now: DateTime<Utc>) -> EngineResult<StoreStats>;
+    /// Gauges for metrics.
+    async fn gauges_read(&self, now: DateTime<Utc>) -> EngineResult<Gauges>;
+    /// Durability settings and engine version.
+    async fn info(&self) -> EngineResult<DbInfo>;
+    /// Where the data lives, for messages and `stats` (a file path for SQLite).
+    fn location(&self) -> String;
+    /// Size of the data in bytes, if the engine knows it cheaply.
+    fn size_bytes(&self) -> Option<u64>;
+    /// Writes this process retried because the store was busy.
+    fn busy_retries(&self) -> u64;
+    /// Time the writer spent in statements and commits in this process.
+    fn write_stats(&self) -> WriteStats;
+
+    // ---- engine upkeep and change feed ------------------------------------------------
+    /// Log health (SQLite: WAL size and checkpoint backlog; engines without one report
+    /// zeros and no warning).
+    async fn wal_health(&self, warn_frames: i64) -> EngineResult<WalHealth>;
+    /// Bytes of the engine's write-ahead log now (0 without one).
+    fn wal_bytes(&self) -> u64;
+    /// One upkeep tick of a worker: SQLite checkpoints the WAL (truncating when `idle`).
+    async fn checkpoint(&self, idle: bool) -> EngineResult<CheckpointTick>;
+    /// The change feed: runs until `stop`, calling `on_change` soon after any connection or
+    /// process commits (SQLite: WAL watch and -shm probe; Postgres: LISTEN/NOTIFY). It only
+    /// reads. A worker awaits it as one of its background tasks.
+    async fn change_feed(&self, on_change: OnChange, stop: CancellationToken);
+}
+
+/// Parameters of [`Engine::run_insert_within_limit`].
+#[derive(Debug, Clone)]
+pub struct RunInsertLimited {
+    /// The run.
+    pub run: NewRun,
+    /// The session's limit of active runs.
+    pub max_active: i64,
+    /// A run not to count (the caller's own).
+    pub except: Option<String>,
+}
+
+/// Parameters of [`Engine::run_retry`].
+#[derive(Debug, Clone)]
+pub struct RunRetry {
+    /// The run.
+    pub id: RunId,
+    /// The final state it was read in.
+    pub expected: RunState,
+    /// Now.
+    pub now: DateTime<Utc>,
+}
+
+/// Parameters of [`Engine::run_approve`].
+#[derive(Debug, Clone)]
+pub struct RunApprove {
+    /// The run.
+    pub id: RunId,
+    /// Who approved.
+    pub by: String,
+    /// Their note.
+    pub note: Option<String>,
+    /// Now.
+    pub now: DateTime<Utc>,
+}
+
+/// Parameters of a claim.
+#[derive(Debug, Clone)]
+pub struct Claim {
+    /// The claiming worker (becomes the lease owner).
+    pub worker: String,
+    /// Now.
+    pub now: DateTime<Utc>,
+    /// The lease expiry to set.
+    pub lease_until: DateTime<Utc>,
+    /// At most this many runs (0 claims nothing).
+    pub max: usize,
+    /// At most this many running runs per session, over all workers.
+    pub per_session: i64,
+    /// Visit sessions after this one first (round-robin).
+    pub after_session: Option<String>,
+}
+
+/// An attempt handed back to the queue uncounted (clean shutdown), fenced by its lease.
+#[derive(Debug, Clone)]
+pub struct Release {
+    /// Run id.
+    pub id: String,
+    /// Its attempt.
+    pub attempt: i64,
+    /// Its lease token.
+    pub token: String,
+}
+
+/// How one attempt leaves its worker: an end to record, or a hand-back.
+#[derive(Debug, Clone)]
+pub enum Settlement {
+    /// Record this end (through the end-writer).
+    End(Box<FinishRecord>),
+    /// Give the run back to the queue uncounted.
+    Release(Release),
+}
+
+impl Settlement {
+    /// The run's id.
+    pub fn id(&self) -> &str {
+        match self {
+            Settlement::End(r) => &r.id,
+            Settlement::Release(r) => &r.id,
+        }
+    }
+}
+
+/// Parameters of [`Engine::attempt_settle`]. Shared, so a retried settle does not copy
+/// the logs it carries.
+#[derive(Debug, Clone)]
+pub struct Settle {
+    /// What ends, in order.
+    pub batch: Arc<Vec<Settlement>>,
+    /// Replacements to claim afterwards (`max` 0: none).
+    pub claim: Claim,
+}
+
+/// What [`Engine::attempt_settle`] did.
+#[derive(Debug, Clone, Default)]
+pub struct Settled {
+    /// Per settlement, in order, whether it applied (its lease still held).
+    pub applied: Vec<bool>,
+    /// The runs claimed.
+    pub claimed: Vec<Run>,
+}
+
+/// Parameters of [`Engine::attempt_heartbeat`].
+#[derive(Debug, Clone)]
+pub struct Heartbeat {
+    /// The worker.
+    pub worker: String,
+    /// Held (run id, lease token) pairs.
+    pub held: Vec<(String, String)>,
+    /// Now.
+    pub now: DateTime<Utc>,
+    /// The new lease expiry.
+    pub until: DateTime<Utc>,
+    /// The claim loop's last poll.
+    pub last_poll: Option<DateTime<Utc>>,
+    /// This process's busy retries so far.
+    pub busy_retries: u64,
+}
+
+/// An async tool's operation id and its new stages, for a running attempt.
+#[derive(Debug, Clone)]
+pub struct OperationWrite {
+    /// Run id.
+    pub id: String,
+    /// Its attempt.
+    pub attempt: i64,
+    /// Its lease token.
+    pub token: String,
+    /// The operation id.
+    pub operation_id: String,
+    /// New stages, in order.
+    pub stages: Vec<serde_json::Value>,
+}
+
+/// Parameters of [`Engine::attempt_flush`].
+#[derive(Debug, Clone)]
+pub struct Flush {
+    /// Operation ids and stages.
+    pub operations: Vec<OperationWrite>,
+    /// Live views.
+    pub progress: Vec<ProgressWrite>,
+    /// Now.
+    pub now: DateTime<Utc>,
+}
+
+/// What [`Engine::attempt_flush`] applied.
+#[derive(Debug, Clone, Default)]
+pub struct Flushed {
+    /// Per operation write.
+    pub operations: Vec<bool>,
+    /// Per progress write.
+    pub progress: Vec<bool>,
+}
+
+/// Parameters of [`Engine::attempt_rescue`].
+#[derive(Debug, Clone)]
+pub struct Rescue {
+    /// This host.
+    pub host: String,
+    /// This boot.
+    pub boot_id: String,
+    /// This pid namespace.
+    pub pid_namespace: String,
+    /// Now.
+    pub now: DateTime<Utc>,
+    /// Whether a worker process (pid, start time) on this host is gone.
+    pub is_dead: fn(i64, &str) -> bool,
+}
+
+/// One run taken back by a rescue.
+#[derive(Debug, Clone)]
+pub struct RescuedRun {
+    /// The run as it was read.
+    pub run: Run,
+    /// Why.
+    pub reason: RescueReason,
+    /// How its attempt ended.
+    pub outcome: crate::run::Outcome,
+}
+
+/// What [`Engine::attempt_rescue`] did (committed).
+#[derive(Debug, Clone, Default)]
+pub struct Rescued {
+    /// Worker rows marked stopped because their process is gone.
+    pub workers_died: usize,
+    /// The runs taken back.
+    pub runs: Vec<RescuedRun>,
+}
+
+/// Parameters of [`Engine::inbox_mark`].
+#[derive(Debug, Clone)]
+pub struct InboxMark {
+    /// The session.
+    pub session: String,
+    /// Message ids.
+    pub ids: Vec<i64>,
+    /// Also acknowledge.
+    pub ack: bool,
+    /// Now.
+    pub now: DateTime<Utc>,
+}
+
+/// Parameters of [`Engine::schedule_enable_within_limit`].
+#[derive(Debug, Clone)]
+pub struct ScheduleEnable {
+    /// The schedule.
+    pub id: String,
+    /// Its session.
+    pub session: String,
+    /// Its next tick.
+    pub next: DateTime<Utc>,
+    /// Now.
+    pub now: DateTime<Utc>,
+    /// The session's limit of enabled schedules.
+    pub max_active: i64,
+}
+
+/// What a prune step deletes, in the order a prune runs them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PruneStep {
+    /// Finished runs with their blobs and messages.
+    Runs,
+    /// Old acknowledged messages.
+    AckedInbox,
+    /// Old schedule occurrences.
+    Occurrences,
+    /// Stopped worker rows.
+    Workers,
+}
+
+/// Parameters of [`Engine::prune_batch`].
+#[derive(Debug, Clone)]
+pub struct PruneBatch {
+    /// The step.
+    pub step: PruneStep,
+    /// Cutoffs.
+    pub cutoffs: PruneCutoffs,
+    /// At most this many rows.
+    pub batch: usize,
+    /// Where the runs step stands.
+    pub cursor: RunsCursor,
+}
+
+/// Figures for `toolq stats`.
+#[derive(Debug, Clone, Default)]
+pub struct StoreStats {
+    /// Runs per state (states with none left out).
+    pub by_state: Vec<(String, i64)>,
+    /// The oldest due queued run's `run_at`.
+    pub oldest_queued: Option<String>,
+    /// Busy retries summed over every worker row.
+    pub busy_retries: i64,
+    /// Workers not stopped.
+    pub live_workers: usize,
+}
+
+/// Gauges for metrics.
+#[derive(Debug, Clone, Default)]
+pub struct Gauges {
+    /// Runs per state.
+    pub by_state: Vec<(String, i64)>,
+    /// Queue depth by session and tool.
+    pub queue_depth: Vec<QueueDepth>,
+    /// Seconds the most overdue schedule is late.
+    pub schedule_lag_secs: f64,
+}
+
+/// What [`Engine::checkpoint`] did.
+#[derive(Debug, Clone)]
+pub struct CheckpointTick {
+    /// The mode used.
+    pub mode: CheckpointMode,
+    /// The checkpoint's answer.
+    pub checkpoint: Checkpoint,
+    /// Bytes of the log afterwards.
+    pub wal_bytes: u64,
+}

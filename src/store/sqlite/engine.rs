@@ -1,0 +1,435 @@
+//! The SQLite engine's side of the contract: each [`Engine`] operation is one write
+//! transaction (`BEGIN IMMEDIATE` on the writer) or one read on a pooled reader, composed
+//! from the statements of the sibling modules.
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use tokio_util::sync::CancellationToken;
+
+use super::{
+    Store, approvals, artifacts, claim, finish, gauges, inbox, occurrences, rescue, retention,
+    runs, schedules, workers,
+};
+use crate::error::StoreError;
+use crate::ids::RunId;
+use crate::inbox::{InboxFilter, Message};
+use crate::run::{Blob, FinishRecord, Inserted, ListFilter, NewRun, Run};
+use crate::schedule::model::{NewSchedule, Occurrence, Schedule};
+use crate::store::engine::*;
+use crate::store::types::*;
+
+fn claim_params(c: &Claim) -> claim::ClaimParams<'_> {
+    claim::ClaimParams {
+        worker: &c.worker,
+        now: c.now,
+        lease_until: c.lease_until,
+        max: c.max,
+        per_session: c.per_session,
+        after_session: c.after_session.as_deref(),
+    }
+}
+
+#[async_trait]
+impl Engine for Store {
+    async fn run_insert(&self, rows: Vec<NewRun>) -> EngineResult<Vec<Inserted>> {
+        self.write_async(move |tx| runs::insert_many(tx, &rows))
+            .await
+    }
+
+    async fn run_insert_within_limit(&self, p: RunInsertLimited) -> EngineResult<Option<Inserted>> {
+        self.write_async(move |tx| {
+            let active = runs::count_active_in_session(tx, &p.run.session_id, p.except.as_deref())?;
+            if active >= p.max_active {
+                return Ok(None);
+            }
+            runs::insert(tx, &p.run).map(Some)
+        })
+        .await
+    }
+
+    async fn run_get(&self, id: RunId) -> EngineResult<Option<Run>> {
+        self.read_async(move |c| runs::get(c, id.as_str())).await
+    }
+
+    async fn run_list(&self, filter: ListFilter) -> EngineResult<Vec<Run>> {
+        self.read_async(move |c| runs::list(c, &filter)).await
+    }
+
+    async fn run_cancel_request(&self, id: RunId, now: DateTime<Utc>) -> EngineResult<bool> {
+        self.write_async(move |tx| runs::request_cancel(tx, &id, now))
+            .await
+    }
+
+    async fn run_retry(&self, p: RunRetry) -> EngineResult<bool> {
+        self.write_async(move |tx| runs::requeue_finished(tx, &p.id, p.expected, p.now))
+            .await
+    }
+
+    async fn run_approve(&self, p: RunApprove) -> EngineResult<bool> {
+        self.write_async(move |tx| {
+            approvals::approve(
+                tx,
+                &approvals::Decision {
+                    id: p.id.as_str(),
+                    by: &p.by,
+                    note: p.note.as_deref(),
+                    now: p.now,
+                },
+            )
+        })
+        .await
+    }
+
+    async fn run_list_overdue_approvals(
+        &self,
+        now: DateTime<Utc>,
+        limit: i64,
+    ) -> EngineResult<Vec<Run>> {
+        self.read_async(move |c| approvals::overdue(c, now, limit))
+            .await
+    }
+
+    async fn run_end(
+        &self,
+        ends: Vec<FinishRecord>,
+        now: DateTime<Utc>,
+    ) -> EngineResult<Vec<bool>> {
+        self.write_async(move |tx| {
+            let refs: Vec<&FinishRecord> = ends.iter().collect();
+            finish::record_ends(tx, &refs, now)
+        })
+        .await
+    }
+
+    async fn run_pending(&self, now: DateTime<Utc>) -> EngineResult<bool> {
+        self.read_async(move |c| {
+            let (due, _) = runs::has_unfinished(c, now)?;
+            // A retry waiting for its backoff is not done yet: a drain waits for it.
+            Ok(due || rescue::has_pending_retry(c)?)
+        })
+        .await
+    }
+
+    async fn run_count_unfinished(&self) -> EngineResult<i64> {
+        self.read_async(gauges::unfinished).await
+    }
+
+    async fn attempt_claim(&self, p: Claim) -> EngineResult<Vec<Run>> {
+        self.write_async(move |tx| claim::claim(tx, &claim_params(&p)))
+            .await
+    }
+
+    async fn attempt_settle(&self, p: Settle) -> EngineResult<Settled> {
+        self.write_async(move |tx| {
+            let now = p.claim.now;
+            // The one end-writer for every end in the batch, a few statements for all.
+            let ends: Vec<&FinishRecord> = p
+                .batch
+                .iter()
+                .filter_map(|s| match s {
+                    Settlement::End(r) => Some(&**r),
+                    Settlement::Release(_) => None,
+                })
+                .collect();
+            let mut ended = finish::record_ends(tx, &ends, now)?.into_iter();
+            let applied = p
+                .batch
+                .iter()
+                .map(|s| match s {
+                    Settlement::End(_) => Ok(ended.next().unwrap_or(false)),
+                    Settlement::Release(r) => claim::release(tx, &r.id, r.attempt, &r.token, now),
+                })
+                .collect::<Result<Vec<bool>, _>>()?;
+            let claimed = claim::claim(tx, &claim_params(&p.claim))?;
+            Ok(Settled { applied, claimed })
+        })
+        .await
+    }
+
+    async fn attempt_heartbeat(&self, p: Heartbeat) -> EngineResult<Vec<(String, bool)>> {
+        self.write_async(move |tx| {
+            workers::heartbeat(tx, &p.worker, p.now, p.last_poll, p.busy_retries)?;
+            claim::heartbeat(tx, &p.worker, &p.held, p.now, p.until)
+        })
+        .await
+    }
+
+    async fn attempt_flush(&self, p: Flush) -> EngineResult<Flushed> {
+        self.write_async(move |tx| {
+            let operations = p
+                .operations
+                .iter()
+                .map(|o| {
+                    claim::set_operation_stages(
+                        tx,
+                        &o.id,
+                        o.attempt,
+                        &o.token,
+                        &o.operation_id,
+                        &o.stages,
+                    )
+                })
+                .collect::<Result<Vec<bool>, _>>()?;
+            let progress = p
+                .progress
+                .iter()
+                .map(|w| claim::write_progress(tx, w, p.now))
+                .collect::<Result<Vec<bool>, _>>()?;
+            Ok(Flushed {
+                operations,
+                progress,
+            })
+        })
+        .await
+    }
+
+    async fn attempt_rescue(&self, p: Rescue, decide: DecideRescue) -> EngineResult<Rescued> {
+        let here = p.clone();
+        let (dead, pending) = self
+            .read_async(move |c| {
+                let loc = rescue::Locality {
+                    host: &here.host,
+                    boot_id: &here.boot_id,
+                    pid_namespace: &here.pid_namespace,
+                };
+                let dead = rescue::dead_workers(c, &loc, here.is_dead)?;
+                let pending = !rescue::rescuable(c, here.now)?.is_empty();
+                Ok((dead, pending))
+            })
+            .await?;
+        if dead.is_empty() && !pending {
+            return Ok(Rescued::default());
+        }
+        // Looks again inside the write: every write in it is fenced anyway.
+        self.write_async(move |tx| {
+            let mut done = Rescued {
+                workers_died: rescue::mark_died(tx, &dead, p.now)?,
+                runs: Vec::new(),
+            };
+            for (run, reason) in rescue::rescuable(tx, p.now)? {
+                let record = decide(&run, reason);
+                if finish::record_ends(tx, &[&record], p.now)? == [true] {
+                    done.runs.push(RescuedRun {
+                        run,
+                        reason,
+                        outcome: record.outcome,
+                    });
+                }
+            }
+            Ok(done)
+        })
+        .await
+    }
+
+    async fn worker_register(&self, row: WorkerRow) -> EngineResult<()> {
+        self.write_async(move |tx| workers::register(tx, &row))
+            .await
+    }
+
+    async fn worker_deregister(
+        &self,
+        id: String,
+        now: DateTime<Utc>,
+        busy_retries: u64,
+    ) -> EngineResult<()> {
+        self.write_async(move |tx| workers::deregister(tx, &id, now, busy_retries))
+            .await
+    }
+
+    async fn worker_list(&self, include_stopped: bool) -> EngineResult<Vec<WorkerRow>> {
+        self.read_async(move |c| workers::list(c, include_stopped))
+            .await
+    }
+
+    async fn inbox_list(&self, session: String, filter: InboxFilter) -> EngineResult<Vec<Message>> {
+        self.read_async(move |c| inbox::list(c, &session, &filter))
+            .await
+    }
+
+    async fn inbox_mark(&self, p: InboxMark) -> EngineResult<usize> {
+        self.write_async(move |tx| {
+            if p.ack {
+                inbox::ack(tx, &p.session, &p.ids, p.now)
+            } else {
+                inbox::mark_read(tx, &p.session, &p.ids, p.now)
+            }
+        })
+        .await
+    }
+
+    async fn blob_get(&self, session: String, path: String) -> EngineResult<Option<Blob>> {
+        self.read_async(move |c| artifacts::get(c, &session, &path))
+            .await
+    }
+
+    async fn schedule_insert_within_limit(
+        &self,
+        new: NewSchedule,
+        max_active: i64,
+    ) -> EngineResult<bool> {
+        self.write_async(move |tx| {
+            if schedules::count_active(tx, &new.session_id)? >= max_active {
+                return Ok(false);
+            }
+            schedules::insert(tx, &new)?;
+            Ok(true)
+        })
+        .await
+    }
+
+    async fn schedule_get(&self, id: String) -> EngineResult<Option<Schedule>> {
+        self.read_async(move |c| schedules::get(c, &id)).await
+    }
+
+    async fn schedule_list(
+        &self,
+        session: Option<String>,
+        limit: i64,
+    ) -> EngineResult<Vec<Schedule>> {
+        self.read_async(move |c| schedules::list(c, session.as_deref(), limit))
+            .await
+    }
+
+    async fn schedule_occurrences(&self, id: String, limit: i64) -> EngineResult<Vec<Occurrence>> {
+        self.read_async(move |c| occurrences::list(c, &id, limit))
+            .await
+    }
+
+    async fn schedule_cancel(&self, id: String, now: DateTime<Utc>) -> EngineResult<bool> {
+        self.write_async(move |tx| schedules::cancel(tx, &id, now))
+            .await
+    }
+
+    async fn schedule_enable_within_limit(&self, p: ScheduleEnable) -> EngineResult<Option<bool>> {
+        self.write_async(move |tx| {
+            if schedules::count_active(tx, &p.session)? >= p.max_active {
+                return Ok(None);
+            }
+            schedules::enable(tx, &p.id, p.next, p.now).map(Some)
+        })
+        .await
+    }
+
+    async fn schedule_next_due(&self) -> EngineResult<Option<DateTime<Utc>>> {
+        self.read_async(schedules::next_due).await
+    }
+
+    async fn schedule_claim_due(&self, p: ClaimDue) -> EngineResult<ClaimReport> {
+        self.write_async(move |tx| schedules::claim_due(tx, &p))
+            .await
+    }
+
+    async fn prune_count(&self, cutoffs: PruneCutoffs) -> EngineResult<Removed> {
+        self.read_async(move |c| retention::count_prunable(c, &cutoffs))
+            .await
+    }
+
+    async fn prune_batch(&self, p: PruneBatch) -> EngineResult<(Removed, RunsCursor)> {
+        self.write_async(move |tx| {
+            // A busy retry re-runs this closure: start from the same cursor.
+            let mut cur = p.cursor.clone();
+            let (c, batch) = (&p.cutoffs, p.batch);
+            let removed = match p.step {
+                PruneStep::Runs => retention::prune_runs_batch(tx, c, batch, &mut cur)?,
+                PruneStep::AckedInbox => Removed {
+                    inbox: retention::prune_acked_inbox_batch(tx, c, batch)?,
+                    ..Removed::default()
+                },
+                PruneStep::Occurrences => Removed {
+                    occurrences: retention::prune_occurrences_batch(tx, c, batch)?,
+                    ..Removed::default()
+                },
+                PruneStep::Workers => Removed {
+                    workers: retention::prune_workers_batch(tx, c, batch)?,
+                    ..Removed::default()
+                },
+            };
+            Ok((removed, cur))
+        })
+        .await
+    }
+
+    async fn stats_read(&self, now: DateTime<Utc>) -> EngineResult<StoreStats> {
+        self.read_async(move |c| {
+            Ok(StoreStats {
+                by_state: runs::count_by_state(c)?,
+                oldest_queued: runs::oldest_queued(c, now)?,
+                busy_retries: workers::total_busy_retries(c)?,
+                live_workers: workers::list(c, false)?.len(),
+            })
+        })
+        .await
+    }
+
+    async fn gauges_read(&self, now: DateTime<Utc>) -> EngineResult<Gauges> {
+        self.read_async(move |c| {
+            Ok(Gauges {
+                by_state: runs::count_by_state(c)?,
+                queue_depth: gauges::queue_depth(c)?,
+                schedule_lag_secs: gauges::schedule_lag_secs(c, now)?,
+            })
+        })
+        .await
+    }
+
+    async fn info(&self) -> EngineResult<DbInfo> {
+        let store = self.clone();
+        super::off_scheduler(move || store.info()).await
+    }
+
+    fn location(&self) -> String {
+        self.path().display().to_string()
+    }
+
+    fn size_bytes(&self) -> Option<u64> {
+        std::fs::metadata(self.path()).map(|m| m.len()).ok()
+    }
+
+    fn busy_retries(&self) -> u64 {
+        Store::busy_retries(self)
+    }
+
+    fn write_stats(&self) -> WriteStats {
+        Store::write_stats(self)
+    }
+
+    async fn wal_health(&self, warn_frames: i64) -> EngineResult<WalHealth> {
+        let store = self.clone();
+        tokio::task::spawn_blocking(move || store.wal_health(warn_frames))
+            .await
+            .map_err(|e| StoreError::Task(e.to_string()))?
+    }
+
+    fn wal_bytes(&self) -> u64 {
+        Store::wal_bytes(self)
+    }
+
+    async fn checkpoint(&self, idle: bool) -> EngineResult<CheckpointTick> {
+        let store = self.clone();
+        let (mode, checkpoint) = tokio::task::spawn_blocking(move || {
+            // A truncate that finds readers in the way falls back to a passive one, so the
+            // caller always sees a backlog.
+            if idle {
+                let cp = store.checkpoint(CheckpointMode::Truncate)?;
+                if !cp.busy {
+                    return Ok((CheckpointMode::Truncate, cp));
+                }
+            }
+            Ok::<_, StoreError>((
+                CheckpointMode::Passive,
+                store.checkpoint(CheckpointMode::Passive)?,
+            ))
+        })
+        .await
+        .map_err(|e| StoreError::Task(e.to_string()))??;
+        Ok(CheckpointTick {
+            mode,
+            checkpoint,
+            wal_bytes: Store::wal_bytes(self),
+        })
+    }
+
+    async fn change_feed(&self, on_change: OnChange, stop: CancellationToken) {
+        super::change_feed::wake_loop(self.clone(), on_change, stop).await;
+    }
+}
