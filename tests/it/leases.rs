@@ -33,6 +33,7 @@ fn register(env: &TestEnv, id: &str, host: &str, pid: i64, start: &str) {
         lease_ms: 30_000,
         busy_retries: 0,
         version: "test".into(),
+        tools: Vec::new(),
     };
     env.client
         .store()
@@ -54,6 +55,7 @@ fn claim_as(env: &TestEnv, worker: &str) -> Vec<Run> {
                     max: 10,
                     per_session: 5,
                     after_session: None,
+                    tools: &env.client.registry().names(),
                 },
             )
         })
