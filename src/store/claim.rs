@@ -92,9 +92,8 @@ fn session_tools(
 }
 
 /// Claims up to `max` runnable runs (state queued, run_at <= now) of the worker's tools in
-/// priority then age order,
-/// sharing slots fairly between sessions and never exceeding `per_session` running runs in a
-/// session. Marks them running with a fresh lease token and attempt + 1, in the caller's
+/// priority then age order, sharing slots fairly between sessions and never exceeding
+/// `per_session` running runs in a session. Marks them running with a fresh lease token and attempt + 1, in the caller's
 /// transaction.
 pub fn claim(tx: &Transaction<'_>, p: &ClaimParams<'_>) -> Result<Vec<Run>, StoreError> {
     if p.max == 0 {
