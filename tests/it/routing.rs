@@ -31,6 +31,16 @@ fn cli(s: &Setup, args: &[&str]) -> (i32, String, String) {
     )
 }
 
+/// A worker process killed when the test ends, also when an assertion fails first.
+struct Killed(std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(30);
     while !done() {
@@ -57,7 +67,7 @@ fn a_worker_without_a_tool_leaves_its_runs_queued_for_one_that_has_it() {
         ..without
     };
 
-    let mut lacking = spawn_worker(&without, false);
+    let lacking = Killed(spawn_worker(&without, false));
     let c = Connection::open(db).unwrap();
     wait_until("the echo run completes", || {
         one(
@@ -77,7 +87,7 @@ fn a_worker_without_a_tool_leaves_its_runs_queued_for_one_that_has_it() {
     let tools: String = c
         .query_row(
             "SELECT tools FROM workers WHERE pid = ?1",
-            [lacking.id()],
+            [lacking.0.id()],
             |r| r.get(0),
         )
         .unwrap();
@@ -103,7 +113,7 @@ fn a_worker_without_a_tool_leaves_its_runs_queued_for_one_that_has_it() {
     );
 
     // A worker with the tool runs it.
-    let mut having = spawn_worker(&with, false);
+    let _having = Killed(spawn_worker(&with, false));
     wait_until("the disk_check run completes", || {
         one(
             &c,
@@ -112,8 +122,4 @@ fn a_worker_without_a_tool_leaves_its_runs_queued_for_one_that_has_it() {
     });
     let (_, out, _) = cli(&with, &["stats"]);
     assert!(!out.contains("no live worker has"), "stats: {out}");
-    for w in [&mut lacking, &mut having] {
-        w.kill().unwrap();
-        w.wait().unwrap();
-    }
 }
