@@ -56,9 +56,16 @@ pub trait Engine: Send + Sync + std::fmt::Debug + 'static {
     /// [`crate::store::finish::record_ends`]); per record, whether its fence held.
     async fn run_end(&self, ends: Vec<FinishRecord>, now: DateTime<Utc>)
     -> EngineResult<Vec<bool>>;
-    /// Whether a draining worker must keep going: a due queued run, or a queued retry (due
-    /// or not). Runs running elsewhere do not count.
-    async fn run_pending(&self, now: DateTime<Utc>) -> EngineResult<bool>;
+    /// Whether a draining worker with `tools` must keep going: a due queued run of its
+    /// tools, or a queued retry of its tools (due or not). Runs running elsewhere, and runs
+    /// of other tools, do not count.
+    async fn run_pending(&self, now: DateTime<Utc>, tools: Arc<[String]>) -> EngineResult<bool>;
+    /// The earliest `run_at` after `now` of a queued run of one of `tools`.
+    async fn run_next_due(
+        &self,
+        now: DateTime<Utc>,
+        tools: Arc<[String]>,
+    ) -> EngineResult<Option<DateTime<Utc>>>;
     /// Runs not finished (queued, awaiting approval or running): the drain progress bar.
     async fn run_count_unfinished(&self) -> EngineResult<i64>;
 
@@ -90,6 +97,9 @@ pub trait Engine: Send + Sync + std::fmt::Debug + 'static {
     ) -> EngineResult<()>;
     /// Worker rows (with `include_stopped`, also stopped ones).
     async fn worker_list(&self, include_stopped: bool) -> EngineResult<Vec<WorkerRow>>;
+    /// What `status` judges, read together: worker rows, queued runs by tool, and the
+    /// enabled schedules that will fire again.
+    async fn worker_overview(&self, include_stopped: bool) -> EngineResult<WorkerOverview>;
 
     // ---- inbox and blobs --------------------------------------------------------------
     /// A session's messages.
@@ -213,6 +223,8 @@ pub struct Claim {
     pub per_session: i64,
     /// Visit sessions after this one first (round-robin).
     pub after_session: Option<String>,
+    /// Claim runs of these tools only (the worker's registered tools, sorted).
+    pub tools: Arc<[String]>,
 }
 
 /// An attempt handed back to the queue uncounted (clean shutdown), fenced by its lease.
@@ -349,6 +361,17 @@ pub struct Rescued {
     pub workers_died: usize,
     /// The runs taken back.
     pub runs: Vec<RescuedRun>,
+}
+
+/// What [`Engine::worker_overview`] reads.
+#[derive(Debug, Clone, Default)]
+pub struct WorkerOverview {
+    /// Worker rows.
+    pub workers: Vec<WorkerRow>,
+    /// Queued runs (due or not) by tool.
+    pub queued_by_tool: Vec<(String, i64)>,
+    /// Enabled schedules that will fire again.
+    pub enabled_schedules: i64,
 }
 
 /// Parameters of [`Engine::inbox_mark`].

@@ -42,6 +42,9 @@ pub struct WorkerRow {
     pub busy_retries: i64,
     /// toolq version.
     pub version: String,
+    /// The tools it has registered, sorted: it claims runs of these only (empty for a row
+    /// written before schema version 5).
+    pub tools: Vec<String>,
 }
 
 /// Parameters of [`claim_due`].

@@ -3,6 +3,7 @@
 //! fenced transactions. Shutdown is a parameter ([`CancellationToken`]), never a global.
 
 mod approval;
+mod due;
 mod execute;
 pub mod finish;
 pub mod identity;
@@ -65,8 +66,12 @@ pub(crate) struct Shared {
     client: Client,
     id: WorkerId,
     opts: WorkerOptions,
+    /// The registered tools' names, sorted: this worker claims runs of these only.
+    tools: Arc<[String]>,
     in_flight: Mutex<HashMap<String, InFlight>>,
     slot_freed: Notify,
+    /// A commit was seen (any process's): the schedule tick looks again for an earlier trigger.
+    schedules_changed: Notify,
     /// Held while free slots are counted, claimed and started, so the claim loop and the
     /// finisher (which claims replacements in its own transaction) never overfill the slots.
     /// Holds the round-robin session cursor.
@@ -99,8 +104,10 @@ impl Client {
                 client: self.clone(),
                 id: WorkerId::generate(),
                 opts,
+                tools: self.registry().names().into(),
                 in_flight: Mutex::new(HashMap::new()),
                 slot_freed: Notify::new(),
+                schedules_changed: Notify::new(),
                 gate: tokio::sync::Mutex::new(None),
                 last_poll: Mutex::new(None),
                 claimed: AtomicU64::new(0),
@@ -181,11 +188,7 @@ impl Worker {
                     }
                 }
             }
-            if sh.opts.drain
-                && claimed == 0
-                && sh.flights().is_empty()
-                && !runnable(&client).await?
-            {
+            if sh.opts.drain && claimed == 0 && sh.flights().is_empty() && !runnable(&sh).await? {
                 break;
             }
             drop(cursor);
@@ -193,10 +196,18 @@ impl Worker {
                 continue;
             }
             let backoff = cfg.poll_interval * 2u32.saturating_pow(failures.min(5));
+            // With a slot free, wake when the next delayed run of ours is due, not at the
+            // next poll. A commit (an earlier run enqueued here or elsewhere) wakes the loop
+            // through `wake`, and the next turn computes the deadline again.
+            let nap = if free > claimed {
+                due::nap(client.now(), backoff, next_due(&sh).await)
+            } else {
+                backoff
+            };
             tokio::select! {
                 _ = client.inner.wake.notified() => {}
                 _ = sh.slot_freed.notified() => {}
-                _ = tokio::time::sleep(backoff) => {}
+                _ = tokio::time::sleep(nap) => {}
                 _ = shutdown.cancelled() => {}
             }
         }
@@ -225,16 +236,39 @@ impl Worker {
     }
 }
 
-/// Wakes the claim loop whenever the engine's change feed reports a commit (another
-/// process's enqueue, or this one's).
+/// Wakes the claim loop (and the schedule loop) whenever the engine's change feed reports a
+/// commit (another process's enqueue or schedule change, or this one's).
 async fn change_feed(sh: Arc<Shared>, stop: CancellationToken) {
-    let client = sh.client.clone();
-    let wake: store::OnChange = Arc::new(move || client.wake_workers());
+    let shared = sh.clone();
+    let wake: store::OnChange = Arc::new(move || {
+        shared.client.wake_workers();
+        shared.schedules_changed.notify_one();
+    });
     sh.client.engine().change_feed(wake, stop).await;
 }
 
-async fn runnable(client: &Client) -> Result<bool> {
-    Ok(client.engine().run_pending(client.now()).await?)
+/// Whether a run of this worker's tools is due, or waits for a retry (a drain waits for it).
+/// Runs of tools it lacks are left for a worker that has them.
+async fn runnable(sh: &Shared) -> Result<bool> {
+    let now = sh.client.now();
+    Ok(sh
+        .client
+        .engine()
+        .run_pending(now, sh.tools.clone())
+        .await?)
+}
+
+/// When the next delayed run of this worker's tools is due; on a failed read, none (the
+/// poll remains).
+async fn next_due(sh: &Shared) -> Option<chrono::DateTime<chrono::Utc>> {
+    let now = sh.client.now();
+    match sh.client.engine().run_next_due(now, sh.tools.clone()).await {
+        Ok(at) => at,
+        Err(e) => {
+            tracing::warn!(error = %e, "could not read the next due run; polling");
+            None
+        }
+    }
 }
 
 /// What a claim needs besides the time.
@@ -244,6 +278,7 @@ struct ClaimArgs {
     per_session: i64,
     max: usize,
     cursor: Option<String>,
+    tools: Arc<[String]>,
 }
 
 impl ClaimArgs {
@@ -255,6 +290,7 @@ impl ClaimArgs {
             per_session: cfg.per_session,
             max,
             cursor,
+            tools: sh.tools.clone(),
         }
     }
 
@@ -267,6 +303,7 @@ impl ClaimArgs {
             max: self.max,
             per_session: self.per_session,
             after_session: self.cursor.clone(),
+            tools: self.tools.clone(),
         }
     }
 }

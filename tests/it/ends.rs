@@ -259,6 +259,7 @@ impl Env {
                                 max: 1,
                                 per_session: 5,
                                 after_session: None,
+                                tools: &["gated".to_string(), "modal".to_string()],
                             },
                         )
                     })

@@ -6,8 +6,10 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use tokio_util::sync::CancellationToken;
 
+use std::sync::Arc;
+
 use super::{
-    Store, approvals, artifacts, claim, finish, gauges, inbox, occurrences, rescue, retention,
+    Store, approvals, artifacts, claim, due, finish, gauges, inbox, occurrences, rescue, retention,
     runs, schedules, workers,
 };
 use crate::error::StoreError;
@@ -26,6 +28,7 @@ fn claim_params(c: &Claim) -> claim::ClaimParams<'_> {
         max: c.max,
         per_session: c.per_session,
         after_session: c.after_session.as_deref(),
+        tools: &c.tools,
     }
 }
 
@@ -101,13 +104,18 @@ impl Engine for Store {
         .await
     }
 
-    async fn run_pending(&self, now: DateTime<Utc>) -> EngineResult<bool> {
-        self.read_async(move |c| {
-            let (due, _) = runs::has_unfinished(c, now)?;
-            // A retry waiting for its backoff is not done yet: a drain waits for it.
-            Ok(due || rescue::has_pending_retry(c)?)
-        })
-        .await
+    async fn run_pending(&self, now: DateTime<Utc>, tools: Arc<[String]>) -> EngineResult<bool> {
+        self.read_async(move |c| due::has_work_for(c, now, &tools))
+            .await
+    }
+
+    async fn run_next_due(
+        &self,
+        now: DateTime<Utc>,
+        tools: Arc<[String]>,
+    ) -> EngineResult<Option<DateTime<Utc>>> {
+        self.read_async(move |c| due::next_due(c, now, &tools))
+            .await
     }
 
     async fn run_count_unfinished(&self) -> EngineResult<i64> {
@@ -239,6 +247,17 @@ impl Engine for Store {
     async fn worker_list(&self, include_stopped: bool) -> EngineResult<Vec<WorkerRow>> {
         self.read_async(move |c| workers::list(c, include_stopped))
             .await
+    }
+
+    async fn worker_overview(&self, include_stopped: bool) -> EngineResult<WorkerOverview> {
+        self.read_async(move |c| {
+            Ok(WorkerOverview {
+                workers: workers::list(c, include_stopped)?,
+                queued_by_tool: due::queued_by_tool(c)?,
+                enabled_schedules: due::enabled_schedules(c)?,
+            })
+        })
+        .await
     }
 
     async fn inbox_list(&self, session: String, filter: InboxFilter) -> EngineResult<Vec<Message>> {

@@ -8,6 +8,7 @@ pub(crate) mod change_feed;
 mod checkpointer;
 pub mod claim;
 pub mod codec;
+pub mod due;
 mod engine;
 pub mod finish;
 pub mod gauges;
