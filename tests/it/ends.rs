@@ -9,6 +9,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde_json::{Value, json};
 use toolq::inbox::{InboxFilter, Message};
+use toolq::store::Engine;
 use toolq::worker::rescue::rescue_tick;
 use toolq::{
     Client, Config, EnqueueRequest, ManualClock, RegistryBuilder, RunId, RunState, Tool,
@@ -245,25 +246,18 @@ impl Env {
                 }
             }
             "worker_lost" => {
+                // A lease for a worker that has no row: the rescue takes it back at once.
                 let now = self.client.now();
-                let claimed = self
-                    .client
-                    .store()
-                    .write(|tx| {
-                        toolq::store::claim::claim(
-                            tx,
-                            &toolq::store::claim::ClaimParams {
-                                worker: "wk_unregistered",
-                                now,
-                                lease_until: now + chrono::Duration::seconds(30),
-                                max: 1,
-                                per_session: 5,
-                                after_session: None,
-                                tools: &["gated".to_string(), "modal".to_string()],
-                            },
-                        )
-                    })
-                    .unwrap();
+                let claim = toolq::store::Claim {
+                    worker: "wk_unregistered".into(),
+                    now,
+                    lease_until: now + chrono::Duration::seconds(30),
+                    max: 1,
+                    per_session: 5,
+                    after_session: None,
+                    tools: self.client.registry().names().into(),
+                };
+                let claimed = self.client.store().attempt_claim(claim).await.unwrap();
                 assert_eq!(claimed.len(), 1);
                 assert_eq!(rescue_tick(&self.client).await.unwrap().failed, 1);
                 RunState::Failed
