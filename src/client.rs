@@ -407,6 +407,11 @@ impl Client {
         Ok(self.engine().run_end(records, self.now()).await?)
     }
 
+    /// A worker over this client's database and tools.
+    pub fn worker(&self, opts: crate::worker::WorkerOptions) -> crate::worker::Worker {
+        crate::worker::Worker::new(self, opts)
+    }
+
     /// Wakes this process's workers (used after an enqueue made elsewhere in the process).
     pub fn wake_workers(&self) {
         self.inner.wake.notify_one();

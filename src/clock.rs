@@ -81,6 +81,12 @@ pub fn parse_ts(s: &str) -> Option<DateTime<Utc>> {
         })
 }
 
+/// Parses a human duration such as `500ms`, `30s`, `10m`, `1h 30m`.
+pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    humantime::parse_duration(s.trim())
+        .map_err(|e| format!("is not a duration like 500ms, 30s, 10m or 2h ({e})"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

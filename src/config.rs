@@ -285,11 +285,7 @@ struct FileSchedules {
     late_after: Option<String>,
 }
 
-/// Parses a human duration such as `500ms`, `30s`, `10m`, `1h 30m`.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    humantime::parse_duration(s.trim())
-        .map_err(|e| format!("is not a duration like 500ms, 30s, 10m or 2h ({e})"))
-}
+pub use crate::clock::parse_duration;
 
 struct Checker<'a> {
     path: &'a str,

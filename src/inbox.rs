@@ -207,7 +207,7 @@ pub struct Message {
     pub acked_at: Option<String>,
 }
 
-/// Which messages [`list`] returns.
+/// Which messages `Engine::inbox_list` returns.
 #[derive(Debug, Clone, Default)]
 pub struct InboxFilter {
     /// Only messages with a larger id.

@@ -17,14 +17,34 @@
 //!   runs of dead workers on its host (pid gone or reused) and of expired leases: re-queued
 //!   with backoff while attempts remain, else failed "worker lost"; fenced like a finish.
 //!
-//! ## Layers
-//! `store` holds all SQL; `tool` the tool model and built-ins; `schedule` cron and time zones;
-//! `worker` claim/execute/lease/finish; `cli` the operator commands. Only [`clock`] reads the
-//! wall clock.
+//! ## Modules
+//! The library's front door, all `impl Client`:
+//! - [`client`]: open a database, enqueue, inspect, cancel, retry, inbox, logs and results;
+//!   every way a run ends goes through one end-writer.
+//! - [`approval`]: approve, deny, expire (tools that require an operator's decision).
+//! - [`schedule`]: cron and one-shot schedules, their firing plan and the schedule tick.
+//! - [`retention`]: pruning old finished work in bounded batches.
+//! - [`status`]: worker liveness and the health check; [`metrics`]: Prometheus counters and
+//!   gauges, and their HTTP endpoint.
+//!
+//! The machinery:
+//! - [`worker`]: claim, execute, finisher, leases, rescue, and the background ticks.
+//! - [`tool`]: the [`Tool`] trait, the registry, built-ins and command tools, the run sink.
+//! - `store` (internal): the engine contract (`trait Engine`: named operations, each its
+//!   own transaction, plain types in and out, and a change feed) and today's SQLite engine.
+//!   docs/architecture.md lists the operations and the invariants each keeps.
+//!
+//! Shared types and pure decisions: [`run`] (runs, states, how an attempt ends), [`inbox`]
+//! (messages and their texts), [`ids`], [`config`], [`error`], and [`clock`], the only reader
+//! of the wall clock. `cli` (internal) is the operator commands over the library.
+//!
+//! Only `store` names the database engine; nothing above it sees a connection, a transaction
+//! or an engine error type (see docs/architecture.md for the import rules).
 //!
 //! Execution is at-least-once; recording is exactly-once.
 
 pub mod approval;
+#[doc(hidden)]
 pub mod cli;
 pub mod client;
 pub mod clock;
@@ -37,9 +57,10 @@ pub mod retention;
 pub mod run;
 pub mod schedule;
 pub mod status;
+#[doc(hidden)]
 pub mod store;
 pub mod tool;
-pub mod wal;
+mod wal;
 pub mod worker;
 
 pub use client::{Client, EnqueueRequest, Enqueued};
@@ -49,6 +70,7 @@ pub use error::{Error, InputError, Result};
 pub use ids::{RunId, ScheduleId, WorkerId};
 pub use run::{Delivery, Progress, Run, RunState};
 pub use schedule::{MissedPolicy, OverlapPolicy, Schedule, ScheduleDetail, ScheduleRequest};
+#[doc(hidden)]
 pub use store::Store;
 pub use tool::{Registry, RegistryBuilder, RunSink, Tool, ToolContext, ToolDef, ToolOutcome};
 pub use worker::{Worker, WorkerOptions, WorkerReport};

@@ -72,7 +72,7 @@ pub struct FinishRecord {
     /// The log: bytes and whether it was cut at its cap. `None` on a final state keeps the
     /// log written so far, or writes an empty one.
     pub log: Option<(Vec<u8>, bool)>,
-    /// The result JSON (a final state always gets one; see [`record_ends`]).
+    /// The result JSON (a final state always gets one; see `Engine::run_end`).
     pub result: Option<Vec<u8>>,
     /// Extra blobs (path, bytes), e.g. a raw output sidecar.
     pub extra_blobs: Vec<(String, Vec<u8>)>,
@@ -87,7 +87,7 @@ pub struct FinishRecord {
 
 impl FinishRecord {
     /// Encodes the message's structured data now, off the writer. Call it once the message
-    /// is final (after a tool's formatter ran); [`finish`] then inserts the text as is.
+    /// is final (after a tool's formatter ran); the end-writer then inserts the text as is.
     pub fn encode_message(&mut self) {
         self.message_data = self.message.as_ref().map(|m| m.data.to_string());
     }

@@ -3,7 +3,7 @@
 use super::RunState;
 use crate::ids::RunId;
 
-/// What [`insert`] did.
+/// What `Engine::run_insert` did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Inserted {
     /// A new row was written.
@@ -21,7 +21,7 @@ impl Inserted {
     }
 }
 
-/// Filters for [`list`].
+/// Filters for `Engine::run_list`.
 #[derive(Debug, Clone, Default)]
 pub struct ListFilter {
     /// Only this state.

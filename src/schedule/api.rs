@@ -297,7 +297,7 @@ impl Client {
     /// Fires every due schedule now (workers do this every poll interval): inserts their runs
     /// and ledger rows and wakes this process's workers.
     pub async fn fire_due_schedules(&self) -> Result<FireReport> {
-        Ok(crate::worker::schedules::schedule_tick(self).await?.0)
+        Ok(super::tick::schedule_tick(self).await?.0)
     }
 
     async fn get_schedule_row(&self, id: &str) -> Result<Schedule> {

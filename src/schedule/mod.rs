@@ -6,6 +6,7 @@ pub mod cron;
 pub mod fire;
 pub mod model;
 pub mod spec;
+pub(crate) mod tick;
 
 pub use api::{FireReport, ScheduleDetail, ScheduleRequest};
 pub use cron::{CronSchedule, ScheduleError, parse_one_shot, parse_timezone};

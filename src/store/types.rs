@@ -47,7 +47,7 @@ pub struct WorkerRow {
     pub tools: Vec<String>,
 }
 
-/// Parameters of [`claim_due`].
+/// Parameters of `Engine::schedule_claim_due`.
 #[derive(Debug, Clone, Copy)]
 pub struct ClaimDue {
     /// The current time.
@@ -60,7 +60,7 @@ pub struct ClaimDue {
     pub catchup_spacing: Duration,
 }
 
-/// What [`claim_due`] did.
+/// What `Engine::schedule_claim_due` did.
 #[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct ClaimReport {
     /// Schedules handled.

@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use super::process::{self, Exit, ProcessSpec, Stopped};
 use super::sink::{RunSink, escape_bytes};
 use super::{Tool, ToolContext, ToolDef, ToolOutcome, ToolPolicy};
-use crate::config::{Config, parse_duration};
+use crate::clock::parse_duration;
 use crate::error::ConfigError;
 use crate::run::Progress;
 
@@ -184,10 +184,11 @@ fn parse_one(
     })
 }
 
-/// The command tools defined in `config`, ready to register.
-pub fn command_tools(config: &Config) -> Result<Vec<Arc<dyn Tool>>, ConfigError> {
-    Ok(config
-        .tools
+/// The command tools defined in a config's `[tools.NAME]` sections, ready to register.
+pub fn command_tools(
+    tools: &BTreeMap<String, CommandToolConfig>,
+) -> Result<Vec<Arc<dyn Tool>>, ConfigError> {
+    Ok(tools
         .values()
         .map(|c| Arc::new(CommandTool(c.clone())) as Arc<dyn Tool>)
         .collect())

@@ -55,7 +55,8 @@ impl RegistryBuilder {
         mut self,
         config: &crate::Config,
     ) -> Result<Self, crate::error::ConfigError> {
-        self.tools.extend(super::command::command_tools(config)?);
+        self.tools
+            .extend(super::command::command_tools(&config.tools)?);
         self.tools.extend(super::builtin::configured(config));
         Ok(self)
     }

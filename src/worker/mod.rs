@@ -1,25 +1,28 @@
-//! The worker: claims runnable runs up to its free slots, executes each in its own task,
-//! heartbeats leases, flushes live progress, and records each attempt's end in batched,
-//! fenced transactions. Shutdown is a parameter ([`CancellationToken`]), never a global.
+//! The worker: claims runnable runs up to its free slots (`claim`), executes each in its own
+//! task (`start`, `execute`), heartbeats leases, flushes live progress (`lease`), and records
+//! each attempt's end in batched, fenced transactions (`finisher`). What its tasks share is in
+//! `shared`. Shutdown is a parameter ([`CancellationToken`]), never a global.
 
 mod approval;
+mod claim;
 mod due;
 mod execute;
 pub mod finish;
+mod finisher;
 pub mod identity;
 mod lease;
 pub mod rescue;
 mod retention;
-pub(crate) mod schedules;
+mod schedules;
+mod shared;
 mod wal;
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use serde::Serialize;
-use tokio::sync::{Notify, mpsc};
+use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
@@ -30,8 +33,11 @@ use crate::run::Run;
 use crate::store;
 use crate::tool::ToolContext;
 use crate::tool::sink::{RunSink, SinkLimits};
+use claim::{claim, next_due, runnable};
 use execute::{Executed, StopReason, StopSignal, execute};
 use finish::{AttemptEnd, decide};
+use finisher::finisher_loop;
+use shared::{InFlight, Job, Shared};
 
 /// Options of one worker.
 #[derive(Debug, Clone, Default)]
@@ -53,74 +59,19 @@ pub struct WorkerReport {
     pub handed_back: u64,
 }
 
-struct InFlight {
-    run: Arc<Run>,
-    sink: RunSink,
-    stop: StopSignal,
-}
-
-/// An attempt's way out of this worker, sent to the finisher.
-type Job = store::Settlement;
-
-pub(crate) struct Shared {
-    client: Client,
-    id: WorkerId,
-    opts: WorkerOptions,
-    /// The registered tools' names, sorted: this worker claims runs of these only.
-    tools: Arc<[String]>,
-    in_flight: Mutex<HashMap<String, InFlight>>,
-    slot_freed: Notify,
-    /// A commit was seen (any process's): the schedule tick looks again for an earlier trigger.
-    schedules_changed: Notify,
-    /// Held while free slots are counted, claimed and started, so the claim loop and the
-    /// finisher (which claims replacements in its own transaction) never overfill the slots.
-    /// Holds the round-robin session cursor.
-    gate: tokio::sync::Mutex<Option<String>>,
-    last_poll: Mutex<Option<chrono::DateTime<chrono::Utc>>>,
-    claimed: AtomicU64,
-    recorded: AtomicU64,
-    fenced_out: AtomicU64,
-    handed_back: AtomicU64,
-    metrics: Arc<crate::metrics::Metrics>,
-}
-
-impl Shared {
-    fn flights(&self) -> std::sync::MutexGuard<'_, HashMap<String, InFlight>> {
-        // Entries are inserted and removed whole; a panic elsewhere cannot leave one half-made.
-        self.in_flight.lock().unwrap_or_else(|e| e.into_inner())
-    }
-}
-
 /// A worker bound to a [`Client`]. Start it with [`Worker::run`].
 pub struct Worker {
     shared: Arc<Shared>,
 }
 
-impl Client {
-    /// A worker over this client's database and tools.
-    pub fn worker(&self, opts: WorkerOptions) -> Worker {
+impl Worker {
+    /// A worker over `client`'s database and tools (see also [`Client::worker`]).
+    pub fn new(client: &Client, opts: WorkerOptions) -> Worker {
         Worker {
-            shared: Arc::new(Shared {
-                client: self.clone(),
-                id: WorkerId::generate(),
-                opts,
-                tools: self.registry().names().into(),
-                in_flight: Mutex::new(HashMap::new()),
-                slot_freed: Notify::new(),
-                schedules_changed: Notify::new(),
-                gate: tokio::sync::Mutex::new(None),
-                last_poll: Mutex::new(None),
-                claimed: AtomicU64::new(0),
-                recorded: AtomicU64::new(0),
-                fenced_out: AtomicU64::new(0),
-                handed_back: AtomicU64::new(0),
-                metrics: Arc::default(),
-            }),
+            shared: Arc::new(Shared::new(client, opts)),
         }
     }
-}
 
-impl Worker {
     /// This worker's id (the `lease_owner` of its runs).
     pub fn id(&self) -> &WorkerId {
         &self.shared.id
@@ -247,89 +198,7 @@ async fn change_feed(sh: Arc<Shared>, stop: CancellationToken) {
     sh.client.engine().change_feed(wake, stop).await;
 }
 
-/// Whether a run of this worker's tools is due, or waits for a retry (a drain waits for it).
-/// Runs of tools it lacks are left for a worker that has them.
-async fn runnable(sh: &Shared) -> Result<bool> {
-    let now = sh.client.now();
-    Ok(sh
-        .client
-        .engine()
-        .run_pending(now, sh.tools.clone())
-        .await?)
-}
-
-/// When the next delayed run of this worker's tools is due; on a failed read, none (the
-/// poll remains).
-async fn next_due(sh: &Shared) -> Option<chrono::DateTime<chrono::Utc>> {
-    let now = sh.client.now();
-    match sh.client.engine().run_next_due(now, sh.tools.clone()).await {
-        Ok(at) => at,
-        Err(e) => {
-            tracing::warn!(error = %e, "could not read the next due run; polling");
-            None
-        }
-    }
-}
-
-/// What a claim needs besides the time.
-struct ClaimArgs {
-    worker: String,
-    lease: chrono::Duration,
-    per_session: i64,
-    max: usize,
-    cursor: Option<String>,
-    tools: Arc<[String]>,
-}
-
-impl ClaimArgs {
-    fn new(sh: &Shared, max: usize, cursor: Option<String>) -> Self {
-        let cfg = &sh.client.config().worker;
-        Self {
-            worker: sh.id.to_string(),
-            lease: chrono::Duration::from_std(cfg.lease).unwrap_or(chrono::Duration::seconds(30)),
-            per_session: cfg.per_session,
-            max,
-            cursor,
-            tools: sh.tools.clone(),
-        }
-    }
-
-    /// The engine's claim parameters at `now` (a claim of 0 runs claims nothing).
-    fn params(&self, now: chrono::DateTime<chrono::Utc>) -> store::Claim {
-        store::Claim {
-            worker: self.worker.clone(),
-            now,
-            lease_until: now + self.lease,
-            max: self.max,
-            per_session: self.per_session,
-            after_session: self.cursor.clone(),
-            tools: self.tools.clone(),
-        }
-    }
-}
-
-/// Books claimed runs: counters and the last-poll time of the workers row.
-fn claimed(
-    sh: &Shared,
-    runs: &[Run],
-    now: chrono::DateTime<chrono::Utc>,
-    took: std::time::Duration,
-) {
-    *sh.last_poll.lock().unwrap_or_else(|e| e.into_inner()) = Some(now);
-    sh.claimed.fetch_add(runs.len() as u64, Ordering::Relaxed);
-    sh.metrics.claimed(took, runs.len());
-}
-
-async fn claim(sh: &Arc<Shared>, free: usize, cursor: Option<String>) -> Result<Vec<Run>> {
-    let args = ClaimArgs::new(sh, free, cursor);
-    let now = sh.client.now();
-    let started = std::time::Instant::now();
-    let runs = sh.client.engine().attempt_claim(args.params(now)).await?;
-    claimed(sh, &runs, now, started.elapsed());
-    Ok(runs)
-}
-
-fn start(sh: &Arc<Shared>, run: Run, jobs: mpsc::UnboundedSender<Job>) {
+pub(super) fn start(sh: &Arc<Shared>, run: Run, jobs: mpsc::UnboundedSender<Job>) {
     let client = sh.client.clone();
     if approval::hold_for_approval(&client, &run, &jobs) {
         return;
@@ -407,116 +276,6 @@ fn start(sh: &Arc<Shared>, run: Run, jobs: mpsc::UnboundedSender<Job>) {
     );
 }
 
-/// Scheduler turns the finisher waits for more attempt ends before it commits a batch.
-const GATHER_TURNS: u32 = 3;
-
-/// Records attempt ends in batches: everything that arrived while the previous batch was
-/// being written goes into the next transaction. The same transaction claims replacements for
-/// the slots the batch frees (one commit per cycle instead of two), unless claiming stopped.
-async fn finisher_loop(
-    sh: Arc<Shared>,
-    mut rx: mpsc::UnboundedReceiver<Job>,
-    jobs: mpsc::WeakUnboundedSender<Job>,
-    claiming: CancellationToken,
-) {
-    let concurrency = sh.client.config().worker.concurrency;
-    while let Some(first) = rx.recv().await {
-        let mut batch = vec![first];
-        // Runs started together tend to end together: give the others a few scheduler turns
-        // to join this commit, while they keep arriving, instead of one commit each.
-        let mut turns = 0;
-        while batch.len() < 512 {
-            match rx.try_recv() {
-                Ok(j) => {
-                    batch.push(j);
-                    turns = 0;
-                }
-                Err(_) if turns < GATHER_TURNS && batch.len() < sh.flights().len() => {
-                    turns += 1;
-                    tokio::task::yield_now().await;
-                }
-                Err(_) => break,
-            }
-        }
-        let batch = Arc::new(batch);
-        let mut cursor = sh.gate.lock().await;
-        // The batch's runs are still in `flights`; their slots are free once it commits.
-        let free = if claiming.is_cancelled() {
-            0
-        } else {
-            concurrency.saturating_sub(sh.flights().len().saturating_sub(batch.len()))
-        };
-        let args = ClaimArgs::new(&sh, free, cursor.clone());
-        let mut delay = Duration::from_millis(50);
-        let started = std::time::Instant::now();
-        let (applied, runs, now) = loop {
-            let now = sh.client.now();
-            let res = sh
-                .client
-                .engine()
-                .attempt_settle(store::Settle {
-                    batch: batch.clone(),
-                    claim: args.params(now),
-                })
-                .await
-                .map(|s| (s.applied, s.claimed));
-            match res {
-                Ok((applied, runs)) => break (applied, runs, now),
-                Err(e) if delay < Duration::from_secs(10) => {
-                    tracing::error!(error = %e, "recording {} attempt ends failed; retrying", batch.len());
-                    tokio::time::sleep(delay).await;
-                    delay *= 2;
-                }
-                Err(e) => {
-                    tracing::error!(error = %e, "giving up recording; the leases will expire and the runs be rescued");
-                    break (vec![false; batch.len()], Vec::new(), now);
-                }
-            }
-        };
-        // Taken while the batch still holds slots, so the claim loop's sender is still alive
-        // (it is dropped only once nothing is in flight).
-        let sender = jobs.upgrade();
-        {
-            let mut flights = sh.flights();
-            for (job, ok) in batch.iter().zip(applied) {
-                flights.remove(job.id());
-                sh.metrics.finished(outcome_label(job, ok));
-                match (job, ok) {
-                    (Job::End(_), true) => sh.recorded.fetch_add(1, Ordering::Relaxed),
-                    (Job::Release(_), true) => sh.handed_back.fetch_add(1, Ordering::Relaxed),
-                    (_, false) => {
-                        tracing::warn!(
-                            run_id = job.id(),
-                            "lease lost before the end was recorded; dropped (the run was rescued or cancelled)"
-                        );
-                        sh.fenced_out.fetch_add(1, Ordering::Relaxed)
-                    }
-                };
-            }
-        }
-        if !runs.is_empty() {
-            claimed(&sh, &runs, now, started.elapsed());
-            if let Some(last) = runs.last() {
-                *cursor = Some(last.session_id.clone());
-            }
-            match &sender {
-                Some(tx) => {
-                    for run in runs {
-                        start(&sh, run, tx.clone());
-                    }
-                }
-                None => tracing::error!(
-                    "claimed {} runs after the worker stopped; their leases will expire and they be rescued",
-                    runs.len()
-                ),
-            }
-        }
-        drop(sender);
-        drop(cursor);
-        sh.slot_freed.notify_one();
-    }
-}
-
 /// Shutdown: wait for in-flight runs up to `grace`, then ask the rest to stop and hand back.
 async fn drain_in_flight(sh: &Arc<Shared>, grace: Duration) {
     let deadline = tokio::time::Instant::now() + grace;
@@ -537,18 +296,5 @@ async fn drain_in_flight(sh: &Arc<Shared>, grace: Duration) {
             _ = sh.slot_freed.notified() => {}
             _ = tokio::time::sleep(Duration::from_millis(20)) => {}
         }
-    }
-}
-
-/// The `outcome` label of an attempt end in metrics.
-fn outcome_label(job: &Job, applied: bool) -> &'static str {
-    match (job, applied) {
-        (_, false) => "fenced_out",
-        (Job::Release(_), true) => "handed_back",
-        (Job::End(r), true) => match &r.outcome {
-            crate::run::Outcome::Final(s) => s.as_str(),
-            crate::run::Outcome::Retry(_) => "retried",
-            crate::run::Outcome::AwaitApproval { .. } => "awaiting_approval",
-        },
     }
 }

@@ -13,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 use super::Store;
 use super::probe::ChangeProbe;
 use super::wal_watch::WalWatch;
+use super::woken::Woken;
 use crate::store::engine::OnChange;
 
 /// How often the probe runs while commits keep coming (or always, without a WAL watch). The
@@ -25,17 +26,6 @@ pub(crate) const PROBE_EVERY: Duration = Duration::from_millis(10);
 /// With a WAL watch, the longest sleep between probes: a safety net for a write the watch did
 /// not report, and the bound on how long a dropped runtime waits for the probe thread.
 const WATCH_TIMEOUT: Duration = Duration::from_millis(100);
-
-/// Why [`WalWatch::wait`] returned.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Woken {
-    /// The WAL file was written (or the event queue overflowed, which may hide such a write).
-    Wal,
-    /// Nothing happened within the timeout.
-    Timeout,
-    /// [`WalWatch::stop`] was called.
-    Stop,
-}
 
 /// One probe: wakes this process's claim loop if anything was committed since the last one.
 pub(crate) fn wake_tick(

@@ -29,6 +29,7 @@ mod wal_watch;
 #[cfg(not(target_os = "linux"))]
 #[path = "wal_watch_polling.rs"]
 mod wal_watch;
+mod woken;
 pub mod workers;
 
 use std::path::{Path, PathBuf};

@@ -1,7 +1,7 @@
 //! Rescue queries: live worker rows on this host and boot (so their pids can be checked),
 //! marking dead workers stopped, and the running runs whose owner is gone or whose lease
 //! expired. The decision per run is pure and lives in `worker::rescue`; writing it back uses
-//! the fenced [`super::finish::finish`], so a rescue races safely with a late finish.
+//! the fenced end-writer (`super::finish::record_ends`), so a rescue races safely with a late finish.
 
 use chrono::{DateTime, Utc};
 use rusqlite::{Connection, Transaction, named_params};

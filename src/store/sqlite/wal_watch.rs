@@ -21,7 +21,7 @@ use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::eventfd::{EfdFlags, EventFd};
 use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify, WatchDescriptor};
 
-use super::change_feed::Woken;
+use super::woken::Woken;
 
 /// Watches one database's `-wal` file for writes.
 #[derive(Debug)]

@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use super::change_feed::Woken;
+use super::woken::Woken;
 
 /// No watch on this platform.
 #[derive(Debug)]

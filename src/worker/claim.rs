@@ -1,0 +1,96 @@
+//! Claiming: whether this worker has work, when its next delayed run is due, and claiming
+//! runs of its tools into free slots.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use super::shared::Shared;
+use crate::error::Result;
+use crate::run::Run;
+use crate::store;
+
+/// Whether a run of this worker's tools is due, or waits for a retry (a drain waits for it).
+/// Runs of tools it lacks are left for a worker that has them.
+pub(super) async fn runnable(sh: &Shared) -> Result<bool> {
+    let now = sh.client.now();
+    Ok(sh
+        .client
+        .engine()
+        .run_pending(now, sh.tools.clone())
+        .await?)
+}
+
+/// When the next delayed run of this worker's tools is due; on a failed read, none (the
+/// poll remains).
+pub(super) async fn next_due(sh: &Shared) -> Option<chrono::DateTime<chrono::Utc>> {
+    let now = sh.client.now();
+    match sh.client.engine().run_next_due(now, sh.tools.clone()).await {
+        Ok(at) => at,
+        Err(e) => {
+            tracing::warn!(error = %e, "could not read the next due run; polling");
+            None
+        }
+    }
+}
+
+/// What a claim needs besides the time.
+pub(super) struct ClaimArgs {
+    worker: String,
+    lease: chrono::Duration,
+    per_session: i64,
+    max: usize,
+    cursor: Option<String>,
+    tools: Arc<[String]>,
+}
+
+impl ClaimArgs {
+    pub(super) fn new(sh: &Shared, max: usize, cursor: Option<String>) -> Self {
+        let cfg = &sh.client.config().worker;
+        Self {
+            worker: sh.id.to_string(),
+            lease: chrono::Duration::from_std(cfg.lease).unwrap_or(chrono::Duration::seconds(30)),
+            per_session: cfg.per_session,
+            max,
+            cursor,
+            tools: sh.tools.clone(),
+        }
+    }
+
+    /// The engine's claim parameters at `now` (a claim of 0 runs claims nothing).
+    pub(super) fn params(&self, now: chrono::DateTime<chrono::Utc>) -> store::Claim {
+        store::Claim {
+            worker: self.worker.clone(),
+            now,
+            lease_until: now + self.lease,
+            max: self.max,
+            per_session: self.per_session,
+            after_session: self.cursor.clone(),
+            tools: self.tools.clone(),
+        }
+    }
+}
+
+/// Books claimed runs: counters and the last-poll time of the workers row.
+pub(super) fn claimed(
+    sh: &Shared,
+    runs: &[Run],
+    now: chrono::DateTime<chrono::Utc>,
+    took: std::time::Duration,
+) {
+    *sh.last_poll.lock().unwrap_or_else(|e| e.into_inner()) = Some(now);
+    sh.claimed.fetch_add(runs.len() as u64, Ordering::Relaxed);
+    sh.metrics.claimed(took, runs.len());
+}
+
+pub(super) async fn claim(
+    sh: &Arc<Shared>,
+    free: usize,
+    cursor: Option<String>,
+) -> Result<Vec<Run>> {
+    let args = ClaimArgs::new(sh, free, cursor);
+    let now = sh.client.now();
+    let started = std::time::Instant::now();
+    let runs = sh.client.engine().attempt_claim(args.params(now)).await?;
+    claimed(sh, &runs, now, started.elapsed());
+    Ok(runs)
+}

@@ -1,0 +1,137 @@
+//! The finisher: records attempt ends in batches through the engine's end-writer, and
+//! claims replacements for the freed slots in the same transaction.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::claim::{ClaimArgs, claimed};
+use super::shared::{Job, Shared};
+use super::start;
+use crate::store;
+
+/// Scheduler turns the finisher waits for more attempt ends before it commits a batch.
+const GATHER_TURNS: u32 = 3;
+
+/// Records attempt ends in batches: everything that arrived while the previous batch was
+/// being written goes into the next transaction. The same transaction claims replacements for
+/// the slots the batch frees (one commit per cycle instead of two), unless claiming stopped.
+pub(super) async fn finisher_loop(
+    sh: Arc<Shared>,
+    mut rx: mpsc::UnboundedReceiver<Job>,
+    jobs: mpsc::WeakUnboundedSender<Job>,
+    claiming: CancellationToken,
+) {
+    let concurrency = sh.client.config().worker.concurrency;
+    while let Some(first) = rx.recv().await {
+        let mut batch = vec![first];
+        // Runs started together tend to end together: give the others a few scheduler turns
+        // to join this commit, while they keep arriving, instead of one commit each.
+        let mut turns = 0;
+        while batch.len() < 512 {
+            match rx.try_recv() {
+                Ok(j) => {
+                    batch.push(j);
+                    turns = 0;
+                }
+                Err(_) if turns < GATHER_TURNS && batch.len() < sh.flights().len() => {
+                    turns += 1;
+                    tokio::task::yield_now().await;
+                }
+                Err(_) => break,
+            }
+        }
+        let batch = Arc::new(batch);
+        let mut cursor = sh.gate.lock().await;
+        // The batch's runs are still in `flights`; their slots are free once it commits.
+        let free = if claiming.is_cancelled() {
+            0
+        } else {
+            concurrency.saturating_sub(sh.flights().len().saturating_sub(batch.len()))
+        };
+        let args = ClaimArgs::new(&sh, free, cursor.clone());
+        let mut delay = Duration::from_millis(50);
+        let started = std::time::Instant::now();
+        let (applied, runs, now) = loop {
+            let now = sh.client.now();
+            let res = sh
+                .client
+                .engine()
+                .attempt_settle(store::Settle {
+                    batch: batch.clone(),
+                    claim: args.params(now),
+                })
+                .await
+                .map(|s| (s.applied, s.claimed));
+            match res {
+                Ok((applied, runs)) => break (applied, runs, now),
+                Err(e) if delay < Duration::from_secs(10) => {
+                    tracing::error!(error = %e, "recording {} attempt ends failed; retrying", batch.len());
+                    tokio::time::sleep(delay).await;
+                    delay *= 2;
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "giving up recording; the leases will expire and the runs be rescued");
+                    break (vec![false; batch.len()], Vec::new(), now);
+                }
+            }
+        };
+        // Taken while the batch still holds slots, so the claim loop's sender is still alive
+        // (it is dropped only once nothing is in flight).
+        let sender = jobs.upgrade();
+        {
+            let mut flights = sh.flights();
+            for (job, ok) in batch.iter().zip(applied) {
+                flights.remove(job.id());
+                sh.metrics.finished(outcome_label(job, ok));
+                match (job, ok) {
+                    (Job::End(_), true) => sh.recorded.fetch_add(1, Ordering::Relaxed),
+                    (Job::Release(_), true) => sh.handed_back.fetch_add(1, Ordering::Relaxed),
+                    (_, false) => {
+                        tracing::warn!(
+                            run_id = job.id(),
+                            "lease lost before the end was recorded; dropped (the run was rescued or cancelled)"
+                        );
+                        sh.fenced_out.fetch_add(1, Ordering::Relaxed)
+                    }
+                };
+            }
+        }
+        if !runs.is_empty() {
+            claimed(&sh, &runs, now, started.elapsed());
+            if let Some(last) = runs.last() {
+                *cursor = Some(last.session_id.clone());
+            }
+            match &sender {
+                Some(tx) => {
+                    for run in runs {
+                        start(&sh, run, tx.clone());
+                    }
+                }
+                None => tracing::error!(
+                    "claimed {} runs after the worker stopped; their leases will expire and they be rescued",
+                    runs.len()
+                ),
+            }
+        }
+        drop(sender);
+        drop(cursor);
+        sh.slot_freed.notify_one();
+    }
+}
+
+/// The `outcome` label of an attempt end in metrics.
+fn outcome_label(job: &Job, applied: bool) -> &'static str {
+    match (job, applied) {
+        (_, false) => "fenced_out",
+        (Job::Release(_), true) => "handed_back",
+        (Job::End(r), true) => match &r.outcome {
+            crate::run::Outcome::Final(s) => s.as_str(),
+            crate::run::Outcome::Retry(_) => "retried",
+            crate::run::Outcome::AwaitApproval { .. } => "awaiting_approval",
+        },
+    }
+}
