@@ -1,4 +1,4 @@
--- toolq schema, version 5 (stored in PRAGMA user_version; src/store/migrate.rs upgrades older files).
+-- toolq schema, version 6 (stored in PRAGMA user_version; src/store/migrate.rs upgrades older files).
 --
 -- This file is the whole schema. It is embedded in the binary and applied by `toolq init`
 -- (or by any command that opens a new database). Ops people: this is your interface.
@@ -80,8 +80,9 @@ CREATE INDEX runs_claimable_idx ON runs (session_id, tool, priority DESC, run_at
 CREATE INDEX runs_delayed_idx ON runs (tool, run_at) WHERE state = 'queued' AND run_at > created_at;
 -- Limits, heartbeats and rescue: running runs by owner. Running runs are few (at most the
 -- workers' slots), so per-session counts read this index whole instead of keeping a second one
--- that every claim and finish would write (version 3).
-CREATE INDEX runs_running_owner_idx ON runs (lease_owner, lease_expires_at, session_id) WHERE state = 'running';
+-- that every claim and finish would write (version 3). Per-tool counts (max_running) read it
+-- too (version 6 added tool).
+CREATE INDEX runs_running_owner_idx ON runs (lease_owner, lease_expires_at, session_id, tool) WHERE state = 'running';
 -- Counts, failures_24h and retention: finished runs by state and finish time. Only final
 -- states: queued, awaiting and running runs have their own partial indexes above and below,
 -- so enqueue and claim write no entry here and finish writes one (version 4: one index where
@@ -157,13 +158,15 @@ CREATE INDEX schedules_session_idx ON schedules (session_id, enabled);
 --   coalesced        missed during downtime and folded into the catch-up run run_id
 --   missed           no run: missed-ticks policy 'skip', or outside the catch-up window
 --   skipped_overlap  no run: the schedule's previous run was still active (overlap policy 'skip')
+--   paused           no run: the schedule's tool or session (or everything) was paused; a tick
+--                    the missed-ticks policy would have run (version 6)
 -- e.g.  SELECT fire_at, outcome, run_id, detail FROM schedule_occurrences
 --       WHERE schedule_id = 'sch_...' ORDER BY fire_at DESC LIMIT 20;
 CREATE TABLE schedule_occurrences (
     id            INTEGER PRIMARY KEY,
     schedule_id   TEXT NOT NULL REFERENCES schedules(id) ON DELETE CASCADE,
     fire_at       TEXT NOT NULL,               -- the tick's nominal instant
-    outcome       TEXT NOT NULL CHECK (outcome IN ('fired', 'skipped_overlap', 'missed', 'coalesced')),
+    outcome       TEXT NOT NULL CHECK (outcome IN ('fired', 'skipped_overlap', 'missed', 'coalesced', 'paused')),
     run_id        TEXT REFERENCES runs(id) ON DELETE SET NULL,  -- fired: its run; coalesced: the catch-up run
     detail        TEXT,
     recorded_at   TEXT NOT NULL,
@@ -172,6 +175,28 @@ CREATE TABLE schedule_occurrences (
 CREATE INDEX schedule_occurrences_recorded_idx ON schedule_occurrences (recorded_at);
 -- Retention: deleting a run nulls its occurrences' run_id, and prune keeps runs a recent tick points at.
 CREATE INDEX schedule_occurrences_run_idx ON schedule_occurrences (run_id);
+
+-- Flow control (version 6). What operators paused: claims skip queued runs of a paused tool
+-- or session (or every run, scope 'all'); running runs finish. Read by every claim (the table
+-- is tiny), so every worker and every restart honours it.
+CREATE TABLE pauses (
+    scope   TEXT NOT NULL CHECK (scope IN ('all', 'tool', 'session')),
+    value   TEXT NOT NULL DEFAULT '',          -- the tool or session; '' for scope 'all'
+    since   TEXT NOT NULL,
+    by      TEXT,                              -- who paused (--by)
+    reason  TEXT,                              -- why (--reason)
+    PRIMARY KEY (scope, value)
+) WITHOUT ROWID;
+
+-- One row per start of a tool that has a `rate` limit: the sliding window counts the rows of
+-- the tool newer than now minus the window (a range of the key). The claim that counts them
+-- deletes the rows older than the window; tools without a rate write none.
+CREATE TABLE tool_starts (
+    tool        TEXT NOT NULL,
+    started_at  TEXT NOT NULL,
+    run_id      TEXT NOT NULL,
+    PRIMARY KEY (tool, started_at, run_id)
+) WITHOUT ROWID;
 
 -- Messages for sessions: run completions, failures, cancellations, approval requests.
 CREATE TABLE inbox (
@@ -280,3 +305,16 @@ JOIN schedules s ON s.id = o.schedule_id
 LEFT JOIN runs r ON r.id = o.run_id
 WHERE o.fire_at >= strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-7 days')
 ORDER BY o.schedule_id, o.fire_at DESC;
+
+-- What is paused, since when, by whom.
+CREATE VIEW paused AS
+SELECT scope, value, since, by, reason FROM pauses ORDER BY since;
+
+-- Starts of each rate-limited tool over the last minute and hour (the `rate` windows count
+-- the same rows; see OPS.md).
+CREATE VIEW tool_start_rates AS
+SELECT tool,
+       sum(started_at >= strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-1 minute')) AS last_minute,
+       sum(started_at >= strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-1 hour')) AS last_hour,
+       max(started_at) AS last_start
+FROM tool_starts GROUP BY tool;

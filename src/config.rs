@@ -32,6 +32,9 @@ pub struct Config {
     pub retention: RetentionConfig,
     /// WAL checkpoints.
     pub wal: WalConfig,
+    /// Per-tool limits: `[limits.NAME]` merged with `[tools.NAME] max_running`. Each worker
+    /// enforces its own, counting every worker's runs in the database.
+    pub limits: crate::flow::ToolLimits,
 }
 
 /// Retention: how long finished work is kept before the worker's retention tick deletes it.
@@ -198,6 +201,7 @@ impl Default for Config {
                 checkpoint_interval: Duration::from_secs(30),
                 warn_frames: 10_000,
             },
+            limits: crate::flow::ToolLimits::new(),
         }
     }
 }
@@ -218,6 +222,15 @@ struct FileConfig {
     approvals: FileApprovals,
     retention: Option<FileRetention>,
     wal: Option<FileWal>,
+    #[serde(default)]
+    limits: BTreeMap<String, FileLimit>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileLimit {
+    max_running: Option<i64>,
+    rate: Option<String>,
 }
 
 const DAY: u64 = 86_400;
@@ -480,13 +493,16 @@ impl Config {
                 ),
             ));
         }
+        let tools = crate::tool::command::parse_tools(file.tools, origin)?;
+        let limits = parse_limits(&c, file.limits, &tools)?;
         Ok(Config {
+            limits,
             db_path,
             worker,
             runs,
             sessions,
             schedules,
-            tools: crate::tool::command::parse_tools(file.tools, origin)?,
+            tools,
             shell: file.shell,
             retention,
             wal,
@@ -499,6 +515,46 @@ impl Config {
             },
         })
     }
+}
+
+/// `[limits.NAME]` and `[tools.NAME] max_running`, one entry per limited tool. A tool's
+/// `max_running` may be given in one of the two places, not both.
+fn parse_limits(
+    c: &Checker<'_>,
+    raw: BTreeMap<String, FileLimit>,
+    tools: &BTreeMap<String, CommandToolConfig>,
+) -> Result<crate::flow::ToolLimits, ConfigError> {
+    let mut out = crate::flow::ToolLimits::new();
+    for (name, l) in raw {
+        let key = |k: &str| format!("limits.{name}.{k}");
+        let max_running = match l.max_running {
+            None => None,
+            Some(n) => Some(c.int(&key("max_running"), Some(n), 0, 1, 1_000_000)?),
+        };
+        let rate = match l.rate {
+            None => None,
+            Some(s) => Some(
+                crate::flow::Rate::parse(&s)
+                    .map_err(|r| c.bad(&key("rate"), format!("{s:?}"), r))?,
+            ),
+        };
+        if max_running.is_some()
+            && let Some(n) = tools.get(&name).and_then(|t| t.max_running)
+        {
+            return Err(c.bad(
+                &key("max_running"),
+                n,
+                format!("tools.{name}.max_running is set too; give it in one place"),
+            ));
+        }
+        out.insert(name, crate::flow::ToolLimit { max_running, rate });
+    }
+    for (name, t) in tools {
+        if let Some(n) = t.max_running {
+            out.entry(name.clone()).or_default().max_running = Some(n);
+        }
+    }
+    Ok(out)
 }
 
 fn parse_maintenance(
@@ -555,6 +611,40 @@ mod tests {
     #[test]
     fn empty_file_is_the_defaults() {
         assert_eq!(Config::parse("", "x").unwrap(), Config::default());
+    }
+
+    #[test]
+    fn limits_merge_tools_max_running_and_reject_bad_values() {
+        let c = Config::parse(
+            "[tools.fetch]\ncommand = [\"true\"]\nmax_running = 2\n\
+             [limits.fetch]\nrate = \"10/1m\"\n[limits.http]\nmax_running = 3\n",
+            "c.toml",
+        )
+        .unwrap();
+        let fetch = c.limits["fetch"];
+        assert_eq!(fetch.max_running, Some(2));
+        assert_eq!(fetch.rate.map(|r| r.count), Some(10));
+        assert_eq!(c.limits["http"].max_running, Some(3));
+        assert_eq!(c.limits["http"].rate, None);
+        for (text, key) in [
+            ("[limits.http]\nrate = \"fast\"\n", "limits.http.rate"),
+            (
+                "[limits.http]\nmax_running = 0\n",
+                "limits.http.max_running",
+            ),
+            ("[limits.http]\nburst = 3\n", "burst"),
+            (
+                "[tools.t]\ncommand = [\"x\"]\nmax_running = 0\n",
+                "tools.t.max_running",
+            ),
+            (
+                "[tools.t]\ncommand = [\"x\"]\nmax_running = 1\n[limits.t]\nmax_running = 2\n",
+                "limits.t.max_running",
+            ),
+        ] {
+            let e = Config::parse(text, "c.toml").unwrap_err().to_string();
+            assert!(e.contains(key), "{text}: {e}");
+        }
     }
 
     #[test]

@@ -22,6 +22,7 @@
 //! - [`client`]: open a database, enqueue, inspect, cancel, retry, inbox, logs and results;
 //!   every way a run ends goes through one end-writer.
 //! - [`approval`]: approve, deny, expire (tools that require an operator's decision).
+//! - [`pause`]: pause and resume a tool, a session or everything; why a queued run waits.
 //! - [`schedule`]: cron and one-shot schedules, their firing plan and the schedule tick.
 //! - [`retention`]: pruning old finished work in bounded batches.
 //! - [`status`]: worker liveness and the health check; [`metrics`]: Prometheus counters and
@@ -34,7 +35,8 @@
 //!   own transaction, plain types in and out, and a change feed) and today's SQLite engine.
 //!   docs/architecture.md lists the operations and the invariants each keeps.
 //!
-//! Shared types and pure decisions: [`run`] (runs, states, how an attempt ends), [`inbox`]
+//! Shared types and pure decisions: [`run`] (runs, states, how an attempt ends), [`flow`]
+//! (pauses, per-tool limits and the rate window), [`inbox`]
 //! (messages and their texts), [`ids`], [`config`], [`error`], and [`clock`], the only reader
 //! of the wall clock. `cli` (internal) is the operator commands over the library.
 //!
@@ -50,9 +52,11 @@ pub mod client;
 pub mod clock;
 pub mod config;
 pub mod error;
+pub mod flow;
 pub mod ids;
 pub mod inbox;
 pub mod metrics;
+pub mod pause;
 pub mod retention;
 pub mod run;
 pub mod schedule;

@@ -75,6 +75,8 @@ pub struct StatusReport {
     pub enabled_schedules: i64,
     /// Queued runs of tools no live worker has, by tool: they wait for a worker with the tool.
     pub unserved_tools: Vec<UnservedTool>,
+    /// What is paused (`toolq pause`), since when and by whom; oldest first.
+    pub paused: Vec<crate::flow::Pause>,
 }
 
 impl StatusReport {
@@ -213,7 +215,9 @@ pub async fn status(client: &Client, include_stopped: bool) -> Result<StatusRepo
         .map(|w| &w.row)
         .collect();
     let (live_workers, unserved_tools) = (live.len(), unserved(&queued, live));
+    let paused = client.pauses().await?;
     Ok(StatusReport {
+        paused,
         now: crate::clock::ts(now),
         live_workers,
         queued_runs: queued.iter().map(|(_, n)| n).sum(),

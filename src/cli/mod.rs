@@ -9,6 +9,7 @@ mod inbox;
 mod init;
 mod logging;
 mod logs;
+mod pause;
 mod progress;
 mod prune;
 pub mod render;
@@ -87,6 +88,10 @@ pub enum Command {
     Status(status::Args),
     /// Cron monitors and one-shots: add, list, show, cancel, enable, preview.
     Schedule(schedule::Args),
+    /// Pause a tool, a session or everything: queued runs stay queued, running runs finish.
+    Pause(pause::PauseArgs),
+    /// Resume what `pause` paused; workers pick the runs up at once.
+    Resume(pause::ResumeArgs),
 }
 
 /// What every subcommand gets.
@@ -164,6 +169,8 @@ async fn dispatch(cli: Cli) -> Result<()> {
         Command::Prune(a) => prune::run(&ctx, a).await,
         Command::Status(a) => status::run(&ctx, a).await,
         Command::Schedule(a) => schedule::run(&ctx, a).await,
+        Command::Pause(a) => pause::pause(&ctx, a).await,
+        Command::Resume(a) => pause::resume(&ctx, a).await,
     }
 }
 

@@ -15,8 +15,13 @@ pub struct Args {
 pub async fn run(ctx: &Ctx, args: Args) -> Result<()> {
     let id = run_id(&args.run)?;
     let run = ctx.client.get(&id).await?;
+    let held = ctx.client.hold_reason(&run).await?;
     if ctx.json {
-        render::json(&with_paths(&run));
+        let mut v = with_paths(&run);
+        if let Some(o) = v.as_object_mut() {
+            o.insert("held".into(), held.into());
+        }
+        render::json(&v);
         return Ok(());
     }
     let t = |v: &Option<chrono::DateTime<chrono::Utc>>| v.as_ref().map_or("-".into(), render::time);
@@ -57,6 +62,9 @@ pub async fn run(ctx: &Ctx, args: Args) -> Result<()> {
         ("result_path", run.result_path()),
         ("log_path", run.log_path()),
     ];
+    if let Some(h) = held {
+        pairs.push(("held", h));
+    }
     if let Some(s) = &run.schedule_id {
         pairs.push(("schedule_id", s.to_string()));
         pairs.push(("fire_at", t(&run.fire_at)));

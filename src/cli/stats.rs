@@ -20,6 +20,7 @@ pub async fn run(ctx: &Ctx, _args: Args) -> Result<()> {
     let unserved = crate::status::status(&ctx.client, false)
         .await?
         .unserved_tools;
+    let paused = ctx.client.pauses().await?;
     let info = ctx.client.engine().info().await?;
     let wal = ctx.client.wal_health().await?;
     if let Some(w) = &wal.warning {
@@ -45,6 +46,7 @@ pub async fn run(ctx: &Ctx, _args: Args) -> Result<()> {
         "busy_retries": busy,
         "live_workers": live,
         "unserved_tools": unserved,
+        "paused": paused,
         "db": ctx.client.engine().location(),
         "db_bytes": size,
         "wal_bytes": wal.wal_bytes,
@@ -84,6 +86,9 @@ pub async fn run(ctx: &Ctx, _args: Args) -> Result<()> {
     let lines: Vec<String> = unserved.iter().map(|u| u.message()).collect();
     for line in &lines {
         pairs.push(("unserved", line.clone()));
+    }
+    for p in &paused {
+        pairs.push(("paused", super::pause::describe(p)));
     }
     if let Some(w) = &wal.warning {
         pairs.push(("WARNING", w.clone()));

@@ -76,6 +76,9 @@ pub async fn run(ctx: &Ctx, args: Args) -> Result<()> {
         for u in &report.unserved_tools {
             render::note(&u.message());
         }
+        for p in &report.paused {
+            render::note(&format!("paused: {}", super::pause::describe(p)));
+        }
         if let Some(w) = &wal.warning {
             render::note(&format!("WARNING: {w}"));
         }

@@ -109,7 +109,7 @@ pub struct Occurrence {
     pub schedule_id: ScheduleId,
     /// The tick's nominal instant.
     pub fire_at: DateTime<Utc>,
-    /// `fired`, `skipped_overlap`, `missed` or `coalesced`.
+    /// `fired`, `skipped_overlap`, `missed`, `coalesced` or `paused`.
     pub outcome: String,
     /// fired: its run; coalesced: the catch-up run it was folded into.
     pub run_id: Option<RunId>,

@@ -42,6 +42,7 @@ pub(crate) async fn schedule_tick(client: &Client) -> Result<(ClaimReport, Optio
         total.coalesced += r.coalesced;
         total.missed += r.missed;
         total.skipped_overlap += r.skipped_overlap;
+        total.paused += r.paused;
         total.broken.extend(r.broken);
         total.more = r.more;
         if !r.more {

@@ -85,6 +85,34 @@ pub trait Engine: Send + Sync + std::fmt::Debug + 'static {
     /// leases, each written through the end-writer (or re-queued) in one transaction.
     async fn attempt_rescue(&self, p: Rescue, decide: DecideRescue) -> EngineResult<Rescued>;
 
+    // ---- flow control -------------------------------------------------------------------
+    /// Records a pause (claims skip what it covers from the next claim on, on every worker);
+    /// an existing pause of the same scope is kept as it was. Whether it is new.
+    async fn pause_set(&self, pause: crate::flow::Pause) -> EngineResult<bool>;
+    /// Lifts a pause; returns it if it existed.
+    async fn pause_clear(
+        &self,
+        scope: crate::flow::PauseScope,
+    ) -> EngineResult<Option<crate::flow::Pause>>;
+    /// The pauses in force, oldest first.
+    async fn pause_list(&self) -> EngineResult<Vec<crate::flow::Pause>>;
+    /// For each of `rates` (tool, rate) whose window is full at `now`, when it lets a start
+    /// again; the earliest of those (the claim loop sleeps at most until then).
+    async fn limit_next_open(
+        &self,
+        now: DateTime<Utc>,
+        rates: Vec<(String, crate::flow::Rate)>,
+    ) -> EngineResult<Option<DateTime<Utc>>>;
+    /// What `rate` allows `tool` at `now`: the starts left in the window, or when it opens.
+    async fn limit_room(
+        &self,
+        tool: String,
+        rate: crate::flow::Rate,
+        now: DateTime<Utc>,
+    ) -> EngineResult<crate::flow::Room>;
+    /// Running runs of `tool` over all workers.
+    async fn limit_running(&self, tool: String) -> EngineResult<i64>;
+
     // ---- workers ----------------------------------------------------------------------
     /// Registers a worker process.
     async fn worker_register(&self, row: WorkerRow) -> EngineResult<()>;
@@ -225,6 +253,8 @@ pub struct Claim {
     pub after_session: Option<String>,
     /// Claim runs of these tools only (the worker's registered tools, sorted).
     pub tools: Arc<[String]>,
+    /// Per-tool limits (`max_running`, `rate`), counted over all workers.
+    pub limits: Arc<crate::flow::ToolLimits>,
 }
 
 /// An attempt handed back to the queue uncounted (clean shutdown), fenced by its lease.

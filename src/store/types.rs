@@ -75,6 +75,8 @@ pub struct ClaimReport {
     pub missed: usize,
     /// Ticks skipped because the previous run was still active.
     pub skipped_overlap: usize,
+    /// Ticks that would have run but their tool or session (or everything) was paused.
+    pub paused: usize,
     /// Schedules disabled because their cron no longer fires (id, reason).
     pub broken: Vec<(String, String)>,
     /// More schedules were due than `limit`: call again.

@@ -50,6 +50,8 @@ pub struct CommandToolConfig {
     pub approval_deadline: Option<Duration>,
     /// Between SIGTERM and SIGKILL when a run is cancelled or times out.
     pub kill_grace: Duration,
+    /// At most this many running runs of this tool over all workers (also `[limits.NAME]`).
+    pub max_running: Option<i64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -67,6 +69,7 @@ struct FileCommandTool {
     requires_approval: bool,
     approval_deadline: Option<String>,
     kill_grace: Option<String>,
+    max_running: Option<i64>,
 }
 
 /// Parses and validates every `[tools.NAME]` table; errors name `tools.NAME.key`.
@@ -167,7 +170,17 @@ fn parse_one(
             ));
         }
     };
+    if let Some(n) = f.max_running
+        && !(1..=1_000_000).contains(&n)
+    {
+        return Err(bad(
+            "max_running",
+            n.to_string(),
+            "must be between 1 and 1000000".into(),
+        ));
+    }
     Ok(CommandToolConfig {
+        max_running: f.max_running,
         name: name.to_string(),
         description: f
             .description

@@ -33,6 +33,28 @@ pub(super) async fn next_due(sh: &Shared) -> Option<chrono::DateTime<chrono::Utc
     }
 }
 
+/// When the first full rate window of this worker's rate-limited tools lets a start again;
+/// on a failed read, none (the poll remains).
+pub(super) async fn next_open(sh: &Shared) -> Option<chrono::DateTime<chrono::Utc>> {
+    let rates: Vec<_> = sh
+        .limits
+        .iter()
+        .filter(|(tool, _)| sh.tools.contains(tool))
+        .filter_map(|(tool, l)| l.rate.map(|r| (tool.clone(), r)))
+        .collect();
+    if rates.is_empty() {
+        return None;
+    }
+    let now = sh.client.now();
+    match sh.client.engine().limit_next_open(now, rates).await {
+        Ok(at) => at,
+        Err(e) => {
+            tracing::warn!(error = %e, "could not read the rate windows; polling");
+            None
+        }
+    }
+}
+
 /// What a claim needs besides the time.
 pub(super) struct ClaimArgs {
     worker: String,
@@ -41,6 +63,7 @@ pub(super) struct ClaimArgs {
     max: usize,
     cursor: Option<String>,
     tools: Arc<[String]>,
+    limits: Arc<crate::flow::ToolLimits>,
 }
 
 impl ClaimArgs {
@@ -53,6 +76,7 @@ impl ClaimArgs {
             max,
             cursor,
             tools: sh.tools.clone(),
+            limits: sh.limits.clone(),
         }
     }
 
@@ -66,6 +90,7 @@ impl ClaimArgs {
             per_session: self.per_session,
             after_session: self.cursor.clone(),
             tools: self.tools.clone(),
+            limits: self.limits.clone(),
         }
     }
 }

@@ -33,7 +33,7 @@ use crate::run::Run;
 use crate::store;
 use crate::tool::ToolContext;
 use crate::tool::sink::{RunSink, SinkLimits};
-use claim::{claim, next_due, runnable};
+use claim::{claim, next_due, next_open, runnable};
 use execute::{Executed, StopReason, StopSignal, execute};
 use finish::{AttemptEnd, decide};
 use finisher::finisher_loop;
@@ -151,7 +151,12 @@ impl Worker {
             // next poll. A commit (an earlier run enqueued here or elsewhere) wakes the loop
             // through `wake`, and the next turn computes the deadline again.
             let nap = if free > claimed {
-                due::nap(client.now(), backoff, next_due(&sh).await)
+                // A rate whose window is full: wake when it opens, not at the next poll.
+                let next = match (next_due(&sh).await, next_open(&sh).await) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
+                };
+                due::nap(client.now(), backoff, next)
             } else {
                 backoff
             };

@@ -32,6 +32,8 @@ pub(crate) struct Shared {
     pub(super) opts: WorkerOptions,
     /// The registered tools' names, sorted: this worker claims runs of these only.
     pub(super) tools: Arc<[String]>,
+    /// The per-tool limits of this worker's config (see [`crate::flow`]).
+    pub(super) limits: Arc<crate::flow::ToolLimits>,
     pub(super) in_flight: Mutex<HashMap<String, InFlight>>,
     pub(super) slot_freed: Notify,
     /// A commit was seen (any process's): the schedule tick looks again for an earlier trigger.
@@ -63,6 +65,7 @@ impl Shared {
             id: WorkerId::generate(),
             opts,
             tools: client.registry().names().into(),
+            limits: Arc::new(client.config().limits.clone()),
             in_flight: Mutex::new(HashMap::new()),
             slot_freed: Notify::new(),
             schedules_changed: Notify::new(),

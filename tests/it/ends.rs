@@ -256,6 +256,7 @@ impl Env {
                     per_session: 5,
                     after_session: None,
                     tools: self.client.registry().names().into(),
+                    limits: Default::default(),
                 };
                 let claimed = self.client.store().attempt_claim(claim).await.unwrap();
                 assert_eq!(claimed.len(), 1);

@@ -60,6 +60,7 @@ fn claim_tools(env: &TestEnv, worker: &str, tools: &[String]) -> Vec<Run> {
                     per_session: 5,
                     after_session: None,
                     tools,
+                    limits: &Default::default(),
                 },
             )
         })

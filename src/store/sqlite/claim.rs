@@ -29,6 +29,8 @@ pub struct ClaimParams<'a> {
     /// Claim runs of these tools only: the tools the claiming worker has registered. Runs of
     /// other tools stay queued for a worker that has them.
     pub tools: &'a [String],
+    /// Per-tool limits (`max_running`, `rate`), counted over all workers.
+    pub limits: &'a crate::flow::ToolLimits,
 }
 
 // Without ANALYZE statistics the planner may prefer another index on state for these,
@@ -37,8 +39,10 @@ pub struct ClaimParams<'a> {
 // the workers' slots): counting them per session reads the owner index whole. Within a
 // session the claim skips from one queued tool to the next and reads the head of the tools
 // the worker has only, so runs of tools it lacks are never walked.
-const RUNNING_PER_SESSION: &str = "SELECT session_id, count(*) FROM runs \
-    INDEXED BY runs_running_owner_idx WHERE state = 'running' GROUP BY session_id";
+// Version 6 added `tool` to the index, so the per-tool counts (max_running) come from the
+// same read, whatever the number of limited tools.
+pub(crate) const RUNNING_PER_SESSION: &str = "SELECT session_id, tool, count(*) FROM runs \
+    INDEXED BY runs_running_owner_idx WHERE state = 'running' GROUP BY session_id, tool";
 const NEXT_SESSION: &str = "SELECT session_id FROM runs INDEXED BY runs_claimable_idx \
     WHERE state = 'queued' AND session_id > ?1 ORDER BY session_id LIMIT 1";
 pub(crate) const NEXT_TOOL: &str = "SELECT tool FROM runs INDEXED BY runs_claimable_idx \
@@ -100,25 +104,38 @@ pub fn claim(tx: &Transaction<'_>, p: &ClaimParams<'_>) -> Result<Vec<Run>, Stor
     if p.max == 0 {
         return Ok(Vec::new());
     }
+    // Pauses: a handful of rows, read by every claim so every worker honours them at once.
+    let paused = super::flow::paused(tx)?;
+    if paused.all {
+        return Ok(Vec::new());
+    }
     let now = ts(p.now);
     let mut running: HashMap<String, i64> = HashMap::new();
+    let mut running_tool: HashMap<String, i64> = HashMap::new();
     {
         let mut stmt = tx
             .prepare_cached(RUNNING_PER_SESSION)
             .ctx("prepare running count")?;
         let rows = stmt
-            .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))
+            .query_map([], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, i64>(2)?,
+                ))
+            })
             .ctx("count running")?;
         for row in rows {
-            let (s, n) = row.ctx("read running count")?;
-            running.insert(s, n);
+            let (s, t, n) = row.ctx("read running count")?;
+            *running.entry(s).or_default() += n;
+            *running_tool.entry(t).or_default() += n;
         }
     }
     // Visit sessions that have queued runs, starting after the cursor and wrapping around,
     // each index probe a skip to the next distinct session.
     let max_sessions = (p.max * 4).max(64);
-    // (priority, rank within its session, run_at, id, rowid)
-    let mut candidates: Vec<(i64, usize, String, String, i64)> = Vec::new();
+    // (priority, rank within its session, run_at, id, rowid, tool)
+    let mut candidates: Vec<(i64, usize, String, String, i64, String)> = Vec::new();
     let mut next_session = tx
         .prepare_cached(NEXT_SESSION)
         .ctx("prepare next session")?;
@@ -126,7 +143,12 @@ pub fn claim(tx: &Transaction<'_>, p: &ClaimParams<'_>) -> Result<Vec<Run>, Stor
     let mut head = tx
         .prepare_cached(SESSION_HEAD)
         .ctx("prepare session head")?;
-    let mut wanted = p.tools.to_vec();
+    let mut wanted: Vec<String> = p
+        .tools
+        .iter()
+        .filter(|t| !paused.tools.contains(t))
+        .cloned()
+        .collect();
     wanted.sort_unstable();
     let start = p.after_session.unwrap_or("").to_string();
     // (session, its queued tools this worker has); sessions with none do not count.
@@ -142,6 +164,9 @@ pub fn claim(tx: &Transaction<'_>, p: &ClaimParams<'_>) -> Result<Vec<Run>, Stor
             Some(s) if wrapped && s > start => break,
             Some(s) => {
                 cursor.clone_from(&s);
+                if paused.sessions.contains(&s) {
+                    continue;
+                }
                 let tools = session_tools(&mut next_tool, &s, &wanted)?;
                 if !tools.is_empty() {
                     sessions.push((s, tools));
@@ -154,6 +179,9 @@ pub fn claim(tx: &Transaction<'_>, p: &ClaimParams<'_>) -> Result<Vec<Run>, Stor
             None => break,
         }
     }
+    // Room per limited tool, worked out once per claim for the tools met on the way only:
+    // the claim's cost follows the tools it visits, not the number of limits configured.
+    let mut room: HashMap<String, i64> = HashMap::new();
     for (session, tools) in sessions {
         let free = p.per_session - running.get(&session).copied().unwrap_or(0);
         if free <= 0 {
@@ -161,10 +189,21 @@ pub fn claim(tx: &Transaction<'_>, p: &ClaimParams<'_>) -> Result<Vec<Run>, Stor
         }
         let take = free.min(p.max as i64);
         // The session's head is the best `take` over the heads of each of its tools.
-        let mut heads: Vec<(i64, String, String, i64)> = Vec::new();
+        let mut heads: Vec<(i64, String, String, i64, String)> = Vec::new();
         for tool in &tools {
+            let cap = match room.get(tool) {
+                Some(&n) => n,
+                None => {
+                    let n = tool_room(tx, p, tool, &running_tool)?;
+                    room.insert(tool.clone(), n);
+                    n
+                }
+            };
+            if cap <= 0 {
+                continue;
+            }
             let rows = head
-                .query_map(rusqlite::params![session, tool, now, take], |r| {
+                .query_map(rusqlite::params![session, tool, now, take.min(cap)], |r| {
                     Ok((
                         r.get::<_, i64>(1)?,
                         r.get::<_, String>(2)?,
@@ -174,13 +213,14 @@ pub fn claim(tx: &Transaction<'_>, p: &ClaimParams<'_>) -> Result<Vec<Run>, Stor
                 })
                 .ctx("session head")?;
             for row in rows {
-                heads.push(row.ctx("read session head")?);
+                let (priority, run_at, id, rowid) = row.ctx("read session head")?;
+                heads.push((priority, run_at, id, rowid, tool.clone()));
             }
         }
         heads.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
         heads.truncate(take as usize);
-        for (rank, (priority, run_at, id, rowid)) in heads.into_iter().enumerate() {
-            candidates.push((priority, rank, run_at, id, rowid));
+        for (rank, (priority, run_at, id, rowid, tool)) in heads.into_iter().enumerate() {
+            candidates.push((priority, rank, run_at, id, rowid, tool));
         }
     }
     // Higher priority first; within a priority, round-robin across sessions, then oldest.
@@ -189,6 +229,14 @@ pub fn claim(tx: &Transaction<'_>, p: &ClaimParams<'_>) -> Result<Vec<Run>, Stor
             .then(a.1.cmp(&b.1))
             .then(a.2.cmp(&b.2))
             .then(a.3.cmp(&b.3))
+    });
+    // Each tool's room holds over all sessions together.
+    candidates.retain(|c| match room.get_mut(&c.5) {
+        Some(n) if *n > 0 => {
+            *n -= 1;
+            true
+        }
+        _ => false,
     });
     candidates.truncate(p.max);
     if candidates.is_empty() {
@@ -202,14 +250,43 @@ pub fn claim(tx: &Transaction<'_>, p: &ClaimParams<'_>) -> Result<Vec<Run>, Stor
     for c in &candidates {
         let params = rusqlite::params![p.worker, lease_token(), until, now, c.4];
         if update.execute(params).ctx("claim run")? == 1 {
-            claimed.push(
-                read.query_row([c.4], run_from_row)
-                    .ctx("read claimed run")?,
-            );
+            let run = read
+                .query_row([c.4], run_from_row)
+                .ctx("read claimed run")?;
+            if p.limits.get(&c.5).is_some_and(|l| l.rate.is_some()) {
+                super::flow::record_start(tx, &c.5, p.now, run.id.as_str())?;
+            }
+            claimed.push(run);
         }
     }
     claimed.sort_by(|a, b| b.priority.cmp(&a.priority).then(a.run_at.cmp(&b.run_at)));
     Ok(claimed)
+}
+
+/// How many more runs of `tool` may start now under its limits: `max_running` less those
+/// running on every worker, and what its rate's window allows. Unlimited tools get
+/// `i64::MAX` without reading anything.
+fn tool_room(
+    tx: &Transaction<'_>,
+    p: &ClaimParams<'_>,
+    tool: &str,
+    running_tool: &HashMap<String, i64>,
+) -> Result<i64, StoreError> {
+    let Some(limit) = p.limits.get(tool) else {
+        return Ok(i64::MAX);
+    };
+    let mut n = i64::MAX;
+    if let Some(max) = limit.max_running {
+        n = max - running_tool.get(tool).copied().unwrap_or(0);
+    }
+    if n > 0
+        && let Some(rate) = limit.rate
+    {
+        n = n.min(i64::from(
+            super::flow::room_and_forget(tx, tool, rate, p.now)?.starts,
+        ));
+    }
+    Ok(n)
 }
 
 /// A lease this worker holds: (run id, lease token).

@@ -22,12 +22,16 @@ pub fn next_due(
     now: DateTime<Utc>,
     tools: &[String],
 ) -> Result<Option<DateTime<Utc>>, StoreError> {
+    let paused = super::flow::paused(conn)?;
+    if paused.all {
+        return Ok(None);
+    }
     let now = ts(now);
     let mut stmt = conn
         .prepare_cached(NEXT_DELAYED)
         .ctx("prepare next delayed run")?;
     let mut earliest: Option<String> = None;
-    for tool in tools {
+    for tool in tools.iter().filter(|t| !paused.tools.contains(t)) {
         let at: Option<String> = stmt
             .query_row([tool, &now], |r| r.get(0))
             .ctx("next delayed run")?;
@@ -41,16 +45,23 @@ pub fn next_due(
 }
 
 /// Whether a queued run of one of `tools` is due by `now` or waits for a retry (an earlier
-/// attempt started): what a draining worker with these tools still waits for.
+/// attempt started), and not paused: what a draining worker with these tools still waits for.
 pub fn has_work_for(
     conn: &Connection,
     now: DateTime<Utc>,
     tools: &[String],
 ) -> Result<bool, StoreError> {
-    let tools = serde_json::to_string(tools).map_err(|e| StoreError::Task(e.to_string()))?;
+    // Paused work is not waited for: a draining worker leaves it queued.
+    let paused = super::flow::paused(conn)?;
+    if paused.all {
+        return Ok(false);
+    }
+    let tools: Vec<&String> = tools.iter().filter(|t| !paused.tools.contains(t)).collect();
+    let tools = serde_json::to_string(&tools).map_err(|e| StoreError::Task(e.to_string()))?;
     conn.prepare_cached(
         "SELECT EXISTS (SELECT 1 FROM runs WHERE state = 'queued' AND (run_at <= ?1 OR attempt > 0) \
-         AND tool IN (SELECT value FROM json_each(?2)))",
+         AND tool IN (SELECT value FROM json_each(?2)) \
+         AND session_id NOT IN (SELECT value FROM pauses WHERE scope = 'session'))",
     )
     .ctx("prepare work check")?
     .query_row(rusqlite::params![ts(now), tools], |r| r.get(0))

@@ -9,8 +9,8 @@ use tokio_util::sync::CancellationToken;
 use std::sync::Arc;
 
 use super::{
-    Store, approvals, artifacts, claim, due, finish, gauges, inbox, occurrences, rescue, retention,
-    runs, schedules, workers,
+    Store, approvals, artifacts, claim, due, finish, flow, gauges, inbox, occurrences, rescue,
+    retention, runs, schedules, workers,
 };
 use crate::error::StoreError;
 use crate::ids::RunId;
@@ -29,6 +29,7 @@ fn claim_params(c: &Claim) -> claim::ClaimParams<'_> {
         per_session: c.per_session,
         after_session: c.after_session.as_deref(),
         tools: &c.tools,
+        limits: &c.limits,
     }
 }
 
@@ -227,6 +228,44 @@ impl Engine for Store {
             Ok(done)
         })
         .await
+    }
+
+    async fn pause_set(&self, pause: crate::flow::Pause) -> EngineResult<bool> {
+        self.write_async(move |tx| flow::pause(tx, &pause)).await
+    }
+
+    async fn pause_clear(
+        &self,
+        scope: crate::flow::PauseScope,
+    ) -> EngineResult<Option<crate::flow::Pause>> {
+        self.write_async(move |tx| flow::resume(tx, &scope)).await
+    }
+
+    async fn pause_list(&self) -> EngineResult<Vec<crate::flow::Pause>> {
+        self.read_async(flow::list).await
+    }
+
+    async fn limit_next_open(
+        &self,
+        now: DateTime<Utc>,
+        rates: Vec<(String, crate::flow::Rate)>,
+    ) -> EngineResult<Option<DateTime<Utc>>> {
+        self.read_async(move |c| flow::next_open(c, now, &rates))
+            .await
+    }
+
+    async fn limit_room(
+        &self,
+        tool: String,
+        rate: crate::flow::Rate,
+        now: DateTime<Utc>,
+    ) -> EngineResult<crate::flow::Room> {
+        self.read_async(move |c| flow::room(c, &tool, rate, now))
+            .await
+    }
+
+    async fn limit_running(&self, tool: String) -> EngineResult<i64> {
+        self.read_async(move |c| flow::running(c, &tool)).await
     }
 
     async fn worker_register(&self, row: WorkerRow) -> EngineResult<()> {

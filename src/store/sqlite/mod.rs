@@ -11,6 +11,7 @@ pub mod codec;
 pub mod due;
 mod engine;
 pub mod finish;
+pub mod flow;
 pub mod gauges;
 pub mod inbox;
 pub(crate) mod migrate;

@@ -234,9 +234,11 @@ pub fn claim_due(tx: &Transaction<'_>, p: &ClaimDue) -> Result<ClaimReport, Stor
         .optional()
         .ctx("catch-up slot")?;
     let mut slot = last_slot.as_deref().and_then(parse_ts);
+    let paused = super::flow::paused(tx)?;
     for s in due {
         report.schedules += 1;
-        fire_one(tx, p, &s, &mut slot, &mut report)?;
+        let held = paused.holds(&s.tool, &s.session_id);
+        fire_one(tx, p, &s, held, &mut slot, &mut report)?;
     }
     Ok(report)
 }
@@ -245,6 +247,7 @@ fn fire_one(
     tx: &Transaction<'_>,
     p: &ClaimDue,
     s: &Schedule,
+    paused: bool,
     slot: &mut Option<DateTime<Utc>>,
     report: &mut ClaimReport,
 ) -> Result<(), StoreError> {
@@ -284,6 +287,10 @@ fn fire_one(
     let mut runs = 0i64;
     let mut last = None;
     for fire in &plan.fires {
+        if paused {
+            pause_tick(tx, s, fire, now, report)?;
+            continue;
+        }
         if busy {
             skip_overlapping(tx, s, fire, now, report)?;
             continue;
@@ -345,6 +352,22 @@ fn skip_overlapping(
     let why = "missed: its catch-up was skipped because the previous run was still active";
     let rows: Vec<_> = fire.coalesced.iter().map(|&t| (t, why)).collect();
     report.missed += record(tx, &s.id, "missed", None, &rows, now)?;
+    Ok(())
+}
+
+/// The schedule's tool or session is paused: the tick the policy would have run, and the
+/// ticks it would have stood for, are recorded as `paused` and get no run.
+fn pause_tick(
+    tx: &Transaction<'_>,
+    s: &Schedule,
+    fire: &Fire,
+    now: DateTime<Utc>,
+    report: &mut ClaimReport,
+) -> Result<(), StoreError> {
+    let why = "paused: the schedule's tool or session (or everything) was paused";
+    let mut rows: Vec<_> = fire.coalesced.iter().map(|&t| (t, why)).collect();
+    rows.push((fire.fire_at, why));
+    report.paused += record(tx, &s.id, "paused", None, &rows, now)?;
     Ok(())
 }
 
