@@ -1,6 +1,11 @@
 //! The library's front door: a [`Client`] opens the database with a tool registry and offers
 //! enqueue, inspection, cancellation, retry and inbox calls. Workers are built from it.
 
+mod inbox_page;
+mod wait;
+
+pub use wait::WaitOutcome;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -78,13 +83,25 @@ impl EnqueueRequest {
     }
 }
 
-/// The answer to an enqueue.
-#[derive(Debug, Clone, Serialize)]
+/// The answer to an enqueue. As JSON: `{"id", "run_id", "created"}` (`id` like every other
+/// run in toolq's JSON; `run_id` kept for scripts written against the first release).
+#[derive(Debug, Clone)]
 pub struct Enqueued {
     /// The run id.
     pub run_id: RunId,
     /// False when the idempotency key returned an existing run.
     pub created: bool,
+}
+
+impl Serialize for Enqueued {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let mut st = s.serialize_struct("Enqueued", 3)?;
+        st.serialize_field("id", &self.run_id)?;
+        st.serialize_field("run_id", &self.run_id)?;
+        st.serialize_field("created", &self.created)?;
+        st.end()
+    }
 }
 
 pub(crate) struct Inner {

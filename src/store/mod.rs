@@ -10,6 +10,7 @@ pub mod codec;
 pub mod finish;
 pub mod gauges;
 pub mod inbox;
+pub mod inbox_page;
 pub(crate) mod migrate;
 pub mod occurrences;
 #[cfg(test)]

@@ -8,6 +8,7 @@ mod approvals;
 mod async_ops;
 mod checkpoints;
 mod cli;
+mod cli_output;
 mod cli_tools;
 mod crash;
 mod enqueue;
