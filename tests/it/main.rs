@@ -11,6 +11,7 @@ mod cli;
 mod cli_output;
 mod cli_tools;
 mod crash;
+mod custom_cli;
 mod enqueue;
 mod finish;
 mod http;
