@@ -6,6 +6,7 @@ pub mod command;
 pub mod process;
 pub mod registry;
 pub mod sink;
+pub mod typed;
 
 use std::time::Duration;
 
@@ -16,6 +17,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use registry::{Registry, RegistryBuilder};
 pub use sink::{RunSink, Stream};
+pub use typed::{Typed, TypedTool, schema_of, typed_def};
 
 use crate::ids::RunId;
 

@@ -66,6 +66,11 @@ impl RegistryBuilder {
         self
     }
 
+    /// Adds a tool with typed arguments (its schema derived from its `Args` type).
+    pub fn typed(self, tool: impl super::TypedTool) -> Self {
+        self.tool(super::Typed(tool))
+    }
+
     /// Adds a shared tool.
     pub fn tool_arc(mut self, tool: Arc<dyn Tool>) -> Self {
         self.tools.push(tool);

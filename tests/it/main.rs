@@ -26,5 +26,6 @@ mod shutdown;
 mod spawn_background;
 mod status;
 mod tools;
+mod typed_tools;
 mod wakeup;
 mod workers;
