@@ -114,6 +114,31 @@ pub(crate) struct Inner {
 }
 
 /// A handle to a toolq database with its tools. Cheap to clone.
+///
+/// ```
+/// # async fn demo() -> toolq::Result<()> {
+/// # let dir = tempfile::tempdir().expect("temp dir");
+/// use toolq::{Client, Config, EnqueueRequest, Registry, RunState};
+///
+/// let config = Config {
+///     db_path: dir.path().join("toolq.db").display().to_string(),
+///     ..Config::default()
+/// };
+/// let client = Client::open(config, Registry::builtins())?;
+/// let enqueued = client
+///     .enqueue(EnqueueRequest::new("add", serde_json::json!({"a": 1, "b": 2})).session("demo"))
+///     .await?;
+/// let run = client.get(&enqueued.run_id).await?;
+/// assert_eq!(run.state, RunState::Queued);
+/// // Bad arguments are refused before anything is written.
+/// let e = client
+///     .enqueue(EnqueueRequest::new("add", serde_json::json!({"a": 1})))
+///     .await
+///     .unwrap_err();
+/// assert_eq!(e.exit_code(), 2);
+/// # Ok(()) }
+/// # tokio::runtime::Runtime::new().expect("runtime").block_on(demo()).expect("demo");
+/// ```
 #[derive(Clone)]
 pub struct Client {
     pub(crate) inner: Arc<Inner>,

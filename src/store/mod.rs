@@ -322,7 +322,7 @@ impl Store {
         f(&conn)
     }
 
-    /// [`Store::write`] for async callers, off the async scheduler (see [`off_scheduler`]).
+    /// [`Store::write`] for async callers, off the async scheduler (see `off_scheduler`).
     pub async fn write_async<T: Send + 'static>(
         &self,
         f: impl FnMut(&Transaction<'_>) -> Result<T, StoreError> + Send + 'static,
@@ -331,7 +331,7 @@ impl Store {
         off_scheduler(move || store.write(f)).await
     }
 
-    /// [`Store::read`] for async callers, off the async scheduler (see [`off_scheduler`]).
+    /// [`Store::read`] for async callers, off the async scheduler (see `off_scheduler`).
     pub async fn read_async<T: Send + 'static>(
         &self,
         f: impl FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,

@@ -30,7 +30,22 @@ pub struct Registry {
     tools: BTreeMap<String, Entry>,
 }
 
-/// Builds a [`Registry`].
+/// Builds a [`Registry`]: the built-ins, the config's tools, a host's own tools.
+///
+/// ```
+/// use toolq::{Config, RegistryBuilder};
+///
+/// let config = Config::default();
+/// let registry = RegistryBuilder::new()
+///     .with_builtins()
+///     .with_config_tools(&config)
+///     .expect("the default config defines no tools")
+///     .build()
+///     .expect("unique names, valid schemas");
+/// assert!(registry.get("echo").is_some());
+/// // A name registered twice is refused.
+/// assert!(RegistryBuilder::new().with_builtins().with_builtins().build().is_err());
+/// ```
 #[derive(Default)]
 pub struct RegistryBuilder {
     tools: Vec<Arc<dyn Tool>>,
