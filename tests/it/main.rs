@@ -20,6 +20,7 @@ mod limits;
 mod migrate;
 mod ops;
 mod retries;
+mod routing;
 mod schedule_cli;
 mod schedules;
 mod shutdown;
