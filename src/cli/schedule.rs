@@ -25,14 +25,23 @@ pub enum Sub {
     /// Create a schedule: a cron monitor (--cron, --tz) or a one-shot (--at).
     Add(Box<AddArgs>),
     /// List schedules, newest first.
+    #[command(
+        after_help = "Examples:\n  toolq schedule list --session ops\n  toolq --json schedule list"
+    )]
     List(ListArgs),
     /// Show one schedule with its next 5 fires and recent occurrences.
+    #[command(after_help = "Examples:\n  toolq schedule show sch_0193...")]
     Show(IdArgs),
     /// Cancel a schedule: no more ticks fire.
+    #[command(after_help = "Examples:\n  toolq schedule cancel sch_0193...")]
     Cancel(IdArgs),
     /// Enable a cancelled or disabled schedule from now on.
+    #[command(after_help = "Examples:\n  toolq schedule enable sch_0193...")]
     Enable(IdArgs),
     /// Print the next fire instants of a cron expression, in UTC and local time.
+    #[command(
+        after_help = "Examples:\n  toolq schedule preview --cron '30 1 * * *' --tz America/Chicago --count 5"
+    )]
     Preview(PreviewArgs),
 }
 
