@@ -86,7 +86,7 @@ fn a_damaged_runs_page_stops_the_drain_with_exit_1_naming_the_file() {
 #[test]
 fn check_reports_ok_on_a_good_file_and_each_problem_on_a_damaged_one() {
     let s = setup("");
-    queue(&s.db, 6000);
+    queue(&s.db, 2000);
     let ok = crate::support::toolq(&s.db, &["check"]);
     assert_eq!(ok.status.code(), Some(0), "{ok:?}");
     assert_eq!(String::from_utf8_lossy(&ok.stdout).trim(), "ok");
@@ -170,7 +170,7 @@ fn a_database_that_cannot_grow_ends_the_drain_with_exit_1_and_logs_the_state_onc
 #[test]
 fn a_plain_drain_with_fast_heartbeats_warns_of_no_lost_lease() {
     let s = setup("[worker]\nheartbeat_interval = \"1ms\"\npoll_interval = \"20ms\"\n");
-    queue(&s.db, 3000);
+    queue(&s.db, 2000);
     let mut w = spawn_worker(&s, true);
     let status = wait_exit(&mut w, Duration::from_secs(120));
     let logs = worker_logs(&s);
@@ -178,7 +178,7 @@ fn a_plain_drain_with_fast_heartbeats_warns_of_no_lost_lease() {
     let c = Connection::open(&s.db).unwrap();
     assert_eq!(
         one(&c, "SELECT count(*) FROM runs WHERE state = 'completed'"),
-        3000
+        2000
     );
     let lost: Vec<&str> = logs.lines().filter(|l| l.contains("lease lost")).collect();
     assert!(
