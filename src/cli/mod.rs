@@ -3,6 +3,7 @@
 
 mod approve;
 mod cancel;
+mod check;
 mod deny;
 mod enqueue;
 mod inbox;
@@ -87,6 +88,9 @@ pub enum Command {
     Status(status::Args),
     /// Cron monitors and one-shots: add, list, show, cancel, enable, preview.
     Schedule(schedule::Args),
+    /// Check the database file's integrity (SQLite's integrity_check, or quick_check with
+    /// --quick): prints `ok` or one line per problem; exits 1 when there is any.
+    Check(check::Args),
 }
 
 /// What every subcommand gets.
@@ -164,6 +168,7 @@ async fn dispatch(cli: Cli) -> Result<()> {
         Command::Prune(a) => prune::run(&ctx, a).await,
         Command::Status(a) => status::run(&ctx, a).await,
         Command::Schedule(a) => schedule::run(&ctx, a).await,
+        Command::Check(a) => check::run(&ctx, a).await,
     }
 }
 

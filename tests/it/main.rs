@@ -11,6 +11,7 @@ mod cli;
 mod cli_tools;
 mod crash;
 mod enqueue;
+mod faults;
 mod finish;
 mod http;
 mod leases;
