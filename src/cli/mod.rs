@@ -3,6 +3,7 @@
 
 mod approve;
 mod cancel;
+mod check;
 mod deny;
 mod enqueue;
 mod generate;
@@ -133,6 +134,10 @@ pub enum Command {
         after_help = "Examples:\n  toolq schedule add echo --cron '0 9 * * 1-5' --tz Europe/Berlin\n  toolq schedule list"
     )]
     Schedule(schedule::Args),
+    /// Check the database file's integrity (SQLite's integrity_check, or quick_check with
+    /// --quick): prints `ok` or one line per problem; exits 1 when there is any.
+    #[command(after_help = "Examples:\n  toolq check\n  toolq check --quick")]
+    Check(check::Args),
 }
 
 /// What every subcommand gets.
@@ -219,6 +224,7 @@ async fn dispatch(cli: Cli, host: RegistryBuilder) -> Result<()> {
         Command::Prune(a) => prune::run(&ctx, a).await,
         Command::Status(a) => status::run(&ctx, a).await,
         Command::Schedule(a) => schedule::run(&ctx, a).await,
+        Command::Check(a) => check::run(&ctx, a).await,
         Command::Completions(_) | Command::Man => Ok(()),
     }
 }

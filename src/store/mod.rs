@@ -8,6 +8,7 @@ mod checkpointer;
 pub mod claim;
 pub mod codec;
 pub mod due;
+mod fault;
 pub mod finish;
 pub mod gauges;
 pub mod inbox;
@@ -217,6 +218,7 @@ impl Store {
             other => other,
         })?;
         set_cache_size(&writer).map_err(|e| StoreError::sqlite("set cache_size", e))?;
+        fault::limit_pages(&writer)?;
         writer.set_prepared_statement_cache_capacity(64);
         let checkpointer = checkpointer::Checkpointer::start(&path, &writer);
 
@@ -282,7 +284,7 @@ impl Store {
                     std::thread::sleep(delay);
                     delay = (delay * 2).min(Duration::from_millis(200));
                 }
-                other => return other,
+                other => return other.map_err(|e| e.on_file(&self.inner.path)),
             }
         }
     }
@@ -320,7 +322,7 @@ impl Store {
         f: impl FnOnce(&Connection) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
         let conn = self.inner.readers.get()?;
-        f(&conn)
+        f(&conn).map_err(|e| e.on_file(&self.inner.path))
     }
 
     /// [`Store::write`] for async callers, off the async scheduler (see `off_scheduler`).
@@ -366,6 +368,33 @@ impl Store {
             c.query_row("PRAGMA integrity_check", [], |r| r.get(0))
                 .map_err(|e| StoreError::sqlite("integrity_check", e))
         })
+    }
+
+    /// Every problem `PRAGMA integrity_check` (or, with `quick`, the faster `quick_check`,
+    /// which skips index-to-table cross-checks) finds, one line each; empty for a healthy file.
+    /// A check SQLite aborts on damage it cannot walk past is reported as one more problem.
+    pub fn check(&self, quick: bool) -> Result<Vec<String>, StoreError> {
+        let pragma = if quick {
+            "quick_check"
+        } else {
+            "integrity_check"
+        };
+        let conn = self.inner.readers.get()?;
+        let lines = conn.prepare(&format!("PRAGMA {pragma}")).and_then(|mut s| {
+            s.query_map([], |r| r.get::<_, String>(0))?
+                .collect::<rusqlite::Result<Vec<_>>>()
+        });
+        match lines {
+            Ok(lines) => Ok(lines.into_iter().filter(|l| l != "ok").collect()),
+            Err(e) => {
+                let err = StoreError::sqlite(pragma, e);
+                if err.fault() == crate::error::Fault::Damaged {
+                    Ok(vec![format!("{pragma} stopped: {err}")])
+                } else {
+                    Err(err)
+                }
+            }
+        }
     }
 
     /// `PRAGMA data_version` on a given connection: changes when another connection commits.

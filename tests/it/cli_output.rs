@@ -323,28 +323,18 @@ fn runs_shows_run_at_and_duration_and_show_reads_like_people_write() {
 fn every_subcommand_help_lists_its_own_options_first_and_an_example() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("t.db");
-    for sub in [
-        "init",
-        "worker",
-        "enqueue",
-        "wait",
-        "runs",
-        "show",
-        "logs",
-        "result",
-        "cancel",
-        "retry",
-        "inbox",
-        "tools",
-        "approve",
-        "deny",
-        "stats",
-        "prune",
-        "status",
-        "schedule",
-        "completions",
-        "man",
-    ] {
+    // Every command `toolq --help` lists, so a new command needs its example too.
+    let top = ok(&db, &["--help"]);
+    let subs: Vec<&str> = top
+        .lines()
+        .skip_while(|l| !l.starts_with("Commands:"))
+        .skip(1)
+        .take_while(|l| !l.trim().is_empty())
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|s| *s != "help")
+        .collect();
+    assert!(subs.len() > 15 && subs.contains(&"wait"), "{top}");
+    for sub in subs {
         let help = ok(&db, &[sub, "--help"]);
         let own = help.find("Options:").unwrap_or(usize::MAX);
         let global = help
