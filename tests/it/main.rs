@@ -15,6 +15,7 @@ mod finish;
 mod http;
 mod leases;
 mod limits;
+mod manifest;
 mod migrate;
 mod ops;
 mod retries;
