@@ -174,8 +174,14 @@ pub fn main() -> i32 {
         Ok(cli) => cli,
         Err(e) => {
             let code = e.exit_code();
-            let _ = e.print();
-            return code;
+            // `--help` or `--version` that could not be printed did not do its job.
+            return match e.print() {
+                Err(io) if code == 0 && io.kind() != std::io::ErrorKind::BrokenPipe => {
+                    render::error(&Error::io("write to stdout", io));
+                    1
+                }
+                _ => code,
+            };
         }
     };
     if let Err(e) = init_tracing(&cli.command) {
@@ -192,8 +198,12 @@ pub fn main() -> i32 {
             return 1;
         }
     };
-    match runtime.block_on(dispatch(cli)) {
+    let outcome = runtime
+        .block_on(dispatch(cli))
+        .and_then(|()| render::finish());
+    match outcome {
         Ok(()) => 0,
+        Err(e) if render::is_reader_gone(&e) => 0,
         Err(e) => {
             render::error(&e);
             e.exit_code()

@@ -18,6 +18,7 @@ mod limits;
 mod manifest;
 mod migrate;
 mod ops;
+mod output;
 mod retries;
 mod schedule_cli;
 mod schedules;

@@ -11,6 +11,9 @@ fn libc_is_not_a_dependency_and_anyhow_is_only_for_examples() {
     let deps = m["dependencies"].as_table().unwrap();
     let dev = m["dev-dependencies"].as_table().unwrap();
     assert!(!deps.contains_key("libc"), "libc is unused: {deps:?}");
-    assert!(!deps.contains_key("anyhow"), "anyhow is used by examples only");
+    assert!(
+        !deps.contains_key("anyhow"),
+        "anyhow is used by examples only"
+    );
     assert!(dev.contains_key("anyhow"), "the examples use anyhow");
 }
