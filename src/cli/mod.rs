@@ -29,6 +29,7 @@ use clap::{Parser, Subcommand};
 use crate::client::Client;
 use crate::config::Config;
 use crate::error::{Error, Result};
+use crate::store::OpenMode;
 use crate::tool::{Registry, RegistryBuilder};
 
 /// toolq: a durable job-queue worker for tool runs, backed by one SQLite file.
@@ -138,10 +139,45 @@ fn init_tracing(command: &Command) -> Result<()> {
     }?)
 }
 
+/// Which commands may create the database file, and which only read it. Commands that add
+/// work create a missing file; commands that change existing rows need it to exist; the
+/// rest only read and open a file they may not write read-only.
+fn open_mode(command: &Command) -> OpenMode {
+    match command {
+        Command::Init(_) | Command::Worker(_) | Command::Enqueue(_) => OpenMode::Create,
+        Command::Schedule(a) => match a.command {
+            schedule::Sub::Add(_) => OpenMode::Create,
+            schedule::Sub::Cancel(_) | schedule::Sub::Enable(_) => OpenMode::Existing,
+            schedule::Sub::List(_) | schedule::Sub::Show(_) | schedule::Sub::Preview(_) => {
+                OpenMode::Read
+            }
+        },
+        Command::Cancel(_)
+        | Command::Retry(_)
+        | Command::Approve(_)
+        | Command::Deny(_)
+        | Command::Prune(_) => OpenMode::Existing,
+        Command::Inbox(a) if a.ack => OpenMode::Existing,
+        Command::Inbox(_)
+        | Command::Runs(_)
+        | Command::Show(_)
+        | Command::Logs(_)
+        | Command::Result(_)
+        | Command::Tools(_)
+        | Command::Stats(_)
+        | Command::Status(_) => OpenMode::Read,
+    }
+}
+
 async fn dispatch(cli: Cli) -> Result<()> {
     let config = load_config(&cli)?;
     let registry = registry(&config)?;
-    let client = Client::open(config, registry)?;
+    let client = Client::open_as(
+        config,
+        registry,
+        std::sync::Arc::new(crate::clock::SystemClock),
+        open_mode(&cli.command),
+    )?;
     let ctx = Ctx {
         client,
         json: cli.json,

@@ -17,6 +17,7 @@ mod leases;
 mod limits;
 mod manifest;
 mod migrate;
+mod open;
 mod ops;
 mod output;
 mod retries;
