@@ -63,6 +63,37 @@ struct Inner {
     checkpointer: Option<checkpointer::Checkpointer>,
 }
 
+fn read_only_flags() -> OpenFlags {
+    OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX | OpenFlags::SQLITE_OPEN_URI
+}
+
+/// Whether a read-only `conn` cannot read `path` for want of a -shm file it may not create,
+/// while no -wal file holds commits that are not in the file itself.
+fn needs_immutable(conn: &Connection, path: &Path) -> bool {
+    let probe = conn.query_row("PRAGMA user_version", [], |r| r.get::<_, i64>(0));
+    let cannot_read = matches!(&probe, Err(rusqlite::Error::SqliteFailure(f, _))
+        if f.code == ErrorCode::ReadOnly || f.code == ErrorCode::CannotOpen);
+    let mut wal = path.as_os_str().to_owned();
+    wal.push("-wal");
+    let wal_empty = std::fs::metadata(&wal).map_or(true, |m| m.len() == 0);
+    cannot_read && wal_empty
+}
+
+/// `file:PATH?immutable=1`, with the characters a URI gives meaning to escaped.
+fn immutable_uri(path: &Path) -> String {
+    let mut uri = String::from("file:");
+    for c in path.display().to_string().chars() {
+        match c {
+            '%' => uri.push_str("%25"),
+            '?' => uri.push_str("%3f"),
+            '#' => uri.push_str("%23"),
+            c => uri.push(c),
+        }
+    }
+    uri.push_str("?immutable=1");
+    uri
+}
+
 /// Checks the file, switches it to WAL, sets the pragmas and creates or migrates the schema.
 /// Every step may be repeated: a retry after SQLITE_BUSY starts here again.
 fn setup(writer: &mut Connection, display: &str, read_only: bool) -> Result<(), StoreError> {
@@ -273,6 +304,16 @@ impl Store {
                 action: "open it for writing".into(),
             });
         }
+        // A WAL file read-only to us whose -shm cannot be created (a directory we may not
+        // write) cannot be read through the WAL index. With no -wal file (or an empty one),
+        // every commit is in the file itself, and since no -shm exists no process has it open
+        // in WAL mode: read it as immutable (no locks, no index).
+        let mut target = path.clone();
+        if read_only && needs_immutable(&writer, &path) {
+            target = PathBuf::from(immutable_uri(&path));
+            writer = Connection::open_with_flags(&target, read_only_flags())
+                .map_err(|e| StoreError::sqlite(format!("open {display} read-only"), e))?;
+        }
         writer
             .busy_timeout(BUSY_TIMEOUT)
             .map_err(|e| StoreError::sqlite("set busy_timeout", e))?;
@@ -300,11 +341,11 @@ impl Store {
         };
 
         let reader_flags = if read_only {
-            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX
+            read_only_flags()
         } else {
             OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX
         };
-        let manager = SqliteConnectionManager::file(&path)
+        let manager = SqliteConnectionManager::file(&target)
             .with_flags(reader_flags)
             .with_init(|c| {
                 set_connection_pragmas(c)?;
