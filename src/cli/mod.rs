@@ -172,17 +172,25 @@ fn open_mode(command: &Command) -> OpenMode {
 async fn dispatch(cli: Cli) -> Result<()> {
     let config = load_config(&cli)?;
     let registry = registry(&config)?;
+    // These two need no database: they neither open nor create one.
+    let command = match cli.command {
+        Command::Tools(a) => return tools::run(&registry, cli.json, a),
+        Command::Schedule(schedule::Args {
+            command: schedule::Sub::Preview(a),
+        }) => return schedule::preview(cli.json, a),
+        other => other,
+    };
     let client = Client::open_as(
         config,
         registry,
         std::sync::Arc::new(crate::clock::SystemClock),
-        open_mode(&cli.command),
+        open_mode(&command),
     )?;
     let ctx = Ctx {
         client,
         json: cli.json,
     };
-    match cli.command {
+    match command {
         Command::Init(a) => init::run(&ctx, a).await,
         Command::Worker(a) => worker::run(&ctx, a).await,
         Command::Enqueue(a) => enqueue::run(&ctx, a).await,
@@ -193,7 +201,7 @@ async fn dispatch(cli: Cli) -> Result<()> {
         Command::Cancel(a) => cancel::run(&ctx, a).await,
         Command::Retry(a) => retry::run(&ctx, a).await,
         Command::Inbox(a) => inbox::run(&ctx, a).await,
-        Command::Tools(a) => tools::run(&ctx, a).await,
+        Command::Tools(a) => tools::run(ctx.client.registry(), ctx.json, a),
         Command::Approve(a) => approve::run(&ctx, a).await,
         Command::Deny(a) => deny::run(&ctx, a).await,
         Command::Stats(a) => stats::run(&ctx, a).await,

@@ -74,7 +74,6 @@ fn non_creating_commands() -> Vec<Vec<&'static str>> {
         vec!["logs", id],
         vec!["result", id],
         vec!["inbox", "default"],
-        vec!["tools"],
         vec!["stats"],
         vec!["status"],
         vec!["schedule", "list"],
@@ -105,6 +104,23 @@ fn commands_that_do_not_add_work_refuse_a_missing_file_and_name_it() {
             "{args:?}: {err}"
         );
         assert!(!db.exists(), "{args:?} created {}", db.display());
+    }
+    let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+    assert!(names.is_empty(), "{names:?}");
+}
+
+#[test]
+fn commands_that_need_no_database_do_not_create_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("none.db");
+    for args in [
+        &["tools"][..],
+        &["tools", "echo"][..],
+        &["schedule", "preview", "--cron", "@daily"][..],
+    ] {
+        let o = cmd(&db, args).output().unwrap();
+        assert!(o.status.success(), "{args:?}: {}", stderr(&o));
+        assert!(!o.stdout.is_empty(), "{args:?}");
     }
     let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
     assert!(names.is_empty(), "{names:?}");
