@@ -164,7 +164,18 @@ impl Client {
         registry: Registry,
         clock: SharedClock,
     ) -> Result<Client> {
-        let store = Store::open(&config.db_path)?;
+        Self::open_as(config, registry, clock, store::OpenMode::Create)
+    }
+
+    /// Opens as `mode` allows (see [`Store::open_with`]): the CLI's read commands neither
+    /// create a missing file nor need to write one.
+    pub fn open_as(
+        config: Config,
+        registry: Registry,
+        clock: SharedClock,
+        mode: store::OpenMode,
+    ) -> Result<Client> {
+        let store = Store::open_with(&config.db_path, mode)?;
         Ok(Client {
             inner: Arc::new(Inner {
                 store,

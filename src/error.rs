@@ -131,6 +131,22 @@ pub enum StoreError {
         /// The value read back.
         got: String,
     },
+    /// The file does not exist and this command does not create it.
+    #[error(
+        "database {path} does not exist (toolq init, worker, enqueue and schedule add create it)"
+    )]
+    Missing {
+        /// Path of the file.
+        path: String,
+    },
+    /// The file is read-only for this process and the command must write to it.
+    #[error("database {path} is read-only for this process: cannot {action}")]
+    ReadOnly {
+        /// Path of the file.
+        path: String,
+        /// What needed to write.
+        action: String,
+    },
     /// A blocking database task panicked or was cancelled.
     #[error("database task failed: {0}")]
     Task(String),
@@ -269,7 +285,11 @@ impl Error {
     pub fn exit_code(&self) -> i32 {
         match self {
             Error::Input(_) | Error::Schedule(_) | Error::Config(_) => 2,
-            Error::Store(StoreError::SchemaTooNew { .. } | StoreError::NotToolq { .. }) => 2,
+            Error::Store(
+                StoreError::SchemaTooNew { .. }
+                | StoreError::NotToolq { .. }
+                | StoreError::Missing { .. },
+            ) => 2,
             _ => 1,
         }
     }

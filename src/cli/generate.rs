@@ -4,7 +4,7 @@
 use clap::CommandFactory;
 use clap_complete::Shell;
 
-use super::Cli;
+use super::{Cli, render};
 use crate::error::{Error, Result};
 
 /// Flags of `completions`.
@@ -17,18 +17,19 @@ pub struct CompletionsArgs {
 
 /// Prints the completion script for one shell.
 pub fn completions(a: &CompletionsArgs) -> Result<()> {
-    let mut cmd = Cli::command();
-    clap_complete::generate(a.shell, &mut cmd, "toolq", &mut std::io::stdout().lock());
+    let mut buf = Vec::new();
+    clap_complete::generate(a.shell, &mut Cli::command(), "toolq", &mut buf);
+    // Printed through render, which handles a closed pipe like every other command.
+    render::raw(&String::from_utf8_lossy(&buf));
     Ok(())
 }
 
 /// Prints the man page.
 pub fn man() -> Result<()> {
-    match clap_mangen::Man::new(Cli::command()).render(&mut std::io::stdout().lock()) {
-        // `toolq man | head` closing the pipe early is not a failure.
-        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
-            Err(Error::io("write the man page", e))
-        }
-        _ => Ok(()),
-    }
+    let mut buf = Vec::new();
+    clap_mangen::Man::new(Cli::command())
+        .render(&mut buf)
+        .map_err(|e| Error::io("render the man page", e))?;
+    render::raw(&String::from_utf8_lossy(&buf));
+    Ok(())
 }

@@ -72,6 +72,8 @@ async fn follow(ctx: &Ctx, args: &Args) -> Result<()> {
                 show(m);
             }
         }
+        // Nobody reads the output any more: stop following (and acknowledging).
+        render::check()?;
         tokio::select! {
             _ = tokio::time::sleep(FOLLOW_EVERY) => {}
             _ = tokio::signal::ctrl_c() => return Ok(()),

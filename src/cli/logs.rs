@@ -85,6 +85,8 @@ async fn follow(ctx: &Ctx, id: &RunId) -> Result<()> {
             emit(ctx, id, run.attempt, &escape_bytes(&new[..upto]));
             shown += upto;
         }
+        // Nobody reads the output any more: stop following.
+        render::check()?;
         if finished {
             if !ctx.json {
                 render::note(&format!("run {id} {}", run.state));

@@ -32,6 +32,7 @@ use clap::{Parser, Subcommand};
 use crate::client::Client;
 use crate::config::Config;
 use crate::error::{Error, Result};
+use crate::store::OpenMode;
 use crate::tool::{Registry, RegistryBuilder};
 
 /// The help heading of the flags every subcommand takes, listed after its own.
@@ -192,6 +193,40 @@ fn init_tracing(command: &Command) -> Result<()> {
     }?)
 }
 
+/// Which commands may create the database file, and which only read it. Commands that add
+/// work create a missing file; commands that change existing rows need it to exist; the
+/// rest only read and open a file they may not write read-only.
+fn open_mode(command: &Command) -> OpenMode {
+    match command {
+        Command::Init(_) | Command::Worker(_) | Command::Enqueue(_) => OpenMode::Create,
+        Command::Schedule(a) => match a.command {
+            schedule::Sub::Add(_) => OpenMode::Create,
+            schedule::Sub::Cancel(_) | schedule::Sub::Enable(_) => OpenMode::Existing,
+            schedule::Sub::List(_) | schedule::Sub::Show(_) | schedule::Sub::Preview(_) => {
+                OpenMode::Read
+            }
+        },
+        Command::Cancel(_)
+        | Command::Retry(_)
+        | Command::Approve(_)
+        | Command::Deny(_)
+        | Command::Prune(_) => OpenMode::Existing,
+        Command::Inbox(a) if a.ack => OpenMode::Existing,
+        Command::Inbox(_)
+        | Command::Runs(_)
+        | Command::Show(_)
+        | Command::Logs(_)
+        | Command::Result(_)
+        | Command::Tools(_)
+        | Command::Stats(_)
+        | Command::Status(_)
+        | Command::Check(_)
+        | Command::Wait(_) => OpenMode::Read,
+        // Answered before any database is opened (see dispatch).
+        Command::Completions(_) | Command::Man => OpenMode::Read,
+    }
+}
+
 async fn dispatch(cli: Cli, host: RegistryBuilder) -> Result<()> {
     match &cli.command {
         Command::Completions(a) => return generate::completions(a),
@@ -200,12 +235,25 @@ async fn dispatch(cli: Cli, host: RegistryBuilder) -> Result<()> {
     }
     let config = load_config(&cli)?;
     let registry = registry_with(&config, host)?;
-    let client = Client::open(config, registry)?;
+    // These two need no database: they neither open nor create one.
+    let command = match cli.command {
+        Command::Tools(a) => return tools::run(&registry, cli.json, a),
+        Command::Schedule(schedule::Args {
+            command: schedule::Sub::Preview(a),
+        }) => return schedule::preview(cli.json, a),
+        other => other,
+    };
+    let client = Client::open_as(
+        config,
+        registry,
+        std::sync::Arc::new(crate::clock::SystemClock),
+        open_mode(&command),
+    )?;
     let ctx = Ctx {
         client,
         json: cli.json,
     };
-    match cli.command {
+    match command {
         Command::Init(a) => init::run(&ctx, a).await,
         Command::Worker(a) => worker::run(&ctx, a).await,
         Command::Enqueue(a) => enqueue::run(&ctx, a).await,
@@ -217,7 +265,7 @@ async fn dispatch(cli: Cli, host: RegistryBuilder) -> Result<()> {
         Command::Cancel(a) => cancel::run(&ctx, a).await,
         Command::Retry(a) => retry::run(&ctx, a).await,
         Command::Inbox(a) => inbox::run(&ctx, a).await,
-        Command::Tools(a) => tools::run(&ctx, a).await,
+        Command::Tools(a) => tools::run(ctx.client.registry(), ctx.json, a),
         Command::Approve(a) => approve::run(&ctx, a).await,
         Command::Deny(a) => deny::run(&ctx, a).await,
         Command::Stats(a) => stats::run(&ctx, a).await,
@@ -265,8 +313,14 @@ pub fn main_with(host: RegistryBuilder) -> i32 {
         Ok(cli) => cli,
         Err(e) => {
             let code = e.exit_code();
-            let _ = e.print();
-            return code;
+            // `--help` or `--version` that could not be printed did not do its job.
+            return match e.print() {
+                Err(io) if code == 0 && io.kind() != std::io::ErrorKind::BrokenPipe => {
+                    render::error(&Error::io("write to stdout", io));
+                    1
+                }
+                _ => code,
+            };
         }
     };
     if let Err(e) = init_tracing(&cli.command) {
@@ -283,8 +337,12 @@ pub fn main_with(host: RegistryBuilder) -> i32 {
             return 1;
         }
     };
-    match runtime.block_on(dispatch(cli, host)) {
+    let outcome = runtime
+        .block_on(dispatch(cli, host))
+        .and_then(|()| render::finish());
+    match outcome {
         Ok(()) => 0,
+        Err(e) if render::is_reader_gone(&e) => 0,
         Err(e) => {
             let e = name_flags(e);
             render::error(&e);

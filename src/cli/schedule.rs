@@ -154,7 +154,7 @@ pub async fn run(ctx: &Ctx, args: Args) -> Result<()> {
             done(ctx, &s, "enabled");
             Ok(())
         }
-        Sub::Preview(a) => preview(ctx, a),
+        Sub::Preview(a) => preview(ctx.json, a),
     }
 }
 
@@ -322,7 +322,8 @@ async fn show(ctx: &Ctx, id: &str) -> Result<()> {
     Ok(())
 }
 
-fn preview(ctx: &Ctx, a: PreviewArgs) -> Result<()> {
+/// `schedule preview`: needs no database, so it runs without opening one.
+pub fn preview(json: bool, a: PreviewArgs) -> Result<()> {
     let from = match &a.from {
         Some(f) => Some(
             DateTime::parse_from_rfc3339(f.trim())
@@ -338,10 +339,13 @@ fn preview(ctx: &Ctx, a: PreviewArgs) -> Result<()> {
         None => None,
     };
     let tz = parse_timezone(a.tz.as_deref().unwrap_or("UTC"))?;
-    let fires = ctx
-        .client
-        .preview_schedule(&a.cron, a.tz.as_deref(), from, a.count)?;
-    if ctx.json {
+    let fires = crate::schedule::api::preview(
+        &a.cron,
+        a.tz.as_deref(),
+        from.unwrap_or_else(Utc::now),
+        a.count,
+    )?;
+    if json {
         let list: Vec<Value> = fires
             .iter()
             .map(|f| json!({"utc": utc(f), "local": local(f, tz)}))
