@@ -33,7 +33,6 @@ impl Scope {
 
 /// Flags of `pause`.
 #[derive(Debug, clap::Args)]
-#[command(after_help = "Example:\n  toolq pause --tool http --by alice --reason \"API is down\"")]
 pub struct PauseArgs {
     /// What to pause.
     #[command(flatten)]
@@ -48,7 +47,6 @@ pub struct PauseArgs {
 
 /// Flags of `resume`.
 #[derive(Debug, clap::Args)]
-#[command(after_help = "Example:\n  toolq resume --tool http")]
 pub struct ResumeArgs {
     /// What to resume.
     #[command(flatten)]
