@@ -16,6 +16,7 @@ mod ends;
 mod enqueue;
 mod faults;
 mod finish;
+mod flow;
 mod http;
 mod leases;
 mod limits;
