@@ -188,15 +188,19 @@ CREATE TABLE pauses (
     PRIMARY KEY (scope, value)
 ) WITHOUT ROWID;
 
--- One row per start of a tool that has a `rate` limit: the sliding window counts the rows of
--- the tool newer than now minus the window (a range of the key). The claim that counts them
--- deletes the rows older than the window; tools without a rate write none.
+-- One row per start of a tool that has a `rate` limit: a sliding window over the last `window`
+-- of starts. Starts are numbered per tool, so the starts in the window are the newest number
+-- less the number of the first start inside it, plus one: two index seeks, whatever the rate.
+-- The claim that counts them deletes the rows older than the window; tools without a rate
+-- write none.
 CREATE TABLE tool_starts (
     tool        TEXT NOT NULL,
+    seq         INTEGER NOT NULL,              -- 1, 2, 3 ... per tool: counts without reading
     started_at  TEXT NOT NULL,
     run_id      TEXT NOT NULL,
-    PRIMARY KEY (tool, started_at, run_id)
+    PRIMARY KEY (tool, seq)
 ) WITHOUT ROWID;
+CREATE INDEX tool_starts_time_idx ON tool_starts (tool, started_at);
 
 -- Messages for sessions: run completions, failures, cancellations, approval requests.
 CREATE TABLE inbox (

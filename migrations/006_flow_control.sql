@@ -20,10 +20,12 @@ CREATE TABLE pauses (
 
 CREATE TABLE tool_starts (
     tool        TEXT NOT NULL,
+    seq         INTEGER NOT NULL,              -- 1, 2, 3 ... per tool: counts without reading
     started_at  TEXT NOT NULL,
     run_id      TEXT NOT NULL,
-    PRIMARY KEY (tool, started_at, run_id)
+    PRIMARY KEY (tool, seq)
 ) WITHOUT ROWID;
+CREATE INDEX tool_starts_time_idx ON tool_starts (tool, started_at);
 
 DROP INDEX runs_running_owner_idx;
 CREATE INDEX runs_running_owner_idx ON runs (lease_owner, lease_expires_at, session_id, tool) WHERE state = 'running';

@@ -172,24 +172,50 @@ pub struct Room {
     pub opens_at: Option<DateTime<Utc>>,
 }
 
-/// The sliding window: the starts in `(now - window, now]` count; `recent` are those starts,
-/// oldest first. With `n` starts in the window and room for `count`, the next start is allowed
-/// when the `(n - count + 1)`-th oldest leaves the window, i.e. at its time plus the window.
-pub fn room(rate: Rate, now: DateTime<Utc>, recent: &[DateTime<Utc>]) -> Room {
-    let from = now - rate.window;
-    let inside: Vec<DateTime<Utc>> = recent.iter().copied().filter(|t| *t > from).collect();
-    let n = inside.len();
-    let count = rate.count as usize;
-    if n < count {
+/// What a rate's sliding window holds at some instant: the starts in `(now - window, now]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Window {
+    /// Starts inside the window.
+    pub starts: u64,
+    /// With `starts >= count`: the `count`-th newest start. The next start is allowed once it
+    /// leaves the window (then `count - 1` remain).
+    pub nth_newest: Option<DateTime<Utc>>,
+}
+
+impl Window {
+    /// The window of `rate` at `now` over a tool's start times (any order).
+    pub fn of(rate: Rate, now: DateTime<Utc>, starts: &[DateTime<Utc>]) -> Window {
+        let from = now - rate.window;
+        let mut inside: Vec<DateTime<Utc>> = starts.iter().copied().filter(|t| *t > from).collect();
+        inside.sort_unstable();
+        let n = inside.len();
+        let count = rate.count as usize;
+        Window {
+            starts: n as u64,
+            nth_newest: (n >= count).then(|| inside[n - count]),
+        }
+    }
+}
+
+/// What `rate` allows given its window: `count` less the starts inside it, or, when full,
+/// when the `count`-th newest start leaves it.
+pub fn room_in(rate: Rate, w: &Window) -> Room {
+    let count = u64::from(rate.count);
+    if w.starts < count {
         return Room {
-            starts: (count - n) as u32,
+            starts: (count - w.starts) as u32,
             opens_at: None,
         };
     }
     Room {
         starts: 0,
-        opens_at: Some(inside[n - count] + rate.window),
+        opens_at: w.nth_newest.map(|t| t + rate.window),
     }
+}
+
+/// The sliding window over `recent` start times: see [`Window::of`] and [`room_in`].
+pub fn room(rate: Rate, now: DateTime<Utc>, recent: &[DateTime<Utc>]) -> Room {
+    room_in(rate, &Window::of(rate, now, recent))
 }
 
 #[cfg(test)]

@@ -1,12 +1,12 @@
 //! Flow control's statements: the pauses table, and the starts ledger of rate-limited tools.
 
 use chrono::{DateTime, Utc};
-use rusqlite::{Connection, Transaction};
+use rusqlite::{Connection, OptionalExtension, Transaction};
 
 use super::Ctx;
 use super::codec::{parse_ts, ts};
 use crate::error::StoreError;
-use crate::flow::{Pause, PauseScope, Paused, Rate, Room};
+use crate::flow::{Pause, PauseScope, Paused, Rate, Room, Window, room_in};
 
 const LIST: &str =
     "SELECT scope, value, since, by, reason FROM pauses ORDER BY since, scope, value";
@@ -80,34 +80,76 @@ pub fn resume(tx: &Transaction<'_>, scope: &PauseScope) -> Result<Option<Pause>,
     Ok(found)
 }
 
-/// The starts of `tool` within the window of `rate` before `now`, oldest first: a range of
-/// the ledger's key.
-pub(crate) const WINDOW: &str =
-    "SELECT started_at FROM tool_starts WHERE tool = ?1 AND started_at > ?2 ORDER BY started_at";
-/// Forgets starts that left the window (also a range of the key).
+/// The newest start of a tool: its number.
+const LAST: &str = "SELECT seq FROM tool_starts WHERE tool = ?1 ORDER BY seq DESC LIMIT 1";
+/// The first start inside the window: its number (one seek into the time index).
+pub(crate) const FIRST_IN: &str = "SELECT seq FROM tool_starts INDEXED BY tool_starts_time_idx \
+    WHERE tool = ?1 AND started_at > ?2 ORDER BY started_at LIMIT 1";
+/// A start by number.
+const AT: &str = "SELECT started_at FROM tool_starts WHERE tool = ?1 AND seq = ?2";
+/// Forgets starts that left the window (a range of the time index).
 const FORGET: &str = "DELETE FROM tool_starts WHERE tool = ?1 AND started_at <= ?2";
 const RECORD: &str =
-    "INSERT OR IGNORE INTO tool_starts (tool, started_at, run_id) VALUES (?1, ?2, ?3)";
+    "INSERT INTO tool_starts (tool, seq, started_at, run_id) VALUES (?1, ?2, ?3, ?4)";
 
-/// What `rate` allows `tool` at `now` (reads the window only).
+fn last(conn: &Connection, tool: &str) -> Result<i64, StoreError> {
+    Ok(conn
+        .prepare_cached(LAST)
+        .ctx("prepare last start")?
+        .query_row([tool], |r| r.get::<_, i64>(0))
+        .optional()
+        .ctx("last start")?
+        .unwrap_or(0))
+}
+
+/// The window of `rate` for `tool` at `now`: three seeks at most, whatever the rate. Starts
+/// are numbered in claim order; the count assumes their times follow it (workers on one
+/// host share its clock).
+pub fn window(
+    conn: &Connection,
+    tool: &str,
+    rate: Rate,
+    now: DateTime<Utc>,
+) -> Result<Window, StoreError> {
+    let first: Option<i64> = conn
+        .prepare_cached(FIRST_IN)
+        .ctx("prepare rate window")?
+        .query_row(rusqlite::params![tool, ts(now - rate.window)], |r| r.get(0))
+        .optional()
+        .ctx("rate window")?;
+    let Some(first) = first else {
+        return Ok(Window {
+            starts: 0,
+            nth_newest: None,
+        });
+    };
+    let last = last(conn, tool)?;
+    let starts = (last - first + 1).max(0) as u64;
+    let nth_newest = if starts >= u64::from(rate.count) {
+        let at: Option<String> = conn
+            .prepare_cached(AT)
+            .ctx("prepare start by number")?
+            .query_row(
+                rusqlite::params![tool, last - i64::from(rate.count) + 1],
+                |r| r.get(0),
+            )
+            .optional()
+            .ctx("start by number")?;
+        at.as_deref().and_then(parse_ts)
+    } else {
+        None
+    };
+    Ok(Window { starts, nth_newest })
+}
+
+/// What `rate` allows `tool` at `now` (reads only).
 pub fn room(
     conn: &Connection,
     tool: &str,
     rate: Rate,
     now: DateTime<Utc>,
 ) -> Result<Room, StoreError> {
-    let from = ts(now - rate.window);
-    let mut stmt = conn.prepare_cached(WINDOW).ctx("prepare rate window")?;
-    let rows = stmt
-        .query_map([tool, &from], |r| r.get::<_, String>(0))
-        .ctx("rate window")?;
-    let mut recent = Vec::new();
-    for row in rows {
-        if let Some(t) = parse_ts(&row.ctx("read rate window")?) {
-            recent.push(t);
-        }
-    }
-    Ok(crate::flow::room(rate, now, &recent))
+    Ok(room_in(rate, &window(conn, tool, rate, now)?))
 }
 
 /// What `rate` allows `tool` at `now`, forgetting the starts that left the window first.
@@ -124,16 +166,17 @@ pub fn room_and_forget(
     room(tx, tool, rate, now)
 }
 
-/// Records a start of a rate-limited tool.
+/// Records a start of a rate-limited tool under the next number.
 pub fn record_start(
     tx: &Transaction<'_>,
     tool: &str,
     now: DateTime<Utc>,
     run_id: &str,
 ) -> Result<(), StoreError> {
+    let seq = last(tx, tool)? + 1;
     tx.prepare_cached(RECORD)
         .ctx("prepare record start")?
-        .execute([tool, &ts(now), run_id])
+        .execute(rusqlite::params![tool, seq, ts(now), run_id])
         .ctx("record start")?;
     Ok(())
 }

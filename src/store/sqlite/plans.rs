@@ -165,13 +165,16 @@ fn claims_and_the_next_due_run_seek_by_tool() {
 }
 
 /// Limits add no per-limit cost to a claim: the running counts per session and tool are one
-/// read of the small running-runs index, and a rate window is a range of the starts ledger's
-/// key for the one tool (whatever the number of limited tools or of recorded starts).
+/// read of the small running-runs index, and a rate window is a seek into the starts ledger's
+/// time index for the one tool (whatever the number of limited tools or of recorded starts).
 #[test]
 fn limit_counts_read_the_running_index_and_a_key_range() {
     for (sql, wanted) in [
         (super::claim::RUNNING_PER_SESSION, "runs_running_owner_idx"),
-        (super::flow::WINDOW, "PRIMARY KEY (tool=? AND started_at>?)"),
+        (
+            super::flow::FIRST_IN,
+            "tool_starts_time_idx (tool=? AND started_at>?)",
+        ),
     ] {
         let p = plan(sql);
         assert!(p.iter().any(|d| d.contains(wanted)), "{sql}: {p:?}");
