@@ -44,6 +44,9 @@ for r in $(seq "$RUNS"); do
   $L "$DIR" "$N" | tee -a "$RAW"
   $W enqueue "$DIR/w$r.db" "$N" "$CONC" | tee -a "$RAW"
   $W drain "$DIR/w$r.db" "$N" "$CONC" | tee -a "$RAW"
+  # The same drain with a per-tool limit and a rate that never bind (issue 21), interleaved.
+  $W enqueue-batch "$DIR/wl$r.db" "$N" "$CONC" > /dev/null
+  $W drain-limited "$DIR/wl$r.db" "$N" "$CONC" | tee -a "$RAW"
   $W enqueue-batch "$DIR/b$r.db" "$N" "$CONC" | tee -a "$RAW"
   $W latency "$DIR/l$r.db" "$SAMPLES" "$CONC" | tee -a "$RAW"
   $W latency-xproc "$DIR/x$r.db" "$SAMPLES" "$CONC" | tee -a "$RAW"

@@ -2,10 +2,13 @@
 //!
 //! `cargo run --release --example workload -- <mode> <db-path> <count> <concurrency>`
 //!
-//! Modes: enqueue | enqueue-batch | drain | latency | latency-xproc | latency-delayed | idle.
+//! Modes: enqueue | enqueue-batch | drain | drain-limited | latency | latency-xproc |
+//! latency-delayed | idle.
 //! Prints exactly one JSON line on stdout; everything else goes to stderr. `idle` (toolq's own)
 //! measures the CPU time and the commits of a worker that has nothing to do; `latency-delayed`
-//! (toolq's own) how late a run enqueued 100 ms ahead starts (lateness p50/p99). `enqueue-one` is the helper the
+//! (toolq's own) how late a run enqueued 100 ms ahead starts (lateness p50/p99).
+//! `drain-limited` (toolq's own) is `drain` with a per-tool limit and a rate on the no-op tool
+//! that never bind ([`LIMITS`]): what counting them costs a claim. `enqueue-one` is the helper the
 //! `latency-xproc` mode starts as its enqueuing child process.
 
 mod latency;
@@ -83,7 +86,8 @@ async fn run(a: Args) -> anyhow::Result<Option<Value>> {
     let out = match a.mode.as_str() {
         "enqueue" => throughput::enqueue(&a.db, a.count, 1).await?,
         "enqueue-batch" => throughput::enqueue(&a.db, a.count, 1000).await?,
-        "drain" => throughput::drain(&a.db, a.count, a.concurrency).await?,
+        "drain" => throughput::drain(&a.db, a.count, a.concurrency, false).await?,
+        "drain-limited" => throughput::drain(&a.db, a.count, a.concurrency, true).await?,
         "latency" => latency::same_process(&a.db, a.count, a.concurrency).await?,
         "latency-xproc" => latency::cross_process(&a.db, a.count, a.concurrency).await?,
         "latency-delayed" => latency::delayed(&a.db, a.count, a.concurrency).await?,
@@ -93,14 +97,29 @@ async fn run(a: Args) -> anyhow::Result<Option<Value>> {
             return Ok(None);
         }
         other => anyhow::bail!(
-            "mode {other:?}: expected enqueue, enqueue-batch, drain, latency, latency-xproc, latency-delayed or idle"
+            "mode {other:?}: expected enqueue, enqueue-batch, drain, drain-limited, latency, latency-xproc, latency-delayed or idle"
         ),
     };
     Ok(Some(out))
 }
 
+/// `drain-limited`'s limits on the no-op tool: four times the slots, and 100,000 starts a
+/// second (a drain here does about 40,000/s), so they are counted on every claim and never
+/// hold a run back.
+pub const LIMITS: &str = "[limits.noop]\nmax_running = 64\nrate = \"100000/1s\"\n";
+
 /// A client on `db` with the no-op tool, `concurrency` slots, all usable by one session.
 fn open(db: &Path, concurrency: usize, recorder: Recorder) -> anyhow::Result<Client> {
+    open_with(db, concurrency, recorder, false)
+}
+
+/// [`open`], with [`LIMITS`] if `limited`.
+fn open_with(
+    db: &Path,
+    concurrency: usize,
+    recorder: Recorder,
+    limited: bool,
+) -> anyhow::Result<Client> {
     let mut config = Config {
         db_path: db.to_string_lossy().into_owned(),
         ..Config::default()
@@ -109,6 +128,9 @@ fn open(db: &Path, concurrency: usize, recorder: Recorder) -> anyhow::Result<Cli
     // Every benchmark job is in one session: let it use every slot.
     config.worker.per_session = concurrency.max(1) as i64;
     config.sessions.max_active_runs = 1_000_000;
+    if limited {
+        config.limits = Config::parse(LIMITS, "workload")?.limits;
+    }
     let registry = RegistryBuilder::new().tool(Noop(recorder)).build()?;
     Ok(Client::open(config, registry)?)
 }

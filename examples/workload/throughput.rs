@@ -8,7 +8,7 @@ use tokio_util::sync::CancellationToken;
 use toolq::WorkerOptions;
 use toolq::error::StoreError;
 
-use crate::{Recorder, fresh, open, peak_rss_kib, request, with_info};
+use crate::{Recorder, fresh, open, open_with, peak_rss_kib, request, with_info};
 
 /// `enqueue` (batch = 1) and `enqueue-batch` (batch = 1000) on a fresh file.
 pub async fn enqueue(db: &Path, n: usize, batch: usize) -> anyhow::Result<Value> {
@@ -41,12 +41,19 @@ pub async fn enqueue(db: &Path, n: usize, batch: usize) -> anyhow::Result<Value>
 
 /// `drain`: a new process on the file `enqueue` left; the clock runs from starting the worker
 /// until the handler ran `n` times and no run is unfinished in the database.
-pub async fn drain(db: &Path, n: usize, concurrency: usize) -> anyhow::Result<Value> {
+/// With `limited`, the no-op tool has `max_running` and `rate` limits that never bind
+/// (`drain-limited`).
+pub async fn drain(
+    db: &Path,
+    n: usize,
+    concurrency: usize,
+    limited: bool,
+) -> anyhow::Result<Value> {
     if !db.exists() {
         anyhow::bail!("{}: no such file; run the enqueue mode first", db.display());
     }
     let recorder = Recorder::counting();
-    let client = open(db, concurrency, recorder.clone())?;
+    let client = open_with(db, concurrency, recorder.clone(), limited)?;
     let shutdown = CancellationToken::new();
     let started = Instant::now();
     let worker = client.worker(WorkerOptions::default());
@@ -77,8 +84,19 @@ pub async fn drain(db: &Path, n: usize, concurrency: usize) -> anyhow::Result<Va
         "worker report: {report:?}\nwriter: {:?}",
         client.store().write_stats()
     );
+    // The limits were counted: the starts of the last second are in the ledger.
+    let starts: i64 = client
+        .store()
+        .read_async(|c| {
+            c.query_row("SELECT count(*) FROM tool_starts", [], |r| r.get(0))
+                .map_err(|e| StoreError::Task(format!("count starts: {e}")))
+        })
+        .await?;
+    if limited && starts == 0 {
+        anyhow::bail!("drain-limited recorded no starts: the rate was not counted");
+    }
     let v = json!({
-        "mode": "drain", "n": n, "concurrency": concurrency, "secs": round(secs, 4),
+        "mode": if limited { "drain-limited" } else { "drain" }, "n": n, "concurrency": concurrency, "secs": round(secs, 4),
         "rate": round(n as f64 / secs, 1), "handled": handled,
         "peak_rss_kib": peak_rss_kib(),
     });
