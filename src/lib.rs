@@ -60,7 +60,6 @@ pub mod status;
 #[doc(hidden)]
 pub mod store;
 pub mod tool;
-mod wal;
 pub mod worker;
 
 pub use client::{Client, EnqueueRequest, Enqueued};
