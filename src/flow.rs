@@ -77,6 +77,15 @@ pub struct Pause {
     pub reason: Option<String>,
 }
 
+/// The answer to a pause.
+#[derive(Debug, Clone, Serialize)]
+pub struct PauseOutcome {
+    /// The pause in force (the earlier one if it was already paused).
+    pub pause: Pause,
+    /// False when that scope was already paused (nothing changed).
+    pub new: bool,
+}
+
 /// The pauses in force, as a claim sees them.
 #[derive(Debug, Clone, Default)]
 pub struct Paused {

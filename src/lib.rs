@@ -19,10 +19,10 @@
 //!
 //! ## Modules
 //! The library's front door, all `impl Client`:
-//! - [`client`]: open a database, enqueue, inspect, cancel, retry, inbox, logs and results;
+//! - [`client`]: open a database, enqueue, inspect, cancel, retry, pause and resume, inbox,
+//!   logs and results;
 //!   every way a run ends goes through one end-writer.
 //! - [`approval`]: approve, deny, expire (tools that require an operator's decision).
-//! - [`pause`]: pause and resume a tool, a session or everything; why a queued run waits.
 //! - [`schedule`]: cron and one-shot schedules, their firing plan and the schedule tick.
 //! - [`retention`]: pruning old finished work in bounded batches.
 //! - [`status`]: worker liveness and the health check; [`metrics`]: Prometheus counters and
@@ -56,7 +56,6 @@ pub mod flow;
 pub mod ids;
 pub mod inbox;
 pub mod metrics;
-pub mod pause;
 pub mod retention;
 pub mod run;
 pub mod schedule;
@@ -64,7 +63,6 @@ pub mod status;
 #[doc(hidden)]
 pub mod store;
 pub mod tool;
-mod wal;
 pub mod worker;
 
 pub use client::{Client, EnqueueRequest, Enqueued};

@@ -1,25 +1,14 @@
-//! Pause and resume, and why a queued run waits: the library's side of flow control (the
+//! Pause and resume, and why a queued run waits: the client's side of flow control (the
 //! types and the window arithmetic are in [`crate::flow`]).
 //!
 //! A pause is a row in the database, so every worker's next claim and every restart honour
 //! it. Paused work stays queued; running runs finish. Resuming commits, and the commit wakes
 //! every worker (the change feed; this process's workers directly).
 
-use serde::Serialize;
-
 use crate::client::Client;
 use crate::error::{InputError, Result};
-use crate::flow::{Pause, PauseScope};
+use crate::flow::{Pause, PauseOutcome, PauseScope};
 use crate::run::{Run, RunState};
-
-/// The answer to a pause.
-#[derive(Debug, Clone, Serialize)]
-pub struct Paused {
-    /// The pause in force (the earlier one if it was already paused).
-    pub pause: Pause,
-    /// False when that scope was already paused (nothing changed).
-    pub new: bool,
-}
 
 fn check_scope(scope: &PauseScope) -> Result<(), InputError> {
     match scope {
@@ -42,7 +31,7 @@ impl Client {
         scope: PauseScope,
         by: Option<String>,
         reason: Option<String>,
-    ) -> Result<Paused> {
+    ) -> Result<PauseOutcome> {
         check_scope(&scope)?;
         let pause = Pause {
             scope: scope.clone(),
@@ -52,14 +41,14 @@ impl Client {
         };
         let new = self.engine().pause_set(pause.clone()).await?;
         if new {
-            return Ok(Paused { pause, new });
+            return Ok(PauseOutcome { pause, new });
         }
         let pauses = self.engine().pause_list().await?;
         let pause = pauses
             .into_iter()
             .find(|p| p.scope == scope)
             .unwrap_or(pause);
-        Ok(Paused { pause, new })
+        Ok(PauseOutcome { pause, new })
     }
 
     /// Lifts a pause and wakes the workers; the pause that was lifted, or None if that scope
