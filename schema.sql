@@ -188,19 +188,18 @@ CREATE TABLE pauses (
     PRIMARY KEY (scope, value)
 ) WITHOUT ROWID;
 
--- One row per start of a tool that has a `rate` limit: a sliding window over the last `window`
--- of starts. Starts are numbered per tool, so the starts in the window are the newest number
--- less the number of the first start inside it, plus one: two index seeks, whatever the rate.
--- The claim that counts them deletes the rows older than the window; tools without a rate
--- write none.
+-- Starts of each tool that has a `rate` limit, counted per slice of its window (window / 60):
+-- a claim adds its starts to the current slice's row, and the window's count is the sum of the
+-- slices that overlap it (a range of the key). A slice counts whole while any of it is in the
+-- window, so the limit holds in every window; the claim that counts also deletes slices older
+-- than two windows. Tools without a rate write none.
 CREATE TABLE tool_starts (
-    tool        TEXT NOT NULL,
-    seq         INTEGER NOT NULL,              -- 1, 2, 3 ... per tool: counts without reading
-    started_at  TEXT NOT NULL,
-    run_id      TEXT NOT NULL,
-    PRIMARY KEY (tool, seq)
+    tool         TEXT NOT NULL,
+    slice_start  TEXT NOT NULL,                -- a slice of the rate's window: window / 60 wide
+    slice_end    TEXT NOT NULL,
+    starts       INTEGER NOT NULL,             -- starts claimed within [slice_start, slice_end)
+    PRIMARY KEY (tool, slice_start)
 ) WITHOUT ROWID;
-CREATE INDEX tool_starts_time_idx ON tool_starts (tool, started_at);
 
 -- Messages for sessions: run completions, failures, cancellations, approval requests.
 CREATE TABLE inbox (
@@ -314,11 +313,11 @@ ORDER BY o.schedule_id, o.fire_at DESC;
 CREATE VIEW paused AS
 SELECT scope, value, since, by, reason FROM pauses ORDER BY since;
 
--- Starts of each rate-limited tool over the last minute and hour (the `rate` windows count
--- the same rows; see OPS.md).
+-- Starts of each rate-limited tool in the slices ending within the last minute and hour (what
+-- its `rate` counts; rows older than two of its windows are deleted, see OPS.md).
 CREATE VIEW tool_start_rates AS
 SELECT tool,
-       sum(started_at >= strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-1 minute')) AS last_minute,
-       sum(started_at >= strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-1 hour')) AS last_hour,
-       max(started_at) AS last_start
+       sum(CASE WHEN slice_end > strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-1 minute') THEN starts ELSE 0 END) AS last_minute,
+       sum(CASE WHEN slice_end > strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-1 hour') THEN starts ELSE 0 END) AS last_hour,
+       max(slice_end) AS last_slice_end
 FROM tool_starts GROUP BY tool;

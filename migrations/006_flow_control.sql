@@ -1,7 +1,7 @@
 -- toolq schema version 5 -> 6 (applied by src/store/migrate.rs inside one transaction).
 -- Flow control (issue 21):
 --   * pauses: what operators paused (a tool, a session, or everything); claims skip it.
---   * tool_starts: one row per start of a rate-limited tool (the sliding window of `rate`).
+--   * tool_starts: starts of each rate-limited tool per slice of its window (`rate`).
 --   * runs_running_owner_idx gains `tool`: per-tool running counts (max_running) read the
 --     same small index as the per-session counts.
 --   * schedule_occurrences.outcome may be 'paused' (a tick of a paused tool or session); the
@@ -19,13 +19,12 @@ CREATE TABLE pauses (
 ) WITHOUT ROWID;
 
 CREATE TABLE tool_starts (
-    tool        TEXT NOT NULL,
-    seq         INTEGER NOT NULL,              -- 1, 2, 3 ... per tool: counts without reading
-    started_at  TEXT NOT NULL,
-    run_id      TEXT NOT NULL,
-    PRIMARY KEY (tool, seq)
+    tool         TEXT NOT NULL,
+    slice_start  TEXT NOT NULL,                -- a slice of the rate's window: window / 60 wide
+    slice_end    TEXT NOT NULL,
+    starts       INTEGER NOT NULL,             -- starts claimed within [slice_start, slice_end)
+    PRIMARY KEY (tool, slice_start)
 ) WITHOUT ROWID;
-CREATE INDEX tool_starts_time_idx ON tool_starts (tool, started_at);
 
 DROP INDEX runs_running_owner_idx;
 CREATE INDEX runs_running_owner_idx ON runs (lease_owner, lease_expires_at, session_id, tool) WHERE state = 'running';
@@ -63,11 +62,11 @@ ORDER BY o.schedule_id, o.fire_at DESC;
 CREATE VIEW paused AS
 SELECT scope, value, since, by, reason FROM pauses ORDER BY since;
 
--- Starts of each rate-limited tool over the last minute and hour (the `rate` windows count
--- the same rows; see OPS.md).
+-- Starts of each rate-limited tool in the slices ending within the last minute and hour (what
+-- its `rate` counts; rows older than two of its windows are deleted, see OPS.md).
 CREATE VIEW tool_start_rates AS
 SELECT tool,
-       sum(started_at >= strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-1 minute')) AS last_minute,
-       sum(started_at >= strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-1 hour')) AS last_hour,
-       max(started_at) AS last_start
+       sum(CASE WHEN slice_end > strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-1 minute') THEN starts ELSE 0 END) AS last_minute,
+       sum(CASE WHEN slice_end > strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-1 hour') THEN starts ELSE 0 END) AS last_hour,
+       max(slice_end) AS last_slice_end
 FROM tool_starts GROUP BY tool;

@@ -181,33 +181,96 @@ pub struct Room {
     pub opens_at: Option<DateTime<Utc>>,
 }
 
-/// What a rate's sliding window holds at some instant: the starts in `(now - window, now]`.
+/// A rate's window is counted in this many slices: starts are recorded per slice (one
+/// counter row per tool and slice, not one row per start), and a slice counts until all of it
+/// has left the window.
+pub const SLICES: i64 = 60;
+
+/// The starts of a tool within one slice of time `[start, end)`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Window {
-    /// Starts inside the window.
+pub struct Slice {
+    /// The slice's first instant.
+    pub start: DateTime<Utc>,
+    /// Its end (excluded).
+    pub end: DateTime<Utc>,
+    /// Starts recorded in it.
     pub starts: u64,
-    /// With `starts >= count`: the `count`-th newest start. The next start is allowed once it
-    /// leaves the window (then `count - 1` remain).
-    pub nth_newest: Option<DateTime<Utc>>,
 }
 
-impl Window {
-    /// The window of `rate` at `now` over a tool's start times (any order).
-    pub fn of(rate: Rate, now: DateTime<Utc>, starts: &[DateTime<Utc>]) -> Window {
-        let from = now - rate.window;
-        let mut inside: Vec<DateTime<Utc>> = starts.iter().copied().filter(|t| *t > from).collect();
-        inside.sort_unstable();
-        let n = inside.len();
-        let count = rate.count as usize;
-        Window {
-            starts: n as u64,
-            nth_newest: (n >= count).then(|| inside[n - count]),
-        }
+impl Rate {
+    /// The slice of this rate's window that `t` falls in: `[start, start + window / 60)`,
+    /// aligned to whole multiples of its width since the epoch (at least 1 ms wide).
+    pub fn slice_of(&self, t: DateTime<Utc>) -> (DateTime<Utc>, DateTime<Utc>) {
+        let w = (self.window.num_milliseconds() / SLICES).max(1);
+        let ms = t.timestamp_millis();
+        let start = ms - ms.rem_euclid(w);
+        let at = |ms| DateTime::from_timestamp_millis(ms).unwrap_or(t);
+        (at(start), at(start + w))
     }
 }
 
-/// What `rate` allows given its window: `count` less the starts inside it, or, when full,
-/// when the `count`-th newest start leaves it.
+/// What a rate's window holds at some instant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Window {
+    /// Starts counted in the window.
+    pub starts: u64,
+    /// With `starts >= count`: when enough slices have left the window for one more start.
+    pub opens_at: Option<DateTime<Utc>>,
+}
+
+impl Window {
+    /// The window of `rate` at `now` over a tool's slices (any order). A slice counts whole
+    /// while any part of it is inside `(now - window, now]`, so the count is never below the
+    /// starts really inside: the limit holds for every window, and a full window opens at
+    /// most one slice (window / 60) later than an exact count would open it.
+    pub fn of_slices(rate: Rate, now: DateTime<Utc>, slices: &[Slice]) -> Window {
+        let from = now - rate.window;
+        let mut inside: Vec<Slice> = slices.iter().copied().filter(|s| s.end > from).collect();
+        inside.sort_by_key(|s| s.start);
+        let total: u64 = inside.iter().map(|s| s.starts).sum();
+        let count = u64::from(rate.count);
+        if total < count {
+            return Window {
+                starts: total,
+                opens_at: None,
+            };
+        }
+        // Oldest slices leave first; one more start is allowed once fewer than `count` remain.
+        let mut left = total;
+        let mut opens_at = None;
+        for s in &inside {
+            left -= s.starts;
+            if left < count {
+                opens_at = Some(s.end + rate.window);
+                break;
+            }
+        }
+        Window {
+            starts: total,
+            opens_at,
+        }
+    }
+
+    /// The window of `rate` at `now` over single start times (each recorded in its slice).
+    pub fn of(rate: Rate, now: DateTime<Utc>, starts: &[DateTime<Utc>]) -> Window {
+        let mut slices: Vec<Slice> = Vec::new();
+        for t in starts {
+            let (start, end) = rate.slice_of(*t);
+            match slices.iter_mut().find(|s| s.start == start) {
+                Some(s) => s.starts += 1,
+                None => slices.push(Slice {
+                    start,
+                    end,
+                    starts: 1,
+                }),
+            }
+        }
+        Window::of_slices(rate, now, &slices)
+    }
+}
+
+/// What `rate` allows given its window: `count` less the starts counted, or, when full, when
+/// it opens.
 pub fn room_in(rate: Rate, w: &Window) -> Room {
     let count = u64::from(rate.count);
     if w.starts < count {
@@ -218,11 +281,11 @@ pub fn room_in(rate: Rate, w: &Window) -> Room {
     }
     Room {
         starts: 0,
-        opens_at: w.nth_newest.map(|t| t + rate.window),
+        opens_at: w.opens_at,
     }
 }
 
-/// The sliding window over `recent` start times: see [`Window::of`] and [`room_in`].
+/// The window over `recent` start times: see [`Window::of`] and [`room_in`].
 pub fn room(rate: Rate, now: DateTime<Utc>, recent: &[DateTime<Utc>]) -> Room {
     room_in(rate, &Window::of(rate, now, recent))
 }
@@ -264,9 +327,12 @@ mod tests {
     }
 
     #[test]
-    fn a_full_window_opens_when_its_oldest_start_leaves() {
+    fn a_full_window_opens_when_the_slice_of_its_oldest_start_leaves() {
         let clock = ManualClock::new(t0());
         let r = Rate::parse("2/1m").unwrap();
+        // A minute's slices are a second wide; t0 is on a whole second.
+        assert_eq!(r.slice_of(t0()), (t0(), t0() + Duration::seconds(1)));
+        clock.advance(Duration::milliseconds(300));
         let first = clock.now();
         clock.advance(Duration::seconds(10));
         let second = clock.now();
@@ -275,14 +341,15 @@ mod tests {
         assert_eq!(room(r, clock.now(), &starts[..1]).starts, 1);
         let full = room(r, clock.now(), &starts);
         assert_eq!(full.starts, 0);
-        assert_eq!(full.opens_at, Some(first + Duration::minutes(1)));
-        // Exactly one window after the first start, it has left: one start is allowed.
-        clock.set(first + Duration::minutes(1));
+        // The first start's slice ends at t0 + 1 s; a minute later it has left the window.
+        let opens = t0() + Duration::seconds(61);
+        assert_eq!(full.opens_at, Some(opens));
+        clock.set(opens);
         assert_eq!(room(r, clock.now(), &starts).starts, 1);
-        // A millisecond before, it still counts.
-        clock.set(first + Duration::minutes(1) - Duration::milliseconds(1));
+        // A millisecond before, its slice still counts (whole: never fewer than really inside).
+        clock.set(opens - Duration::milliseconds(1));
         assert_eq!(room(r, clock.now(), &starts).starts, 0);
-        clock.set(second + Duration::minutes(1));
+        clock.set(second + Duration::seconds(61));
         assert_eq!(room(r, clock.now(), &starts).starts, 2);
     }
 
@@ -297,8 +364,35 @@ mod tests {
             room(r, now, &s),
             Room {
                 starts: 0,
-                opens_at: Some(s[2] + Duration::minutes(1))
+                opens_at: Some(s[2] + Duration::seconds(1) + Duration::minutes(1))
             }
+        );
+    }
+
+    #[test]
+    fn starts_in_one_slice_count_together_and_slices_tile_the_time_line() {
+        let r = Rate::parse("3/6s").unwrap();
+        // 100 ms slices.
+        let (a, b) = r.slice_of(t0() + Duration::milliseconds(250));
+        assert_eq!(
+            (a, b),
+            (
+                t0() + Duration::milliseconds(200),
+                t0() + Duration::milliseconds(300)
+            )
+        );
+        assert_eq!(r.slice_of(b).0, b);
+        let s = [t0(), t0(), t0() + Duration::milliseconds(50)];
+        let w = Window::of(r, t0() + Duration::seconds(1), &s);
+        assert_eq!(w.starts, 3);
+        assert_eq!(
+            w.opens_at,
+            Some(t0() + Duration::milliseconds(100) + Duration::seconds(6))
+        );
+        // A tiny window still has 1 ms slices.
+        assert_eq!(
+            Rate::parse("1/10ms").unwrap().slice_of(t0()).1,
+            t0() + Duration::milliseconds(1)
         );
     }
 

@@ -247,6 +247,7 @@ pub fn claim(tx: &Transaction<'_>, p: &ClaimParams<'_>) -> Result<Vec<Run>, Stor
     let mut update = tx.prepare_cached(CLAIM_ONE).ctx("prepare claim")?;
     let mut read = tx.prepare_cached(&CLAIMED).ctx("prepare read claimed")?;
     let (until, mut claimed) = (ts(p.lease_until), Vec::with_capacity(candidates.len()));
+    let mut started: HashMap<&str, u64> = HashMap::new();
     for c in &candidates {
         let params = rusqlite::params![p.worker, lease_token(), until, now, c.4];
         if update.execute(params).ctx("claim run")? == 1 {
@@ -254,9 +255,15 @@ pub fn claim(tx: &Transaction<'_>, p: &ClaimParams<'_>) -> Result<Vec<Run>, Stor
                 .query_row([c.4], run_from_row)
                 .ctx("read claimed run")?;
             if p.limits.get(&c.5).is_some_and(|l| l.rate.is_some()) {
-                super::flow::record_start(tx, &c.5, p.now, run.id.as_str())?;
+                *started.entry(c.5.as_str()).or_default() += 1;
             }
             claimed.push(run);
+        }
+    }
+    // One counter update per rate-limited tool claimed (all start at `now`, in one slice).
+    for (tool, n) in started {
+        if let Some(rate) = p.limits.get(tool).and_then(|l| l.rate) {
+            super::flow::record_starts(tx, tool, rate, p.now, n)?;
         }
     }
     claimed.sort_by(|a, b| b.priority.cmp(&a.priority).then(a.run_at.cmp(&b.run_at)));

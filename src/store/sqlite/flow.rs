@@ -1,12 +1,13 @@
-//! Flow control's statements: the pauses table, and the starts ledger of rate-limited tools.
+//! Flow control's statements: the pauses table, and the per-slice start counts of
+//! rate-limited tools.
 
 use chrono::{DateTime, Utc};
-use rusqlite::{Connection, OptionalExtension, Transaction};
+use rusqlite::{Connection, Transaction};
 
 use super::Ctx;
 use super::codec::{parse_ts, ts};
 use crate::error::StoreError;
-use crate::flow::{Pause, PauseScope, Paused, Rate, Room, Window, room_in};
+use crate::flow::{Pause, PauseScope, Paused, Rate, Room, Slice, Window, room_in};
 
 const LIST: &str =
     "SELECT scope, value, since, by, reason FROM pauses ORDER BY since, scope, value";
@@ -80,66 +81,45 @@ pub fn resume(tx: &Transaction<'_>, scope: &PauseScope) -> Result<Option<Pause>,
     Ok(found)
 }
 
-/// The newest start of a tool: its number.
-const LAST: &str = "SELECT seq FROM tool_starts WHERE tool = ?1 ORDER BY seq DESC LIMIT 1";
-/// The first start inside the window: its number (one seek into the time index).
-pub(crate) const FIRST_IN: &str = "SELECT seq FROM tool_starts INDEXED BY tool_starts_time_idx \
-    WHERE tool = ?1 AND started_at > ?2 ORDER BY started_at LIMIT 1";
-/// A start by number.
-const AT: &str = "SELECT started_at FROM tool_starts WHERE tool = ?1 AND seq = ?2";
-/// Forgets starts that left the window (a range of the time index).
-const FORGET: &str = "DELETE FROM tool_starts WHERE tool = ?1 AND started_at <= ?2";
-const RECORD: &str =
-    "INSERT INTO tool_starts (tool, seq, started_at, run_id) VALUES (?1, ?2, ?3, ?4)";
+/// A tool's slices that may still overlap a window: a range of the key (at most two windows'
+/// worth of slices, 120 rows).
+pub(crate) const SLICES: &str = "SELECT slice_start, slice_end, starts FROM tool_starts \
+    WHERE tool = ?1 AND slice_start > ?2";
+/// Forgets slices that left every window (a range of the key).
+const FORGET: &str = "DELETE FROM tool_starts WHERE tool = ?1 AND slice_start <= ?2";
+const RECORD: &str = "INSERT INTO tool_starts (tool, slice_start, slice_end, starts) \
+    VALUES (?1, ?2, ?3, ?4) ON CONFLICT (tool, slice_start) DO UPDATE SET starts = starts + excluded.starts";
 
-fn last(conn: &Connection, tool: &str) -> Result<i64, StoreError> {
-    Ok(conn
-        .prepare_cached(LAST)
-        .ctx("prepare last start")?
-        .query_row([tool], |r| r.get::<_, i64>(0))
-        .optional()
-        .ctx("last start")?
-        .unwrap_or(0))
-}
-
-/// The window of `rate` for `tool` at `now`: three seeks at most, whatever the rate. Starts
-/// are numbered in claim order; the count assumes their times follow it (workers on one
-/// host share its clock).
+/// The window of `rate` for `tool` at `now` (see [`Window::of_slices`]): one range read of
+/// at most a hundred-odd rows, whatever the rate.
 pub fn window(
     conn: &Connection,
     tool: &str,
     rate: Rate,
     now: DateTime<Utc>,
 ) -> Result<Window, StoreError> {
-    let first: Option<i64> = conn
-        .prepare_cached(FIRST_IN)
-        .ctx("prepare rate window")?
-        .query_row(rusqlite::params![tool, ts(now - rate.window)], |r| r.get(0))
-        .optional()
+    let mut stmt = conn.prepare_cached(SLICES).ctx("prepare rate window")?;
+    let rows = stmt
+        .query_map(rusqlite::params![tool, ts(now - rate.window * 2)], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, i64>(2)?,
+            ))
+        })
         .ctx("rate window")?;
-    let Some(first) = first else {
-        return Ok(Window {
-            starts: 0,
-            nth_newest: None,
-        });
-    };
-    let last = last(conn, tool)?;
-    let starts = (last - first + 1).max(0) as u64;
-    let nth_newest = if starts >= u64::from(rate.count) {
-        let at: Option<String> = conn
-            .prepare_cached(AT)
-            .ctx("prepare start by number")?
-            .query_row(
-                rusqlite::params![tool, last - i64::from(rate.count) + 1],
-                |r| r.get(0),
-            )
-            .optional()
-            .ctx("start by number")?;
-        at.as_deref().and_then(parse_ts)
-    } else {
-        None
-    };
-    Ok(Window { starts, nth_newest })
+    let mut slices = Vec::new();
+    for row in rows {
+        let (start, end, n) = row.ctx("read rate window")?;
+        if let (Some(start), Some(end)) = (parse_ts(&start), parse_ts(&end)) {
+            slices.push(Slice {
+                start,
+                end,
+                starts: n.max(0) as u64,
+            });
+        }
+    }
+    Ok(Window::of_slices(rate, now, &slices))
 }
 
 /// What `rate` allows `tool` at `now` (reads only).
@@ -152,7 +132,7 @@ pub fn room(
     Ok(room_in(rate, &window(conn, tool, rate, now)?))
 }
 
-/// What `rate` allows `tool` at `now`, forgetting the starts that left the window first.
+/// What `rate` allows `tool` at `now`, forgetting the slices that left every window first.
 pub fn room_and_forget(
     tx: &Transaction<'_>,
     tool: &str,
@@ -161,23 +141,24 @@ pub fn room_and_forget(
 ) -> Result<Room, StoreError> {
     tx.prepare_cached(FORGET)
         .ctx("prepare forget starts")?
-        .execute([tool, &ts(now - rate.window)])
+        .execute([tool, &ts(now - rate.window * 2)])
         .ctx("forget starts")?;
     room(tx, tool, rate, now)
 }
 
-/// Records a start of a rate-limited tool under the next number.
-pub fn record_start(
+/// Records `n` starts of a rate-limited tool at `now`, in the slice of its rate `now` is in.
+pub fn record_starts(
     tx: &Transaction<'_>,
     tool: &str,
+    rate: Rate,
     now: DateTime<Utc>,
-    run_id: &str,
+    n: u64,
 ) -> Result<(), StoreError> {
-    let seq = last(tx, tool)? + 1;
+    let (start, end) = rate.slice_of(now);
     tx.prepare_cached(RECORD)
-        .ctx("prepare record start")?
-        .execute(rusqlite::params![tool, seq, ts(now), run_id])
-        .ctx("record start")?;
+        .ctx("prepare record starts")?
+        .execute(rusqlite::params![tool, ts(start), ts(end), n as i64])
+        .ctx("record starts")?;
     Ok(())
 }
 

@@ -165,15 +165,15 @@ fn claims_and_the_next_due_run_seek_by_tool() {
 }
 
 /// Limits add no per-limit cost to a claim: the running counts per session and tool are one
-/// read of the small running-runs index, and a rate window is a seek into the starts ledger's
-/// time index for the one tool (whatever the number of limited tools or of recorded starts).
+/// read of the small running-runs index, and a rate window is a range of the per-slice start
+/// counts of the one tool (at most 120 rows, whatever the rate or the number of limited tools).
 #[test]
 fn limit_counts_read_the_running_index_and_a_key_range() {
     for (sql, wanted) in [
         (super::claim::RUNNING_PER_SESSION, "runs_running_owner_idx"),
         (
-            super::flow::FIRST_IN,
-            "tool_starts_time_idx (tool=? AND started_at>?)",
+            super::flow::SLICES,
+            "PRIMARY KEY (tool=? AND slice_start>?)",
         ),
     ] {
         let p = plan(sql);
