@@ -259,7 +259,8 @@ CREATE INDEX workers_live_idx ON workers (heartbeat_at) WHERE stopped_at IS NULL
 -- Ops views. Views read the wall clock (strftime('now')); the worker itself never does in SQL.
 -- Unfinished runs are selected one state at a time, so each arm reads its partial index.
 
--- Running runs whose lease has expired, or queued runs overdue by more than 5 minutes.
+-- Running runs whose lease has expired, or queued runs overdue by more than 5 minutes (not
+-- counting paused ones: see the `paused` view; version 6).
 CREATE VIEW stuck_runs AS
 SELECT id, session_id, tool, state, attempt, max_attempts, run_at, started_at, lease_owner,
        lease_expires_at, heartbeat_at, status_text, 'lease expired' AS reason
@@ -269,7 +270,10 @@ UNION ALL
 SELECT id, session_id, tool, state, attempt, max_attempts, run_at, started_at, lease_owner,
        lease_expires_at, heartbeat_at, status_text, 'queued past due' AS reason
 FROM runs
-WHERE state = 'queued' AND run_at < strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-5 minutes');
+WHERE state = 'queued' AND run_at < strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-5 minutes')
+  AND NOT EXISTS (SELECT 1 FROM pauses p WHERE p.scope = 'all'
+                  OR (p.scope = 'tool' AND p.value = runs.tool)
+                  OR (p.scope = 'session' AND p.value = runs.session_id));
 
 -- Failed runs of the last 24 hours, newest first, with the error the session saw and the ops detail.
 CREATE VIEW failures_24h AS

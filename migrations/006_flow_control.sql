@@ -58,6 +58,22 @@ LEFT JOIN runs r ON r.id = o.run_id
 WHERE o.fire_at >= strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-7 days')
 ORDER BY o.schedule_id, o.fire_at DESC;
 
+-- Paused runs are not stuck.
+DROP VIEW stuck_runs;
+CREATE VIEW stuck_runs AS
+SELECT id, session_id, tool, state, attempt, max_attempts, run_at, started_at, lease_owner,
+       lease_expires_at, heartbeat_at, status_text, 'lease expired' AS reason
+FROM runs
+WHERE state = 'running' AND lease_expires_at < strftime('%Y-%m-%dT%H:%M:%fZ', 'now')
+UNION ALL
+SELECT id, session_id, tool, state, attempt, max_attempts, run_at, started_at, lease_owner,
+       lease_expires_at, heartbeat_at, status_text, 'queued past due' AS reason
+FROM runs
+WHERE state = 'queued' AND run_at < strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-5 minutes')
+  AND NOT EXISTS (SELECT 1 FROM pauses p WHERE p.scope = 'all'
+                  OR (p.scope = 'tool' AND p.value = runs.tool)
+                  OR (p.scope = 'session' AND p.value = runs.session_id));
+
 -- What is paused, since when, by whom.
 CREATE VIEW paused AS
 SELECT scope, value, since, by, reason FROM pauses ORDER BY since;
