@@ -234,3 +234,53 @@ fn a_version_4_file_gains_tool_routing_and_keeps_its_rows() {
         .unwrap();
     assert_eq!(claimable, 2);
 }
+
+/// Version 6 rebuilds `schedule_occurrences` to allow the `paused` outcome: a schedule's ledger
+/// keeps its rows and ids, its link to the run, and the view over it reads the new table.
+#[test]
+fn the_occurrence_ledger_survives_the_version_6_rebuild() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("old.db");
+    v1_file(&path);
+    Connection::open(&path)
+        .unwrap()
+        .execute_batch(
+            "INSERT INTO schedules (id, session_id, tool, args, title, cron_expression, next_trigger_at, \
+               created_at, updated_at)
+               VALUES ('sch_1', 's1', 'echo', '{}', 'daily', '0 9 * * *', '2026-01-02T09:00:00.000Z',
+                       '2026-01-01T00:00:00.000Z', '2026-01-01T00:00:00.000Z');
+             INSERT INTO schedule_occurrences (id, schedule_id, fire_at, outcome, run_id, detail, recorded_at)
+               VALUES (7, 'sch_1', '2026-01-01T09:00:00.000Z', 'fired', 'bg_c', NULL, '2026-01-01T09:00:00.000Z'),
+                      (9, 'sch_1', '2025-12-31T09:00:00.000Z', 'missed', NULL, 'down', '2026-01-01T09:00:00.000Z');",
+        )
+        .unwrap();
+    drop(Store::open(&path).unwrap());
+    let c = Connection::open(&path).unwrap();
+    let rows: Vec<(i64, String, Option<String>)> = c
+        .prepare("SELECT id, outcome, run_id FROM schedule_occurrences ORDER BY id")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            (7, "fired".to_string(), Some("bg_c".to_string())),
+            (9, "missed".to_string(), None)
+        ]
+    );
+    c.execute_batch(
+        "INSERT INTO schedule_occurrences (schedule_id, fire_at, outcome, recorded_at)
+           VALUES ('sch_1', '2026-01-02T09:00:00.000Z', 'paused', '2026-01-02T09:00:00.000Z')",
+    )
+    .unwrap();
+    let n: i64 = c
+        .query_row(
+            "SELECT count(*) FROM schedule_occurrences o JOIN schedules s ON s.id = o.schedule_id",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(n, 3);
+}
