@@ -3,6 +3,7 @@
 
 mod approve;
 mod cancel;
+mod config;
 mod deny;
 mod enqueue;
 mod inbox;
@@ -24,10 +25,10 @@ mod worker;
 
 use std::path::PathBuf;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use crate::client::Client;
-use crate::config::Config;
+use crate::config::{Config, Layers, Override};
 use crate::error::{Error, Result};
 use crate::tool::{Registry, RegistryBuilder};
 
@@ -38,8 +39,10 @@ pub struct Cli {
     /// The database file [default: database.path from the config, else ./toolq.db].
     #[arg(long, global = true, env = "TOOLQ_DB", value_name = "PATH")]
     pub db: Option<PathBuf>,
-    /// A config file (see config.toml for every key and its default).
-    #[arg(long, global = true, env = "TOOLQ_CONFIG", value_name = "PATH")]
+    /// A config file (see config.toml for every key and its default) [default: TOOLQ_CONFIG,
+    /// else ./toolq.toml if present, else built-in defaults]. Any key can also be set by an
+    /// environment variable TOOLQ_SECTION__KEY (e.g. TOOLQ_WORKER__CONCURRENCY=8).
+    #[arg(long, global = true, value_name = "PATH")]
     pub config: Option<PathBuf>,
     /// Print machine-readable JSON on stdout instead of tables.
     #[arg(long, global = true)]
@@ -87,6 +90,9 @@ pub enum Command {
     Status(status::Args),
     /// Cron monitors and one-shots: add, list, show, cancel, enable, preview.
     Schedule(schedule::Args),
+    /// Print the effective configuration and where each value came from (default, file,
+    /// environment variable, flag).
+    Config(config::Args),
 }
 
 /// What every subcommand gets.
@@ -95,18 +101,27 @@ pub struct Ctx {
     pub client: Client,
     /// `--json` was given.
     pub json: bool,
+    /// The config file in use and how it was chosen, or "built-in defaults".
+    pub config_file: String,
 }
 
-/// Loads the configuration: `--config` if given, else the built-in defaults; `--db` wins.
-pub fn load_config(cli: &Cli) -> Result<Config> {
-    let mut config = match &cli.config {
-        Some(path) => Config::load(path)?,
-        None => Config::default(),
-    };
+/// Loads the configuration by the lookup order (`--config`, `TOOLQ_CONFIG`, `./toolq.toml`,
+/// built-in defaults), then `TOOLQ_*__*` environment variables, then flags (`--db`, the
+/// worker's). `db_from_env` says `--db` was given as `TOOLQ_DB` (named so in provenance).
+pub fn load_config(cli: &Cli, db_from_env: bool) -> Result<(Config, Layers)> {
+    let mut overrides = Vec::new();
     if let Some(db) = &cli.db {
-        config.db_path = db.display().to_string();
+        let flag = if db_from_env { "TOOLQ_DB" } else { "--db" };
+        overrides.push(Override::new(
+            "database.path",
+            db.display().to_string(),
+            flag,
+        ));
     }
-    Ok(config)
+    if let Command::Worker(a) = &cli.command {
+        overrides.extend(a.overrides());
+    }
+    Ok(crate::config::resolve(cli.config.as_deref(), &overrides)?)
 }
 
 /// The tools this process can run: the built-ins plus what the config defines.
@@ -138,13 +153,18 @@ fn init_tracing(command: &Command) -> Result<()> {
     }?)
 }
 
-async fn dispatch(cli: Cli) -> Result<()> {
-    let config = load_config(&cli)?;
+async fn dispatch(cli: Cli, db_from_env: bool) -> Result<()> {
+    let (config, layers) = load_config(&cli, db_from_env)?;
     let registry = registry(&config)?;
+    if let Command::Config(a) = &cli.command {
+        // Reads no database: shows what every other command would use.
+        return config::run(&layers, cli.json, a);
+    }
     let client = Client::open(config, registry)?;
     let ctx = Ctx {
         client,
         json: cli.json,
+        config_file: layers.file_summary(),
     };
     match cli.command {
         Command::Init(a) => init::run(&ctx, a).await,
@@ -164,20 +184,25 @@ async fn dispatch(cli: Cli) -> Result<()> {
         Command::Prune(a) => prune::run(&ctx, a).await,
         Command::Status(a) => status::run(&ctx, a).await,
         Command::Schedule(a) => schedule::run(&ctx, a).await,
+        Command::Config(_) => Ok(()),
     }
 }
 
 /// Runs the CLI and returns the process exit code: 0 ok, 1 operational error, 2 bad usage
 /// or input. Errors go to stderr as `toolq: ...`.
 pub fn main() -> i32 {
-    let cli = match Cli::try_parse() {
-        Ok(cli) => cli,
+    let parsed = Cli::command()
+        .try_get_matches()
+        .and_then(|m| Ok((Cli::from_arg_matches(&m)?, m)));
+    let (cli, matches) = match parsed {
+        Ok(parsed) => parsed,
         Err(e) => {
             let code = e.exit_code();
             let _ = e.print();
             return code;
         }
     };
+    let db_from_env = matches.value_source("db") == Some(clap::parser::ValueSource::EnvVariable);
     if let Err(e) = init_tracing(&cli.command) {
         render::error(&e);
         return e.exit_code();
@@ -192,7 +217,7 @@ pub fn main() -> i32 {
             return 1;
         }
     };
-    match runtime.block_on(dispatch(cli)) {
+    match runtime.block_on(dispatch(cli, db_from_env)) {
         Ok(()) => 0,
         Err(e) => {
             render::error(&e);
