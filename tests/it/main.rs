@@ -9,6 +9,7 @@ mod async_ops;
 mod checkpoints;
 mod cli;
 mod cli_tools;
+mod config;
 mod crash;
 mod enqueue;
 mod finish;
