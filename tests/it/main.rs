@@ -18,6 +18,7 @@ mod leases;
 mod limits;
 mod migrate;
 mod ops;
+mod readme;
 mod retries;
 mod schedule_cli;
 mod schedules;
