@@ -11,6 +11,7 @@ mod cli;
 mod cli_tools;
 mod config;
 mod crash;
+mod deploy;
 mod enqueue;
 mod finish;
 mod http;
