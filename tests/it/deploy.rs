@@ -12,8 +12,8 @@ const CARGO_TOML: &str = include_str!("../../Cargo.toml");
 /// The value of `key=` in the unit (the last one, as systemd reads it).
 fn unit_value(key: &str) -> Option<&'static str> {
     UNIT.lines()
-        .filter_map(|l| l.strip_prefix(key)?.strip_prefix('='))
-        .last()
+        .rev()
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix('='))
         .map(str::trim)
 }
 
@@ -102,8 +102,8 @@ fn the_dockerfile_builds_locked_with_a_new_enough_rust_and_runs_unprivileged() {
     assert!(DOCKERFILE.contains("cargo build --release --locked"));
     let user = DOCKERFILE
         .lines()
-        .filter_map(|l| l.strip_prefix("USER "))
-        .last()
+        .rev()
+        .find_map(|l| l.strip_prefix("USER "))
         .expect("a USER line");
     assert_ne!(user.trim(), "root");
     assert!(DOCKERFILE.contains("TOOLQ_DB=/var/lib/toolq/toolq.db"));
