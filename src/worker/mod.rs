@@ -572,7 +572,9 @@ fn log_end(job: &Job, flight: Option<&InFlight>, now: chrono::DateTime<chrono::U
         .unwrap_or_default();
     // Whole milliseconds: `1.234s`, not nanoseconds.
     let took = Duration::from_millis(took.as_millis() as u64);
+    // Its own target, so busy workers can drop these (`--log info,toolq::run_end=off`).
     tracing::info!(
+        target: "toolq::run_end",
         run_id = %r.id,
         tool = %f.run.tool,
         session = %r.session_id,
