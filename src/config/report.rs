@@ -129,10 +129,7 @@ pub(crate) fn from_figment(err: figment::Error, layers: &Layers) -> ConfigError 
 
 /// (where, what) of one figment error.
 fn one(e: &figment::Error, layers: &Layers) -> (String, String) {
-    let origin_at = |path: &[String]| match layers.figment.find_metadata(&dotted(path)) {
-        Some(md) => layers.origin_from(md, path).to_string(),
-        None => layers.origin_of(path).to_string(),
-    };
+    let origin_at = |path: &[String]| layers.origin_of(path).to_string();
     match &e.kind {
         Kind::UnknownField(field, allowed) => {
             // figment's path may or may not end with the field itself.
