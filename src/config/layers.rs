@@ -11,7 +11,7 @@ use figment::{Figment, Metadata, Profile, Provider};
 use crate::error::ConfigError;
 
 /// The shipped `config.toml`: every key with its built-in default.
-const DEFAULTS: &str = include_str!("../../config.toml");
+pub(crate) const DEFAULTS: &str = include_str!("../../config.toml");
 
 /// Prefix of environment variables that override keys (`TOOLQ_WORKER__CONCURRENCY`).
 pub const ENV_PREFIX: &str = "TOOLQ_";

@@ -116,6 +116,22 @@ fn expected(e: &str) -> String {
     }
 }
 
+/// Whether keys named `key` hold durations: those whose built-in default is one, and the
+/// duration keys of `[tools.NAME]` (which have no defaults in config.toml).
+fn is_duration_key(key: &str) -> bool {
+    fn walk(t: &toml::Table, key: &str) -> bool {
+        t.iter().any(|(k, v)| match v {
+            toml::Value::Table(t) => walk(t, key),
+            toml::Value::String(s) => k == key && crate::config::parse_duration(s).is_ok(),
+            _ => false,
+        })
+    }
+    matches!(
+        key,
+        "timeout" | "approval_deadline" | "kill_grace" | "deadline"
+    ) || toml::from_str::<toml::Table>(super::layers::DEFAULTS).is_ok_and(|t| walk(&t, key))
+}
+
 /// Turns figment's errors (unknown key, wrong type, missing key) into one [`ConfigError`]
 /// whose lines name where each came from.
 pub(crate) fn from_figment(err: figment::Error, layers: &Layers) -> ConfigError {
@@ -156,15 +172,26 @@ fn one(e: &figment::Error, layers: &Layers) -> (String, String) {
             }
             (origin_at(&key), m)
         }
-        Kind::InvalidType(actual, exp) => (
-            origin_at(&e.path),
-            format!(
-                "{} has the wrong type\n  found:    {}\n  expected: {}",
-                dotted(&e.path),
-                found(actual),
-                expected(exp)
-            ),
-        ),
+        Kind::InvalidType(actual, exp) => {
+            let numeric = matches!(
+                actual,
+                Actual::Signed(_) | Actual::Unsigned(_) | Actual::Float(_)
+            );
+            let exp = match e.path.last() {
+                Some(k) if numeric && exp == "a string" && is_duration_key(k) => {
+                    "a duration: a quoted string with a unit, like \"30s\" or \"500ms\"".into()
+                }
+                _ => expected(exp),
+            };
+            (
+                origin_at(&e.path),
+                format!(
+                    "{} has the wrong type\n  found:    {}\n  expected: {exp}",
+                    dotted(&e.path),
+                    found(actual),
+                ),
+            )
+        }
         Kind::InvalidValue(actual, exp) => (
             origin_at(&e.path),
             format!(

@@ -85,6 +85,12 @@ fn a_wrong_type_says_what_was_found_and_expected_on_its_own_lines() {
     );
     assert!(e.contains("  found:    the string \"many\"\n"), "{e}");
     assert!(e.contains("  expected: an integer"), "{e}");
+    // A bare number where a duration goes says how to write one.
+    let e = refused("[worker]\nlease = 30\n");
+    assert!(
+        e.contains("line 2: worker.lease has the wrong type\n  found:    the integer 30\n  expected: a duration: a quoted string with a unit, like \"30s\""),
+        "{e}"
+    );
     // A value out of range names the allowed range, on the key's line.
     let e = refused("[runs]\n\nmax_attempts = 0\n");
     assert!(
