@@ -20,8 +20,8 @@ pub const ENV_SPLIT: &str = "__";
 
 /// Name of the defaults layer (in `toolq config` and errors).
 const DEFAULT_NAME: &str = "default";
-/// Metadata name figment's `Env` provider gives a prefixed layer.
-const ENV_NAME_SUFFIX: &str = "environment variable(s)";
+/// Name of the environment layer.
+const ENV_NAME: &str = "environment";
 /// Metadata names of flag layers start with this.
 const FLAG_MARK: &str = "flag ";
 
@@ -208,11 +208,18 @@ impl Layers {
         if env {
             // Only names with a `__` are keys: every key sits in a section, and `TOOLQ_DB`,
             // `TOOLQ_CONFIG` (and a command tool's `TOOLQ_ARGS`) are not config keys.
-            figment = figment.merge(
-                figment::providers::Env::prefixed(ENV_PREFIX)
-                    .filter(|k| k.as_str().contains(ENV_SPLIT))
-                    .split(ENV_SPLIT),
-            );
+            let mut data = figment::providers::Env::prefixed(ENV_PREFIX)
+                .filter(|k| k.as_str().contains(ENV_SPLIT))
+                .split(ENV_SPLIT)
+                .data()
+                .map_err(|e| ConfigError::Key {
+                    origin: "environment".into(),
+                    message: e.to_string(),
+                })?;
+            figment = figment.merge(Named {
+                metadata: Metadata::named(ENV_NAME),
+                dict: data.remove(&Profile::Default).unwrap_or_default(),
+            });
         }
         for o in overrides {
             figment = figment.merge(Named {
@@ -235,14 +242,25 @@ impl Layers {
     }
 
     /// Turns a layer's metadata into an [`Origin`] for the value at `path`.
-    pub fn origin_from(&self, md: &Metadata, path: &[String]) -> Origin {
+    fn origin_from(&self, md: &Metadata, path: &[String]) -> Origin {
+        // Only the file layer has a source, so a file named like another layer is still a file.
+        if md.source.is_some() {
+            let line = self
+                .file
+                .as_ref()
+                .and_then(|f| super::report::line_of(&f.text, path));
+            return Origin::File {
+                path: md.name.to_string(),
+                line,
+            };
+        }
         if md.name == DEFAULT_NAME {
             return Origin::Default;
         }
         if let Some(flag) = md.name.strip_prefix(FLAG_MARK) {
             return Origin::Flag { flag: flag.into() };
         }
-        if md.name.ends_with(ENV_NAME_SUFFIX) {
+        if md.name == ENV_NAME {
             let var = path
                 .iter()
                 .map(|k| k.to_ascii_uppercase())
@@ -252,14 +270,7 @@ impl Layers {
                 var: format!("{ENV_PREFIX}{var}"),
             };
         }
-        let line = self
-            .file
-            .as_ref()
-            .and_then(|f| super::report::line_of(&f.text, path));
-        Origin::File {
-            path: md.name.to_string(),
-            line,
-        }
+        Origin::Default
     }
 
     /// What the config file line of logs and `toolq config` says: its path and how it was
