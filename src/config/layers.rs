@@ -66,7 +66,11 @@ impl ConfigFile {
     pub fn read(path: &Path, choice: FileChoice) -> Result<Self, ConfigError> {
         let name = path.display().to_string();
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-            path: name.clone(),
+            // Say which step of the lookup named it: a stale TOOLQ_CONFIG is easy to miss.
+            path: match choice {
+                FileChoice::Given => name.clone(),
+                _ => format!("{name} ({})", choice.describe()),
+            },
             source,
         })?;
         Ok(Self { name, text, choice })

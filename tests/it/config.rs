@@ -191,7 +191,18 @@ fn lookup_order_is_flag_then_toolq_config_then_working_dir_then_defaults() {
     // A named file that is missing is an error, not a silent fallback.
     let o = toolq_in(d, &["--config", "nope.toml", "stats"], &[]);
     assert_eq!(o.status.code(), Some(2));
-    assert!(stderr(&o).contains("config nope.toml"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("config nope.toml (from --config): "),
+        "{}",
+        stderr(&o)
+    );
+    let o = toolq_in(d, &["stats"], &[("TOOLQ_CONFIG", "gone.toml")]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("config gone.toml (from TOOLQ_CONFIG): "),
+        "{}",
+        stderr(&o)
+    );
 }
 
 #[test]
