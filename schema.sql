@@ -1,4 +1,4 @@
--- toolq schema, version 4 (stored in PRAGMA user_version; src/store/migrate.rs upgrades older files).
+-- toolq schema, version 5 (stored in PRAGMA user_version; src/store/migrate.rs upgrades older files).
 --
 -- This file is the whole schema. It is embedded in the binary and applied by `toolq init`
 -- (or by any command that opens a new database). Ops people: this is your interface.
@@ -69,8 +69,15 @@ CREATE UNIQUE INDEX runs_idempotency_idx ON runs (idempotency_key) WHERE idempot
 -- A schedule tick makes at most one run.
 CREATE UNIQUE INDEX runs_schedule_tick_idx ON runs (schedule_id, fire_at) WHERE schedule_id IS NOT NULL;
 
--- Claim: runnable rows by session, in priority then age order (the claim visits each session's head).
-CREATE INDEX runs_claimable_idx ON runs (session_id, priority DESC, run_at, id) WHERE state = 'queued';
+-- Claim: runnable rows by session and tool, in priority then age order (the claim visits
+-- each session's head for each tool the worker has, so it never walks runs of tools it lacks;
+-- version 5 added tool).
+CREATE INDEX runs_claimable_idx ON runs (session_id, tool, priority DESC, run_at, id) WHERE state = 'queued';
+-- The next due time of a worker's sleep: delayed runs (enqueued with --in/--at, retries
+-- waiting for their backoff, runs handed back) by tool, earliest first. A run due at once
+-- has run_at = created_at and is not in it, so most enqueues and claims write no entry here
+-- (version 5). A query that should use it repeats `run_at > created_at`.
+CREATE INDEX runs_delayed_idx ON runs (tool, run_at) WHERE state = 'queued' AND run_at > created_at;
 -- Limits, heartbeats and rescue: running runs by owner. Running runs are few (at most the
 -- workers' slots), so per-session counts read this index whole instead of keeping a second one
 -- that every claim and finish would write (version 3).
@@ -196,6 +203,10 @@ CREATE UNIQUE INDEX inbox_run_idx ON inbox (run_id, attempt,
 CREATE INDEX inbox_acked_idx ON inbox (acked_at) WHERE acked_at IS NOT NULL;
 
 -- One row per worker process, for ops and for rescuing the runs of dead processes.
+-- `tools` (version 5, the last column) is the JSON array of the tool names the worker has
+-- registered, sorted; it claims runs of those tools only. Runs no live worker can take:
+--   SELECT tool, count(*) FROM runs WHERE state = 'queued' AND tool NOT IN
+--     (SELECT t.value FROM workers w, json_each(w.tools) t WHERE w.stopped_at IS NULL) GROUP BY tool;
 CREATE TABLE workers (
     id                  TEXT PRIMARY KEY,      -- 'wk_' + uuid v7
     host                TEXT NOT NULL,
@@ -214,7 +225,7 @@ CREATE TABLE workers (
     lease_ms            INTEGER NOT NULL DEFAULT 30000, -- its runs' lease length
     busy_retries        INTEGER NOT NULL DEFAULT 0,  -- SQLITE_BUSY retries this process needed
     version             TEXT NOT NULL
-);
+, tools TEXT NOT NULL DEFAULT '[]' CHECK (json_valid(tools)));  -- spelled as migration 005 adds it
 CREATE INDEX workers_live_idx ON workers (heartbeat_at) WHERE stopped_at IS NULL;
 
 -- Ops views. Views read the wall clock (strftime('now')); the worker itself never does in SQL.

@@ -53,6 +53,8 @@ for r in $(seq "$RUNS"); do
   fi
 done
 $W idle "$DIR/idle.db" 10 "$CONC" | tee -a "$RAW"
+# Runs due 100 ms after their enqueue: how late they start (~15 s for 100 samples).
+$W latency-delayed "$DIR/delayed.db" 100 "$CONC" | tee -a "$RAW"
 if [ -n "${BENCH_BIG:-}" ]; then
   $W enqueue-batch "$DIR/big.db" "$BENCH_BIG" "$CONC" | tee -a "$RAW"
   $W drain "$DIR/big.db" "$BENCH_BIG" "$CONC" | sed 's/"mode":"drain"/"mode":"drain-big"/' | tee -a "$RAW"
@@ -83,6 +85,8 @@ line("latency p50", "latency", "p50_ms", "ms")
 line("latency p99", "latency", "p99_ms", "ms")
 line("latency-xproc p50", "latency-xproc", "p50_ms", "ms")
 line("latency-xproc p99", "latency-xproc", "p99_ms", "ms")
+line("delayed lateness p50", "latency-delayed", "p50_ms", "ms")
+line("delayed lateness p99", "latency-delayed", "p99_ms", "ms")
 line("idle worker CPU", "idle", "cpu_pct", "%")
 line("idle WAL frames/10s", "idle", "wal_frames_appended", "frames")
 def versus(label, ours, theirs):

@@ -5,6 +5,9 @@
 //! `workers` row with each heartbeat, so a row's `last_poll_at` can lag by one heartbeat
 //! interval: a loop is stale when `last_poll_at` is older than 3 poll intervals plus one
 //! heartbeat interval (each worker's own intervals, as stored in its row).
+//!
+//! The health check also fails when work waits (queued runs, or enabled schedules) and no
+//! worker is alive to do it, and it names queued runs of tools no live worker has.
 
 use chrono::{DateTime, Duration, Utc};
 use serde::Serialize;
@@ -64,13 +67,75 @@ pub struct StatusReport {
     pub stale: usize,
     /// SQLITE_BUSY retries summed over the listed workers.
     pub busy_retries: i64,
+    /// Live workers (alive or stale).
+    pub live_workers: usize,
+    /// Queued runs, due or not.
+    pub queued_runs: i64,
+    /// Enabled schedules that will fire again.
+    pub enabled_schedules: i64,
+    /// Queued runs of tools no live worker has, by tool: they wait for a worker with the tool.
+    pub unserved_tools: Vec<UnservedTool>,
 }
 
 impl StatusReport {
-    /// True when no live worker's loop is stale.
+    /// True when no live worker's loop is stale, and work that waits (queued runs, enabled
+    /// schedules) has a live worker.
     pub fn healthy(&self) -> bool {
-        self.stale == 0
+        self.stale == 0 && !self.unattended()
     }
+
+    /// True when work waits and no worker is alive to do it.
+    pub fn unattended(&self) -> bool {
+        self.live_workers == 0 && (self.queued_runs > 0 || self.enabled_schedules > 0)
+    }
+}
+
+/// Queued runs of a tool that no live worker has registered.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct UnservedTool {
+    /// The tool's name.
+    pub tool: String,
+    /// Its queued runs.
+    pub queued: i64,
+}
+
+impl UnservedTool {
+    /// The line `stats` and `status` print for it.
+    pub fn message(&self) -> String {
+        format!(
+            "{} of {}: no live worker has this tool",
+            plural(self.queued, "queued run"),
+            self.tool
+        )
+    }
+}
+
+/// `n` and the noun, with an `s` unless `n` is 1.
+pub fn plural(n: i64, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
+}
+
+/// The tools among `queued` (tool, queued runs) that none of the `live` workers has.
+pub fn unserved<'a>(
+    queued: &[(String, i64)],
+    live: impl IntoIterator<Item = &'a WorkerRow>,
+) -> Vec<UnservedTool> {
+    let served: std::collections::HashSet<&str> = live
+        .into_iter()
+        .flat_map(|w| w.tools.iter().map(String::as_str))
+        .collect();
+    queued
+        .iter()
+        .filter(|(tool, n)| *n > 0 && !served.contains(tool.as_str()))
+        .map(|(tool, n)| UnservedTool {
+            tool: tool.clone(),
+            queued: *n,
+        })
+        .collect()
 }
 
 /// Where the judging process runs, to tell which pids it can check.
@@ -118,9 +183,15 @@ pub fn classify(
 
 /// Lists worker processes (with `include_stopped`, also those that stopped) and judges each.
 pub async fn status(client: &Client, include_stopped: bool) -> Result<StatusReport> {
-    let rows = client
+    let (rows, queued, enabled_schedules) = client
         .store()
-        .read_async(move |c| crate::store::workers::list(c, include_stopped))
+        .read_async(move |c| {
+            Ok((
+                crate::store::workers::list(c, include_stopped)?,
+                crate::store::due::queued_by_tool(c)?,
+                crate::store::due::enabled_schedules(c)?,
+            ))
+        })
         .await?;
     let now = client.now();
     let (host, boot_id, pid_ns) = (
@@ -140,8 +211,18 @@ pub async fn status(client: &Client, include_stopped: bool) -> Result<StatusRepo
             row,
         })
         .collect();
+    let live: Vec<&WorkerRow> = workers
+        .iter()
+        .filter(|w| matches!(w.liveness, Liveness::Alive | Liveness::Stale))
+        .map(|w| &w.row)
+        .collect();
+    let (live_workers, unserved_tools) = (live.len(), unserved(&queued, live));
     Ok(StatusReport {
         now: crate::store::codec::ts(now),
+        live_workers,
+        queued_runs: queued.iter().map(|(_, n)| n).sum(),
+        enabled_schedules,
+        unserved_tools,
         stale: workers
             .iter()
             .filter(|w| w.liveness == Liveness::Stale)
@@ -180,6 +261,7 @@ mod tests {
             lease_ms: 30_000,
             busy_retries: 0,
             version: "0".into(),
+            tools: Vec::new(),
         }
     }
 
@@ -257,6 +339,33 @@ mod tests {
         );
         r.pid_namespace = "pid:[other]".into();
         assert_eq!(classify(&r, at(NOW), &HERE, |_, _| true), Liveness::Alive);
+    }
+
+    #[test]
+    fn queued_tools_no_live_worker_has_are_unserved() {
+        let mut a = row("h1", "2026-11-01T11:59:59.000Z", None);
+        a.tools = vec!["echo".into(), "sleep".into()];
+        let mut b = a.clone();
+        b.tools = vec!["deploy".into()];
+        let queued = [
+            ("deploy".to_string(), 2),
+            ("disk_check".to_string(), 3),
+            ("echo".to_string(), 1),
+        ];
+        let u = unserved(&queued, [&a, &b]);
+        assert_eq!(
+            u,
+            [UnservedTool {
+                tool: "disk_check".into(),
+                queued: 3
+            }]
+        );
+        assert_eq!(
+            u[0].message(),
+            "3 queued runs of disk_check: no live worker has this tool"
+        );
+        assert_eq!(unserved(&queued, []).len(), 3);
+        assert_eq!(plural(1, "queued run"), "1 queued run");
     }
 
     #[test]

@@ -88,6 +88,33 @@ pub async fn same_process(db: &Path, samples: usize, concurrency: usize) -> anyh
     with_info(&client, summary("latency", &mut lat))
 }
 
+/// How far in the future `latency-delayed` schedules each run (the issue's `--in 100ms`).
+const DELAY: Duration = Duration::from_millis(100);
+
+/// `latency-delayed` (toolq's own): after an idle gap, enqueue one run due [`DELAY`] from now
+/// and record how late its handler starts: t1 - (t0 + DELAY). The due instant is stored as
+/// wall-clock time; t0 pairs it with CLOCK_MONOTONIC, read together.
+pub async fn delayed(db: &Path, samples: usize, concurrency: usize) -> anyhow::Result<Value> {
+    let (recorder, mut rx) = Recorder::timing();
+    let (client, shutdown, task) = warm_worker(db, concurrency, recorder).await?;
+    let delay = chrono::Duration::from_std(DELAY)?;
+    let mut late = Vec::with_capacity(samples);
+    for (k, gap) in (0..samples).zip(Gaps::new()) {
+        tokio::time::sleep(gap).await;
+        let (wall, t0) = (chrono::Utc::now(), mono_ns());
+        let mut req = request(k);
+        req.run_at = Some(wall + delay);
+        client.enqueue(req).await?;
+        let t1 = start_of(&mut rx, k as u64).await?;
+        late.push(t1 - (t0 + DELAY.as_nanos() as i64));
+    }
+    shutdown.cancel();
+    task.await??;
+    let mut v = summary("latency-delayed", &mut late);
+    v["delay_ms"] = json!(DELAY.as_millis() as u64);
+    with_info(&client, v)
+}
+
 /// `latency-xproc`: the worker runs here; a child process enqueues, one job at a time after an
 /// idle gap, and reports its CLOCK_MONOTONIC t0 on stdout; t1 is the handler's start here.
 pub async fn cross_process(db: &Path, samples: usize, concurrency: usize) -> anyhow::Result<Value> {

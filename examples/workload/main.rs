@@ -2,9 +2,10 @@
 //!
 //! `cargo run --release --example workload -- <mode> <db-path> <count> <concurrency>`
 //!
-//! Modes: enqueue | enqueue-batch | drain | latency | latency-xproc | idle. Prints exactly one
-//! JSON line on stdout; everything else goes to stderr. `idle` (toolq's own) measures the CPU
-//! time and the commits of a worker that has nothing to do. `enqueue-one` is the helper the
+//! Modes: enqueue | enqueue-batch | drain | latency | latency-xproc | latency-delayed | idle.
+//! Prints exactly one JSON line on stdout; everything else goes to stderr. `idle` (toolq's own)
+//! measures the CPU time and the commits of a worker that has nothing to do; `latency-delayed`
+//! (toolq's own) how late a run enqueued 100 ms ahead starts (lateness p50/p99). `enqueue-one` is the helper the
 //! `latency-xproc` mode starts as its enqueuing child process.
 
 mod latency;
@@ -85,13 +86,14 @@ async fn run(a: Args) -> anyhow::Result<Option<Value>> {
         "drain" => throughput::drain(&a.db, a.count, a.concurrency).await?,
         "latency" => latency::same_process(&a.db, a.count, a.concurrency).await?,
         "latency-xproc" => latency::cross_process(&a.db, a.count, a.concurrency).await?,
+        "latency-delayed" => latency::delayed(&a.db, a.count, a.concurrency).await?,
         "idle" => latency::idle(&a.db, a.count, a.concurrency).await?,
         "enqueue-one" => {
             latency::enqueue_child(&a.db, a.count).await?;
             return Ok(None);
         }
         other => anyhow::bail!(
-            "mode {other:?}: expected enqueue, enqueue-batch, drain, latency, latency-xproc or idle"
+            "mode {other:?}: expected enqueue, enqueue-batch, drain, latency, latency-xproc, latency-delayed or idle"
         ),
     };
     Ok(Some(out))

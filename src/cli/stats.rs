@@ -1,4 +1,5 @@
-//! `toolq stats`: counts by state, oldest queued run, busy retries, database settings.
+//! `toolq stats`: counts by state, oldest queued run, busy retries, database settings, and
+//! queued runs of tools no live worker has.
 
 use serde_json::{Map, Value, json};
 
@@ -25,6 +26,10 @@ pub async fn run(ctx: &Ctx, _args: Args) -> Result<()> {
             ))
         })
         .await?;
+    // Liveness is judged as `toolq status` judges it (a row of a dead process is not live).
+    let unserved = crate::status::status(&ctx.client, false)
+        .await?
+        .unserved_tools;
     let info = ctx.client.store().info()?;
     let wal = ctx.client.wal_health().await?;
     if let Some(w) = &wal.warning {
@@ -51,6 +56,7 @@ pub async fn run(ctx: &Ctx, _args: Args) -> Result<()> {
         "oldest_queued_age_secs": oldest_age,
         "busy_retries": busy,
         "live_workers": live,
+        "unserved_tools": unserved,
         "db": ctx.client.store().path().display().to_string(),
         "db_bytes": size,
         "wal_bytes": wal.wal_bytes,
@@ -87,6 +93,10 @@ pub async fn run(ctx: &Ctx, _args: Args) -> Result<()> {
         ),
     ));
     pairs.push(("wal", format!("{} bytes", wal.wal_bytes)));
+    let lines: Vec<String> = unserved.iter().map(|u| u.message()).collect();
+    for line in &lines {
+        pairs.push(("unserved", line.clone()));
+    }
     if let Some(w) = &wal.warning {
         pairs.push(("WARNING", w.clone()));
     }

@@ -1,9 +1,11 @@
-//! `toolq status`: worker processes with their last heartbeat and poll; exits 1 when a live
-//! worker's claim loop is stale (no poll for 3 poll intervals).
+//! `toolq status`: worker processes with their last heartbeat and poll, and queued runs of
+//! tools no live worker has. The health check: exits 1 when a live worker's claim loop is
+//! stale (no poll for 3 poll intervals), or when work waits (queued runs, enabled schedules)
+//! and no worker is alive.
 
 use super::{Ctx, render};
 use crate::error::{Error, Result};
-use crate::status::status;
+use crate::status::{plural, status};
 
 /// The status report with the WAL's health beside it (`--json`).
 #[derive(serde::Serialize)]
@@ -71,16 +73,34 @@ pub async fn run(ctx: &Ctx, args: Args) -> Result<()> {
         if report.workers.is_empty() {
             render::note("no worker processes registered (use --all to include stopped ones)");
         }
+        for u in &report.unserved_tools {
+            render::note(&u.message());
+        }
         if let Some(w) = &wal.warning {
             render::note(&format!("WARNING: {w}"));
         }
     }
-    if report.healthy() {
-        Ok(())
-    } else {
-        Err(Error::Conflict(format!(
+    let mut problems = Vec::new();
+    if report.stale > 0 {
+        problems.push(format!(
             "{} live worker(s) stale: no claim poll for 3 poll intervals",
             report.stale
-        )))
+        ));
+    }
+    if report.unattended() {
+        let work: Vec<String> = [
+            (report.queued_runs, "queued run"),
+            (report.enabled_schedules, "enabled schedule"),
+        ]
+        .into_iter()
+        .filter(|(n, _)| *n > 0)
+        .map(|(n, noun)| plural(n, noun))
+        .collect();
+        problems.push(format!("no live worker for {}", work.join(" and ")));
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(Error::Conflict(problems.join("; ")))
     }
 }

@@ -25,18 +25,26 @@ pub struct ClaimParams<'a> {
     pub per_session: i64,
     /// Visit sessions after this one first (round-robin across claims).
     pub after_session: Option<&'a str>,
+    /// Claim runs of these tools only: the tools the claiming worker has registered. Runs of
+    /// other tools stay queued for a worker that has them.
+    pub tools: &'a [String],
 }
 
 // Without ANALYZE statistics the planner may prefer another index on state for these,
 // which walks every queued run; INDEXED BY pins the index each query is built on, so a
 // claim costs the same with 20,000 or 1,000,000 runs queued. Running runs are few (at most
-// the workers' slots): counting them per session reads the owner index whole.
+// the workers' slots): counting them per session reads the owner index whole. Within a
+// session the claim skips from one queued tool to the next and reads the head of the tools
+// the worker has only, so runs of tools it lacks are never walked.
 const RUNNING_PER_SESSION: &str = "SELECT session_id, count(*) FROM runs \
     INDEXED BY runs_running_owner_idx WHERE state = 'running' GROUP BY session_id";
 const NEXT_SESSION: &str = "SELECT session_id FROM runs INDEXED BY runs_claimable_idx \
     WHERE state = 'queued' AND session_id > ?1 ORDER BY session_id LIMIT 1";
-const SESSION_HEAD: &str = "SELECT rowid, priority, run_at, id FROM runs INDEXED BY runs_claimable_idx \
-    WHERE state = 'queued' AND session_id = ?1 AND run_at <= ?2 ORDER BY priority DESC, run_at, id LIMIT ?3";
+pub(crate) const NEXT_TOOL: &str = "SELECT tool FROM runs INDEXED BY runs_claimable_idx \
+    WHERE state = 'queued' AND session_id = ?1 AND tool > ?2 ORDER BY tool LIMIT 1";
+pub(crate) const SESSION_HEAD: &str = "SELECT rowid, priority, run_at, id FROM runs INDEXED BY runs_claimable_idx \
+    WHERE state = 'queued' AND session_id = ?1 AND tool = ?2 AND run_at <= ?3 \
+    ORDER BY priority DESC, run_at, id LIMIT ?4";
 
 /// Marks one queued run running under a fresh lease. The run is addressed by the rowid the
 /// claimable index gave in this transaction (one b-tree descent instead of two through the
@@ -62,9 +70,30 @@ fn lease_token() -> String {
         .collect()
 }
 
-/// Claims up to `max` runnable runs (state queued, run_at <= now) in priority then age order,
-/// sharing slots fairly between sessions and never exceeding `per_session` running runs in a
-/// session. Marks them running with a fresh lease token and attempt + 1, in the caller's
+/// The tools among `wanted` (sorted) that `session` has queued runs of: one index probe per
+/// distinct queued tool of the session, plus one.
+fn session_tools(
+    next_tool: &mut rusqlite::CachedStatement<'_>,
+    session: &str,
+    wanted: &[String],
+) -> Result<Vec<String>, StoreError> {
+    let (mut found, mut after) = (Vec::new(), String::new());
+    while let Some(tool) = next_tool
+        .query_row([session, &after], |r| r.get::<_, String>(0))
+        .optional()
+        .ctx("next tool of session")?
+    {
+        if wanted.binary_search(&tool).is_ok() {
+            found.push(tool.clone());
+        }
+        after = tool;
+    }
+    Ok(found)
+}
+
+/// Claims up to `max` runnable runs (state queued, run_at <= now) of the worker's tools in
+/// priority then age order, sharing slots fairly between sessions and never exceeding
+/// `per_session` running runs in a session. Marks them running with a fresh lease token and attempt + 1, in the caller's
 /// transaction.
 pub fn claim(tx: &Transaction<'_>, p: &ClaimParams<'_>) -> Result<Vec<Run>, StoreError> {
     if p.max == 0 {
@@ -92,11 +121,15 @@ pub fn claim(tx: &Transaction<'_>, p: &ClaimParams<'_>) -> Result<Vec<Run>, Stor
     let mut next_session = tx
         .prepare_cached(NEXT_SESSION)
         .ctx("prepare next session")?;
+    let mut next_tool = tx.prepare_cached(NEXT_TOOL).ctx("prepare next tool")?;
     let mut head = tx
         .prepare_cached(SESSION_HEAD)
         .ctx("prepare session head")?;
+    let mut wanted = p.tools.to_vec();
+    wanted.sort_unstable();
     let start = p.after_session.unwrap_or("").to_string();
-    let mut sessions: Vec<String> = Vec::new();
+    // (session, its queued tools this worker has); sessions with none do not count.
+    let mut sessions: Vec<(String, Vec<String>)> = Vec::new();
     let mut cursor = start.clone();
     let mut wrapped = false;
     while sessions.len() < max_sessions {
@@ -108,7 +141,10 @@ pub fn claim(tx: &Transaction<'_>, p: &ClaimParams<'_>) -> Result<Vec<Run>, Stor
             Some(s) if wrapped && s > start => break,
             Some(s) => {
                 cursor.clone_from(&s);
-                sessions.push(s);
+                let tools = session_tools(&mut next_tool, &s, &wanted)?;
+                if !tools.is_empty() {
+                    sessions.push((s, tools));
+                }
             }
             None if !wrapped && !start.is_empty() => {
                 wrapped = true;
@@ -117,24 +153,32 @@ pub fn claim(tx: &Transaction<'_>, p: &ClaimParams<'_>) -> Result<Vec<Run>, Stor
             None => break,
         }
     }
-    for session in sessions {
+    for (session, tools) in sessions {
         let free = p.per_session - running.get(&session).copied().unwrap_or(0);
         if free <= 0 {
             continue;
         }
         let take = free.min(p.max as i64);
-        let rows = head
-            .query_map(rusqlite::params![session, now, take], |r| {
-                Ok((
-                    r.get::<_, i64>(0)?,
-                    r.get::<_, i64>(1)?,
-                    r.get::<_, String>(2)?,
-                    r.get::<_, String>(3)?,
-                ))
-            })
-            .ctx("session head")?;
-        for (rank, row) in rows.enumerate() {
-            let (rowid, priority, run_at, id) = row.ctx("read session head")?;
+        // The session's head is the best `take` over the heads of each of its tools.
+        let mut heads: Vec<(i64, String, String, i64)> = Vec::new();
+        for tool in &tools {
+            let rows = head
+                .query_map(rusqlite::params![session, tool, now, take], |r| {
+                    Ok((
+                        r.get::<_, i64>(1)?,
+                        r.get::<_, String>(2)?,
+                        r.get::<_, String>(3)?,
+                        r.get::<_, i64>(0)?,
+                    ))
+                })
+                .ctx("session head")?;
+            for row in rows {
+                heads.push(row.ctx("read session head")?);
+            }
+        }
+        heads.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
+        heads.truncate(take as usize);
+        for (rank, (priority, run_at, id, rowid)) in heads.into_iter().enumerate() {
             candidates.push((priority, rank, run_at, id, rowid));
         }
     }

@@ -9,13 +9,14 @@ use crate::error::StoreError;
 pub const SCHEMA_SQL: &str = include_str!("../../schema.sql");
 
 /// The schema version this build writes and understands.
-pub const SCHEMA_VERSION: i64 = 4;
+pub const SCHEMA_VERSION: i64 = 5;
 
 /// Ordered migrations: `MIGRATIONS[i]` upgrades version `i + 1` to `i + 2`.
 const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/002_finished_state_index.sql"),
     include_str!("../../migrations/003_lean_hot_path.sql"),
     include_str!("../../migrations/004_one_index_per_finish.sql"),
+    include_str!("../../migrations/005_tool_routing.sql"),
 ];
 
 /// What the file holds before we touch it.

@@ -7,6 +7,7 @@ pub mod artifacts;
 mod checkpointer;
 pub mod claim;
 pub mod codec;
+pub mod due;
 pub mod finish;
 pub mod gauges;
 pub mod inbox;

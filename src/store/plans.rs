@@ -137,3 +137,29 @@ fn a_runs_messages_are_found_through_inbox_run_idx() {
         );
     }
 }
+
+/// A claim reads each session's head for each tool the worker has, and the next delayed run
+/// of each tool: all are seeks into one index (session and tool, or tool), none a scan or a
+/// sort, so their cost does not grow with the runs queued for other tools or sessions.
+#[test]
+fn claims_and_the_next_due_run_seek_by_tool() {
+    for (sql, wanted) in [
+        (
+            super::claim::SESSION_HEAD,
+            "runs_claimable_idx (session_id=? AND tool=?)",
+        ),
+        (
+            super::claim::NEXT_TOOL,
+            "runs_claimable_idx (session_id=? AND tool>?)",
+        ),
+        (
+            super::due::NEXT_DELAYED,
+            "runs_delayed_idx (tool=? AND run_at>?)",
+        ),
+    ] {
+        let p = plan(sql);
+        assert!(p.iter().any(|d| d.contains(wanted)), "{sql}: {p:?}");
+        assert!(!p.iter().any(|d| d.contains("TEMP B-TREE")), "{sql}: {p:?}");
+        assert!(!p.iter().any(|d| d.starts_with("SCAN")), "{sql}: {p:?}");
+    }
+}

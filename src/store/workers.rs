@@ -45,20 +45,25 @@ pub struct WorkerRow {
     pub busy_retries: i64,
     /// toolq version.
     pub version: String,
+    /// The tools it has registered, sorted: it claims runs of these only (empty for a row
+    /// written before schema version 5).
+    pub tools: Vec<String>,
 }
 
 /// Registers a worker process.
 pub fn register(tx: &Transaction<'_>, w: &WorkerRow) -> Result<(), StoreError> {
+    let tools = serde_json::to_string(&w.tools).map_err(|e| StoreError::Task(e.to_string()))?;
     tx.prepare_cached(
         "INSERT INTO workers (id, host, boot_id, pid_namespace, pid, process_start_time, started_at, heartbeat_at, \
-         concurrency, poll_interval_ms, heartbeat_interval_ms, lease_ms, version) \
-         VALUES (:id, :host, :boot, :pidns, :pid, :pst, :started, :hb, :conc, :poll, :hbi, :lease, :version)",
+         concurrency, poll_interval_ms, heartbeat_interval_ms, lease_ms, version, tools) \
+         VALUES (:id, :host, :boot, :pidns, :pid, :pst, :started, :hb, :conc, :poll, :hbi, :lease, :version, :tools)",
     )
     .ctx("prepare register worker")?
     .execute(named_params! {
         ":id": w.id, ":host": w.host, ":boot": w.boot_id, ":pidns": w.pid_namespace, ":pid": w.pid, ":pst": w.process_start_time,
         ":started": w.started_at, ":hb": w.heartbeat_at, ":conc": w.concurrency,
         ":poll": w.poll_interval_ms, ":hbi": w.heartbeat_interval_ms, ":lease": w.lease_ms, ":version": w.version,
+        ":tools": tools,
     })
     .ctx("register worker")?;
     Ok(())
@@ -108,7 +113,7 @@ pub fn list(
         .prepare_cached(
             "SELECT id, host, boot_id, pid_namespace, pid, process_start_time, started_at, heartbeat_at, last_poll_at, \
              stopped_at, stop_reason, concurrency, poll_interval_ms, heartbeat_interval_ms, lease_ms, \
-             busy_retries, version FROM workers \
+             busy_retries, version, tools FROM workers \
              WHERE (:all = 1 OR stopped_at IS NULL) ORDER BY stopped_at IS NOT NULL, started_at DESC",
         )
         .ctx("prepare list workers")?;
@@ -132,10 +137,17 @@ pub fn list(
                 lease_ms: r.get(14)?,
                 busy_retries: r.get(15)?,
                 version: r.get(16)?,
+                tools: tool_list(&r.get::<_, String>(17)?),
             })
         })
         .ctx("list workers")?;
     rows.collect::<Result<_, _>>().ctx("read workers")
+}
+
+/// A stored tool list; one that is not a JSON array of names reads as empty (the column is
+/// checked to be valid JSON, and only toolq writes it).
+fn tool_list(json: &str) -> Vec<String> {
+    serde_json::from_str(json).unwrap_or_default()
 }
 
 /// Sum of busy retries over all workers.

@@ -119,6 +119,11 @@ impl Registry {
         self.tools.get(name)
     }
 
+    /// The names of all tools, sorted.
+    pub fn names(&self) -> Vec<String> {
+        self.tools.keys().cloned().collect()
+    }
+
     /// All tools, by name.
     pub fn iter(&self) -> impl Iterator<Item = &Entry> {
         self.tools.values()

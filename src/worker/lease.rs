@@ -34,6 +34,7 @@ pub(super) async fn register(sh: &Arc<Shared>) -> Result<()> {
         lease_ms: cfg.lease.as_millis() as i64,
         busy_retries: 0,
         version: env!("CARGO_PKG_VERSION").into(),
+        tools: sh.tools.to_vec(),
     };
     sh.client
         .store()

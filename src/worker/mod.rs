@@ -3,6 +3,7 @@
 //! fenced transactions. Shutdown is a parameter ([`CancellationToken`]), never a global.
 
 mod approval;
+mod due;
 mod execute;
 pub mod finish;
 pub mod identity;
@@ -86,8 +87,12 @@ pub(crate) struct Shared {
     client: Client,
     id: WorkerId,
     opts: WorkerOptions,
+    /// The registered tools' names, sorted: this worker claims runs of these only.
+    tools: Arc<[String]>,
     in_flight: Mutex<HashMap<String, InFlight>>,
     slot_freed: Notify,
+    /// A commit was seen (any process's): the schedule tick looks again for an earlier trigger.
+    schedules_changed: Notify,
     /// Held while free slots are counted, claimed and started, so the claim loop and the
     /// finisher (which claims replacements in its own transaction) never overfill the slots.
     /// Holds the round-robin session cursor.
@@ -120,8 +125,10 @@ impl Client {
                 client: self.clone(),
                 id: WorkerId::generate(),
                 opts,
+                tools: self.registry().names().into(),
                 in_flight: Mutex::new(HashMap::new()),
                 slot_freed: Notify::new(),
+                schedules_changed: Notify::new(),
                 gate: tokio::sync::Mutex::new(None),
                 last_poll: Mutex::new(None),
                 claimed: AtomicU64::new(0),
@@ -202,11 +209,7 @@ impl Worker {
                     }
                 }
             }
-            if sh.opts.drain
-                && claimed == 0
-                && sh.flights().is_empty()
-                && !runnable(&client).await?
-            {
+            if sh.opts.drain && claimed == 0 && sh.flights().is_empty() && !runnable(&sh).await? {
                 break;
             }
             drop(cursor);
@@ -214,10 +217,18 @@ impl Worker {
                 continue;
             }
             let backoff = cfg.poll_interval * 2u32.saturating_pow(failures.min(5));
+            // With a slot free, wake when the next delayed run of ours is due, not at the
+            // next poll. A commit (an earlier run enqueued here or elsewhere) wakes the loop
+            // through `wake`, and the next turn computes the deadline again.
+            let nap = if free > claimed {
+                due::nap(client.now(), backoff, next_due(&sh).await)
+            } else {
+                backoff
+            };
             tokio::select! {
                 _ = client.inner.wake.notified() => {}
                 _ = sh.slot_freed.notified() => {}
-                _ = tokio::time::sleep(backoff) => {}
+                _ = tokio::time::sleep(nap) => {}
                 _ = shutdown.cancelled() => {}
             }
         }
@@ -246,17 +257,36 @@ impl Worker {
     }
 }
 
-async fn runnable(client: &Client) -> Result<bool> {
-    let now = client.now();
-    let runnable = client
+/// Whether a run of this worker's tools is due, or waits for a retry (a drain waits for it).
+/// Runs of tools it lacks are left for a worker that has them.
+async fn runnable(sh: &Shared) -> Result<bool> {
+    let now = sh.client.now();
+    let tools = sh.tools.clone();
+    let runnable = sh
+        .client
         .store()
-        .read_async(move |c| {
-            let (due, _) = store::runs::has_unfinished(c, now)?;
-            // A retry waiting for its backoff is not done yet: a drain waits for it.
-            Ok(due || store::rescue::has_pending_retry(c)?)
-        })
+        .read_async(move |c| store::due::has_work_for(c, now, &tools))
         .await?;
     Ok(runnable)
+}
+
+/// When the next delayed run of this worker's tools is due; on a failed read, none (the
+/// poll remains).
+async fn next_due(sh: &Shared) -> Option<chrono::DateTime<chrono::Utc>> {
+    let now = sh.client.now();
+    let tools = sh.tools.clone();
+    match sh
+        .client
+        .store()
+        .read_async(move |c| store::due::next_due(c, now, &tools))
+        .await
+    {
+        Ok(at) => at,
+        Err(e) => {
+            tracing::warn!(error = %e, "could not read the next due run; polling");
+            None
+        }
+    }
 }
 
 /// What a claim needs, owned so it can move into a blocking write.
@@ -266,6 +296,7 @@ struct ClaimArgs {
     per_session: i64,
     max: usize,
     cursor: Option<String>,
+    tools: Arc<[String]>,
 }
 
 impl ClaimArgs {
@@ -277,6 +308,7 @@ impl ClaimArgs {
             per_session: cfg.per_session,
             max,
             cursor,
+            tools: sh.tools.clone(),
         }
     }
 
@@ -289,6 +321,7 @@ impl ClaimArgs {
             max: self.max,
             per_session: self.per_session,
             after_session: self.cursor.as_deref(),
+            tools: &self.tools,
         }
     }
 }

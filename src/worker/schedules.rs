@@ -1,5 +1,7 @@
 //! The schedule tick: fires due schedules (runs + ledger rows + advance, one transaction per
-//! batch) and wakes the claim loop. Runs every poll interval, sooner when a tick is due sooner.
+//! batch) and wakes the claim loop. Runs every poll interval, sooner when a tick is due sooner,
+//! and again after any commit (a schedule added or changed here or in another process may
+//! fire before the current sleep ends).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -91,6 +93,7 @@ pub(super) async fn schedule_loop(sh: Arc<Shared>, stop: CancellationToken) {
         };
         tokio::select! {
             _ = tokio::time::sleep(delay.max(Duration::from_millis(1))) => {}
+            _ = sh.schedules_changed.notified() => {}
             _ = stop.cancelled() => return,
         }
     }

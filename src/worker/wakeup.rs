@@ -41,6 +41,7 @@ pub(crate) fn wake_tick(sh: &Shared, probe: &mut ChangeProbe) -> crate::error::R
     let changed = probe.changed()?;
     if changed {
         sh.client.wake_workers();
+        sh.schedules_changed.notify_one();
     }
     Ok(changed)
 }

@@ -234,6 +234,7 @@ async fn a_large_batch_of_ends_writes_each_runs_artifacts_once() {
                     max: N,
                     per_session: N as i64,
                     after_session: None,
+                    tools: &env.client.registry().names(),
                 },
             )
         })

@@ -33,6 +33,7 @@ fn register(env: &TestEnv, id: &str, host: &str, pid: i64, start: &str) {
         lease_ms: 30_000,
         busy_retries: 0,
         version: "test".into(),
+        tools: Vec::new(),
     };
     env.client
         .store()
@@ -41,6 +42,10 @@ fn register(env: &TestEnv, id: &str, host: &str, pid: i64, start: &str) {
 }
 
 fn claim_as(env: &TestEnv, worker: &str) -> Vec<Run> {
+    claim_tools(env, worker, &env.client.registry().names())
+}
+
+fn claim_tools(env: &TestEnv, worker: &str, tools: &[String]) -> Vec<Run> {
     let now = env.client.now();
     env.client
         .store()
@@ -54,6 +59,7 @@ fn claim_as(env: &TestEnv, worker: &str) -> Vec<Run> {
                     max: 10,
                     per_session: 5,
                     after_session: None,
+                    tools,
                 },
             )
         })
@@ -320,4 +326,30 @@ async fn a_run_whose_owner_has_no_row_or_stopped_is_rescued_at_once() {
         r.errors[1]["error"],
         "worker lost: the worker running it stopped without finishing it"
     );
+}
+
+/// A claim takes runs of the claiming worker's tools only, in priority order across them;
+/// a run of another tool stays queued with its attempts unused.
+#[tokio::test]
+async fn a_claim_takes_runs_of_its_tools_only_in_priority_order_across_them() {
+    let env = TestEnv::new();
+    let mut ids = Vec::new();
+    for (tool, args, priority) in [
+        ("echo", json!({"message": "low"}), 0),
+        ("add", json!({"a": 1, "b": 2}), 5),
+        ("sleep", json!({"ms": 1}), 9),
+    ] {
+        let mut req = EnqueueRequest::new(tool, args).session("s1");
+        req.priority = priority;
+        ids.push(env.client.enqueue(req).await.unwrap().run_id);
+    }
+    let claimed = claim_tools(&env, "wk_a", &["add".to_string(), "echo".to_string()]);
+    let got: Vec<&RunId> = claimed.iter().map(|r| &r.id).collect();
+    assert_eq!(got, [&ids[1], &ids[0]]);
+    let sleep = env.client.get(&ids[2]).await.unwrap();
+    assert_eq!((sleep.state, sleep.attempt), (RunState::Queued, 0));
+    // A worker that has it takes it.
+    let claimed = claim_tools(&env, "wk_b", &["sleep".to_string()]);
+    assert_eq!(claimed.len(), 1);
+    assert_eq!(claimed[0].id, ids[2]);
 }

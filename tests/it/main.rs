@@ -21,6 +21,7 @@ mod migrate;
 mod ops;
 mod readme;
 mod retries;
+mod routing;
 mod run_end_log;
 mod schedule_cli;
 mod schedules;

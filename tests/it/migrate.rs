@@ -169,3 +169,68 @@ fn state_queries_read_indexes_not_the_runs_table() {
         );
     }
 }
+
+const SCHEMA_V4: &str = include_str!("fixtures/schema_v4.sql");
+
+/// Version 4 -> 5: the claim index gains the tool, delayed runs get their own index (built
+/// from the rows already there), and worker rows get an empty tool list.
+#[test]
+fn a_version_4_file_gains_tool_routing_and_keeps_its_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let (old, new) = (dir.path().join("v4.db"), dir.path().join("new.db"));
+    {
+        let c = Connection::open(&old).unwrap();
+        c.execute_batch(SCHEMA_V4).unwrap();
+        c.execute_batch(
+            "PRAGMA user_version = 4;
+             INSERT INTO runs (id, session_id, tool, args, title, run_at, created_at)
+               VALUES ('bg_now', 's1', 'echo', '{}', 'due at once', '2026-01-01T00:00:00.000Z', '2026-01-01T00:00:00.000Z'),
+                      ('bg_later', 's1', 'disk_check', '{}', 'delayed', '2026-01-01T00:05:00.000Z', '2026-01-01T00:00:00.000Z');
+             INSERT INTO workers (id, host, boot_id, pid, process_start_time, started_at, heartbeat_at, concurrency, version)
+               VALUES ('wk_old', 'h', 'b', 1, '1', '2026-01-01T00:00:00.000Z', '2026-01-01T00:00:00.000Z', 4, '0.1.0');",
+        )
+        .unwrap();
+    }
+    drop(Store::open(&old).unwrap());
+    drop(Store::open(&new).unwrap());
+    let (o, n) = (
+        Connection::open(&old).unwrap(),
+        Connection::open(&new).unwrap(),
+    );
+    let version: i64 = o
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(version, SCHEMA_VERSION);
+    assert_eq!(
+        objects(&o),
+        objects(&n),
+        "upgraded schema differs from a new file's"
+    );
+    let tools: String = o
+        .query_row("SELECT tools FROM workers WHERE id = 'wk_old'", [], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    assert_eq!(tools, "[]");
+    // Only the delayed run is in the delayed-run index; both are claimable by session and tool.
+    let delayed: Vec<String> = o
+        .prepare(
+            "SELECT id FROM runs INDEXED BY runs_delayed_idx \
+             WHERE state = 'queued' AND run_at > created_at AND tool >= ''",
+        )
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(delayed, ["bg_later"]);
+    let claimable: i64 = o
+        .query_row(
+            "SELECT count(*) FROM runs INDEXED BY runs_claimable_idx \
+             WHERE state = 'queued' AND session_id = 's1'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(claimable, 2);
+}

@@ -85,6 +85,7 @@ fn status_lists_workers_and_exits_1_when_a_live_loop_is_stale() {
         lease_ms: 30_000,
         busy_retries: 0,
         version: "test".into(),
+        tools: Vec::new(),
     };
     toolq::Store::open(&s.db)
         .unwrap()
@@ -122,4 +123,61 @@ fn status_lists_workers_and_exits_1_when_a_live_loop_is_stale() {
     let (code, v, err) = status(&s);
     assert_eq!(code, 0, "{err}");
     assert_eq!(liveness_of(&v, pid), "dead", "{v}");
+}
+
+/// The health check: with runnable work (queued runs or enabled schedules) and no live worker,
+/// `toolq status` exits 1 and says why; with nothing to do it exits 0.
+#[test]
+fn status_exits_1_when_work_waits_and_no_worker_is_alive() {
+    let s = setup("");
+    let run = |args: &[&str]| {
+        let o = Command::new(env!("CARGO_BIN_EXE_toolq"))
+            .arg("--db")
+            .arg(&s.db)
+            .arg("--config")
+            .arg(&s.config)
+            .args(args)
+            .env_remove("RUST_LOG")
+            .output()
+            .unwrap();
+        (
+            o.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        )
+    };
+    // Nothing queued, nothing scheduled, no worker: healthy.
+    let (code, err) = run(&["status"]);
+    assert_eq!(code, 0, "{err}");
+
+    let (code, err) = run(&[
+        "schedule",
+        "add",
+        "--session",
+        "ops",
+        "--cron",
+        "0 0 1 1 *",
+        "echo",
+        "--args",
+        r#"{"message":"hi"}"#,
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let (code, err) = run(&["status"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("toolq: no live worker") && err.contains("1 enabled schedule"),
+        "{err}"
+    );
+
+    let (code, err) = run(&["enqueue", "echo", "--args", r#"{"message":"hi"}"#]);
+    assert_eq!(code, 0, "{err}");
+    let (code, err) = run(&["status"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("1 queued run"), "{err}");
+
+    // A worker drains the queue and exits; the schedule alone still needs a live worker.
+    let (code, err) = run(&["worker", "--drain"]);
+    assert_eq!(code, 0, "{err}");
+    let (code, err) = run(&["status"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(!err.contains("queued run"), "{err}");
 }
