@@ -15,6 +15,7 @@ use serde::Deserialize;
 use crate::error::ConfigError;
 use crate::tool::command::{CommandToolConfig, FileCommandTool};
 pub use layers::{ConfigFile, FileChoice, Layers, Origin, Override};
+pub(crate) use report::suggest;
 
 /// Validated configuration with typed values.
 #[derive(Debug, Clone, PartialEq)]

@@ -136,10 +136,18 @@ pub fn registry(config: &Config) -> Result<Registry> {
         .iter()
         .find(|n| registry.get(n).is_none())
     {
+        let known: Vec<&str> = registry.iter().map(|e| e.def.name.as_str()).collect();
+        let hint = match crate::config::suggest(name, &known) {
+            Some(s) => format!("; did you mean `{s}`?"),
+            None => String::new(),
+        };
         return Err(crate::error::InputError::new(
             "approvals.require",
             name,
-            "names a tool that is not registered",
+            format!(
+                "names a tool that is not registered{hint}\n  registered tools: {}",
+                known.join(", ")
+            ),
         )
         .into());
     }

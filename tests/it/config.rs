@@ -118,6 +118,23 @@ fn an_unknown_tool_key_and_a_missing_command_name_the_tool() {
 }
 
 #[test]
+fn an_approval_requirement_for_a_misspelt_tool_suggests_the_tool() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("toolq.toml"),
+        "[approvals]\nrequire = [\"ecoh\"]\n",
+    )
+    .unwrap();
+    let o = toolq_in(dir.path(), &["stats"], &[]);
+    assert_eq!(o.status.code(), Some(2));
+    let e = stderr(&o);
+    assert!(
+        e.contains("approvals.require \"ecoh\": names a tool that is not registered; did you mean `echo`?\n  registered tools: add, "),
+        "{e}"
+    );
+}
+
+#[test]
 fn a_tool_defined_twice_names_both_the_tool_and_the_line() {
     let e = refused("[tools.x]\ncommand = [\"df\"]\n\n[tools.x]\ncommand = [\"du\"]\n");
     assert!(
