@@ -139,18 +139,116 @@ pub enum StoreError {
         /// The value read back.
         got: String,
     },
+    /// The file does not exist and this command does not create it.
+    #[error(
+        "database {path} does not exist (toolq init, worker, enqueue and schedule add create it)"
+    )]
+    Missing {
+        /// Path of the file.
+        path: String,
+    },
+    /// The file is read-only for this process and the command must write to it.
+    #[error("database {path} is read-only for this process: cannot {action}")]
+    ReadOnly {
+        /// Path of the file.
+        path: String,
+        /// What needed to write.
+        action: String,
+    },
     /// A blocking database task panicked or was cancelled.
     #[error("database task failed: {0}")]
     Task(String),
+    /// SQLite found the file damaged (SQLITE_CORRUPT) or not a database (SQLITE_NOTADB).
+    /// Retrying cannot help: whoever meets it stops and says what to do.
+    #[error(
+        "database {path} is damaged ({action}: {source}); stop every worker using it, run `toolq --db {path} check`, and restore it from a backup"
+    )]
+    Damaged {
+        /// Path of the file.
+        path: String,
+        /// What was being done.
+        action: String,
+        /// The SQLite error.
+        source: rusqlite::Error,
+    },
+    /// `toolq check` found problems (listed on stdout).
+    #[error(
+        "database {path} failed the integrity check ({problems} problem(s) listed above); stop every worker using it and restore it from a backup"
+    )]
+    CheckFailed {
+        /// Path of the file.
+        path: String,
+        /// How many problems SQLite reported.
+        problems: usize,
+    },
+    /// Writes made no progress for `worker.stall_timeout` because of a storage error.
+    #[error(
+        "database {path}: writes have failed for {secs}s with no progress ({last}); free disk space or fix the storage, then start the worker again"
+    )]
+    Stalled {
+        /// Path of the file.
+        path: String,
+        /// How long writes failed, in seconds.
+        secs: u64,
+        /// The last storage error.
+        last: String,
+    },
+}
+
+/// What kind of failure a [`StoreError`] is, which decides how a worker reacts to it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// The file is damaged: fatal, retrying cannot help.
+    Damaged,
+    /// The storage refuses writes (disk or database full, I/O error, read-only, cannot open):
+    /// persistent until someone fixes it; back off and report the state, not every failure.
+    Storage,
+    /// Anything else (busy after the retries, a bad row, a task failure).
+    Other,
 }
 
 impl StoreError {
+    /// Classifies this error by the SQLite result code behind it.
+    pub fn fault(&self) -> Fault {
+        match self {
+            StoreError::Damaged { .. } => Fault::Damaged,
+            StoreError::Stalled { .. } => Fault::Storage,
+            StoreError::Sqlite { source, .. } => sqlite_fault(source),
+            _ => Fault::Other,
+        }
+    }
+
+    /// The same error, as [`StoreError::Damaged`] naming `path` when it is one.
+    pub fn on_file(self, path: &std::path::Path) -> Self {
+        match self {
+            StoreError::Sqlite { action, source } if sqlite_fault(&source) == Fault::Damaged => {
+                StoreError::Damaged {
+                    path: path.display().to_string(),
+                    action,
+                    source,
+                }
+            }
+            other => other,
+        }
+    }
+
     /// Wraps a rusqlite error with the action that failed.
     pub fn sqlite(action: impl Into<String>, source: rusqlite::Error) -> Self {
         Self::Sqlite {
             action: action.into(),
             source,
         }
+    }
+}
+
+fn sqlite_fault(e: &rusqlite::Error) -> Fault {
+    use rusqlite::ErrorCode as C;
+    match e.sqlite_error_code() {
+        Some(C::DatabaseCorrupt | C::NotADatabase) => Fault::Damaged,
+        Some(
+            C::DiskFull | C::SystemIoFailure | C::ReadOnly | C::CannotOpen | C::PermissionDenied,
+        ) => Fault::Storage,
+        _ => Fault::Other,
     }
 }
 
@@ -195,7 +293,11 @@ impl Error {
     pub fn exit_code(&self) -> i32 {
         match self {
             Error::Input(_) | Error::Schedule(_) | Error::Config(_) => 2,
-            Error::Store(StoreError::SchemaTooNew { .. } | StoreError::NotToolq { .. }) => 2,
+            Error::Store(
+                StoreError::SchemaTooNew { .. }
+                | StoreError::NotToolq { .. }
+                | StoreError::Missing { .. },
+            ) => 2,
             _ => 1,
         }
     }
@@ -224,6 +326,41 @@ mod tests {
             "line 3: --priority \"abc\": must be an integer"
         );
         assert_eq!(Error::from(e).exit_code(), 2);
+    }
+
+    fn sqlite(code: std::ffi::c_int) -> StoreError {
+        StoreError::sqlite(
+            "claim",
+            rusqlite::Error::SqliteFailure(rusqlite::ffi::Error::new(code), None),
+        )
+    }
+
+    #[test]
+    fn sqlite_codes_are_classified_by_what_a_worker_does_about_them() {
+        use rusqlite::ffi;
+        assert_eq!(sqlite(ffi::SQLITE_CORRUPT).fault(), Fault::Damaged);
+        assert_eq!(sqlite(ffi::SQLITE_NOTADB).fault(), Fault::Damaged);
+        for code in [ffi::SQLITE_FULL, ffi::SQLITE_IOERR, ffi::SQLITE_READONLY] {
+            assert_eq!(sqlite(code).fault(), Fault::Storage, "{code}");
+        }
+        assert_eq!(sqlite(ffi::SQLITE_BUSY).fault(), Fault::Other);
+        assert_eq!(sqlite(ffi::SQLITE_CONSTRAINT).fault(), Fault::Other);
+    }
+
+    #[test]
+    fn a_damaged_file_is_named_with_what_to_do() {
+        let path = std::path::Path::new("/data/q.db");
+        let e = sqlite(rusqlite::ffi::SQLITE_CORRUPT).on_file(path);
+        assert_eq!(e.fault(), Fault::Damaged);
+        let text = e.to_string();
+        assert!(
+            text.contains("/data/q.db") && text.contains("claim"),
+            "{text}"
+        );
+        assert!(text.contains("toolq --db /data/q.db check"), "{text}");
+        assert_eq!(Error::from(e).exit_code(), 1);
+        let full = sqlite(rusqlite::ffi::SQLITE_FULL).on_file(path);
+        assert!(matches!(full, StoreError::Sqlite { .. }), "{full}");
     }
 
     #[test]

@@ -1,7 +1,5 @@
 //! `toolq config`: the effective configuration and where each value came from.
 
-use std::io::Write;
-
 use super::render;
 use crate::config::Layers;
 use crate::config::explain::effective;
@@ -18,9 +16,7 @@ pub fn run(layers: &Layers, json: bool, _args: &Args) -> Result<()> {
         render::json(&eff);
         return Ok(());
     }
-    // A closed pipe (`toolq config | head`) ends the listing quietly.
-    let mut out = std::io::stdout().lock();
-    let _ = writeln!(out, "# config file: {}", layers.file_summary());
+    render::line(&format!("# config file: {}", layers.file_summary()));
     let width = eff
         .values
         .iter()
@@ -29,9 +25,7 @@ pub fn run(layers: &Layers, json: bool, _args: &Args) -> Result<()> {
         .unwrap_or(0);
     for e in &eff.values {
         let line = format!("{} = {}", e.key, e.value);
-        if writeln!(out, "{line:width$}  # {}", e.origin).is_err() {
-            break;
-        }
+        render::line(&format!("{line:width$}  # {}", e.origin));
     }
     Ok(())
 }

@@ -6,6 +6,7 @@ mod approval;
 mod due;
 mod execute;
 pub mod finish;
+pub mod health;
 pub mod identity;
 mod lease;
 pub mod rescue;
@@ -30,7 +31,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::client::Client;
-use crate::error::Result;
+use crate::error::{Error, Fault, Result, StoreError};
 use crate::ids::WorkerId;
 use crate::run::Run;
 use crate::store::{self, finish::FinishRecord};
@@ -63,6 +64,10 @@ struct InFlight {
     run: Arc<Run>,
     sink: RunSink,
     stop: StopSignal,
+    /// Set before the attempt's end goes to the finisher. From then on a heartbeat that no
+    /// longer finds the run running may be looking at this worker's own committed end, and
+    /// the finisher's fence reports a lost lease itself.
+    ended: Arc<std::sync::atomic::AtomicBool>,
 }
 
 enum Job {
@@ -103,12 +108,85 @@ pub(crate) struct Shared {
     fenced_out: AtomicU64,
     handed_back: AtomicU64,
     metrics: Arc<crate::metrics::Metrics>,
+    /// Whether writes currently fail with a storage error (see [`health`]).
+    health: Mutex<health::Health>,
+    /// Fired when the worker must stop because of `halted` (a damaged file, a stalled drain).
+    halt: CancellationToken,
+    /// Why the worker stopped on its own, returned by [`Worker::run`].
+    halted: Mutex<Option<Error>>,
 }
 
 impl Shared {
     fn flights(&self) -> std::sync::MutexGuard<'_, HashMap<String, InFlight>> {
         // Entries are inserted and removed whole; a panic elsewhere cannot leave one half-made.
         self.in_flight.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn health(&self) -> std::sync::MutexGuard<'_, health::Health> {
+        // Every method leaves the state whole.
+        self.health.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Stops the worker with `e` (the first reason wins).
+    fn stop_with(&self, e: Error) {
+        let mut halted = self.halted.lock().unwrap_or_else(|e| e.into_inner());
+        if halted.is_none() {
+            *halted = Some(e);
+        }
+        self.halt.cancel();
+    }
+
+    /// Handles a failed database call of `what`: a damaged file stops the worker; a storage
+    /// error (disk full, I/O) logs once when writes start failing, and the loops back off;
+    /// anything else is logged, and the next tick tries again.
+    pub(crate) fn store_failed(&self, what: &str, e: Error) {
+        let fault = match &e {
+            Error::Store(s) => s.fault(),
+            _ => Fault::Other,
+        };
+        match fault {
+            Fault::Damaged => {
+                tracing::error!(error = %e, "{what} failed on a damaged database; stopping");
+                self.stop_with(e);
+            }
+            Fault::Storage => {
+                let change = self.health().failed(self.client.now(), &e.to_string());
+                if change.is_some() {
+                    tracing::error!(error = %e,
+                        "database writes are failing ({what}); backing off, and logging again once they succeed");
+                } else {
+                    tracing::debug!(error = %e, "{what} failed; still backing off");
+                }
+            }
+            Fault::Other => tracing::error!(error = %e, "{what} failed; will retry"),
+        }
+    }
+
+    /// A write made progress (claimed runs, recorded ends, rescued runs): clears a failing
+    /// state, with one line.
+    pub(crate) fn progressed(&self) {
+        if let Some(health::Change::Cleared(after)) = self.health().progressed(self.client.now()) {
+            tracing::info!(
+                failed_for_secs = after.as_secs(),
+                "database writes succeed again"
+            );
+        }
+    }
+
+    /// With `--drain`: gives up once writes have failed for `worker.stall_timeout`.
+    fn check_stall(&self) {
+        let timeout = self.client.config().worker.stall_timeout;
+        let stalled = self
+            .health()
+            .stalled(self.client.now(), timeout)
+            .map(|(d, last)| (d.as_secs(), last.to_string()));
+        if let Some((secs, last)) = stalled {
+            self.stop_with(Error::Store(StoreError::Stalled {
+                path: self.client.store().path().display().to_string(),
+                secs,
+                last,
+            }));
+        }
     }
 }
 
@@ -136,6 +214,9 @@ impl Client {
                 fenced_out: AtomicU64::new(0),
                 handed_back: AtomicU64::new(0),
                 metrics: Arc::default(),
+                health: Mutex::default(),
+                halt: CancellationToken::new(),
+                halted: Mutex::new(None),
             }),
         }
     }
@@ -167,6 +248,7 @@ impl Worker {
             jobs_rx,
             jobs_tx.downgrade(),
             claiming.clone(),
+            shutdown.clone(),
         ));
         let background = CancellationToken::new();
         // Background ticks: one line each. Every loop is `sleep(interval)` + `tick(now)` and
@@ -183,19 +265,32 @@ impl Worker {
         ];
         let mut failures = 0u32;
         loop {
-            if shutdown.is_cancelled() {
+            if sh.opts.drain {
+                sh.check_stall();
+            }
+            if shutdown.is_cancelled() || sh.halt.is_cancelled() {
                 break;
             }
             // The loop's liveness for `toolq status`, also when all slots are busy.
             *sh.last_poll.lock().unwrap_or_else(|e| e.into_inner()) = Some(client.now());
+            let failing = sh.health().is_failing();
+            if failing {
+                // While writes fail, the finisher's retries are the probe: claiming more runs
+                // whose ends cannot be recorded helps nobody. With nothing in flight, a claim
+                // (at the backoff) is the probe.
+                failures = failures.saturating_add(1);
+            }
             let mut cursor = sh.gate.lock().await;
             let free = cfg.concurrency.saturating_sub(sh.flights().len());
             let mut claimed = 0;
-            if free > 0 {
+            if free > 0 && (!failing || sh.flights().is_empty()) {
                 match claim(&sh, free, cursor.clone()).await {
                     Ok(runs) => {
                         failures = 0;
                         claimed = runs.len();
+                        if claimed > 0 {
+                            sh.progressed();
+                        }
                         if let Some(last) = runs.last() {
                             *cursor = Some(last.session_id.clone());
                         }
@@ -204,13 +299,17 @@ impl Worker {
                         }
                     }
                     Err(e) => {
-                        failures += 1;
-                        tracing::error!(error = %e, "claim failed; will retry");
+                        failures = failures.saturating_add(1);
+                        sh.store_failed("claim", e);
                     }
                 }
             }
-            if sh.opts.drain && claimed == 0 && sh.flights().is_empty() && !runnable(&sh).await? {
-                break;
+            if sh.opts.drain && claimed == 0 && sh.flights().is_empty() {
+                match runnable(&sh).await {
+                    Ok(false) => break,
+                    Ok(true) => {}
+                    Err(e) => sh.store_failed("looking for runnable runs", e),
+                }
             }
             drop(cursor);
             if claimed > 0 && claimed == free {
@@ -230,13 +329,20 @@ impl Worker {
                 _ = sh.slot_freed.notified() => {}
                 _ = tokio::time::sleep(nap) => {}
                 _ = shutdown.cancelled() => {}
+                _ = sh.halt.cancelled() => {}
             }
         }
         // Under the gate, so no finisher claim is half-way when claiming stops.
         let gate = sh.gate.lock().await;
         claiming.cancel();
         drop(gate);
-        drain_in_flight(&sh, cfg.shutdown_grace).await;
+        // Stopped on its own: the runs' ends could not be recorded anyway, hand them back now.
+        let grace = if sh.halt.is_cancelled() {
+            Duration::ZERO
+        } else {
+            cfg.shutdown_grace
+        };
+        drain_in_flight(&sh, grace).await;
         drop(jobs_tx);
         if let Err(e) = finisher.await {
             tracing::error!(error = %e, "finisher task failed");
@@ -248,6 +354,9 @@ impl Worker {
             }
         }
         lease::deregister(&sh).await;
+        if let Some(e) = sh.halted.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            return Err(e);
+        }
         Ok(WorkerReport {
             claimed: sh.claimed.load(Ordering::Relaxed),
             recorded: sh.recorded.load(Ordering::Relaxed),
@@ -370,12 +479,14 @@ fn start(sh: &Arc<Shared>, run: Run, jobs: mpsc::UnboundedSender<Job>) {
         .unwrap_or(defaults.timeout);
     let tool = entry.map(|e| e.tool.clone());
     let run = Arc::new(run);
+    let ended = Arc::new(std::sync::atomic::AtomicBool::new(false));
     sh.flights().insert(
         run.id.to_string(),
         InFlight {
             run: run.clone(),
             sink: sink.clone(),
             stop: stop.clone(),
+            ended: ended.clone(),
         },
     );
     let span = tracing::info_span!("run", run_id = %run.id, tool = %run.tool, session = %run.session_id, attempt = run.attempt);
@@ -424,6 +535,7 @@ fn start(sh: &Arc<Shared>, run: Run, jobs: mpsc::UnboundedSender<Job>) {
                     token: run.lease_token.clone().unwrap_or_default(),
                 },
             };
+            ended.store(true, Ordering::Release);
             if jobs.send(job).is_err() {
                 tracing::error!("finisher is gone; the run's lease will expire and it will be rescued");
             }
@@ -443,6 +555,7 @@ async fn finisher_loop(
     mut rx: mpsc::UnboundedReceiver<Job>,
     jobs: mpsc::WeakUnboundedSender<Job>,
     claiming: CancellationToken,
+    shutdown: CancellationToken,
 ) {
     let concurrency = sh.client.config().worker.concurrency;
     while let Some(first) = rx.recv().await {
@@ -474,7 +587,7 @@ async fn finisher_loop(
         let args = Arc::new(ClaimArgs::new(&sh, free, cursor.clone()));
         let mut delay = Duration::from_millis(50);
         let started = std::time::Instant::now();
-        let (applied, runs, now) = loop {
+        let (applied, runs, now, gave_up) = loop {
             let now = sh.client.now();
             let (b, a) = (batch.clone(), args.clone());
             let res = sh
@@ -504,18 +617,54 @@ async fn finisher_loop(
                     Ok((applied, runs))
                 })
                 .await;
-            match res {
-                Ok((applied, runs)) => break (applied, runs, now),
-                Err(e) if delay < Duration::from_secs(10) => {
-                    tracing::error!(error = %e, "recording {} attempt ends failed; retrying", batch.len());
-                    tokio::time::sleep(delay).await;
-                    delay *= 2;
+            let e = match res {
+                Ok((applied, runs)) => {
+                    sh.progressed();
+                    break (applied, runs, now, false);
                 }
-                Err(e) => {
-                    tracing::error!(error = %e, "giving up recording; the leases will expire and the runs be rescued");
-                    break (vec![false; batch.len()], Vec::new(), now);
+                Err(e) => e,
+            };
+            let fault = e.fault();
+            let what = format!("recording {} attempt ends", batch.len());
+            if fault == Fault::Storage {
+                sh.store_failed(&what, e.into());
+                // This loop holds the gate the claim loop waits on: it watches the stall too.
+                if sh.opts.drain {
+                    sh.check_stall();
                 }
+                let stopping = claiming.is_cancelled() || shutdown.is_cancelled();
+                // A storage error outlasts any fixed number of retries: keep the batch (its
+                // leases stay heartbeated) until writes work again or the worker stops.
+                if sh.halt.is_cancelled() || (stopping && delay >= Duration::from_secs(10)) {
+                    tracing::error!(
+                        "gave up {what}; their leases will expire and the runs be rescued"
+                    );
+                    break (vec![false; batch.len()], Vec::new(), now, true);
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep(delay.min(Duration::from_secs(10))) => {}
+                    _ = sh.halt.cancelled() => {}
+                }
+                delay = delay.saturating_mul(2);
+                continue;
             }
+            let keep_trying =
+                !sh.halt.is_cancelled() && fault == Fault::Other && delay < Duration::from_secs(10);
+            if !keep_trying {
+                if fault == Fault::Damaged {
+                    sh.store_failed(&what, e.into());
+                } else {
+                    tracing::error!(error = %e,
+                        "gave up {what}; their leases will expire and the runs be rescued");
+                }
+                break (vec![false; batch.len()], Vec::new(), now, true);
+            }
+            sh.store_failed(&what, e.into());
+            tokio::select! {
+                _ = tokio::time::sleep(delay.min(Duration::from_secs(10))) => {}
+                _ = sh.halt.cancelled() => {}
+            }
+            delay = delay.saturating_mul(2);
         };
         // Taken while the batch still holds slots, so the claim loop's sender is still alive
         // (it is dropped only once nothing is in flight).
@@ -524,6 +673,10 @@ async fn finisher_loop(
             let mut flights = sh.flights();
             for (job, ok) in batch.iter().zip(applied) {
                 let flight = flights.remove(job.id());
+                if gave_up {
+                    // Not recorded, and not fenced out either: logged once above.
+                    continue;
+                }
                 sh.metrics.finished(outcome_label(job, ok));
                 if ok {
                     log_end(job, flight.as_ref(), now);

@@ -108,29 +108,34 @@ pub async fn rescue_tick(client: &Client) -> Result<RescueReport> {
         return Ok(RescueReport::default());
     }
     let defaults = client.config().runs.clone();
-    let report = client
+    let (report, rescued) = client
         .store()
         .write_async(move |tx| {
             let mut report = RescueReport {
                 workers_died: store::rescue::mark_died(tx, &dead, now)?,
                 ..RescueReport::default()
             };
+            let mut rescued = Vec::new();
             for (run, reason) in store::rescue::rescuable(tx, now)? {
                 let record = decide_rescue(&run, reason, &defaults, now, rand::random::<f64>());
                 if !store::finish::finish(tx, &record, now)? {
                     continue;
                 }
-                tracing::warn!(run_id = %run.id, attempt = run.attempt, reason = reason.as_str(),
-                    owner = run.lease_owner.as_deref().unwrap_or("none"), "rescued a run");
                 match record.outcome {
                     Outcome::Retry(_) => report.requeued += 1,
                     Outcome::Final(crate::RunState::Cancelled) => report.cancelled += 1,
                     _ => report.failed += 1,
                 }
+                rescued.push((run, reason));
             }
-            Ok(report)
+            Ok((report, rescued))
         })
         .await?;
+    // Only now that the transaction committed: a rescue that rolled back rescued nothing.
+    for (run, reason) in rescued {
+        tracing::warn!(run_id = %run.id, attempt = run.attempt, reason = reason.as_str(),
+            owner = run.lease_owner.as_deref().unwrap_or("none"), "rescued a run");
+    }
     if report.requeued > 0 {
         client.wake_workers();
     }
@@ -141,6 +146,7 @@ pub async fn rescue_tick(client: &Client) -> Result<RescueReport> {
 pub(super) async fn rescue_once(sh: &Arc<Shared>) {
     match rescue_tick(&sh.client).await {
         Ok(r) if r.rescued() > 0 || r.workers_died > 0 => {
+            sh.progressed();
             tracing::info!(
                 workers_died = r.workers_died,
                 requeued = r.requeued,
@@ -150,7 +156,7 @@ pub(super) async fn rescue_once(sh: &Arc<Shared>) {
             );
         }
         Ok(_) => {}
-        Err(e) => tracing::error!(error = %e, "rescue pass failed; will retry"),
+        Err(e) => sh.store_failed("rescue pass", e),
     }
 }
 

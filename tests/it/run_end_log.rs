@@ -2,7 +2,7 @@
 //! whose lease was taken away (fenced out) gets the warning, never the "run ended" line.
 
 use std::io::Write;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
 use async_trait::async_trait;
 use serde_json::{Value, json};
@@ -28,13 +28,14 @@ impl Tool for LosesLease {
     }
 }
 
-/// Log lines, gathered from a subscriber set for this test's thread.
-#[derive(Clone, Default)]
-struct Lines(Arc<Mutex<Vec<u8>>>);
+/// Every log line of this test binary, from the subscriber this test installs.
+static LINES: Mutex<Vec<u8>> = Mutex::new(Vec::new());
+
+struct Lines;
 
 impl Write for Lines {
     fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(b);
+        LINES.lock().unwrap().extend_from_slice(b);
         Ok(b.len())
     }
     fn flush(&mut self) -> std::io::Result<()> {
@@ -42,17 +43,18 @@ impl Write for Lines {
     }
 }
 
-// current_thread: the finisher runs on this thread, under the subscriber set here.
-#[tokio::test(flavor = "current_thread")]
+// The global subscriber (no other test sets one): a thread-scoped one misses lines when other
+// tests register the same callsites concurrently. Other tests' lines land here too; this test
+// reads only the lines of its own runs.
+#[tokio::test]
 async fn a_fenced_out_end_logs_the_warning_and_no_run_ended_line() {
-    let lines = Lines::default();
-    let sink = lines.clone();
     let subscriber = tracing_subscriber::fmt()
         .with_ansi(false)
         .with_max_level(tracing::Level::INFO)
-        .with_writer(move || sink.clone())
+        .with_writer(|| Lines)
         .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
+    tracing::subscriber::set_global_default(subscriber)
+        .expect("no other test sets a global subscriber");
 
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("toolq.db");
@@ -83,14 +85,18 @@ async fn a_fenced_out_end_logs_the_warning_and_no_run_ended_line() {
         .unwrap();
     assert_eq!((report.recorded, report.fenced_out), (1, 1), "{report:?}");
 
-    let log = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
-    let ended: Vec<&str> = log.lines().filter(|l| l.contains("run ended")).collect();
-    assert_eq!(ended.len(), 1, "{log}");
-    assert!(ended[0].contains(&format!("run_id={kept}")), "{log}");
+    let log = String::from_utf8_lossy(&LINES.lock().unwrap()).into_owned();
+    let ours: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains(&lost.to_string()) || l.contains(&kept.to_string()))
+        .collect();
+    let ended: Vec<&&str> = ours.iter().filter(|l| l.contains("run ended")).collect();
+    assert_eq!(ended.len(), 1, "{ours:#?}");
+    assert!(ended[0].contains(&format!("run_id={kept}")), "{ours:#?}");
     assert!(
-        log.lines()
+        ours.iter()
             .any(|l| l.contains("lease lost before the end was recorded")
                 && l.contains(&lost.to_string())),
-        "{log}"
+        "{ours:#?}"
     );
 }
