@@ -124,6 +124,31 @@ impl Registry {
         self.tools.keys().cloned().collect()
     }
 
+    /// Whether a tool of that name is registered.
+    pub fn has(&self, name: &str) -> bool {
+        self.tools.contains_key(name)
+    }
+
+    /// How many tools are registered.
+    pub fn len(&self) -> usize {
+        self.tools.len()
+    }
+
+    /// Whether no tool is registered.
+    pub fn is_empty(&self) -> bool {
+        self.tools.is_empty()
+    }
+
+    /// The names of all tools, sorted, borrowed (the seed's `tool_names`).
+    pub fn tool_names(&self) -> Vec<&str> {
+        self.tools.keys().map(String::as_str).collect()
+    }
+
+    /// Every tool's definition, sorted by name (the seed's `tool_definitions`).
+    pub fn tool_definitions(&self) -> Vec<ToolDef> {
+        self.tools.values().map(|e| e.def.clone()).collect()
+    }
+
     /// All tools, by name.
     pub fn iter(&self) -> impl Iterator<Item = &Entry> {
         self.tools.values()
@@ -192,5 +217,43 @@ mod tests {
         let e = r.validate("echo", &json!([1])).unwrap_err().to_string();
         assert!(e.contains("JSON object"), "{e}");
         assert!(r.validate("echo", &json!({"message": "hi"})).is_ok());
+        let e = r.validate("echo", &json!({})).unwrap_err().to_string();
+        assert!(e.contains("message"), "{e}");
+        let e = r
+            .validate("echo", &json!({"message": "hi", "extra": 1}))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("extra"), "{e}");
+    }
+
+    #[test]
+    fn parity_accessors_match_the_seed() {
+        let r = Registry::builtins();
+        assert!(r.has("echo") && !r.has("nope"));
+        assert_eq!(r.len(), r.tool_names().len());
+        assert!(!r.is_empty());
+        assert!(RegistryBuilder::new().build().unwrap().is_empty());
+        let names = r.tool_names();
+        let defs: Vec<String> = r.tool_definitions().into_iter().map(|d| d.name).collect();
+        assert_eq!(names, defs.iter().map(String::as_str).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn hints_are_opt_in_and_builtins_set_what_they_need() {
+        assert!(!crate::tool::ToolHints::default().supports_background);
+        let r = Registry::builtins();
+        let bg = |n: &str| r.get(n).unwrap().def.hints.supports_background;
+        for n in ["sleep", "http_request"] {
+            assert!(bg(n), "{n} runs long: background-capable");
+        }
+        for n in [
+            "echo",
+            "get_current_time",
+            "add",
+            "divide",
+            "spawn_background",
+        ] {
+            assert!(!bg(n), "{n} answers at once: inline only");
+        }
     }
 }

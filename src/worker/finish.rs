@@ -68,7 +68,10 @@ pub fn decide(
                 ));
             }
             rec.result = Some(result.to_string().into_bytes());
-            if run.signal_on_completion {
+            // A successful spawn_background run is an acknowledgement: the run (or monitor)
+            // it started signals the session itself, so one background run is one message.
+            if run.signal_on_completion && run.tool != crate::tool::builtin::spawn_background::NAME
+            {
                 rec.message = Some(final_message(
                     FinalKind::Completed,
                     &about_of(run),

@@ -72,6 +72,13 @@ fn outcome_of(e: Error) -> ToolOutcome {
     }
 }
 
+/// The seed's message for the per-worker run limit.
+pub fn worker_limit_message(max: i64) -> String {
+    format!(
+        "Worker is already running the maximum {max} active background runs. Try again after an existing run finishes."
+    )
+}
+
 /// The seed's message for the per-session run limit.
 pub fn run_limit_message(max: i64) -> String {
     format!(
@@ -194,6 +201,7 @@ async fn create_monitor(
             "status": "scheduled",
             "title": title,
             "tool": tool,
+            "signal_on_completion": signal,
             "schedule_id": s.id,
             "schedule_type": s.schedule_type,
             "cron_expression": s.cron_expression,
@@ -222,27 +230,37 @@ async fn start_run(
         Ok(row) => row,
         Err(e) => return ToolOutcome::tool_error(e.to_string()),
     };
-    let max = client.config().sessions.max_active_runs;
+    let limits = client.config().sessions.clone();
     let me = ctx.run_id.to_string();
+    // Count and insert in one write transaction, so two calls cannot both take the last slot.
     let inserted = client
         .store()
         .write_async(move |tx| {
-            let active = store::runs::count_active_in_session(tx, &row.session_id, Some(&me))?;
-            if active >= max {
-                return Ok(None);
+            if !limits.queue_beyond_limit {
+                let max = limits.max_active_runs_per_worker;
+                if store::runs::count_queued_or_running(tx, None, Some(&me), max)? >= max {
+                    return Ok(Err(worker_limit_message(max)));
+                }
+                let max = limits.max_active_runs;
+                let session = Some(row.session_id.as_str());
+                if store::runs::count_queued_or_running(tx, session, Some(&me), max)? >= max {
+                    return Ok(Err(run_limit_message(max)));
+                }
             }
-            store::runs::insert(tx, &row).map(|i| Some(i.id().clone()))
+            store::runs::insert(tx, &row).map(|i| Ok(i.id().clone()))
         })
         .await;
     let run_id = match inserted {
-        Ok(Some(id)) => id,
-        Ok(None) => return ToolOutcome::tool_error(run_limit_message(max)),
+        Ok(Ok(id)) => id,
+        Ok(Err(message)) => return ToolOutcome::tool_error(message),
         Err(e) => return ToolOutcome::internal(&e),
     };
     client.wake_workers();
+    // The seed's reply: "running" (the run is the host's from now on) and its resource id.
     ToolOutcome::ok(json!({
         "run_id": run_id,
-        "status": "queued",
+        "resource_id": run_id,
+        "status": "running",
         "title": title,
         "tool": tool,
         "signal_on_completion": signal,
