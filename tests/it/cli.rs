@@ -134,15 +134,15 @@ fn bad_input_is_refused_with_exit_2_and_writes_nothing() {
         ),
         (
             vec!["enqueue", "get_current_time", "--timeout", "0s"],
-            "timeout",
+            "--timeout",
         ),
         (
             vec!["enqueue", "get_current_time", "--max-attempts", "0"],
-            "max_attempts",
+            "--max-attempts \"0\"",
         ),
         (
             vec!["enqueue", "get_current_time", "--session", ""],
-            "session",
+            "--session",
         ),
         (
             vec!["enqueue", "get_current_time", "--delivery", "loud"],
@@ -150,7 +150,7 @@ fn bad_input_is_refused_with_exit_2_and_writes_nothing() {
         ),
         (
             vec!["enqueue", "get_current_time", "--idempotency-key", ""],
-            "idempotency_key",
+            "--idempotency-key",
         ),
         (vec!["enqueue", "--file", &lines_s], "line 4"),
         (vec!["enqueue", "--file", &garbage_s], "line 2"),
