@@ -5,6 +5,7 @@ pub mod builtin;
 pub mod command;
 pub mod process;
 pub mod registry;
+pub mod result;
 pub mod sink;
 pub mod typed;
 
@@ -16,6 +17,7 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 pub use registry::{Registry, RegistryBuilder};
+pub use result::ToolResult;
 pub use sink::{RunSink, Stream};
 pub use typed::{Typed, TypedTool, schema_of, typed_def};
 
@@ -139,7 +141,7 @@ impl ToolDef {
 }
 
 /// An image attached to a successful result.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Image {
     /// MIME type, e.g. `image/png`.
     pub mime_type: String,
