@@ -3,6 +3,8 @@
 
 pub mod builtin;
 pub mod command;
+pub mod executor;
+pub mod mode;
 pub mod process;
 pub mod registry;
 pub mod result;
@@ -16,6 +18,11 @@ use serde::Serialize;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
+pub use executor::{ApprovalRequest, ExecContext, ToolExecutionOutcome, ToolExecutor, ToolRequest};
+pub use mode::{
+    Acknowledgement, DefaultResultFormatter, FunctionResponseScheduling, ResultFormatter,
+    ToolExecutionMode,
+};
 pub use registry::{Registry, RegistryBuilder};
 pub use result::ToolResult;
 pub use sink::{RunSink, Stream};

@@ -13,6 +13,7 @@ mod cli_tools;
 mod crash;
 mod custom_cli;
 mod enqueue;
+mod executor;
 mod faults;
 mod finish;
 mod http;

@@ -7,11 +7,13 @@ use serde_json::{Value, json};
 
 use crate::client::{Client, EnqueueRequest};
 use crate::error::Error;
-use crate::run::{artifact_dir, log_path, result_path};
 use crate::schedule::ScheduleRequest;
 use crate::schedule::spec::{BOTH_MESSAGE, NEITHER_MESSAGE};
 use crate::store;
-use crate::tool::{Tool, ToolContext, ToolDef, ToolHints, ToolOutcome};
+use crate::tool::{
+    Acknowledgement, DefaultResultFormatter, ResultFormatter, Tool, ToolContext, ToolDef,
+    ToolHints, ToolOutcome,
+};
 
 /// The tool's name (it may not target itself).
 pub const NAME: &str = "spawn_background";
@@ -226,6 +228,9 @@ async fn start_run(
         .session(ctx.session_id.clone())
         .title(title.clone());
     req.signal_on_completion = signal;
+    // A tool registered in Background mode brings its scheduling (the message's delivery).
+    let mode = client.registry().get(&tool).map(|e| e.mode.clone());
+    req.delivery = mode.as_ref().map(|m| m.delivery()).unwrap_or_default();
     let row = match client.prepare(&req) {
         Ok(row) => row,
         Err(e) => return ToolOutcome::tool_error(e.to_string()),
@@ -256,18 +261,18 @@ async fn start_run(
         Err(e) => return ToolOutcome::internal(&e),
     };
     client.wake_workers();
-    // The seed's reply: "running" (the run is the host's from now on) and its resource id.
-    ToolOutcome::ok(json!({
-        "run_id": run_id,
-        "resource_id": run_id,
-        "status": "running",
-        "title": title,
-        "tool": tool,
-        "signal_on_completion": signal,
-        "artifact_dir": artifact_dir(&run_id),
-        "log_path": log_path(&run_id),
-        "result_path": result_path(&run_id),
-    }))
+    // The seed's reply ("running", the resource id, the artifact paths), or what the target's
+    // formatter makes of it.
+    let ack = Acknowledgement {
+        run_id,
+        title,
+        tool,
+        signal_on_completion: signal,
+    };
+    ToolOutcome::ok(match mode.as_ref().and_then(|m| m.formatter()) {
+        Some(f) => f.acknowledgement(&ack),
+        None => DefaultResultFormatter.acknowledgement(&ack),
+    })
 }
 
 impl Client {
