@@ -344,6 +344,9 @@ fn cli_inbox_deliverable_by_mode() {
     // All three stay in history, the silent one acknowledged without being announced.
     let all = json(&["--json", "inbox", "s"]);
     assert_eq!(all.as_array().unwrap().len(), 3);
+    for m in all.as_array().unwrap() {
+        assert!(!m["acked_at"].is_null(), "{m}");
+    }
     let o = run(&["inbox", "s", "--idle"]);
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("--deliverable"));
