@@ -342,6 +342,9 @@ mod tests {
         assert_eq!(c.args_schema["required"][0], "host");
         let t = parse("[j]\ncommand = [\"x\"]\nargs_schema = '{\"type\": \"object\"}'\n").unwrap();
         assert_eq!(t["j"].args_schema, json!({"type": "object"}));
+        // Command tools run external programs: background-capable by design.
+        let def = CommandTool(t["j"].clone()).definition();
+        assert!(def.hints.supports_background);
     }
 
     #[test]

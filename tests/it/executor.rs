@@ -159,6 +159,19 @@ async fn standard_tools_run_inline_and_convert_for_the_host() {
             .await,
     );
     assert!(matches!(&panicked, ToolOutcome::Internal(d) if d.contains("panicked")));
+
+    // spawn_background is a Standard tool: inline, it queues its target for the session.
+    let args = json!({"tool": "sleep", "args": {"ms": 0}});
+    let spawned = completed(
+        ex.execute(ToolRequest::new("c5", "spawn_background", args), &ctx)
+            .await,
+    );
+    let r = spawned.into_tool_result("c5", "spawn_background");
+    assert_eq!(r.content["status"], "running");
+    assert_eq!(
+        h.count("SELECT count(*) FROM runs WHERE tool = 'sleep' AND session_id = 's1'"),
+        1
+    );
 }
 
 #[tokio::test]
