@@ -291,10 +291,11 @@ async fn deliverable_follows_interrupt_when_idle_and_silent() {
         .deliverable("s", SessionActivity::Idle)
         .await
         .unwrap();
-    assert_eq!(
-        idle.iter().map(|m| m.delivery.as_str()).collect::<Vec<_>>(),
-        ["when_idle", "interrupt"]
-    );
+    // Oldest first; the worker may finish the runs (and post their messages) in any order.
+    assert!(idle.windows(2).all(|w| w[0].id < w[1].id), "{idle:?}");
+    let mut modes: Vec<&str> = idle.iter().map(|m| m.delivery.as_str()).collect();
+    modes.sort();
+    assert_eq!(modes, ["interrupt", "when_idle"]);
     h.client
         .mark_inbox("s", idle.iter().map(|m| m.id).collect(), true)
         .await
@@ -341,17 +342,21 @@ fn cli_inbox_deliverable_by_mode() {
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
         serde_json::from_slice(&o.stdout).unwrap()
     };
+    // Sorted: the worker may finish the runs (and post their messages) in any order.
     let modes = |v: &Value| -> Vec<String> {
-        v.as_array()
+        let mut m: Vec<String> = v
+            .as_array()
             .unwrap()
             .iter()
             .map(|m| m["delivery"].as_str().unwrap().to_string())
-            .collect()
+            .collect();
+        m.sort();
+        m
     };
     let busy = json(&["--json", "inbox", "s", "--deliverable"]);
     assert_eq!(modes(&busy), ["interrupt"]);
     let idle = json(&["--json", "inbox", "s", "--deliverable", "--idle", "--ack"]);
-    assert_eq!(modes(&idle), ["when_idle", "interrupt"]);
+    assert_eq!(modes(&idle), ["interrupt", "when_idle"]);
     let again = json(&["--json", "inbox", "s", "--deliverable", "--idle"]);
     assert_eq!(modes(&again), Vec::<String>::new());
     // All three stay in history, the silent one acknowledged without being announced.
