@@ -1,6 +1,6 @@
-//! Inline execution for agent hosts (the seed's `ToolExecutor`): [`ToolExecutor::specs`],
-//! [`ToolExecutor::execute`] and [`ToolExecutor::execute_approved`] over the client's
-//! registry. A Standard tool runs in the caller's task and its outcome is returned; a
+//! Inline execution for agent hosts (the seed's `ToolExecutor` trait, implemented by
+//! [`BasicToolExecutor`] over the client's registry): `specs`, `execute` and
+//! `execute_approved`. A Standard tool runs in the caller's task and its outcome is returned; a
 //! Background tool is queued for the session and its acknowledgement returned at once. A tool
 //! whose policy (or `[approvals] require`) needs approval is not run: the call returns
 //! [`ToolExecutionOutcome::Interrupted`] and the host retries with `execute_approved`.
@@ -87,22 +87,65 @@ impl ExecContext {
     }
 }
 
-/// Runs a host's tool calls over a client's registry.
+/// The seed's executor contract, for hosts that wrap or replace toolq's executor.
+#[async_trait::async_trait]
+pub trait ToolExecutor: Send + Sync {
+    /// Every available tool's definition.
+    fn specs(&self) -> Vec<ToolDef>;
+
+    /// Looks up the tool, checks the arguments and the approval rules, and runs it.
+    async fn execute(&self, request: ToolRequest, ctx: &ExecContext) -> ToolExecutionOutcome;
+
+    /// Runs a call that was interrupted for approval. The default ignores the approval and
+    /// calls [`ToolExecutor::execute`]; [`BasicToolExecutor`] skips the gate for that call.
+    async fn execute_approved(
+        &self,
+        request: ToolRequest,
+        approval: &ApprovalRequest,
+        ctx: &ExecContext,
+    ) -> ToolExecutionOutcome {
+        let _ = approval;
+        self.execute(request, ctx).await
+    }
+}
+
+/// Runs a host's tool calls over a client's registry (`client.executor()`).
 #[derive(Debug, Clone)]
-pub struct ToolExecutor {
+pub struct BasicToolExecutor {
     client: Client,
 }
 
 impl Client {
     /// An executor over this client's tools.
-    pub fn executor(&self) -> ToolExecutor {
-        ToolExecutor {
+    pub fn executor(&self) -> BasicToolExecutor {
+        BasicToolExecutor {
             client: self.clone(),
         }
     }
 }
 
-impl ToolExecutor {
+#[async_trait::async_trait]
+impl ToolExecutor for BasicToolExecutor {
+    fn specs(&self) -> Vec<ToolDef> {
+        BasicToolExecutor::specs(self)
+    }
+
+    async fn execute(&self, request: ToolRequest, ctx: &ExecContext) -> ToolExecutionOutcome {
+        BasicToolExecutor::execute(self, request, ctx).await
+    }
+
+    async fn execute_approved(
+        &self,
+        request: ToolRequest,
+        approval: &ApprovalRequest,
+        ctx: &ExecContext,
+    ) -> ToolExecutionOutcome {
+        BasicToolExecutor::execute_approved(self, request, approval, ctx).await
+    }
+}
+
+// Inherent methods too, so a host needs no trait import.
+impl BasicToolExecutor {
     /// Every tool's definition, sorted by name.
     pub fn specs(&self) -> Vec<ToolDef> {
         self.client.registry().tool_definitions()

@@ -18,7 +18,10 @@ use serde::Serialize;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-pub use executor::{ApprovalRequest, ExecContext, ToolExecutionOutcome, ToolExecutor, ToolRequest};
+pub use executor::{
+    ApprovalRequest, BasicToolExecutor, ExecContext, ToolExecutionOutcome, ToolExecutor,
+    ToolRequest,
+};
 pub use mode::{
     Acknowledgement, DefaultResultFormatter, FunctionResponseScheduling, ResultFormatter,
     ToolExecutionMode,

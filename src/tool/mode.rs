@@ -1,4 +1,4 @@
-//! How a tool runs when a host calls it through the [`crate::tool::executor::ToolExecutor`]:
+//! How a tool runs when a host calls it through the [`crate::tool::BasicToolExecutor`]:
 //! inline ([`ToolExecutionMode::Standard`]) or through the queue
 //! ([`ToolExecutionMode::Background`]), with a [`ResultFormatter`] for the texts the session
 //! sees and a scheduling that becomes the run's inbox [`Delivery`].

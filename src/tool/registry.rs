@@ -15,7 +15,7 @@ pub struct Entry {
     pub tool: Arc<dyn Tool>,
     /// Its definition.
     pub def: ToolDef,
-    /// How a host's call runs it (see [`crate::tool::ToolExecutor`]).
+    /// How a host's call runs it (see [`crate::tool::BasicToolExecutor`]).
     pub mode: ToolExecutionMode,
     validator: jsonschema::Validator,
 }

@@ -395,3 +395,21 @@ async fn the_formatter_shapes_the_cancellation_text() {
     assert_eq!(msgs[0].kind, "cancelled");
     assert_eq!(msgs[0].body, "REPORT CANCELLED");
 }
+
+#[tokio::test]
+async fn the_executor_is_usable_through_the_seed_trait() {
+    let h = host(|c| c.approvals.require = vec!["echo".into()]);
+    let basic = h.client.executor();
+    let ex: &dyn toolq::tool::ToolExecutor = &basic;
+    assert_eq!(ex.specs().len(), h.client.registry().len());
+    let ctx = ExecContext::new("s");
+    let call = ToolRequest::new("c1", "echo", json!({"message": "yo"}));
+    let ToolExecutionOutcome::Interrupted(approval) = ex.execute(call.clone(), &ctx).await else {
+        panic!("echo needs approval by config");
+    };
+    let out = completed(ex.execute_approved(call, &approval, &ctx).await);
+    assert_eq!(
+        out.into_tool_result("c1", "echo").content,
+        json!({"echoed": "yo", "length": 2})
+    );
+}
