@@ -15,6 +15,7 @@ mod crash;
 mod custom_cli;
 mod deploy;
 mod enqueue;
+mod executor;
 mod faults;
 mod finish;
 mod http;
