@@ -251,7 +251,7 @@ impl Tool for DetachedCommand {
             }),
         )
         .display_name("Detached command")
-        .hints(ToolHints::default())
+        .hints(ToolHints::default().with_supports_background(true))
     }
 
     async fn call(&self, ctx: ToolContext) -> ToolOutcome {
