@@ -404,7 +404,11 @@ async fn a_paused_schedule_records_its_ticks_as_paused_and_fires_after_resume() 
     let env = TestEnv::new();
     let s = env
         .client
-        .create_schedule(ScheduleRequest::cron("echo", json!({}), "* * * * *"))
+        .create_schedule(ScheduleRequest::cron(
+            "echo",
+            json!({"message": "tick"}),
+            "* * * * *",
+        ))
         .await
         .unwrap();
     env.client
