@@ -7,8 +7,9 @@
 //!   and the args match its JSON schema *before* anything is written; an idempotency key that
 //!   exists returns the existing run.
 //! - **Claim** ([`Worker`]): one short `BEGIN IMMEDIATE` transaction picks runnable runs by
-//!   priority then age, sharing slots fairly between sessions, honouring the per-worker and
-//!   per-session limits (counted in the database), and leases them with a fresh token.
+//!   priority then age, sharing slots fairly between sessions, honouring the per-worker,
+//!   per-session and per-tool limits (`max_running`, `rate`; counted in the database) and the
+//!   pauses, and leases them with a fresh token.
 //! - **Execute**: each run in its own task, under a timeout and a cancellation signal; a panic
 //!   fails that run as an internal error. The tool reports through a [`tool::RunSink`].
 //! - **Record**: the run's final state, its log and result blobs and its inbox message are
