@@ -66,6 +66,11 @@ impl RegistryBuilder {
         self
     }
 
+    /// Adds an async tool (it runs through [`super::AsyncAdapter`]).
+    pub fn async_tool(self, tool: impl super::AsyncTool) -> Self {
+        self.tool(super::AsyncAdapter(tool))
+    }
+
     /// Adds a shared tool.
     pub fn tool_arc(mut self, tool: Arc<dyn Tool>) -> Self {
         self.tools.push(tool);

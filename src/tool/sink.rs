@@ -65,6 +65,9 @@ struct State {
 pub struct RunSink {
     limits: SinkLimits,
     state: Arc<Mutex<State>>,
+    /// Wakes the worker's flush at once when an operation id is set (see
+    /// [`RunSink::flush_on_operation`]).
+    flush_now: Option<Arc<tokio::sync::Notify>>,
 }
 
 /// What the worker writes to the run row and log blob on a flush or at the end.
@@ -86,7 +89,16 @@ impl RunSink {
         Self {
             limits,
             state: Arc::new(Mutex::new(State::default())),
+            flush_now: None,
         }
+    }
+
+    /// Makes [`RunSink::set_operation`] wake `flush` so the operation id is stored at once,
+    /// not at the next periodic flush: the shorter that window, the less a crash right after
+    /// an operation started can make a later attempt start it again.
+    pub fn flush_on_operation(mut self, flush: Arc<tokio::sync::Notify>) -> Self {
+        self.flush_now = Some(flush);
+        self
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -160,6 +172,10 @@ impl RunSink {
         s.operation = Some(id.into());
         s.stages.extend(stage);
         s.op_dirty = true;
+        drop(s);
+        if let Some(f) = &self.flush_now {
+            f.notify_one();
+        }
     }
 
     /// Appends a stage to the run's stage history (after [`RunSink::set_operation`]); every

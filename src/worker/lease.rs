@@ -207,6 +207,7 @@ pub(super) async fn flush_loop(sh: Arc<Shared>, stop: CancellationToken) {
     loop {
         tokio::select! {
             _ = tokio::time::sleep(every) => {}
+            _ = sh.flush_now.notified() => {}
             _ = stop.cancelled() => return,
         }
         if let Err(e) = flush_tick(&sh).await {

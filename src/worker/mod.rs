@@ -98,6 +98,8 @@ pub(crate) struct Shared {
     slot_freed: Notify,
     /// A commit was seen (any process's): the schedule tick looks again for an earlier trigger.
     schedules_changed: Notify,
+    /// An attempt set its operation id: the flush loop stores it now.
+    flush_now: Arc<Notify>,
     /// Held while free slots are counted, claimed and started, so the claim loop and the
     /// finisher (which claims replacements in its own transaction) never overfill the slots.
     /// Holds the round-robin session cursor.
@@ -207,6 +209,7 @@ impl Client {
                 in_flight: Mutex::new(HashMap::new()),
                 slot_freed: Notify::new(),
                 schedules_changed: Notify::new(),
+                flush_now: Arc::new(Notify::new()),
                 gate: tokio::sync::Mutex::new(None),
                 last_poll: Mutex::new(None),
                 claimed: AtomicU64::new(0),
@@ -469,7 +472,8 @@ fn start(sh: &Arc<Shared>, run: Run, jobs: mpsc::UnboundedSender<Job>) {
     let sink = RunSink::new(SinkLimits {
         log_cap: defaults.log_cap_bytes,
         tail_chars: defaults.tail_chars,
-    });
+    })
+    .flush_on_operation(sh.flush_now.clone());
     let stop = StopSignal::default();
     let entry = client.registry().get(&run.tool);
     let timeout = run

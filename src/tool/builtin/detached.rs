@@ -4,6 +4,9 @@
 //! history. A later attempt (after a crash and rescue, or a timeout) gets the operation id
 //! back and resumes watching instead of starting the command again. Registered with `shell`.
 //!
+//! It shares the stage records and the cancel-or-detach rule of [`crate::tool::AsyncTool`]
+//! (see `tool::async_tool`), whose adapter works the same way for Rust-defined operations.
+//!
 //! The command may report stages itself by writing a line to `$TOOLQ_OPERATION_DIR/stage`.
 
 use std::collections::BTreeMap;
@@ -20,7 +23,7 @@ use tokio::io::{AsyncReadExt, AsyncSeekExt};
 
 use super::shell::{argv_schema, check_program};
 use crate::config::ShellConfig;
-use crate::store::codec::ts;
+use crate::tool::async_tool::{operator_cancelled, stage_record};
 use crate::tool::sink::{Stream, escape_bytes};
 use crate::tool::{Tool, ToolContext, ToolDef, ToolHints, ToolOutcome};
 
@@ -106,11 +109,7 @@ impl Follow {
 }
 
 fn stage(ctx: &ToolContext, name: &str, extra: Value) -> Value {
-    let mut v = json!({"stage": name, "at": ts(ctx.clock.now()), "attempt": ctx.attempt});
-    if let (Some(o), Value::Object(e)) = (v.as_object_mut(), extra) {
-        o.extend(e);
-    }
-    v
+    stage_record(ctx, name, None, extra)
 }
 
 impl DetachedCommand {
@@ -205,14 +204,7 @@ impl DetachedCommand {
     /// An operator's cancel ends the operation; a shutdown, timeout or lost lease leaves it
     /// running for the next attempt to resume.
     async fn stopped(&self, ctx: &ToolContext, op: &str, dir: &Path) -> ToolOutcome {
-        let cancelled = match &ctx.client {
-            Some(c) => c
-                .get(&ctx.run_id)
-                .await
-                .is_ok_and(|r| r.cancel_requested_at.is_some()),
-            None => true,
-        };
-        if !cancelled {
+        if !operator_cancelled(ctx).await {
             ctx.sink.stage(stage(ctx, "detached", json!({})));
             return ToolOutcome::tool_error(format!(
                 "stopped watching operation {op}; it keeps running and the next attempt resumes it"
