@@ -50,5 +50,7 @@ pub use ids::{RunId, ScheduleId, WorkerId};
 pub use run::{Delivery, Progress, Run, RunState};
 pub use schedule::{MissedPolicy, OverlapPolicy, Schedule, ScheduleDetail, ScheduleRequest};
 pub use store::Store;
-pub use tool::{Registry, RegistryBuilder, RunSink, Tool, ToolContext, ToolDef, ToolOutcome};
+pub use tool::{
+    Registry, RegistryBuilder, RunSink, Tool, ToolContext, ToolDef, ToolOutcome, TypedTool,
+};
 pub use worker::{Worker, WorkerOptions, WorkerReport};

@@ -148,3 +148,51 @@ pub fn opt<T: std::fmt::Display>(v: &Option<T>) -> String {
 pub fn time(t: &chrono::DateTime<chrono::Utc>) -> String {
     crate::store::codec::ts(*t)
 }
+
+/// A duration for people: `350ms`, `4.2s`, `2m`, `2m 5s`, `1h 3m` (whole seconds from a
+/// minute up, whole minutes from an hour up).
+pub fn duration(d: std::time::Duration) -> String {
+    let ms = d.as_millis();
+    if ms < 1000 {
+        return format!("{ms}ms");
+    }
+    if ms < 10_000 {
+        return format!("{:.1}s", ms as f64 / 1000.0);
+    }
+    let secs = d.as_secs();
+    let rounded = if secs >= 3600 { secs - secs % 60 } else { secs };
+    humantime::format_duration(std::time::Duration::from_secs(rounded)).to_string()
+}
+
+/// A duration in milliseconds as stored (negative clamps to zero), for people.
+pub fn millis(ms: i64) -> String {
+    duration(std::time::Duration::from_millis(ms.max(0) as u64))
+}
+
+/// How long a run took (`finished - started`), or has been running (`now - started`).
+pub fn run_duration(run: &crate::run::Run, now: chrono::DateTime<chrono::Utc>) -> Option<String> {
+    let started = run.started_at?;
+    let end = run.finished_at.unwrap_or(now);
+    let d = millis((end - started).num_milliseconds());
+    Some(if run.finished_at.is_some() {
+        d
+    } else {
+        format!("{d} so far")
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn durations_read_like_people_write_them() {
+        assert_eq!(duration(Duration::from_millis(350)), "350ms");
+        assert_eq!(duration(Duration::from_millis(4200)), "4.2s");
+        assert_eq!(duration(Duration::from_secs(120)), "2m");
+        assert_eq!(duration(Duration::from_secs(125)), "2m 5s");
+        assert_eq!(duration(Duration::from_secs(3600 + 185)), "1h 3m");
+        assert_eq!(millis(-5), "0ms");
+    }
+}

@@ -12,6 +12,7 @@ mod fault;
 pub mod finish;
 pub mod gauges;
 pub mod inbox;
+pub mod inbox_page;
 pub(crate) mod migrate;
 pub mod occurrences;
 #[cfg(test)]
@@ -457,7 +458,7 @@ impl Store {
         f(&conn).map_err(|e| e.on_file(&self.inner.path))
     }
 
-    /// [`Store::write`] for async callers, off the async scheduler (see [`off_scheduler`]).
+    /// [`Store::write`] for async callers, off the async scheduler (see `off_scheduler`).
     pub async fn write_async<T: Send + 'static>(
         &self,
         f: impl FnMut(&Transaction<'_>) -> Result<T, StoreError> + Send + 'static,
@@ -466,7 +467,7 @@ impl Store {
         off_scheduler(move || store.write(f)).await
     }
 
-    /// [`Store::read`] for async callers, off the async scheduler (see [`off_scheduler`]).
+    /// [`Store::read`] for async callers, off the async scheduler (see `off_scheduler`).
     pub async fn read_async<T: Send + 'static>(
         &self,
         f: impl FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
