@@ -201,7 +201,8 @@ impl<T: AsyncTool> AsyncAdapter<T> {
                     }
                 }
                 Some(ToolStatus::Completed(success)) => {
-                    ctx.sink.stage(stage_record(ctx, "completed", None, json!({})));
+                    ctx.sink
+                        .stage(stage_record(ctx, "completed", None, json!({})));
                     return ToolOutcome::Success(success);
                 }
                 Some(ToolStatus::Failed(error)) => {
@@ -221,10 +222,12 @@ impl<T: AsyncTool> AsyncAdapter<T> {
     async fn stopped(&self, ctx: &ToolContext, op: &str) -> ToolOutcome {
         if operator_cancelled(ctx).await {
             self.0.cancel(ctx, op).await;
-            ctx.sink.stage(stage_record(ctx, "cancelled", None, json!({})));
+            ctx.sink
+                .stage(stage_record(ctx, "cancelled", None, json!({})));
             return ToolOutcome::tool_error(format!("operation {op} cancelled"));
         }
-        ctx.sink.stage(stage_record(ctx, "detached", None, json!({})));
+        ctx.sink
+            .stage(stage_record(ctx, "detached", None, json!({})));
         ToolOutcome::tool_error(format!(
             "stopped watching operation {op}; it keeps running and the next attempt resumes it"
         ))
@@ -239,8 +242,10 @@ impl<T: AsyncTool> Tool for AsyncAdapter<T> {
 
     async fn call(&self, ctx: ToolContext) -> ToolOutcome {
         if let Some(op) = ctx.operation_id.clone() {
-            ctx.sink
-                .set_operation(op.clone(), Some(stage_record(&ctx, "resumed", None, json!({}))));
+            ctx.sink.set_operation(
+                op.clone(),
+                Some(stage_record(&ctx, "resumed", None, json!({}))),
+            );
             return self.follow(&ctx, &op).await;
         }
         // Not raced against a stop: an operation that started must get its id stored (and,

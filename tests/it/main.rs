@@ -6,6 +6,7 @@ mod support;
 
 mod approvals;
 mod async_ops;
+mod async_tool;
 mod checkpoints;
 mod cli;
 mod cli_output;
@@ -13,6 +14,7 @@ mod cli_tools;
 mod crash;
 mod custom_cli;
 mod enqueue;
+mod examples;
 mod faults;
 mod finish;
 mod http;

@@ -131,8 +131,24 @@ fn run_stages_lists_each_stage_of_an_operation_in_order() {
              coalesce(progress, '-') FROM run_stages ORDER BY run_id, seq"
         ),
         vec![
-            vec!["bg_completed", "op_1", "1", "1", "started", "transfer of 5 started", "-"],
-            vec!["bg_completed", "op_1", "1", "2", "transferring", "sending", "0.5"],
+            vec![
+                "bg_completed",
+                "op_1",
+                "1",
+                "1",
+                "started",
+                "transfer of 5 started",
+                "-"
+            ],
+            vec![
+                "bg_completed",
+                "op_1",
+                "1",
+                "2",
+                "transferring",
+                "sending",
+                "0.5"
+            ],
             vec!["bg_completed", "op_1", "2", "3", "resumed", "-", "-"],
             vec!["bg_completed", "op_1", "2", "4", "completed", "-", "-"],
         ]
