@@ -133,6 +133,8 @@ fn env() -> Env {
     config.worker.heartbeat_interval = Duration::from_millis(100);
     config.worker.flush_interval = Duration::from_millis(50);
     config.worker.cancel_grace = Duration::from_secs(2);
+    // A shutdown stops a running operation at once (it is handed back, not waited for).
+    config.worker.shutdown_grace = Duration::from_millis(100);
     let tool = Scripted::default();
     let (executes, cancels) = (tool.executes.clone(), tool.cancels.clone());
     let registry = RegistryBuilder::new().async_tool(tool).build().unwrap();
@@ -281,5 +283,50 @@ async fn cancelling_an_async_run_cancels_its_operation() {
     assert_eq!(
         run.operation_id.as_deref(),
         Some(format!("op-hang-{id}").as_str())
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shutdown_hands_the_operation_to_the_next_worker_on_the_same_attempt() {
+    let env = env();
+    let id = enqueue(&env, "hang").await;
+    let has = |run: &toolq::Run, stage: &str, attempt: i64| {
+        stages(run).contains(&(stage.to_string(), attempt))
+    };
+    for round in 0..2 {
+        let stop = CancellationToken::new();
+        let worker = tokio::spawn(env.client.worker(Default::default()).run(stop.clone()));
+        let want = if round == 0 { "started" } else { "resumed" };
+        wait_for(&format!("round {round}: {want} and running"), async || {
+            let r = env.client.get(&id).await.unwrap();
+            let seen = format!("{:?}", stages(&r));
+            let ok = has(&r, want, 1) && stages(&r).last() == Some(&("running".into(), 1));
+            (ok.then_some(()), seen)
+        })
+        .await;
+        // A clean shutdown hands the run back: the same attempt number is claimed again.
+        stop.cancel();
+        let report = worker.await.unwrap().unwrap();
+        assert_eq!(report.handed_back, 1);
+    }
+    let run = env.client.get(&id).await.unwrap();
+    assert_eq!(run.state, RunState::Queued);
+    assert_eq!(env.executes.load(Ordering::SeqCst), 1, "execute runs once");
+    assert_eq!(
+        env.cancels.load(Ordering::SeqCst),
+        0,
+        "a shutdown is no cancel"
+    );
+    let s = |n: &str| (n.to_string(), 1);
+    assert_eq!(
+        stages(&run),
+        vec![
+            s("started"),
+            s("running"),
+            s("detached"),
+            s("resumed"),
+            s("running"),
+            s("detached")
+        ]
     );
 }
