@@ -68,6 +68,10 @@ pub struct RunSink {
     /// Wakes the worker's flush at once when an operation id is set (see
     /// [`RunSink::flush_on_operation`]).
     flush_now: Option<Arc<tokio::sync::Notify>>,
+    /// Held from taking the operation's stages until they are written: writes run on
+    /// concurrent connections, so without it a periodic flush could commit after the
+    /// attempt's last write (and its finish), be fenced out, and lose its stages.
+    op_write: Arc<tokio::sync::Mutex<()>>,
 }
 
 /// What the worker writes to the run row and log blob on a flush or at the end.
@@ -90,6 +94,7 @@ impl RunSink {
             limits,
             state: Arc::new(Mutex::new(State::default())),
             flush_now: None,
+            op_write: Arc::default(),
         }
     }
 
@@ -184,6 +189,11 @@ impl RunSink {
         let mut s = self.lock();
         s.stages.push(stage);
         s.op_dirty = true;
+    }
+
+    /// The lock to hold from [`RunSink::take_operation`] until its write has committed.
+    pub(crate) fn operation_write_lock(&self) -> Arc<tokio::sync::Mutex<()>> {
+        self.op_write.clone()
     }
 
     /// Takes the pending operation id and the stages added since the last take.

@@ -131,9 +131,13 @@ pub(super) async fn lease_loop(sh: Arc<Shared>, stop: CancellationToken) {
 pub(crate) async fn flush_tick(sh: &Arc<Shared>) -> Result<()> {
     let mut writes = Vec::new();
     let mut ops = Vec::new();
+    // Held until the write below commits (see `RunSink::operation_write_lock`); a sink whose
+    // attempt is writing its last stages right now is left to that write.
+    let mut op_guards = Vec::new();
     for f in sh.flights().values() {
         let token = f.run.lease_token.clone().unwrap_or_default();
-        if let Some((op, stages)) = f.sink.take_operation() {
+        let guard = f.sink.operation_write_lock().try_lock_owned();
+        if let Some((op, stages)) = guard.as_ref().ok().and_then(|_| f.sink.take_operation()) {
             ops.push((
                 f.run.id.to_string(),
                 f.run.attempt,
@@ -141,6 +145,7 @@ pub(crate) async fn flush_tick(sh: &Arc<Shared>) -> Result<()> {
                 op,
                 stages,
             ));
+            op_guards.extend(guard.ok());
         }
         if let Some(snap) = f.sink.take_changes() {
             writes.push(store::claim::ProgressWrite {
@@ -177,15 +182,18 @@ pub(crate) async fn flush_tick(sh: &Arc<Shared>) -> Result<()> {
             Ok(())
         })
         .await?;
+    drop(op_guards);
     Ok(())
 }
 
-/// Writes an attempt's operation stages not yet flushed (fenced), at the end of the attempt.
+/// Writes an attempt's operation stages not yet flushed (fenced), at the end of the attempt,
+/// after any periodic flush of them that is still being written.
 pub(super) async fn flush_operation(
     client: &crate::Client,
     run: &crate::run::Run,
     sink: &crate::tool::RunSink,
 ) {
+    let _writing = sink.operation_write_lock().lock_owned().await;
     let Some((op, stages)) = sink.take_operation() else {
         return;
     };
