@@ -1,6 +1,6 @@
 //! The examples, run as real processes: `async_tool` as a demo and as a worker that is killed
 //! with SIGKILL mid-operation (the operation is resumed by the next worker, never started
-//! twice); `agent_host` end to end.
+//! twice); `agent_host` end to end (its own checks fail it; the test reads its transcript).
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -13,11 +13,29 @@ use crate::support::{toolq, wait_for};
 /// The example's binary, built now: `cargo test` builds the examples, but a filtered run
 /// (`cargo test --test it NAME`) does not, and a stale binary would test old code.
 pub fn example(name: &str) -> PathBuf {
-    let out = Command::new(env!("CARGO"))
-        .args(["build", "--quiet", "--example", name])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .unwrap();
+    let mut cmd = Command::new(env!("CARGO"));
+    cmd.args(["build", "--quiet", "--example", name])
+        .current_dir(env!("CARGO_MANIFEST_DIR"));
+    // What cargo sets for a test process only: left in, it would make this build's build
+    // scripts (ring, libsqlite3-sys) look changed and rebuild half the tree, twice per run.
+    for (k, _) in std::env::vars_os() {
+        let k = k.to_string_lossy();
+        let test_only = [
+            "CARGO_PKG_",
+            "CARGO_MANIFEST_",
+            "CARGO_BIN_EXE_",
+            "CARGO_CRATE_",
+        ]
+        .iter()
+        .any(|p| k.starts_with(p))
+            || k == "LD_LIBRARY_PATH"
+            || k == "CARGO_PRIMARY_PACKAGE"
+            || k == "CARGO_TARGET_TMPDIR";
+        if test_only {
+            cmd.env_remove(&*k);
+        }
+    }
+    let out = cmd.output().unwrap();
     assert!(
         out.status.success(),
         "cargo build --example {name}: {}",
@@ -206,4 +224,34 @@ async fn an_async_operation_survives_kill_9_of_its_worker() {
         )
         .unwrap();
     assert_eq!(started, 1);
+}
+
+#[test]
+fn the_agent_host_example_runs_its_loop() {
+    let out = Command::new(example("agent_host")).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for line in [
+        "spec: lookup - ",
+        "lookup -> {\"length\":5,\"word\":\"toolq\"}",
+        "approval needed (approval_request)",
+        "deploy -> {\"deployed\":\"api\"}",
+        "spawned background run bg_",
+        "monitor sch_",
+        "busy: background completion held back",
+        "idle: ",
+        "done",
+    ] {
+        assert!(stdout.contains(line), "{line:?} missing:\n{stdout}");
+    }
+    // Silent messages are never announced; interrupt ones come at once; when_idle ones only
+    // after the host turned idle.
+    let held = stdout.find("busy: background").unwrap();
+    let idle = stdout.find("deliver (when idle)").unwrap();
+    assert!(idle > held, "{stdout}");
+    assert!(!stdout[..held].contains("deliver (when idle)"), "{stdout}");
 }
