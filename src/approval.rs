@@ -15,7 +15,7 @@ use crate::store::approvals::{self, Decision};
 use crate::store::codec::ts;
 use crate::store::finish::{FinishRecord, Outcome};
 use crate::store::inbox::NewMessage;
-use crate::tool::{ToolPolicy, apply_format};
+use crate::tool::ToolPolicy;
 
 /// Whether a claimed run must first wait for approval, and until when. `None`: run it.
 /// A run approved once is not asked again (e.g. on retry); a denied one that is retried is.
@@ -154,7 +154,7 @@ impl Client {
                 run.signal_on_completion.then(|| {
                     let mut m = final_message(FinalKind::Cancelled, &about_of(run), error);
                     if let Some(e) = self.registry().get(&run.tool) {
-                        apply_format(&*e.tool, &mut m);
+                        e.format_message(&mut m);
                     }
                     m
                 })

@@ -1,9 +1,11 @@
 //! The library's front door: a [`Client`] opens the database with a tool registry and offers
 //! enqueue, inspection, cancellation, retry and inbox calls. Workers are built from it.
 
+mod deliver;
 mod inbox_page;
 mod wait;
 
+pub use deliver::SessionActivity;
 pub use wait::WaitOutcome;
 
 use std::sync::Arc;
@@ -355,7 +357,7 @@ impl Client {
                 let about_run = run.clone();
                 let mut message = final_message(FinalKind::Cancelled, &about_of(&run), &text);
                 if let Some(e) = self.registry().get(&run.tool) {
-                    crate::tool::apply_format(&*e.tool, &mut message);
+                    e.format_message(&mut message);
                 }
                 let done = self
                     .inner

@@ -139,8 +139,14 @@ pub struct RunDefaults {
 /// Per-session limits.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SessionLimits {
-    /// Active (queued, awaiting, running) runs a session may start through spawn_background.
+    /// Active (queued or running) background runs a session may have when it calls
+    /// spawn_background (the seed's 5).
     pub max_active_runs: i64,
+    /// Active (queued or running) runs in the whole queue when spawn_background is called
+    /// (the seed's per-worker 64).
+    pub max_active_runs_per_worker: i64,
+    /// Batch use: spawn_background queues beyond both limits instead of rejecting.
+    pub queue_beyond_limit: bool,
     /// Enabled schedules per session.
     pub max_active_schedules: i64,
 }
@@ -179,7 +185,9 @@ impl Default for Config {
                 tail_chars: 2048,
             },
             sessions: SessionLimits {
-                max_active_runs: 100,
+                max_active_runs: 5,
+                max_active_runs_per_worker: 64,
+                queue_beyond_limit: false,
                 max_active_schedules: 20,
             },
             schedules: SchedulesConfig {
@@ -280,6 +288,8 @@ struct FileRuns {
 #[serde(deny_unknown_fields)]
 struct FileSessions {
     max_active_runs: Option<i64>,
+    max_active_runs_per_worker: Option<i64>,
+    queue_beyond_limit: Option<bool>,
     max_active_schedules: Option<i64>,
 }
 
@@ -462,6 +472,16 @@ impl Config {
                 1,
                 1_000_000,
             )?,
+            max_active_runs_per_worker: c.int(
+                "sessions.max_active_runs_per_worker",
+                s.max_active_runs_per_worker,
+                d.sessions.max_active_runs_per_worker,
+                1,
+                1_000_000,
+            )?,
+            queue_beyond_limit: s
+                .queue_beyond_limit
+                .unwrap_or(d.sessions.queue_beyond_limit),
             max_active_schedules: c.int(
                 "sessions.max_active_schedules",
                 s.max_active_schedules,

@@ -98,7 +98,7 @@ pub enum Command {
     Retry(retry::Args),
     /// List a session's inbox messages.
     #[command(
-        after_help = "Examples:\n  toolq inbox demo --unread --ack\n  toolq inbox demo --limit 20 --before 1200   # the page before message 1200\n  toolq inbox demo --follow"
+        after_help = "Examples:\n  toolq inbox demo --unread --ack\n  toolq inbox demo --limit 20 --before 1200   # the page before message 1200\n  toolq inbox demo --follow\n  toolq inbox demo --deliverable --idle --ack   # what to announce now, then acknowledge it"
     )]
     Inbox(inbox::Args),
     /// List the registered tools, or show one with its schema.
@@ -211,7 +211,8 @@ fn open_mode(command: &Command) -> OpenMode {
         | Command::Approve(_)
         | Command::Deny(_)
         | Command::Prune(_) => OpenMode::Existing,
-        Command::Inbox(a) if a.ack => OpenMode::Existing,
+        // --deliverable acknowledges silent messages: a write.
+        Command::Inbox(a) if a.ack || a.deliverable => OpenMode::Existing,
         Command::Inbox(_)
         | Command::Runs(_)
         | Command::Show(_)

@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 
 use super::process::{self, Exit, ProcessSpec, Stopped};
 use super::sink::{RunSink, escape_bytes};
-use super::{Tool, ToolContext, ToolDef, ToolOutcome, ToolPolicy};
+use super::{Tool, ToolContext, ToolDef, ToolHints, ToolOutcome, ToolPolicy};
 use crate::config::{Config, parse_duration};
 use crate::error::ConfigError;
 use crate::run::Progress;
@@ -243,7 +243,9 @@ fn protocol_line(line: &[u8], sink: &RunSink, reported: &Mutex<Reported>) -> boo
 impl Tool for CommandTool {
     fn definition(&self) -> ToolDef {
         let c = &self.0;
-        let mut def = ToolDef::new(&c.name, &c.description, c.args_schema.clone());
+        // Command tools run external programs: background-capable by design.
+        let mut def = ToolDef::new(&c.name, &c.description, c.args_schema.clone())
+            .hints(ToolHints::default().with_supports_background(true));
         def.timeout = c.timeout;
         def.approval_deadline = c.approval_deadline;
         if c.requires_approval {
@@ -340,6 +342,9 @@ mod tests {
         assert_eq!(c.args_schema["required"][0], "host");
         let t = parse("[j]\ncommand = [\"x\"]\nargs_schema = '{\"type\": \"object\"}'\n").unwrap();
         assert_eq!(t["j"].args_schema, json!({"type": "object"}));
+        // Command tools run external programs: background-capable by design.
+        let def = CommandTool(t["j"].clone()).definition();
+        assert!(def.hints.supports_background);
     }
 
     #[test]

@@ -528,7 +528,7 @@ fn start(sh: &Arc<Shared>, run: Run, jobs: mpsc::UnboundedSender<Job>) {
                     }
                     let mut record = decide(&run, end, sink.final_snapshot(), &defaults, client.now(), rand::random::<f64>());
                     if let (Some(m), Some(e)) = (record.message.as_mut(), client.registry().get(&run.tool)) {
-                        crate::tool::apply_format(&*e.tool, m);
+                        e.format_message(m);
                     }
                     record.encode_message();
                     Job::Finish(Box::new(record))

@@ -22,7 +22,7 @@ async fn bad_requests_write_nothing() {
     let e = env
         .client
         .enqueue_batch(vec![
-            EnqueueRequest::new("echo", json!({})),
+            EnqueueRequest::new("echo", json!({"message": "hi"})),
             EnqueueRequest::new("echo", json!({"message": 5})),
         ])
         .await
@@ -55,7 +55,7 @@ async fn a_batch_inserts_in_order_and_a_repeated_key_within_it_returns_the_first
         .client
         .enqueue_batch(vec![
             keyed("first"),
-            EnqueueRequest::new("echo", json!({"message": "plain", "n": [1, 2]})),
+            EnqueueRequest::new("echo", json!({"message": "plain"})),
             keyed("second"),
         ])
         .await
@@ -67,6 +67,6 @@ async fn a_batch_inserts_in_order_and_a_repeated_key_within_it_returns_the_first
     let first = env.client.get(&out[0].run_id).await.unwrap();
     assert_eq!(first.args, json!({"message": "first"}));
     let plain = env.client.get(&out[1].run_id).await.unwrap();
-    assert_eq!(plain.args, json!({"message": "plain", "n": [1, 2]}));
+    assert_eq!(plain.args, json!({"message": "plain"}));
     assert_eq!(plain.run_at, plain.created_at);
 }

@@ -15,6 +15,7 @@ mod crash;
 mod custom_cli;
 mod enqueue;
 mod examples;
+mod executor;
 mod faults;
 mod finish;
 mod http;

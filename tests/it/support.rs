@@ -124,6 +124,7 @@ pub struct Counter(pub Arc<AtomicUsize>);
 impl Tool for Counter {
     fn definition(&self) -> ToolDef {
         ToolDef::new("counter", "counts calls", obj())
+            .hints(ToolHints::default().with_supports_background(true))
     }
     async fn call(&self, _ctx: ToolContext) -> ToolOutcome {
         let n = self.0.fetch_add(1, Ordering::SeqCst) + 1;

@@ -250,7 +250,7 @@ impl AsyncTool for DetachedCommand {
             }),
         )
         .display_name("Detached command")
-        .hints(ToolHints::default())
+        .hints(ToolHints::default().with_supports_background(true))
     }
 
     async fn execute(&self, ctx: &ToolContext, input: Value) -> Result<AsyncOutcome, AsyncError> {

@@ -6,7 +6,7 @@ mod http;
 mod math;
 mod shell;
 mod sleep;
-mod spawn_background;
+pub mod spawn_background;
 mod time;
 
 use std::sync::Arc;
