@@ -1,7 +1,7 @@
-//! An agent host's loop over toolq: list the tool specs, run a tool and use its result, hit an
-//! approval and approve it, spawn a background run and a cron monitor through
-//! `spawn_background`, and deliver the session's inbox by delivery mode (interrupt now,
-//! when_idle once the host is idle, silent never announced but marked read).
+//! An agent host's loop over toolq's executor: list the tool specs, run a tool inline, hit an
+//! approval interrupt and approve it, call background tools (through `spawn_background`, a
+//! cron monitor, and tools registered in Background mode), and deliver the session's inbox by
+//! mode with `Client::deliverable` (interrupt while busy, when_idle once idle, silent never).
 //! `cargo run --example agent_host`; the test suite runs it.
 
 use std::time::Duration;
@@ -9,11 +9,14 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
+use toolq::client::SessionActivity;
 use toolq::store::inbox::{InboxFilter, Message};
-use toolq::tool::{ToolHints, ToolPolicy};
+use toolq::tool::{
+    BasicToolExecutor, ExecContext, FunctionResponseScheduling as When, ToolExecutionMode,
+    ToolExecutionOutcome, ToolHints, ToolPolicy, ToolRequest,
+};
 use toolq::{
-    Client, Config, Delivery, EnqueueRequest, RegistryBuilder, RunId, RunState, ScheduleId, Tool,
-    ToolContext, ToolDef, ToolOutcome,
+    Client, Config, RegistryBuilder, RunId, ScheduleId, Tool, ToolContext, ToolDef, ToolOutcome,
 };
 
 const SESSION: &str = "agent-1";
@@ -89,98 +92,99 @@ impl Tool for HealthCheck {
     }
 }
 
-/// The host: one session, a busy flag, and the messages it holds back until it is idle.
-struct Host {
-    client: Client,
-    busy: bool,
-    after_id: i64,
-}
+/// The slow variant of `lookup`: background-capable, started through `spawn_background`.
+struct LookupSlow;
 
-impl Host {
-    /// Runs a tool for the model and returns the run once it has ended.
-    async fn run_tool(&self, tool: &str, args: Value, delivery: Delivery) -> toolq::Result<RunId> {
-        let mut req = EnqueueRequest::new(tool, args).session(SESSION);
-        req.delivery = delivery;
-        Ok(self.client.enqueue(req).await?.run_id)
+#[async_trait]
+impl Tool for LookupSlow {
+    fn definition(&self) -> ToolDef {
+        ToolDef::new(
+            "lookup_slow",
+            "Looks up a word's length, slowly.",
+            json!({"type": "object", "properties": {"word": {"type": "string"}}, "required": ["word"]}),
+        )
+        .hints(ToolHints::default().with_supports_background(true))
     }
 
-    async fn result(&self, id: &RunId) -> Result<Value, Box<dyn std::error::Error>> {
-        let run = self.client.wait(id).await?;
-        if run.state != RunState::Completed {
-            return Err(format!("{id} ended {}: {:?}", run.state, run.error).into());
+    async fn call(&self, ctx: ToolContext) -> ToolOutcome {
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(50)) => {}
+            _ = ctx.cancel.cancelled() => {}
         }
-        let blob = self.client.result(&run).await?.ok_or("no result")?;
-        let v: Value = serde_json::from_slice(&blob.content)?;
-        Ok(v["result"].clone())
-    }
-
-    /// Delivers what the session may see now: interrupt messages always, when_idle ones only
-    /// while idle (the rest wait for the next turn); silent ones are marked read unannounced.
-    async fn deliver(&mut self) -> toolq::Result<Vec<Message>> {
-        let msgs = self
-            .client
-            .inbox(
-                SESSION,
-                InboxFilter {
-                    after_id: 0,
-                    unacked_only: true,
-                    limit: 100,
-                },
-            )
-            .await?;
-        let mut delivered = Vec::new();
-        let (mut ack, mut read) = (Vec::new(), Vec::new());
-        for m in msgs {
-            self.after_id = self.after_id.max(m.id);
-            match m.delivery.as_str() {
-                "interrupt" => {
-                    println!("deliver (interrupt): {}", first_line(&m.body));
-                    ack.push(m.id);
-                    delivered.push(m);
-                }
-                "when_idle" if !self.busy => {
-                    println!("deliver (when idle): {}", first_line(&m.body));
-                    ack.push(m.id);
-                    delivered.push(m);
-                }
-                "silent" if m.read_at.is_none() => {
-                    println!("silent, kept in history: {}", m.kind);
-                    read.push(m.id);
-                }
-                _ => {}
-            }
-        }
-        if !ack.is_empty() {
-            self.client.mark_inbox(SESSION, ack, true).await?;
-        }
-        if !read.is_empty() {
-            self.client.mark_inbox(SESSION, read, false).await?;
-        }
-        Ok(delivered)
-    }
-
-    /// Delivers until a message about `run` has been delivered.
-    async fn deliver_until(&mut self, run: &str) -> toolq::Result<Message> {
-        loop {
-            for m in self.deliver().await? {
-                if m.run_id.as_deref() == Some(run) {
-                    return Ok(m);
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        let word = ctx.args["word"].as_str().unwrap_or_default();
+        ToolOutcome::ok(json!({"word": word, "length": word.chars().count()}))
     }
 }
 
-fn first_line(s: &str) -> &str {
-    s.lines().next().unwrap_or_default()
+/// Records an audit entry: nobody needs to hear about it.
+struct Audit;
+
+#[async_trait]
+impl Tool for Audit {
+    fn definition(&self) -> ToolDef {
+        ToolDef::new(
+            "audit",
+            "Records an audit entry.",
+            json!({"type": "object"}),
+        )
+    }
+
+    async fn call(&self, _ctx: ToolContext) -> ToolOutcome {
+        ToolOutcome::ok(json!({"recorded": true}))
+    }
 }
 
-async fn wait_state(client: &Client, id: &RunId, state: RunState) -> toolq::Result<()> {
-    while client.get(id).await?.state != state {
-        tokio::time::sleep(Duration::from_millis(20)).await;
+/// Makes one call as the model would, approving it when the user agrees.
+async fn call(
+    exec: &BasicToolExecutor,
+    ctx: &ExecContext,
+    id: &str,
+    tool: &str,
+    args: Value,
+) -> Result<Value, Box<dyn std::error::Error>> {
+    let request = ToolRequest::new(id, tool, args);
+    let mut done = exec.execute(request.clone(), ctx).await;
+    if let ToolExecutionOutcome::Interrupted(approval) = &done {
+        println!(
+            "{tool}: approval needed ({}); the user says yes",
+            approval.reason
+        );
+        done = exec.execute_approved(request, approval, ctx).await;
     }
-    Ok(())
+    let ToolExecutionOutcome::Completed(outcome) = done else {
+        return Err(format!("{tool} was interrupted again").into());
+    };
+    let result = outcome.into_tool_result(id, tool);
+    println!("{tool} -> {}", serde_json::to_string(&result.content)?);
+    if result.is_error {
+        return Err(format!("{tool} failed: {}", result.content).into());
+    }
+    Ok(result.content)
+}
+
+/// Announces what the session may see now and acknowledges it.
+async fn deliver(
+    client: &Client,
+    activity: SessionActivity,
+) -> Result<Vec<Message>, Box<dyn std::error::Error>> {
+    let msgs = client.deliverable(SESSION, activity).await?;
+    for m in &msgs {
+        println!(
+            "deliver ({activity:?}, {}): {}",
+            m.delivery,
+            m.body.lines().next().unwrap_or_default()
+        );
+    }
+    let ids = msgs.iter().map(|m| m.id).collect();
+    client.mark_inbox(SESSION, ids, true).await?;
+    Ok(msgs)
+}
+
+fn run_id(v: &Value) -> Result<RunId, Box<dyn std::error::Error>> {
+    Ok(v["run_id"]
+        .as_str()
+        .ok_or("no run_id in the reply")?
+        .parse()?)
 }
 
 #[tokio::main]
@@ -196,80 +200,108 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .tool(Lookup)
         .tool(Deploy)
         .tool(HealthCheck)
+        .tool(LookupSlow)
+        .tool(Audit)
+        // Calls of these are queued and acknowledged at once; the result comes by the inbox.
+        .mode(
+            "health_check",
+            ToolExecutionMode::background(When::Interrupt),
+        )
+        .mode("audit", ToolExecutionMode::background(When::Silent))
         .build()?;
     let client = Client::open(config, registry)?;
     let stop = CancellationToken::new();
     let worker = tokio::spawn(client.worker(Default::default()).run(stop.clone()));
-    let mut host = Host {
-        client: client.clone(),
-        busy: true,
-        after_id: 0,
-    };
+    let exec = client.executor();
+    let ctx = ExecContext::new(SESSION);
 
     // 1. The specs the model is offered.
-    for e in client.registry().iter() {
-        println!("spec: {} - {}", e.def.name, e.def.description);
+    for d in exec.specs() {
+        println!("spec: {} - {}", d.name, d.description);
     }
 
-    // 2. A tool the model waits for; its message is silent (the model already has the result).
-    let id = host
-        .run_tool("lookup", json!({"word": "toolq"}), Delivery::Silent)
-        .await?;
-    println!("lookup -> {}", host.result(&id).await?);
+    // 2. An inline call: the model waits for its result.
+    call(&exec, &ctx, "call_1", "lookup", json!({"word": "toolq"})).await?;
 
-    // 3. A tool that needs approval: the session is interrupted with the request, the host
-    //    asks its user and approves; the run then executes.
-    let id = host
-        .run_tool("deploy", json!({"service": "api"}), Delivery::Interrupt)
-        .await?;
-    wait_state(&client, &id, RunState::AwaitingApproval).await?;
-    let request = host.deliver_until(id.as_str()).await?;
-    println!("approval needed ({}); the user says yes", request.kind);
-    client.approve(&id, "host-user", Some("looks fine")).await?;
-    println!("deploy -> {}", host.result(&id).await?);
+    // 3. A call that needs approval: interrupted, approved, then run.
+    call(&exec, &ctx, "call_2", "deploy", json!({"service": "api"})).await?;
 
-    // 4. A background run and a cron monitor, through spawn_background as the model calls it.
-    let spawn = host
-        .run_tool(
-            "spawn_background",
-            json!({"tool": "health_check", "args": {"service": "api"}, "title": "api health"}),
-            Delivery::Silent,
-        )
-        .await?;
-    let reply = host.result(&spawn).await?;
-    let background: RunId = reply["run_id"]
-        .as_str()
-        .ok_or("no run_id in the reply")?
-        .parse()?;
-    println!("spawned background run {background}");
-    let monitor = host
-        .run_tool(
-            "spawn_background",
-            json!({"tool": "health_check", "args": {"service": "db"},
-                   "schedule": {"cron_expression": "*/10 * * * *"}}),
-            Delivery::Silent,
-        )
-        .await?;
-    let reply = host.result(&monitor).await?;
-    let schedule: ScheduleId = reply["schedule_id"]
+    // 4. Background work: a tool in Background mode (acknowledged at once), a run and a cron
+    //    monitor through spawn_background (delivered when idle), and a silent audit.
+    let health = call(
+        &exec,
+        &ctx,
+        "call_3",
+        "health_check",
+        json!({"service": "api"}),
+    )
+    .await?;
+    let health = run_id(&health)?;
+    let spawned = call(
+        &exec,
+        &ctx,
+        "call_4",
+        "spawn_background",
+        json!({"tool": "lookup_slow", "args": {"word": "background"}, "title": "slow lookup"}),
+    )
+    .await?;
+    let spawned = run_id(&spawned)?;
+    let monitor = call(
+        &exec,
+        &ctx,
+        "call_5",
+        "spawn_background",
+        json!({"tool": "health_check", "args": {"service": "db"},
+               "schedule": {"cron_expression": "*/10 * * * *"}}),
+    )
+    .await?;
+    let schedule: ScheduleId = monitor["schedule_id"]
         .as_str()
         .ok_or("no schedule_id in the reply")?
         .parse()?;
-    println!("monitor {schedule} ({})", reply["cron_expression"]);
+    let audit = call(&exec, &ctx, "call_6", "audit", json!({})).await?;
+    let audit = run_id(&audit)?;
+    for id in [&health, &spawned, &audit] {
+        client.wait(id).await?;
+    }
 
-    // 5. While the model is busy, the background completion (when_idle) waits; once idle it is
-    //    delivered.
-    client.wait(&background).await?;
-    let held = host.deliver().await?;
-    assert!(
-        held.iter()
-            .all(|m| m.run_id.as_deref() != Some(background.as_str())),
-        "a when_idle message is not delivered while busy"
-    );
-    println!("busy: background completion held back");
-    host.busy = false;
-    let done = host.deliver_until(background.as_str()).await?;
-    println!("idle: {} ({})", first_line(&done.body), done.delivery);
+    // 5. Delivery by mode. Busy (mid-turn): only the interrupt message.
+    let busy = deliver(&client, SessionActivity::Busy).await?;
+    if busy.iter().any(|m| m.delivery != "interrupt") {
+        return Err("only interrupt messages are delivered while busy".into());
+    }
+    if !busy
+        .iter()
+        .any(|m| m.run_id.as_deref() == Some(health.as_str()))
+    {
+        return Err("the interrupt message was not delivered while busy".into());
+    }
+    println!("busy: when_idle messages held back");
+    // Idle (between turns): the when_idle one; the silent audit never.
+    let idle = deliver(&client, SessionActivity::Idle).await?;
+    if !idle
+        .iter()
+        .any(|m| m.run_id.as_deref() == Some(spawned.as_str()))
+    {
+        return Err("the when_idle message was not delivered when idle".into());
+    }
+    let history = client
+        .inbox(
+            SESSION,
+            InboxFilter {
+                limit: 100,
+                ..Default::default()
+            },
+        )
+        .await?;
+    let silent = history
+        .iter()
+        .find(|m| m.run_id.as_deref() == Some(audit.as_str()))
+        .ok_or("the silent message is not in the history")?;
+    if busy.iter().chain(&idle).any(|m| m.id == silent.id) || silent.acked_at.is_none() {
+        return Err("a silent message is never announced, and is marked read".into());
+    }
+    println!("silent: {} kept in history, never announced", silent.kind);
 
     client.cancel_schedule(&schedule).await?;
     stop.cancel();

@@ -34,7 +34,8 @@ impl ProgressStage for Stage {
 }
 
 /// Behaviour by `args.mode`: `flaky` (attempt 1's status stream ends early, a later attempt
-/// completes), `fail` (the operation fails), `hang` (it never ends).
+/// completes), `fail` (the operation fails), `quick` (it completes at once), `hang` (it never
+/// ends).
 #[derive(Default)]
 struct Scripted {
     executes: Arc<AtomicUsize>,
@@ -92,6 +93,7 @@ impl AsyncTool for Scripted {
                 ToolStatus::completed(json!({"done": operation_id})),
             ],
             ("fail", _) => vec![ToolStatus::Failed("the service refused it".into())],
+            ("quick", _) => vec![ToolStatus::completed(json!({"quick": true}))],
             _ => vec![ToolStatus::Progress {
                 stage: Stage::Running,
                 message: "working".into(),
@@ -328,5 +330,46 @@ async fn a_shutdown_hands_the_operation_to_the_next_worker_on_the_same_attempt()
             s("running"),
             s("detached")
         ]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_call_of_an_async_tool_is_queued_and_its_operation_stored() {
+    use toolq::tool::{ExecContext, ToolExecutionOutcome, ToolOutcome, ToolRequest};
+    let env = env();
+    assert!(
+        env.client
+            .registry()
+            .get("scripted")
+            .unwrap()
+            .mode
+            .is_background()
+    );
+    let call = ToolRequest::new("call_1", "scripted", json!({"mode": "quick"}));
+    let done = env
+        .client
+        .executor()
+        .execute(call, &ExecContext::new("s1"))
+        .await;
+    let ToolExecutionOutcome::Completed(ToolOutcome::Success(ack)) = done else {
+        panic!("expected an acknowledgement, got {done:?}");
+    };
+    assert_eq!(ack.value["status"], "running", "{}", ack.value);
+    let id: RunId = ack.value["run_id"].as_str().unwrap().parse().unwrap();
+    assert_eq!(env.executes.load(Ordering::SeqCst), 0, "nothing ran inline");
+    let stop = CancellationToken::new();
+    let worker = tokio::spawn(env.client.worker(Default::default()).run(stop.clone()));
+    let run = wait_state(&env, &id, RunState::Completed, 1).await;
+    stop.cancel();
+    worker.await.unwrap().unwrap();
+    assert_eq!(run.session_id, "s1");
+    assert_eq!(env.executes.load(Ordering::SeqCst), 1);
+    assert_eq!(
+        run.operation_id.as_deref(),
+        Some(format!("op-quick-{id}").as_str())
+    );
+    assert_eq!(
+        stages(&run),
+        vec![("started".into(), 1), ("completed".into(), 1)]
     );
 }

@@ -238,20 +238,21 @@ fn the_agent_host_example_runs_its_loop() {
     for line in [
         "spec: lookup - ",
         "lookup -> {\"length\":5,\"word\":\"toolq\"}",
-        "approval needed (approval_request)",
+        "deploy: approval needed (tool deploy requires approval); the user says yes",
         "deploy -> {\"deployed\":\"api\"}",
-        "spawned background run bg_",
-        "monitor sch_",
-        "busy: background completion held back",
-        "idle: ",
+        "health_check -> {",
+        "\"status\":\"running\"",
+        "\"schedule_id\":\"sch_",
+        "deliver (Busy, interrupt): ",
+        "busy: when_idle messages held back",
+        "deliver (Idle, when_idle): ",
+        "silent: completed kept in history, never announced",
         "done",
     ] {
         assert!(stdout.contains(line), "{line:?} missing:\n{stdout}");
     }
-    // Silent messages are never announced; interrupt ones come at once; when_idle ones only
-    // after the host turned idle.
-    let held = stdout.find("busy: background").unwrap();
-    let idle = stdout.find("deliver (when idle)").unwrap();
-    assert!(idle > held, "{stdout}");
-    assert!(!stdout[..held].contains("deliver (when idle)"), "{stdout}");
+    // Interrupt first (while busy), when_idle only after the host turned idle, silent never.
+    let held = stdout.find("busy: when_idle").unwrap();
+    assert!(!stdout[..held].contains("when_idle): "), "{stdout}");
+    assert!(!stdout.contains(", silent)"), "{stdout}");
 }
