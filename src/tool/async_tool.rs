@@ -93,6 +93,48 @@ pub type AsyncError = Box<dyn std::error::Error + Send + Sync + 'static>;
 /// The work happens outside the worker (a service, a process); the tool only starts it and
 /// watches it, so a worker that dies loses nothing: the next attempt watches the same
 /// operation. Register it with [`super::RegistryBuilder::async_tool`].
+///
+/// ```
+/// use futures_util::Stream;
+/// use serde_json::{Value, json};
+/// use toolq::tool::async_tool::AsyncError;
+/// use toolq::tool::{AsyncOutcome, AsyncTool, ProgressStage, ToolStatus};
+/// use toolq::{RegistryBuilder, ToolContext, ToolDef};
+///
+/// enum Stage { Rendering }
+///
+/// impl ProgressStage for Stage {
+///     fn as_str(&self) -> &str { "rendering" }
+/// }
+///
+/// struct Render;
+///
+/// impl AsyncTool for Render {
+///     type Stage = Stage;
+///
+///     fn definition(&self) -> ToolDef {
+///         ToolDef::new("render", "Renders a video.", json!({"type": "object"}))
+///     }
+///
+///     async fn execute(&self, ctx: &ToolContext, _input: Value) -> Result<AsyncOutcome, AsyncError> {
+///         // Ask the service to start, with the run id as its idempotency key.
+///         let job = format!("job-{}", ctx.run_id);
+///         Ok(AsyncOutcome::in_progress(job, "render queued"))
+///     }
+///
+///     fn check_status(&self, _ctx: &ToolContext, job: &str)
+///         -> impl Stream<Item = ToolStatus<Stage>> + Send
+///     {
+///         futures_util::stream::iter([
+///             ToolStatus::Progress { stage: Stage::Rendering, message: "50%".into(), progress: Some(0.5) },
+///             ToolStatus::completed(json!({"video": format!("{job}.mp4")})),
+///         ])
+///     }
+/// }
+///
+/// let registry = RegistryBuilder::new().async_tool(Render).build().unwrap();
+/// assert!(registry.has("render"));
+/// ```
 pub trait AsyncTool: Send + Sync + 'static {
     /// The stages this tool reports.
     type Stage: ProgressStage;
