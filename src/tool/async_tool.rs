@@ -8,9 +8,11 @@
 //! history. **The operation id belongs to the run, not to the attempt**: every later attempt of
 //! the run (after a worker restart, a rescue, a timeout or an internal error) finds it in
 //! [`ToolContext::operation_id`] and resumes `check_status`; `execute` is called only by an
-//! attempt that finds no operation id, and at most once per attempt. The one window left is
-//! a crash inside `execute` itself, before it returns: the next attempt calls `execute` again,
-//! so a service that can should take [`ToolContext::run_id`] as its idempotency key.
+//! attempt that finds no operation id, or one whose last stage says it failed or was
+//! cancelled (`toolq retry` of such a run starts a new operation), and at most once per
+//! attempt. A completed operation is resumed, never restarted. The one window left is a crash
+//! inside `execute` itself, before it returns: the next attempt calls `execute` again, so a
+//! service that can should take [`ToolContext::run_id`] as its idempotency key.
 
 use std::future::Future;
 
@@ -206,6 +208,29 @@ pub async fn operator_cancelled(ctx: &ToolContext) -> bool {
     }
 }
 
+/// Stages after which an operation is over and a new attempt (`toolq retry`) starts a new one.
+/// `completed` is not among them: an attempt that saw the end but died before recording it
+/// resumes and sees the end again, instead of doing the work twice.
+const ENDED_STAGES: [&str; 2] = ["failed", "cancelled"];
+
+/// Whether the run's stored operation failed or was cancelled (its last stage says so): then
+/// the attempt is a retry, which means a new operation, not a resume of the ended one.
+async fn operation_ended(ctx: &ToolContext) -> bool {
+    let Some(client) = &ctx.client else {
+        return false;
+    };
+    match client.get(&ctx.run_id).await {
+        Ok(run) => run
+            .stages
+            .as_array()
+            .and_then(|s| s.last())
+            .and_then(|s| s["stage"].as_str())
+            .is_some_and(|s| ENDED_STAGES.contains(&s)),
+        // Unknown: resuming never starts a second operation.
+        Err(_) => false,
+    }
+}
+
 impl<T: AsyncTool> AsyncAdapter<T> {
     async fn follow(&self, ctx: &ToolContext, op: &str) -> ToolOutcome {
         let stream = self.0.check_status(ctx, op);
@@ -283,7 +308,9 @@ impl<T: AsyncTool> Tool for AsyncAdapter<T> {
     }
 
     async fn call(&self, ctx: ToolContext) -> ToolOutcome {
-        if let Some(op) = ctx.operation_id.clone() {
+        if let Some(op) = ctx.operation_id.clone()
+            && !operation_ended(&ctx).await
+        {
             ctx.sink.set_operation(
                 op.clone(),
                 Some(stage_record(&ctx, "resumed", None, json!({}))),

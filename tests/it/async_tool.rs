@@ -373,3 +373,30 @@ async fn a_host_call_of_an_async_tool_is_queued_and_its_operation_stored() {
         vec![("started".into(), 1), ("completed".into(), 1)]
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_of_a_failed_operation_starts_a_new_one() {
+    let env = env();
+    let id = enqueue(&env, "fail").await;
+    let stop = CancellationToken::new();
+    let worker = tokio::spawn(env.client.worker(Default::default()).run(stop.clone()));
+    wait_state(&env, &id, RunState::Failed, 1).await;
+    env.client.retry(&id).await.unwrap();
+    let run = wait_state(&env, &id, RunState::Failed, 2).await;
+    stop.cancel();
+    worker.await.unwrap().unwrap();
+    assert_eq!(
+        env.executes.load(Ordering::SeqCst),
+        2,
+        "the retry started the operation again instead of resuming the failed one"
+    );
+    assert_eq!(
+        stages(&run),
+        vec![
+            ("started".into(), 1),
+            ("failed".into(), 1),
+            ("started".into(), 2),
+            ("failed".into(), 2)
+        ]
+    );
+}
