@@ -1,4 +1,4 @@
--- toolq schema, version 5 (stored in PRAGMA user_version; src/store/migrate.rs upgrades older files).
+-- toolq schema, version 6 (stored in PRAGMA user_version; src/store/migrate.rs upgrades older files).
 --
 -- This file is the whole schema. It is embedded in the binary and applied by `toolq init`
 -- (or by any command that opens a new database). Ops people: this is your interface.
@@ -271,6 +271,20 @@ SELECT id, session_id, tool, title, cron_expression, scheduled_at, timezone, nex
 FROM schedules
 WHERE enabled = 1 AND next_trigger_at IS NOT NULL
 ORDER BY next_trigger_at;
+
+-- Async tools (version 6): one row per stage an attempt reported, in order, with its time;
+-- read from runs.stages ([{stage, message, progress, at, attempt}, ...]), where the worker
+-- stores them. runs.operation_id is kept for every later attempt of the run, which resumes the
+-- operation instead of starting it again. Filter by run_id (a primary-key lookup).
+CREATE VIEW run_stages AS
+SELECT r.id AS run_id, r.session_id, r.tool, r.operation_id,
+       json_extract(s.value, '$.attempt') AS attempt,
+       s.key + 1 AS seq,
+       json_extract(s.value, '$.stage') AS stage,
+       json_extract(s.value, '$.message') AS message,
+       json_extract(s.value, '$.progress') AS progress,
+       json_extract(s.value, '$.at') AS at
+FROM runs r, json_each(r.stages) s;
 
 -- What happened to each schedule's ticks over the last 7 days.
 CREATE VIEW recent_occurrences AS
