@@ -1,4 +1,4 @@
--- toolq schema, version 6 (stored in PRAGMA user_version; src/store/migrate.rs upgrades older files).
+-- toolq schema, version 7 (stored in PRAGMA user_version; src/store/migrate.rs upgrades older files).
 --
 -- This file is the whole schema. It is embedded in the binary and applied by `toolq init`
 -- (or by any command that opens a new database). Ops people: this is your interface.
@@ -81,7 +81,7 @@ CREATE INDEX runs_delayed_idx ON runs (tool, run_at) WHERE state = 'queued' AND 
 -- Limits, heartbeats and rescue: running runs by owner. Running runs are few (at most the
 -- workers' slots), so per-session counts read this index whole instead of keeping a second one
 -- that every claim and finish would write (version 3). Per-tool counts (max_running) read it
--- too (version 6 added tool).
+-- too (version 7 added tool).
 CREATE INDEX runs_running_owner_idx ON runs (lease_owner, lease_expires_at, session_id, tool) WHERE state = 'running';
 -- Counts, failures_24h and retention: finished runs by state and finish time. Only final
 -- states: queued, awaiting and running runs have their own partial indexes above and below,
@@ -159,7 +159,7 @@ CREATE INDEX schedules_session_idx ON schedules (session_id, enabled);
 --   missed           no run: missed-ticks policy 'skip', or outside the catch-up window
 --   skipped_overlap  no run: the schedule's previous run was still active (overlap policy 'skip')
 --   paused           no run: the schedule's tool or session (or everything) was paused; a tick
---                    the missed-ticks policy would have run (version 6)
+--                    the missed-ticks policy would have run (version 7)
 -- e.g.  SELECT fire_at, outcome, run_id, detail FROM schedule_occurrences
 --       WHERE schedule_id = 'sch_...' ORDER BY fire_at DESC LIMIT 20;
 CREATE TABLE schedule_occurrences (
@@ -176,7 +176,7 @@ CREATE INDEX schedule_occurrences_recorded_idx ON schedule_occurrences (recorded
 -- Retention: deleting a run nulls its occurrences' run_id, and prune keeps runs a recent tick points at.
 CREATE INDEX schedule_occurrences_run_idx ON schedule_occurrences (run_id);
 
--- Flow control (version 6). What operators paused: claims skip queued runs of a paused tool
+-- Flow control (version 7). What operators paused: claims skip queued runs of a paused tool
 -- or session (or every run, scope 'all'); running runs finish. Read by every claim (the table
 -- is tiny), so every worker and every restart honours it.
 CREATE TABLE pauses (
@@ -260,7 +260,7 @@ CREATE INDEX workers_live_idx ON workers (heartbeat_at) WHERE stopped_at IS NULL
 -- Unfinished runs are selected one state at a time, so each arm reads its partial index.
 
 -- Running runs whose lease has expired, or queued runs overdue by more than 5 minutes (not
--- counting paused ones: see the `paused` view; version 6).
+-- counting paused ones: see the `paused` view; version 7).
 CREATE VIEW stuck_runs AS
 SELECT id, session_id, tool, state, attempt, max_attempts, run_at, started_at, lease_owner,
        lease_expires_at, heartbeat_at, status_text, 'lease expired' AS reason
@@ -303,6 +303,20 @@ SELECT id, session_id, tool, title, cron_expression, scheduled_at, timezone, nex
 FROM schedules
 WHERE enabled = 1 AND next_trigger_at IS NOT NULL
 ORDER BY next_trigger_at;
+
+-- Async tools (version 6): one row per stage an attempt reported, in order, with its time;
+-- read from runs.stages ([{stage, message, progress, at, attempt}, ...]), where the worker
+-- stores them. runs.operation_id is kept for every later attempt of the run, which resumes the
+-- operation instead of starting it again. Filter by run_id (a primary-key lookup).
+CREATE VIEW run_stages AS
+SELECT r.id AS run_id, r.session_id, r.tool, r.operation_id,
+       json_extract(s.value, '$.attempt') AS attempt,
+       s.key + 1 AS seq,
+       json_extract(s.value, '$.stage') AS stage,
+       json_extract(s.value, '$.message') AS message,
+       json_extract(s.value, '$.progress') AS progress,
+       json_extract(s.value, '$.at') AS at
+FROM runs r, json_each(r.stages) s;
 
 -- What happened to each schedule's ticks over the last 7 days.
 CREATE VIEW recent_occurrences AS

@@ -1,6 +1,7 @@
 //! The tool model: what a tool declares ([`ToolDef`]), what it is given ([`ToolContext`]) and
 //! what it returns ([`ToolOutcome`]). Outcomes are data, not errors.
 
+pub mod async_tool;
 pub mod builtin;
 pub mod command;
 pub mod executor;
@@ -18,6 +19,7 @@ use serde::Serialize;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
+pub use async_tool::{AsyncAdapter, AsyncOutcome, AsyncTool, ProgressStage, ToolStatus};
 pub use executor::{
     ApprovalRequest, BasicToolExecutor, ExecContext, ToolExecutionOutcome, ToolExecutor,
     ToolRequest,

@@ -98,6 +98,14 @@ impl RegistryBuilder {
         self
     }
 
+    /// Adds an async tool (it runs through [`super::AsyncAdapter`]). A host's call of it runs
+    /// in the background (delivered `WhenIdle`): only a queued run stores its operation id and
+    /// stages and resumes them after a crash. A later [`RegistryBuilder::mode`] overrides this.
+    pub fn async_tool(self, tool: impl super::AsyncTool) -> Self {
+        let name = tool.definition().name;
+        self.tool(super::AsyncAdapter(tool)).background(&name)
+    }
+
     /// Adds a tool with typed arguments (its schema derived from its `Args` type).
     pub fn typed(self, tool: impl super::TypedTool) -> Self {
         self.tool(super::Typed(tool))

@@ -6,6 +6,7 @@ mod support;
 
 mod approvals;
 mod async_ops;
+mod async_tool;
 mod checkpoints;
 mod cli;
 mod cli_output;
@@ -16,6 +17,7 @@ mod custom_cli;
 mod deploy;
 mod ends;
 mod enqueue;
+mod examples;
 mod executor;
 mod faults;
 mod finish;

@@ -235,10 +235,10 @@ fn a_version_4_file_gains_tool_routing_and_keeps_its_rows() {
     assert_eq!(claimable, 2);
 }
 
-/// Version 6 rebuilds `schedule_occurrences` to allow the `paused` outcome: a schedule's ledger
+/// Version 7 rebuilds `schedule_occurrences` to allow the `paused` outcome: a schedule's ledger
 /// keeps its rows and ids, its link to the run, and the view over it reads the new table.
 #[test]
-fn the_occurrence_ledger_survives_the_version_6_rebuild() {
+fn the_occurrence_ledger_survives_the_version_7_rebuild() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("old.db");
     v1_file(&path);

@@ -184,7 +184,7 @@ fn limit_counts_read_the_running_index_and_a_key_range() {
             "{sql}: {p:?}"
         );
     }
-    // The per-tool counts come from the index alone (tool is in it since version 6).
+    // The per-tool counts come from the index alone (tool is in it since version 7).
     let p = plan(super::claim::RUNNING_PER_SESSION);
     assert!(p.iter().any(|d| d.contains("COVERING INDEX")), "{p:?}");
 }
