@@ -140,6 +140,9 @@ fn a_per_tool_limit_holds_across_worker_processes() {
         deepest = deepest.max(open);
     }
     assert!(deepest <= 2, "recorded spans overlap {deepest} deep");
+    eprintln!(
+        "max_running 2: {samples} samples, most running seen {most}, recorded spans {deepest} deep"
+    );
     // Which workers took part is up to the race (a finishing worker claims its replacement in
     // the same transaction); the limit holds whichever did.
     eprintln!(
@@ -173,6 +176,8 @@ fn a_rate_holds_across_worker_processes() {
     }
     let starts = times(&c, "SELECT started_at FROM runs ORDER BY started_at");
     assert_eq!(starts.len(), 12);
+    let tightest = starts.windows(5).map(|w| w[4] - w[0]).min();
+    eprintln!("rate 4/2s: the tightest 5 consecutive starts span {tightest:?}");
     for w in starts.windows(5) {
         assert!(
             w[4] - w[0] >= chrono::Duration::seconds(2),
