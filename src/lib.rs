@@ -24,6 +24,7 @@
 //! - [`approval`]: approve, deny, expire (tools that require an operator's decision).
 //! - [`schedule`]: cron and one-shot schedules, their firing plan and the schedule tick.
 //! - [`retention`]: pruning old finished work in bounded batches.
+//! - [`bulk`]: cancel and retry every run a filter matches, in bounded batches.
 //! - [`status`]: worker liveness and the health check; [`metrics`]: Prometheus counters and
 //!   gauges, and their HTTP endpoint.
 //!
@@ -44,6 +45,7 @@
 //! Execution is at-least-once; recording is exactly-once.
 
 pub mod approval;
+pub mod bulk;
 #[doc(hidden)]
 pub mod cli;
 pub mod client;
@@ -63,12 +65,13 @@ pub mod tool;
 mod wal;
 pub mod worker;
 
+pub use bulk::{BulkOptions, BulkReport};
 pub use client::{Client, EnqueueRequest, Enqueued};
 pub use clock::{Clock, ManualClock, SharedClock, SystemClock};
 pub use config::Config;
 pub use error::{Error, InputError, Result};
 pub use ids::{RunId, ScheduleId, WorkerId};
-pub use run::{Delivery, Progress, Run, RunState};
+pub use run::{Delivery, Progress, Run, RunFilter, RunState};
 pub use schedule::{MissedPolicy, OverlapPolicy, Schedule, ScheduleDetail, ScheduleRequest};
 #[doc(hidden)]
 pub use store::Store;

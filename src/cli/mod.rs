@@ -2,6 +2,7 @@
 //! subcommand; each parses its flags, calls the library, and renders through [`render`].
 
 mod approve;
+mod bulk;
 mod cancel;
 mod deny;
 mod enqueue;
@@ -66,9 +67,9 @@ pub enum Command {
     Logs(logs::Args),
     /// Print a run's result JSON.
     Result(result::Args),
-    /// Cancel a queued, awaiting or running run.
+    /// Cancel a queued, awaiting or running run (or every run filters match).
     Cancel(cancel::Args),
-    /// Re-queue a failed or cancelled run as a new attempt.
+    /// Re-queue a failed or cancelled run as a new attempt (or every run filters match).
     Retry(retry::Args),
     /// List a session's inbox messages.
     Inbox(inbox::Args),

@@ -10,7 +10,7 @@ mod end;
 mod records;
 
 pub use end::{ApprovalMark, Fence, FinishRecord, Outcome};
-pub use records::{Blob, Inserted, ListFilter};
+pub use records::{Blob, Inserted, ListFilter, RunFilter};
 
 use crate::error::InputError;
 use crate::ids::{RunId, ScheduleId};
