@@ -6,6 +6,7 @@ mod support;
 
 mod approvals;
 mod async_ops;
+mod bulk;
 mod checkpoints;
 mod cli;
 mod cli_tools;

@@ -163,3 +163,27 @@ fn claims_and_the_next_due_run_seek_by_tool() {
         assert!(!p.iter().any(|d| d.starts_with("SCAN")), "{sql}: {p:?}");
     }
 }
+
+/// A bulk cancel or retry walks runs by id: each page must seek the primary key after the
+/// last id and stop at its limit, never sort all matches (a temporary b-tree per page).
+#[test]
+fn a_bulk_page_walks_the_primary_key() {
+    use crate::run::{RunFilter, RunState};
+    let filter = RunFilter {
+        states: vec![RunState::Failed, RunState::Cancelled],
+        tool: Some("t".into()),
+        session: Some("s".into()),
+        schedule_id: Some("sch".into()),
+        created_before: Some(chrono::Utc::now()),
+        created_after: Some(chrono::Utc::now()),
+    };
+    for f in [filter, RunFilter::default()] {
+        let plan = plan(&super::bulk::select_sql(&f).0);
+        assert!(
+            plan.iter()
+                .any(|d| d.contains("sqlite_autoindex_runs_1 (id>?)")),
+            "{plan:?}"
+        );
+        assert!(!plan.iter().any(|d| d.contains("TEMP B-TREE")), "{plan:?}");
+    }
+}
