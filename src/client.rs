@@ -1,6 +1,11 @@
 //! The library's front door: a [`Client`] opens the database with a tool registry and offers
 //! enqueue, inspection, cancellation, retry and inbox calls. Workers are built from it.
 
+mod inbox_page;
+mod wait;
+
+pub use wait::WaitOutcome;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,7 +24,7 @@ use crate::inbox::{InboxFilter, Message};
 use crate::run::FinishRecord;
 use crate::run::{Delivery, NewRun, Run, RunState};
 use crate::run::{Inserted, ListFilter};
-use crate::store::{Engine, InboxMark, RunRetry, Store};
+use crate::store::{Engine, InboxMark, OpenMode, RunRetry, Store};
 use crate::tool::Registry;
 use crate::worker::finish::{WaitingEnd, decide_waiting};
 
@@ -81,13 +86,25 @@ impl EnqueueRequest {
     }
 }
 
-/// The answer to an enqueue.
-#[derive(Debug, Clone, Serialize)]
+/// The answer to an enqueue. As JSON: `{"id", "run_id", "created"}` (`id` like every other
+/// run in toolq's JSON; `run_id` kept for scripts written against the first release).
+#[derive(Debug, Clone)]
 pub struct Enqueued {
     /// The run id.
     pub run_id: RunId,
     /// False when the idempotency key returned an existing run.
     pub created: bool,
+}
+
+impl Serialize for Enqueued {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let mut st = s.serialize_struct("Enqueued", 3)?;
+        st.serialize_field("id", &self.run_id)?;
+        st.serialize_field("run_id", &self.run_id)?;
+        st.serialize_field("created", &self.created)?;
+        st.end()
+    }
 }
 
 pub(crate) struct Inner {
@@ -103,6 +120,31 @@ pub(crate) struct Inner {
 }
 
 /// A handle to a toolq database with its tools. Cheap to clone.
+///
+/// ```
+/// # async fn demo() -> toolq::Result<()> {
+/// # let dir = tempfile::tempdir().expect("temp dir");
+/// use toolq::{Client, Config, EnqueueRequest, Registry, RunState};
+///
+/// let config = Config {
+///     db_path: dir.path().join("toolq.db").display().to_string(),
+///     ..Config::default()
+/// };
+/// let client = Client::open(config, Registry::builtins())?;
+/// let enqueued = client
+///     .enqueue(EnqueueRequest::new("add", serde_json::json!({"a": 1, "b": 2})).session("demo"))
+///     .await?;
+/// let run = client.get(&enqueued.run_id).await?;
+/// assert_eq!(run.state, RunState::Queued);
+/// // Bad arguments are refused before anything is written.
+/// let e = client
+///     .enqueue(EnqueueRequest::new("add", serde_json::json!({"a": 1})))
+///     .await
+///     .unwrap_err();
+/// assert_eq!(e.exit_code(), 2);
+/// # Ok(()) }
+/// # tokio::runtime::Runtime::new().expect("runtime").block_on(demo()).expect("demo");
+/// ```
 #[derive(Clone)]
 pub struct Client {
     pub(crate) inner: Arc<Inner>,
@@ -128,7 +170,18 @@ impl Client {
         registry: Registry,
         clock: SharedClock,
     ) -> Result<Client> {
-        let store = Store::open(&config.db_path)?;
+        Self::open_as(config, registry, clock, OpenMode::Create)
+    }
+
+    /// Opens as `mode` allows (see [`Store::open_with`]): the CLI's read commands neither
+    /// create a missing file nor need to write one.
+    pub fn open_as(
+        config: Config,
+        registry: Registry,
+        clock: SharedClock,
+        mode: OpenMode,
+    ) -> Result<Client> {
+        let store = Store::open_with(&config.db_path, mode)?;
         Ok(Client {
             inner: Arc::new(Inner {
                 engine: Arc::new(store.clone()),

@@ -114,6 +114,9 @@ pub struct WorkerConfig {
     pub shutdown_grace: Duration,
     /// After a cancel or timeout signal, how long a tool may take before it is aborted.
     pub cancel_grace: Duration,
+    /// How long writes may fail with a storage error (disk full, I/O error) without progress
+    /// before a draining worker gives up and exits 1.
+    pub stall_timeout: Duration,
 }
 
 /// Defaults applied to runs that do not set their own.
@@ -165,6 +168,7 @@ impl Default for Config {
                 flush_interval: Duration::from_millis(500),
                 shutdown_grace: Duration::from_secs(30),
                 cancel_grace: Duration::from_secs(5),
+                stall_timeout: Duration::from_secs(300),
             },
             runs: RunDefaults {
                 max_attempts: 3,
@@ -258,6 +262,7 @@ struct FileWorker {
     flush_interval: Option<String>,
     shutdown_grace: Option<String>,
     cancel_grace: Option<String>,
+    stall_timeout: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -405,6 +410,11 @@ impl Config {
                 "worker.cancel_grace",
                 w.cancel_grace,
                 d.worker.cancel_grace,
+            )?,
+            stall_timeout: c.duration(
+                "worker.stall_timeout",
+                w.stall_timeout,
+                d.worker.stall_timeout,
             )?,
         };
         if worker.heartbeat_interval * 2 > worker.lease {

@@ -134,9 +134,98 @@ pub enum StoreError {
     /// A store operation was asked for something its contract does not allow.
     #[error("database: {0}")]
     Invalid(String),
+    /// The file does not exist and this command does not create it.
+    #[error(
+        "database {path} does not exist (toolq init, worker, enqueue and schedule add create it)"
+    )]
+    Missing {
+        /// Path of the file.
+        path: String,
+    },
+    /// The file is read-only for this process and the command must write to it.
+    #[error("database {path} is read-only for this process: cannot {action}")]
+    ReadOnly {
+        /// Path of the file.
+        path: String,
+        /// What needed to write.
+        action: String,
+    },
     /// A blocking database task panicked or was cancelled.
     #[error("database task failed: {0}")]
     Task(String),
+    /// SQLite found the file damaged (SQLITE_CORRUPT) or not a database (SQLITE_NOTADB).
+    /// Retrying cannot help: whoever meets it stops and says what to do.
+    #[error(
+        "database {path} is damaged ({action}: {source}); stop every worker using it, run `toolq --db {path} check`, and restore it from a backup"
+    )]
+    Damaged {
+        /// Path of the file.
+        path: String,
+        /// What was being done.
+        action: String,
+        /// The engine's error.
+        source: crate::store::EngineError,
+    },
+    /// `toolq check` found problems (listed on stdout).
+    #[error(
+        "database {path} failed the integrity check ({problems} problem(s) listed above); stop every worker using it and restore it from a backup"
+    )]
+    CheckFailed {
+        /// Path of the file.
+        path: String,
+        /// How many problems SQLite reported.
+        problems: usize,
+    },
+    /// Writes made no progress for `worker.stall_timeout` because of a storage error.
+    #[error(
+        "database {path}: writes have failed for {secs}s with no progress ({last}); free disk space or fix the storage, then start the worker again"
+    )]
+    Stalled {
+        /// Path of the file.
+        path: String,
+        /// How long writes failed, in seconds.
+        secs: u64,
+        /// The last storage error.
+        last: String,
+    },
+}
+
+/// What kind of failure a [`StoreError`] is, which decides how a worker reacts to it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// The file is damaged: fatal, retrying cannot help.
+    Damaged,
+    /// The storage refuses writes (disk or database full, I/O error, read-only, cannot open):
+    /// persistent until someone fixes it; back off and report the state, not every failure.
+    Storage,
+    /// Anything else (busy after the retries, a bad row, a task failure).
+    Other,
+}
+
+impl StoreError {
+    /// What kind of failure this is (the engine classifies its own errors).
+    pub fn fault(&self) -> Fault {
+        match self {
+            StoreError::Damaged { .. } => Fault::Damaged,
+            StoreError::Stalled { .. } => Fault::Storage,
+            StoreError::Sqlite { source, .. } => source.fault(),
+            _ => Fault::Other,
+        }
+    }
+
+    /// The same error, as [`StoreError::Damaged`] naming `path` when it is one.
+    pub fn on_file(self, path: &std::path::Path) -> Self {
+        match self {
+            StoreError::Sqlite { action, source } if source.fault() == Fault::Damaged => {
+                StoreError::Damaged {
+                    path: path.display().to_string(),
+                    action,
+                    source,
+                }
+            }
+            other => other,
+        }
+    }
 }
 
 /// Any toolq error.
@@ -180,7 +269,11 @@ impl Error {
     pub fn exit_code(&self) -> i32 {
         match self {
             Error::Input(_) | Error::Schedule(_) | Error::Config(_) => 2,
-            Error::Store(StoreError::SchemaTooNew { .. } | StoreError::NotToolq { .. }) => 2,
+            Error::Store(
+                StoreError::SchemaTooNew { .. }
+                | StoreError::NotToolq { .. }
+                | StoreError::Missing { .. },
+            ) => 2,
             _ => 1,
         }
     }

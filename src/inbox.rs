@@ -217,3 +217,16 @@ pub struct InboxFilter {
     /// At most this many, oldest first.
     pub limit: i64,
 }
+
+/// Which page [`inbox_page`] returns.
+#[derive(Debug, Clone, Default)]
+pub struct InboxPage {
+    /// Only messages with an id above this one: the `limit` messages just after it.
+    pub after_id: Option<i64>,
+    /// Only messages with an id below this one: the `limit` messages just before it.
+    pub before_id: Option<i64>,
+    /// Only unacknowledged messages.
+    pub unacked_only: bool,
+    /// At most this many.
+    pub limit: i64,
+}

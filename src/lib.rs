@@ -75,5 +75,7 @@ pub use run::{Delivery, Progress, Run, RunFilter, RunState};
 pub use schedule::{MissedPolicy, OverlapPolicy, Schedule, ScheduleDetail, ScheduleRequest};
 #[doc(hidden)]
 pub use store::Store;
-pub use tool::{Registry, RegistryBuilder, RunSink, Tool, ToolContext, ToolDef, ToolOutcome};
+pub use tool::{
+    Registry, RegistryBuilder, RunSink, Tool, ToolContext, ToolDef, ToolOutcome, TypedTool,
+};
 pub use worker::{Worker, WorkerOptions, WorkerReport};

@@ -37,7 +37,7 @@ pub async fn run(ctx: &Ctx, args: Args) -> Result<()> {
     };
     if ctx.json {
         render::json(
-            &json!({"run_id": id, "state": state, "cancel_requested": state == RunState::Running}),
+            &json!({"id": id, "run_id": id, "state": state, "cancel_requested": state == RunState::Running}),
         );
     } else {
         render::line(&text);

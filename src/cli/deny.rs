@@ -26,7 +26,7 @@ pub async fn run(ctx: &Ctx, args: Args) -> Result<()> {
     let run = ctx.client.deny(&id, &by, args.reason.as_deref()).await?;
     if ctx.json {
         render::json(
-            &json!({"run_id": id, "state": run.state, "approval_state": run.approval_state,
+            &json!({"id": id, "run_id": id, "state": run.state, "approval_state": run.approval_state,
             "approval_by": run.approval_by, "approval_at": run.approval_at, "approval_note": run.approval_note,
             "error": run.error}),
         );

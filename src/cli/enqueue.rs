@@ -11,6 +11,7 @@ use super::{Ctx, render};
 use crate::client::{EnqueueRequest, Enqueued};
 use crate::config::parse_duration;
 use crate::error::{Error, InputError, Result};
+use crate::ids::RunId;
 use crate::run::Delivery;
 
 /// Flags of `enqueue`.
@@ -218,15 +219,22 @@ pub async fn run(ctx: &Ctx, args: Args) -> Result<()> {
         let done = done?;
         let created = done.iter().filter(|e| e.created).count();
         if ctx.json {
-            render::json(&json!({"enqueued": done.len(), "created": created, "runs": done}));
+            let ids: Vec<&RunId> = done.iter().map(|e| &e.run_id).collect();
+            render::json(
+                &json!({"enqueued": done.len(), "created": created, "ids": ids, "runs": done}),
+            );
         } else {
-            render::line(&format!(
-                "enqueued {} runs from {} ({} new, {} already there by idempotency key)",
-                done.len(),
-                path.display(),
-                created,
-                done.len() - created
-            ));
+            // The ids on stdout, one per line in file order, so `xargs toolq wait` works.
+            for e in &done {
+                render::line(e.run_id.as_str());
+            }
+            if created < done.len() {
+                render::note(&format!(
+                    "({} of these {} runs already existed by idempotency key; nothing new was enqueued for them)",
+                    done.len() - created,
+                    done.len()
+                ));
+            }
         }
         return Ok(());
     }
@@ -234,8 +242,10 @@ pub async fn run(ctx: &Ctx, args: Args) -> Result<()> {
     let tool = req.tool.clone();
     let Enqueued { run_id, created } = ctx.client.enqueue(req).await?;
     if ctx.json {
-        render::json(&json!({"run_id": run_id, "created": created, "tool": tool,
-            "result_path": crate::run::result_path(&run_id), "log_path": crate::run::log_path(&run_id)}));
+        render::json(
+            &json!({"id": run_id, "run_id": run_id, "created": created, "tool": tool,
+            "result_path": crate::run::result_path(&run_id), "log_path": crate::run::log_path(&run_id)}),
+        );
     } else if created {
         render::line(&run_id.to_string());
     } else {

@@ -1,4 +1,5 @@
-//! `toolq inbox SESSION [--follow]`: a session's messages, oldest first; `--follow` keeps
+//! `toolq inbox SESSION`: a session's messages, newest first, a page at a time (`--before ID`
+//! for older ones, `--after ID` for newer ones); `--follow` prints them oldest first and keeps
 //! printing new messages as they arrive until interrupted.
 
 use std::time::Duration;
@@ -6,6 +7,7 @@ use std::time::Duration;
 use super::{Ctx, render};
 use crate::error::Result;
 use crate::inbox::InboxFilter;
+use crate::inbox::InboxPage;
 
 /// Flags of `inbox`.
 #[derive(Debug, clap::Args)]
@@ -18,12 +20,19 @@ pub struct Args {
     /// Acknowledge the messages shown.
     #[arg(long)]
     pub ack: bool,
-    /// At most this many.
+    /// At most this many (a page).
     #[arg(long, default_value_t = 100)]
     pub limit: i64,
-    /// After the existing messages, keep printing new ones as they arrive (until Ctrl-C).
-    /// With --json, one compact JSON object per line.
-    #[arg(long, short = 'f')]
+    /// Only messages older than this message id (the next page back).
+    #[arg(long, value_name = "ID")]
+    pub before: Option<i64>,
+    /// Only messages newer than this message id: the --limit messages right after it.
+    /// With --follow: start after it.
+    #[arg(long, value_name = "ID")]
+    pub after: Option<i64>,
+    /// Print the messages oldest first, then keep printing new ones as they arrive (until
+    /// Ctrl-C). With --json, one compact JSON object per line.
+    #[arg(long, short = 'f', conflicts_with = "before")]
     pub follow: bool,
 }
 
@@ -32,7 +41,7 @@ const FOLLOW_EVERY: Duration = Duration::from_millis(200);
 
 /// Streams messages: everything after `after_id`, then new ones as they arrive.
 async fn follow(ctx: &Ctx, args: &Args) -> Result<()> {
-    let mut after_id = 0;
+    let mut after_id = args.after.unwrap_or(0);
     loop {
         let msgs = ctx
             .client
@@ -63,6 +72,8 @@ async fn follow(ctx: &Ctx, args: &Args) -> Result<()> {
                 show(m);
             }
         }
+        // Nobody reads the output any more: stop following (and acknowledging).
+        render::check()?;
         tokio::select! {
             _ = tokio::time::sleep(FOLLOW_EVERY) => {}
             _ = tokio::signal::ctrl_c() => return Ok(()),
@@ -90,12 +101,13 @@ pub async fn run(ctx: &Ctx, args: Args) -> Result<()> {
     }
     let msgs = ctx
         .client
-        .inbox(
+        .inbox_page(
             &args.session,
-            InboxFilter {
-                after_id: 0,
+            InboxPage {
+                after_id: args.after,
+                before_id: args.before,
                 unacked_only: args.unread,
-                limit: args.limit.clamp(1, 100_000),
+                limit: args.limit,
             },
         )
         .await?;
@@ -117,6 +129,15 @@ pub async fn run(ctx: &Ctx, args: Args) -> Result<()> {
     }
     for m in &msgs {
         show(m);
+    }
+    if args.after.is_none()
+        && msgs.len() as i64 == args.limit
+        && let Some(oldest) = msgs.last()
+    {
+        render::note(&format!(
+            "(newest first; older messages: --before {})",
+            oldest.id
+        ));
     }
     if args.ack && !msgs.is_empty() {
         render::note(&format!("acknowledged {} messages", msgs.len()));

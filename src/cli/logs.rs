@@ -40,7 +40,7 @@ pub async fn run(ctx: &Ctx, args: Args) -> Result<()> {
     let text = escape_bytes(&blob.content);
     if ctx.json {
         render::json(
-            &json!({"run_id": id, "path": blob.path, "size": blob.size, "truncated": blob.truncated,
+            &json!({"id": id, "run_id": id, "path": blob.path, "size": blob.size, "truncated": blob.truncated,
             "state": run.state, "content": text}),
         );
     } else {
@@ -85,6 +85,8 @@ async fn follow(ctx: &Ctx, id: &RunId) -> Result<()> {
             emit(ctx, id, run.attempt, &escape_bytes(&new[..upto]));
             shown += upto;
         }
+        // Nobody reads the output any more: stop following.
+        render::check()?;
         if finished {
             if !ctx.json {
                 render::note(&format!("run {id} {}", run.state));
@@ -97,7 +99,9 @@ async fn follow(ctx: &Ctx, id: &RunId) -> Result<()> {
 
 fn emit(ctx: &Ctx, id: &RunId, attempt: i64, text: &str) {
     if ctx.json {
-        match serde_json::to_string(&json!({"run_id": id, "attempt": attempt, "content": text})) {
+        match serde_json::to_string(
+            &json!({"id": id, "run_id": id, "attempt": attempt, "content": text}),
+        ) {
             Ok(s) => render::line(&s),
             Err(e) => render::note(&format!("could not encode JSON: {e}")),
         }

@@ -1,6 +1,14 @@
 //! The only CLI code that prints: aligned tables for people, JSON for scripts, errors to stderr.
+//!
+//! Printing never panics. The first failed write to stdout is kept, and [`finish`] (called
+//! once the command is done) or [`check`] (called by commands that print in a loop) turns it
+//! into an error: a command that could not write its output exits 1 with a `toolq:` message,
+//! except when the reader closed the pipe (`toolq runs | head -1`), which is a quiet exit
+//! ([`is_reader_gone`]). Failed writes to stderr are dropped: there is nowhere left to report
+//! them, and the exit code still tells.
 
-use std::io::Write;
+use std::io::{self, Write};
+use std::sync::Mutex;
 
 use serde::Serialize;
 
@@ -10,31 +18,72 @@ use crate::error::Error;
 pub fn json<T: Serialize + ?Sized>(value: &T) {
     match serde_json::to_string_pretty(value) {
         Ok(s) => line(&s),
-        Err(e) => eprintln!("toolq: could not encode JSON: {e}"),
+        Err(e) => note(&format!("toolq: could not encode JSON: {e}")),
     }
 }
 
-/// Prints one line on stdout (a closed pipe is not an error worth a panic).
+/// The first write to stdout that failed in this process, if any (kind and text).
+static STDOUT_FAILED: Mutex<Option<(io::ErrorKind, String)>> = Mutex::new(None);
+
+/// The action named in the error of a failed write to stdout.
+const WRITE_STDOUT: &str = "write to stdout";
+
+fn stdout_failed(e: io::Error) {
+    let mut first = STDOUT_FAILED.lock().unwrap_or_else(|p| p.into_inner());
+    if first.is_none() {
+        *first = Some((e.kind(), e.to_string()));
+    }
+}
+
+/// Prints one line on stdout; a failure is kept for [`check`] and [`finish`].
 pub fn line(s: &str) {
-    let mut out = std::io::stdout().lock();
-    let _ = writeln!(out, "{s}");
+    let mut out = io::stdout().lock();
+    if let Err(e) = writeln!(out, "{s}") {
+        stdout_failed(e);
+    }
 }
 
 /// Prints raw text on stdout without adding a newline.
 pub fn raw(s: &str) {
-    let mut out = std::io::stdout().lock();
-    let _ = out.write_all(s.as_bytes());
-    let _ = out.flush();
+    let mut out = io::stdout().lock();
+    if let Err(e) = out.write_all(s.as_bytes()).and_then(|()| out.flush()) {
+        stdout_failed(e);
+    }
+}
+
+/// Fails if a write to stdout has failed so far: commands that keep printing (`--follow`)
+/// stop instead of printing into nothing.
+pub fn check() -> Result<(), Error> {
+    let first = STDOUT_FAILED.lock().unwrap_or_else(|p| p.into_inner());
+    match &*first {
+        Some((kind, text)) => Err(Error::io(WRITE_STDOUT, io::Error::new(*kind, text.clone()))),
+        None => Ok(()),
+    }
+}
+
+/// Flushes stdout, then fails like [`check`] if any write to it failed.
+pub fn finish() -> Result<(), Error> {
+    if let Err(e) = io::stdout().lock().flush() {
+        stdout_failed(e);
+    }
+    check()
+}
+
+/// Whether `e` is a write to stdout that failed because the reader closed the pipe:
+/// the reader has all it wanted, so the CLI exits quietly with the command's own status.
+pub fn is_reader_gone(e: &Error) -> bool {
+    matches!(e, Error::Io { action, source }
+        if action == WRITE_STDOUT && source.kind() == io::ErrorKind::BrokenPipe)
 }
 
 /// Prints an error on stderr as `toolq: ...`.
 pub fn error(e: &Error) {
-    eprintln!("toolq: {e}");
+    let _ = writeln!(io::stderr().lock(), "toolq: {e}");
 }
 
 /// Prints a note on stderr (never on stdout, so `--json` output stays clean).
 pub fn note(s: &str) {
-    eprintln!("{s}");
+    let _ = writeln!(io::stderr().lock(), "{s}");
 }
 
 /// Prints rows as a table with aligned columns; cells are cut to `max` characters.
@@ -98,4 +147,52 @@ pub fn opt<T: std::fmt::Display>(v: &Option<T>) -> String {
 /// A compact timestamp for tables.
 pub fn time(t: &chrono::DateTime<chrono::Utc>) -> String {
     crate::clock::ts(*t)
+}
+
+/// A duration for people: `350ms`, `4.2s`, `2m`, `2m 5s`, `1h 3m` (whole seconds from a
+/// minute up, whole minutes from an hour up).
+pub fn duration(d: std::time::Duration) -> String {
+    let ms = d.as_millis();
+    if ms < 1000 {
+        return format!("{ms}ms");
+    }
+    if ms < 10_000 {
+        return format!("{:.1}s", ms as f64 / 1000.0);
+    }
+    let secs = d.as_secs();
+    let rounded = if secs >= 3600 { secs - secs % 60 } else { secs };
+    humantime::format_duration(std::time::Duration::from_secs(rounded)).to_string()
+}
+
+/// A duration in milliseconds as stored (negative clamps to zero), for people.
+pub fn millis(ms: i64) -> String {
+    duration(std::time::Duration::from_millis(ms.max(0) as u64))
+}
+
+/// How long a run took (`finished - started`), or has been running (`now - started`).
+pub fn run_duration(run: &crate::run::Run, now: chrono::DateTime<chrono::Utc>) -> Option<String> {
+    let started = run.started_at?;
+    let end = run.finished_at.unwrap_or(now);
+    let d = millis((end - started).num_milliseconds());
+    Some(if run.finished_at.is_some() {
+        d
+    } else {
+        format!("{d} so far")
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn durations_read_like_people_write_them() {
+        assert_eq!(duration(Duration::from_millis(350)), "350ms");
+        assert_eq!(duration(Duration::from_millis(4200)), "4.2s");
+        assert_eq!(duration(Duration::from_secs(120)), "2m");
+        assert_eq!(duration(Duration::from_secs(125)), "2m 5s");
+        assert_eq!(duration(Duration::from_secs(3600 + 185)), "1h 3m");
+        assert_eq!(millis(-5), "0ms");
+    }
 }

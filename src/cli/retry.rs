@@ -29,7 +29,7 @@ pub async fn run(ctx: &Ctx, args: Args) -> Result<()> {
     let id = run_id(run)?;
     ctx.client.retry(&id).await?;
     if ctx.json {
-        render::json(&json!({"run_id": id, "state": "queued"}));
+        render::json(&json!({"id": id, "run_id": id, "state": "queued"}));
     } else {
         render::line(&format!("re-queued {id}"));
     }

@@ -1,9 +1,10 @@
 //! `toolq runs`: list runs with filters.
 
+use chrono::{DateTime, Utc};
+
 use super::{Ctx, render};
 use crate::error::{InputError, Result};
-use crate::run::ListFilter;
-use crate::run::RunState;
+use crate::run::{ListFilter, Run, RunState};
 
 /// Flags of `runs`.
 #[derive(Debug, clap::Args)]
@@ -56,6 +57,7 @@ pub async fn run(ctx: &Ctx, args: Args) -> Result<()> {
         render::json(&runs);
         return Ok(());
     }
+    let now = ctx.client.now();
     let rows: Vec<Vec<String>> = runs
         .iter()
         .map(|r| {
@@ -66,15 +68,31 @@ pub async fn run(ctx: &Ctx, args: Args) -> Result<()> {
                 r.session_id.clone(),
                 format!("{}/{}", r.attempt, r.max_attempts),
                 render::time(&r.created_at),
+                run_at(r, now),
+                render::run_duration(r, now).unwrap_or_else(|| "-".into()),
                 r.title.clone(),
             ]
         })
         .collect();
     render::table(
         &[
-            "ID", "STATE", "TOOL", "SESSION", "ATTEMPT", "CREATED", "TITLE",
+            "ID", "STATE", "TOOL", "SESSION", "ATTEMPT", "CREATED", "RUN_AT", "DURATION", "TITLE",
         ],
         &rows,
     );
     Ok(())
+}
+
+/// When a queued run may start: `ready`, or `delayed 5m` (until its run_at, or its retry
+/// backoff); `-` for runs past the queue.
+fn run_at(r: &Run, now: DateTime<Utc>) -> String {
+    if r.state != RunState::Queued {
+        return "-".into();
+    }
+    let wait = (r.run_at - now).num_milliseconds();
+    if wait <= 0 {
+        "ready".into()
+    } else {
+        format!("delayed {}", render::millis(wait))
+    }
 }

@@ -8,6 +8,7 @@ use super::{Ctx, render};
 use crate::config::parse_duration;
 use crate::error::{InputError, Result};
 use crate::ids::ScheduleId;
+use crate::run::Delivery;
 use crate::schedule::{Schedule, ScheduleRequest, parse_timezone};
 
 /// Flags of `schedule`.
@@ -22,21 +23,34 @@ pub struct Args {
 #[derive(Debug, clap::Subcommand)]
 pub enum Sub {
     /// Create a schedule: a cron monitor (--cron, --tz) or a one-shot (--at).
-    Add(AddArgs),
+    Add(Box<AddArgs>),
     /// List schedules, newest first.
+    #[command(
+        after_help = "Examples:\n  toolq schedule list --session ops\n  toolq --json schedule list"
+    )]
     List(ListArgs),
     /// Show one schedule with its next 5 fires and recent occurrences.
+    #[command(after_help = "Examples:\n  toolq schedule show sch_0193...")]
     Show(IdArgs),
     /// Cancel a schedule: no more ticks fire.
+    #[command(after_help = "Examples:\n  toolq schedule cancel sch_0193...")]
     Cancel(IdArgs),
     /// Enable a cancelled or disabled schedule from now on.
+    #[command(after_help = "Examples:\n  toolq schedule enable sch_0193...")]
     Enable(IdArgs),
     /// Print the next fire instants of a cron expression, in UTC and local time.
+    #[command(
+        after_help = "Examples:\n  toolq schedule preview --cron '30 1 * * *' --tz America/Chicago --count 5"
+    )]
     Preview(PreviewArgs),
 }
 
 /// Flags of `schedule add`.
 #[derive(Debug, clap::Args)]
+#[command(group(clap::ArgGroup::new("when").required(true).args(["cron", "at"])))]
+#[command(after_help = "Examples:
+  toolq schedule add echo --args '{\"message\":\"tick\"}' --cron '*/15 * * * *' --tz Europe/Berlin
+  toolq schedule add echo --at 2026-12-01T09:00:00-06:00 --priority 5 --timeout 2m")]
 pub struct AddArgs {
     /// The tool each tick runs (see `toolq tools`).
     pub tool: String,
@@ -44,7 +58,7 @@ pub struct AddArgs {
     #[arg(long, default_value = "{}", value_name = "JSON")]
     pub args: String,
     /// A 5-field cron expression (minute hour day-of-month month day-of-week) or @hourly, @daily, ...
-    #[arg(long, value_name = "EXPR")]
+    #[arg(long, value_name = "EXPR", conflicts_with = "at")]
     pub cron: Option<String>,
     /// The IANA time zone the cron is evaluated in [default: UTC].
     #[arg(long, value_name = "ZONE")]
@@ -67,6 +81,21 @@ pub struct AddArgs {
     /// How old the latest missed tick may be to be caught up (e.g. 30m) [default: one period].
     #[arg(long, value_name = "DURATION")]
     pub catchup_window: Option<String>,
+    /// Priority of each run it starts (higher runs first).
+    #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
+    pub priority: i64,
+    /// Attempts in all of each run it starts [default: runs.max_attempts from the config].
+    #[arg(long)]
+    pub max_attempts: Option<i64>,
+    /// Timeout of each run it starts (e.g. 30s, 5m) [default: the tool's, else the config's].
+    #[arg(long, value_name = "DURATION")]
+    pub timeout: Option<String>,
+    /// Do not post an inbox message when a run it starts ends.
+    #[arg(long)]
+    pub no_signal: bool,
+    /// How those completion messages are delivered: interrupt, when_idle, silent.
+    #[arg(long, default_value = "when_idle")]
+    pub delivery: String,
 }
 
 /// Flags of `schedule list`.
@@ -104,7 +133,7 @@ pub struct PreviewArgs {
 /// Runs the subcommand.
 pub async fn run(ctx: &Ctx, args: Args) -> Result<()> {
     match args.command {
-        Sub::Add(a) => add(ctx, a).await,
+        Sub::Add(a) => add(ctx, *a).await,
         Sub::List(a) => {
             let list = ctx.client.list_schedules(a.session.as_deref()).await?;
             if ctx.json {
@@ -125,7 +154,7 @@ pub async fn run(ctx: &Ctx, args: Args) -> Result<()> {
             done(ctx, &s, "enabled");
             Ok(())
         }
-        Sub::Preview(a) => preview(ctx, a),
+        Sub::Preview(a) => preview(ctx.json, a),
     }
 }
 
@@ -142,8 +171,25 @@ async fn add(ctx: &Ctx, a: AddArgs) -> Result<()> {
         Some(w) => Some(parse_duration(w).map_err(|r| InputError::new("--catchup-window", w, r))?),
         None => None,
     };
+    req.priority = a.priority;
+    req.max_attempts = a.max_attempts;
+    req.timeout = match &a.timeout {
+        Some(t) => Some(parse_duration(t).map_err(|r| InputError::new("--timeout", t, r))?),
+        None => None,
+    };
+    req.signal_on_completion = !a.no_signal;
+    req.delivery = a.delivery.parse::<Delivery>().map_err(|e| InputError {
+        field: "--delivery".into(),
+        ..e
+    })?;
     let s = ctx.client.create_schedule(req).await?;
-    done(ctx, &s, "created");
+    if ctx.json {
+        render::json(&s);
+    } else {
+        // Only the id on stdout, like `enqueue`, so `id=$(toolq schedule add ...)` works.
+        render::line(s.id.as_str());
+        render::note(&format!("next fire: {}", next_fire(&s)));
+    }
     Ok(())
 }
 
@@ -174,10 +220,17 @@ fn done(ctx: &Ctx, s: &Schedule, verb: &str) {
         render::json(s);
         return;
     }
-    let next = s.next_trigger_at.as_ref().map_or("none".into(), |t| {
+    render::line(&format!(
+        "{verb} schedule {}; next fire: {}",
+        s.id,
+        next_fire(s)
+    ));
+}
+
+fn next_fire(s: &Schedule) -> String {
+    s.next_trigger_at.as_ref().map_or("none".into(), |t| {
         format!("{} ({})", utc(t), local(t, zone(s)))
-    });
-    render::line(&format!("{verb} schedule {}; next fire: {next}", s.id));
+    })
 }
 
 fn table(list: &[Schedule]) {
@@ -229,9 +282,13 @@ async fn show(ctx: &Ctx, id: &str) -> Result<()> {
         (
             "catchup_window",
             s.catchup_window_ms
-                .map_or("one period".into(), |ms| format!("{ms} ms")),
+                .map_or("one period".into(), render::millis),
         ),
         ("overlap", s.overlap_policy.to_string()),
+        ("priority", s.priority.to_string()),
+        ("max_attempts", s.max_attempts.to_string()),
+        ("timeout", s.timeout_ms.map_or("-".into(), render::millis)),
+        ("delivery", s.delivery.as_str().to_string()),
         ("next_trigger_at", t(&s.next_trigger_at)),
         ("last_triggered_at", t(&s.last_triggered_at)),
         ("trigger_count", s.trigger_count.to_string()),
@@ -265,7 +322,8 @@ async fn show(ctx: &Ctx, id: &str) -> Result<()> {
     Ok(())
 }
 
-fn preview(ctx: &Ctx, a: PreviewArgs) -> Result<()> {
+/// `schedule preview`: needs no database, so it runs without opening one.
+pub fn preview(json: bool, a: PreviewArgs) -> Result<()> {
     let from = match &a.from {
         Some(f) => Some(
             DateTime::parse_from_rfc3339(f.trim())
@@ -281,10 +339,13 @@ fn preview(ctx: &Ctx, a: PreviewArgs) -> Result<()> {
         None => None,
     };
     let tz = parse_timezone(a.tz.as_deref().unwrap_or("UTC"))?;
-    let fires = ctx
-        .client
-        .preview_schedule(&a.cron, a.tz.as_deref(), from, a.count)?;
-    if ctx.json {
+    let fires = crate::schedule::api::preview(
+        &a.cron,
+        a.tz.as_deref(),
+        from.unwrap_or_else(Utc::now),
+        a.count,
+    )?;
+    if json {
         let list: Vec<Value> = fires
             .iter()
             .map(|f| json!({"utc": utc(f), "local": local(f, tz)}))

@@ -39,9 +39,10 @@ pub async fn run(ctx: &Ctx, args: Args) -> Result<()> {
         ("lease_owner", render::opt(&run.lease_owner)),
         ("lease_expires_at", t(&run.lease_expires_at)),
         (
-            "timeout",
-            run.timeout_ms.map_or("-".into(), |ms| format!("{ms} ms")),
+            "duration",
+            render::run_duration(&run, ctx.client.now()).unwrap_or_else(|| "-".into()),
         ),
+        ("timeout", run.timeout_ms.map_or("-".into(), render::millis)),
         ("idempotency_key", render::opt(&run.idempotency_key)),
         ("delivery", run.delivery.as_str().to_string()),
         ("signal_on_completion", run.signal_on_completion.to_string()),
@@ -79,7 +80,7 @@ pub async fn run(ctx: &Ctx, args: Args) -> Result<()> {
         ));
     }
     if run.errors.as_array().is_some_and(|a| !a.is_empty()) {
-        pairs.push(("errors", run.errors.to_string()));
+        pairs.push(("errors", error_lines(&run.errors)));
     }
     if let Some(tail) = &run.output_tail {
         pairs.push(("output_tail", format!("\n{tail}")));
@@ -93,4 +94,27 @@ fn with_paths(run: &Run) -> serde_json::Value {
     v["result_path"] = run.result_path().into();
     v["log_path"] = run.log_path().into();
     v
+}
+
+/// The error history, one attempt per line under the key:
+/// `attempt 2 at 2026-11-01T12:00:00.000Z: timed out after 2m (internal: ...)`.
+fn error_lines(errors: &serde_json::Value) -> String {
+    let text = |v: &serde_json::Value| v.as_str().map(str::to_string);
+    errors
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|e| {
+            let mut line = format!(
+                "attempt {} at {}: {}",
+                e["attempt"],
+                text(&e["at"]).unwrap_or_else(|| "-".into()),
+                text(&e["error"]).unwrap_or_else(|| e["error"].to_string())
+            );
+            if let Some(i) = text(&e["internal_error"]) {
+                line.push_str(&format!(" (internal: {i})"));
+            }
+            format!("\n  {}", line.replace('\n', "\n    "))
+        })
+        .collect()
 }

@@ -1,7 +1,8 @@
 //! `toolq tools [NAME]`: the registered tools, or one with its schema.
 
-use super::{Ctx, render};
+use super::render;
 use crate::error::{InputError, Result};
+use crate::tool::Registry;
 
 /// Flags of `tools`.
 #[derive(Debug, clap::Args)]
@@ -10,9 +11,8 @@ pub struct Args {
     pub name: Option<String>,
 }
 
-/// Lists tools.
-pub async fn run(ctx: &Ctx, args: Args) -> Result<()> {
-    let reg = ctx.client.registry();
+/// Lists tools. Needs no database: the tools come from the build and the config.
+pub fn run(reg: &Registry, json: bool, args: Args) -> Result<()> {
     if let Some(name) = args.name {
         let entry = reg.get(&name).ok_or_else(|| {
             let known: Vec<String> = reg.iter().map(|e| e.def.name.clone()).collect();
@@ -22,7 +22,7 @@ pub async fn run(ctx: &Ctx, args: Args) -> Result<()> {
                 format!("is not registered (known tools: {})", known.join(", ")),
             )
         })?;
-        if ctx.json {
+        if json {
             render::json(&entry.def);
         } else {
             let d = &entry.def;
@@ -50,7 +50,7 @@ pub async fn run(ctx: &Ctx, args: Args) -> Result<()> {
         return Ok(());
     }
     let defs: Vec<_> = reg.iter().map(|e| e.def.clone()).collect();
-    if ctx.json {
+    if json {
         render::json(&defs);
         return Ok(());
     }

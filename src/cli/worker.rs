@@ -35,8 +35,9 @@ pub async fn run(ctx: &Ctx, args: Args) -> Result<()> {
             _ = tokio::signal::ctrl_c() => {}
             _ = term.recv() => {}
         }
-        tracing::info!("shutdown requested: no new claims; in-flight runs get the grace period");
+        // Cancel before logging: the log line is the part that can go wrong.
         signal_token.cancel();
+        tracing::info!("shutdown requested: no new claims; in-flight runs get the grace period");
     });
     let worker = ctx.client.worker(WorkerOptions { drain: args.drain });
     let cfg = &ctx.client.config().worker;

@@ -4,7 +4,7 @@
 
 pub mod serve;
 
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use prometheus_client::encoding::text::encode;
@@ -79,6 +79,20 @@ impl Metrics {
     }
 }
 
+/// Log lines this process could not write (stderr full, closed or broken), process-wide
+/// because the log writer is: the subscriber is installed once per process.
+static LOG_WRITE_ERRORS: AtomicU64 = AtomicU64::new(0);
+
+/// Counts one log line that could not be written and was dropped.
+pub fn log_write_failed() {
+    LOG_WRITE_ERRORS.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Log lines this process dropped because writing them failed.
+pub fn log_write_errors() -> u64 {
+    LOG_WRITE_ERRORS.load(Ordering::Relaxed)
+}
+
 /// A counter holding a total the store keeps itself.
 fn counter(total: u64) -> Counter<u64> {
     let c = Counter::default();
@@ -119,6 +133,11 @@ pub async fn render(client: &Client, metrics: &Metrics) -> Result<String> {
         "toolq_busy_retries",
         "Write transactions this process retried because the database was busy",
         counter(client.engine().busy_retries()),
+    );
+    reg.register(
+        "toolq_log_write_errors",
+        "Log lines this process dropped because stderr could not be written",
+        counter(log_write_errors()),
     );
     let stats = client.engine().write_stats();
     reg.register(

@@ -284,14 +284,7 @@ impl Client {
         from: Option<DateTime<Utc>>,
         count: usize,
     ) -> Result<Vec<DateTime<Utc>>> {
-        if !(1..=1000).contains(&count) {
-            return Err(
-                InputError::new("count", count.to_string(), "must be between 1 and 1000").into(),
-            );
-        }
-        let from = from.unwrap_or_else(|| self.now());
-        let spec = ScheduleSpec::parse(Some(cron), None, timezone, from)?;
-        Ok(spec.upcoming(from, count))
+        preview(cron, timezone, from.unwrap_or_else(|| self.now()), count)
     }
 
     /// Fires every due schedule now (workers do this every poll interval): inserts their runs
@@ -314,4 +307,21 @@ impl Client {
 /// The seed's message for the per-session schedule limit.
 pub fn schedule_limit_message(max: i64) -> String {
     format!("Maximum {max} active schedules per session. Cancel an existing schedule first.")
+}
+
+/// The next `count` (1-1000) fire instants of a cron expression in a zone, after `from`:
+/// [`Client::preview_schedule`] without a database (`toolq schedule preview` needs none).
+pub fn preview(
+    cron: &str,
+    timezone: Option<&str>,
+    from: DateTime<Utc>,
+    count: usize,
+) -> Result<Vec<DateTime<Utc>>> {
+    if !(1..=1000).contains(&count) {
+        return Err(
+            InputError::new("count", count.to_string(), "must be between 1 and 1000").into(),
+        );
+    }
+    let spec = ScheduleSpec::parse(Some(cron), None, timezone, from)?;
+    Ok(spec.upcoming(from, count))
 }

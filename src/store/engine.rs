@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 use super::types::*;
 use crate::error::StoreError;
 use crate::ids::RunId;
-use crate::inbox::{InboxFilter, Message};
+use crate::inbox::{InboxFilter, InboxPage, Message};
 use crate::run::{Blob, FinishRecord, Inserted, ListFilter, NewRun, Run, RunFilter, RunState};
 use crate::schedule::model::{NewSchedule, Occurrence, Schedule};
 
@@ -115,6 +115,8 @@ pub trait Engine: Send + Sync + std::fmt::Debug + 'static {
     // ---- inbox and blobs --------------------------------------------------------------
     /// A session's messages.
     async fn inbox_list(&self, session: String, filter: InboxFilter) -> EngineResult<Vec<Message>>;
+    /// A page of a session's messages, newest first (before or after an id).
+    async fn inbox_page(&self, session: String, page: InboxPage) -> EngineResult<Vec<Message>>;
     /// Marks messages read (and, with `ack`, acknowledged); returns how many changed.
     async fn inbox_mark(&self, p: InboxMark) -> EngineResult<usize>;
     /// A blob by session and path.
@@ -159,6 +161,9 @@ pub trait Engine: Send + Sync + std::fmt::Debug + 'static {
     async fn stats_read(&self, now: DateTime<Utc>) -> EngineResult<StoreStats>;
     /// Gauges for metrics.
     async fn gauges_read(&self, now: DateTime<Utc>) -> EngineResult<Gauges>;
+    /// Every problem an integrity check finds (`quick`: the faster, shallower one), one
+    /// line each; empty for healthy data.
+    async fn check(&self, quick: bool) -> EngineResult<Vec<String>>;
     /// Durability settings and engine version.
     async fn info(&self) -> EngineResult<DbInfo>;
     /// Where the data lives, for messages and `stats` (a file path for SQLite).

@@ -270,30 +270,45 @@ pub struct ProgressWrite {
 
 /// An engine's own error, kept whole (its message and source chain) without naming the
 /// engine's types in the public API.
+/// The engine classifies it when it wraps it ([`crate::error::Fault`]).
 #[derive(Debug)]
-pub struct EngineError(Box<dyn std::error::Error + Send + Sync + 'static>);
+pub struct EngineError {
+    inner: Box<dyn std::error::Error + Send + Sync + 'static>,
+    fault: crate::error::Fault,
+}
 
 impl EngineError {
-    /// Wraps an engine's error.
-    pub(crate) fn new(e: impl std::error::Error + Send + Sync + 'static) -> Self {
-        Self(Box::new(e))
+    /// Wraps an engine's error with the engine's verdict on it.
+    pub(crate) fn new(
+        e: impl std::error::Error + Send + Sync + 'static,
+        fault: crate::error::Fault,
+    ) -> Self {
+        Self {
+            inner: Box::new(e),
+            fault,
+        }
+    }
+
+    /// What kind of failure it is.
+    pub fn fault(&self) -> crate::error::Fault {
+        self.fault
     }
 
     /// The engine's error as its own type, for the engine itself.
     pub(crate) fn downcast_ref<T: std::error::Error + 'static>(&self) -> Option<&T> {
-        self.0.downcast_ref::<T>()
+        self.inner.downcast_ref::<T>()
     }
 }
 
 impl std::fmt::Display for EngineError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.0.fmt(f)
+        self.inner.fmt(f)
     }
 }
 
 impl std::error::Error for EngineError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        self.0.source()
+        self.inner.source()
     }
 }
 
@@ -337,4 +352,15 @@ pub fn pinned_warning(wal_bytes: u64, backlog: i64) -> String {
         "the WAL is {wal_bytes} bytes and {backlog} frames cannot be checkpointed: a long-lived \
          reader (an open sqlite3 shell, a long transaction) keeps it from being reset; close it"
     )
+}
+
+/// How a command may open the database file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpenMode {
+    /// Create the file if it is missing (`init`, `worker`, commands that add runs).
+    Create,
+    /// The file must exist and be writable (commands that change what is there).
+    Existing,
+    /// The file must exist; opened read-only when this process may not write it.
+    Read,
 }

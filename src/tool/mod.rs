@@ -6,6 +6,7 @@ pub mod command;
 pub mod process;
 pub mod registry;
 pub mod sink;
+pub mod typed;
 
 use std::time::Duration;
 
@@ -16,6 +17,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use registry::{Registry, RegistryBuilder};
 pub use sink::{RunSink, Stream};
+pub use typed::{Typed, TypedTool, schema_of, typed_def};
 
 use crate::ids::RunId;
 
@@ -214,7 +216,39 @@ pub struct ToolContext {
     pub clock: crate::clock::SharedClock,
 }
 
-/// A tool: a named unit of work with a JSON schema for its arguments.
+/// A tool: a named unit of work with a JSON schema for its arguments. (To get the schema
+/// from a Rust type and the arguments parsed, implement [`TypedTool`] instead.)
+///
+/// ```
+/// use async_trait::async_trait;
+/// use serde_json::json;
+/// use toolq::{RegistryBuilder, Tool, ToolContext, ToolDef, ToolOutcome};
+///
+/// /// Counts the words of a text.
+/// struct WordCount;
+///
+/// #[async_trait]
+/// impl Tool for WordCount {
+///     fn definition(&self) -> ToolDef {
+///         ToolDef::new(
+///             "word_count",
+///             "Counts the words of a text.",
+///             json!({"type": "object", "properties": {"text": {"type": "string"}},
+///                    "required": ["text"]}),
+///         )
+///     }
+///
+///     async fn call(&self, ctx: ToolContext) -> ToolOutcome {
+///         ctx.sink.status("counting");
+///         let text = ctx.args["text"].as_str().unwrap_or_default();
+///         ToolOutcome::ok(json!({ "words": text.split_whitespace().count() }))
+///     }
+/// }
+///
+/// let registry = RegistryBuilder::new().tool(WordCount).build().expect("valid schema");
+/// assert!(registry.validate("word_count", &json!({"text": "a b"})).is_ok());
+/// assert!(registry.validate("word_count", &json!({"text": 3})).is_err());
+/// ```
 #[async_trait]
 pub trait Tool: Send + Sync + 'static {
     /// The tool's definition; called once when it is registered.

@@ -30,7 +30,22 @@ pub struct Registry {
     tools: BTreeMap<String, Entry>,
 }
 
-/// Builds a [`Registry`].
+/// Builds a [`Registry`]: the built-ins, the config's tools, a host's own tools.
+///
+/// ```
+/// use toolq::{Config, RegistryBuilder};
+///
+/// let config = Config::default();
+/// let registry = RegistryBuilder::new()
+///     .with_builtins()
+///     .with_config_tools(&config)
+///     .expect("the default config defines no tools")
+///     .build()
+///     .expect("unique names, valid schemas");
+/// assert!(registry.get("echo").is_some());
+/// // A name registered twice is refused.
+/// assert!(RegistryBuilder::new().with_builtins().with_builtins().build().is_err());
+/// ```
 #[derive(Default)]
 pub struct RegistryBuilder {
     tools: Vec<Arc<dyn Tool>>,
@@ -65,6 +80,11 @@ impl RegistryBuilder {
     pub fn tool(mut self, tool: impl Tool) -> Self {
         self.tools.push(Arc::new(tool));
         self
+    }
+
+    /// Adds a tool with typed arguments (its schema derived from its `Args` type).
+    pub fn typed(self, tool: impl super::TypedTool) -> Self {
+        self.tool(super::Typed(tool))
     }
 
     /// Adds a shared tool.

@@ -11,6 +11,7 @@ use tokio_util::sync::CancellationToken;
 use super::claim::{ClaimArgs, claimed};
 use super::shared::{Job, Shared};
 use super::start;
+use crate::error::Fault;
 use crate::store;
 
 /// Scheduler turns the finisher waits for more attempt ends before it commits a batch.
@@ -24,6 +25,7 @@ pub(super) async fn finisher_loop(
     mut rx: mpsc::UnboundedReceiver<Job>,
     jobs: mpsc::WeakUnboundedSender<Job>,
     claiming: CancellationToken,
+    shutdown: CancellationToken,
 ) {
     let concurrency = sh.client.config().worker.concurrency;
     while let Some(first) = rx.recv().await {
@@ -55,7 +57,7 @@ pub(super) async fn finisher_loop(
         let args = ClaimArgs::new(&sh, free, cursor.clone());
         let mut delay = Duration::from_millis(50);
         let started = std::time::Instant::now();
-        let (applied, runs, now) = loop {
+        let (applied, runs, now, gave_up) = loop {
             let now = sh.client.now();
             let res = sh
                 .client
@@ -66,18 +68,54 @@ pub(super) async fn finisher_loop(
                 })
                 .await
                 .map(|s| (s.applied, s.claimed));
-            match res {
-                Ok((applied, runs)) => break (applied, runs, now),
-                Err(e) if delay < Duration::from_secs(10) => {
-                    tracing::error!(error = %e, "recording {} attempt ends failed; retrying", batch.len());
-                    tokio::time::sleep(delay).await;
-                    delay *= 2;
+            let e = match res {
+                Ok((applied, runs)) => {
+                    sh.progressed();
+                    break (applied, runs, now, false);
                 }
-                Err(e) => {
-                    tracing::error!(error = %e, "giving up recording; the leases will expire and the runs be rescued");
-                    break (vec![false; batch.len()], Vec::new(), now);
+                Err(e) => e,
+            };
+            let fault = e.fault();
+            let what = format!("recording {} attempt ends", batch.len());
+            if fault == Fault::Storage {
+                sh.store_failed(&what, e.into());
+                // This loop holds the gate the claim loop waits on: it watches the stall too.
+                if sh.opts.drain {
+                    sh.check_stall();
                 }
+                let stopping = claiming.is_cancelled() || shutdown.is_cancelled();
+                // A storage error outlasts any fixed number of retries: keep the batch (its
+                // leases stay heartbeated) until writes work again or the worker stops.
+                if sh.halt.is_cancelled() || (stopping && delay >= Duration::from_secs(10)) {
+                    tracing::error!(
+                        "gave up {what}; their leases will expire and the runs be rescued"
+                    );
+                    break (vec![false; batch.len()], Vec::new(), now, true);
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep(delay.min(Duration::from_secs(10))) => {}
+                    _ = sh.halt.cancelled() => {}
+                }
+                delay = delay.saturating_mul(2);
+                continue;
             }
+            let keep_trying =
+                !sh.halt.is_cancelled() && fault == Fault::Other && delay < Duration::from_secs(10);
+            if !keep_trying {
+                if fault == Fault::Damaged {
+                    sh.store_failed(&what, e.into());
+                } else {
+                    tracing::error!(error = %e,
+                        "gave up {what}; their leases will expire and the runs be rescued");
+                }
+                break (vec![false; batch.len()], Vec::new(), now, true);
+            }
+            sh.store_failed(&what, e.into());
+            tokio::select! {
+                _ = tokio::time::sleep(delay.min(Duration::from_secs(10))) => {}
+                _ = sh.halt.cancelled() => {}
+            }
+            delay = delay.saturating_mul(2);
         };
         // Taken while the batch still holds slots, so the claim loop's sender is still alive
         // (it is dropped only once nothing is in flight).
@@ -86,6 +124,10 @@ pub(super) async fn finisher_loop(
             let mut flights = sh.flights();
             for (job, ok) in batch.iter().zip(applied) {
                 flights.remove(job.id());
+                if gave_up {
+                    // Not recorded, and not fenced out either: logged once above.
+                    continue;
+                }
                 sh.metrics.finished(outcome_label(job, ok));
                 match (job, ok) {
                     (Job::End(_), true) => sh.recorded.fetch_add(1, Ordering::Relaxed),

@@ -92,7 +92,12 @@ pub(crate) async fn heartbeat_tick(sh: &Arc<Shared>) -> Result<()> {
             }
             Some((_, false)) => {}
             None => {
-                if let Some(f) = flights.get(id) {
+                // Not running under our lease any more. If the attempt already ended here,
+                // that is (almost always) our own finisher's commit, which landed between the
+                // snapshot above and this write; the finisher's fence reports a real loss.
+                if let Some(f) = flights.get(id)
+                    && !f.ended.load(std::sync::atomic::Ordering::Acquire)
+                {
                     tracing::warn!(run_id = %id, "lease lost (run rescued elsewhere); stopping this attempt");
                     f.stop.stop(StopReason::Shutdown);
                 }
@@ -110,7 +115,7 @@ pub(super) async fn lease_loop(sh: Arc<Shared>, stop: CancellationToken) {
             _ = stop.cancelled() => return,
         }
         if let Err(e) = heartbeat_tick(&sh).await {
-            tracing::error!(error = %e, "heartbeat failed");
+            sh.store_failed("heartbeat", e);
         }
     }
 }
@@ -211,7 +216,7 @@ pub(super) async fn flush_loop(sh: Arc<Shared>, stop: CancellationToken) {
             _ = stop.cancelled() => return,
         }
         if let Err(e) = flush_tick(&sh).await {
-            tracing::error!(error = %e, "progress flush failed");
+            sh.store_failed("progress flush", e);
         }
     }
 }

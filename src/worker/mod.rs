@@ -9,6 +9,7 @@ mod due;
 mod execute;
 pub mod finish;
 mod finisher;
+pub mod health;
 pub mod identity;
 mod lease;
 pub mod rescue;
@@ -97,6 +98,7 @@ impl Worker {
             jobs_rx,
             jobs_tx.downgrade(),
             claiming.clone(),
+            shutdown.clone(),
         ));
         let background = CancellationToken::new();
         // Background ticks: one line each. Every loop is `sleep(interval)` + `tick(now)` and
@@ -113,19 +115,32 @@ impl Worker {
         ];
         let mut failures = 0u32;
         loop {
-            if shutdown.is_cancelled() {
+            if sh.opts.drain {
+                sh.check_stall();
+            }
+            if shutdown.is_cancelled() || sh.halt.is_cancelled() {
                 break;
             }
             // The loop's liveness for `toolq status`, also when all slots are busy.
             *sh.last_poll.lock().unwrap_or_else(|e| e.into_inner()) = Some(client.now());
+            let failing = sh.health().is_failing();
+            if failing {
+                // While writes fail, the finisher's retries are the probe: claiming more runs
+                // whose ends cannot be recorded helps nobody. With nothing in flight, a claim
+                // (at the backoff) is the probe.
+                failures = failures.saturating_add(1);
+            }
             let mut cursor = sh.gate.lock().await;
             let free = cfg.concurrency.saturating_sub(sh.flights().len());
             let mut claimed = 0;
-            if free > 0 {
+            if free > 0 && (!failing || sh.flights().is_empty()) {
                 match claim(&sh, free, cursor.clone()).await {
                     Ok(runs) => {
                         failures = 0;
                         claimed = runs.len();
+                        if claimed > 0 {
+                            sh.progressed();
+                        }
                         if let Some(last) = runs.last() {
                             *cursor = Some(last.session_id.clone());
                         }
@@ -134,13 +149,17 @@ impl Worker {
                         }
                     }
                     Err(e) => {
-                        failures += 1;
-                        tracing::error!(error = %e, "claim failed; will retry");
+                        failures = failures.saturating_add(1);
+                        sh.store_failed("claim", e);
                     }
                 }
             }
-            if sh.opts.drain && claimed == 0 && sh.flights().is_empty() && !runnable(&sh).await? {
-                break;
+            if sh.opts.drain && claimed == 0 && sh.flights().is_empty() {
+                match runnable(&sh).await {
+                    Ok(false) => break,
+                    Ok(true) => {}
+                    Err(e) => sh.store_failed("looking for runnable runs", e),
+                }
             }
             drop(cursor);
             if claimed > 0 && claimed == free {
@@ -160,13 +179,20 @@ impl Worker {
                 _ = sh.slot_freed.notified() => {}
                 _ = tokio::time::sleep(nap) => {}
                 _ = shutdown.cancelled() => {}
+                _ = sh.halt.cancelled() => {}
             }
         }
         // Under the gate, so no finisher claim is half-way when claiming stops.
         let gate = sh.gate.lock().await;
         claiming.cancel();
         drop(gate);
-        drain_in_flight(&sh, cfg.shutdown_grace).await;
+        // Stopped on its own: the runs' ends could not be recorded anyway, hand them back now.
+        let grace = if sh.halt.is_cancelled() {
+            Duration::ZERO
+        } else {
+            cfg.shutdown_grace
+        };
+        drain_in_flight(&sh, grace).await;
         drop(jobs_tx);
         if let Err(e) = finisher.await {
             tracing::error!(error = %e, "finisher task failed");
@@ -178,6 +204,9 @@ impl Worker {
             }
         }
         lease::deregister(&sh).await;
+        if let Some(e) = sh.halted.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            return Err(e);
+        }
         Ok(WorkerReport {
             claimed: sh.claimed.load(Ordering::Relaxed),
             recorded: sh.recorded.load(Ordering::Relaxed),
@@ -217,12 +246,14 @@ pub(super) fn start(sh: &Arc<Shared>, run: Run, jobs: mpsc::UnboundedSender<Job>
         .unwrap_or(defaults.timeout);
     let tool = entry.map(|e| e.tool.clone());
     let run = Arc::new(run);
+    let ended = Arc::new(std::sync::atomic::AtomicBool::new(false));
     sh.flights().insert(
         run.id.to_string(),
         InFlight {
             run: run.clone(),
             sink: sink.clone(),
             stop: stop.clone(),
+            ended: ended.clone(),
         },
     );
     let span = tracing::info_span!("run", run_id = %run.id, tool = %run.tool, session = %run.session_id, attempt = run.attempt);
@@ -268,6 +299,7 @@ pub(super) fn start(sh: &Arc<Shared>, run: Run, jobs: mpsc::UnboundedSender<Job>
                     token: run.lease_token.clone().unwrap_or_default(),
                 }),
             };
+            ended.store(true, Ordering::Release);
             if jobs.send(job).is_err() {
                 tracing::error!("finisher is gone; the run's lease will expire and it will be rescued");
             }

@@ -124,6 +124,7 @@ pub async fn rescue_tick(client: &Client) -> Result<RescueReport> {
 pub(super) async fn rescue_once(sh: &Arc<Shared>) {
     match rescue_tick(&sh.client).await {
         Ok(r) if r.rescued() > 0 || r.workers_died > 0 => {
+            sh.progressed();
             tracing::info!(
                 workers_died = r.workers_died,
                 requeued = r.requeued,
@@ -133,7 +134,7 @@ pub(super) async fn rescue_once(sh: &Arc<Shared>) {
             );
         }
         Ok(_) => {}
-        Err(e) => tracing::error!(error = %e, "rescue pass failed; will retry"),
+        Err(e) => sh.store_failed("rescue pass", e),
     }
 }
 

@@ -40,7 +40,7 @@ pub(super) async fn retention_loop(sh: Arc<Shared>, stop: CancellationToken) {
             _ = stop.cancelled() => return,
         }
         if let Err(e) = retention_tick(&sh, &stop).await {
-            tracing::error!(error = %e, "retention failed; will try again next interval");
+            sh.store_failed("retention", e);
         }
     }
 }

@@ -21,7 +21,7 @@ pub(super) async fn schedule_loop(sh: Arc<Shared>, stop: CancellationToken) {
                 .min(poll),
             Ok((_, None)) => poll,
             Err(e) => {
-                tracing::error!(error = %e, "schedule tick failed; will retry");
+                sh.store_failed("schedule tick", e);
                 poll
             }
         };

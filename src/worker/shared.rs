@@ -6,10 +6,13 @@ use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
 
 use super::WorkerOptions;
 use super::execute::StopSignal;
+use super::health;
 use crate::client::Client;
+use crate::error::{Error, Fault, StoreError};
 use crate::ids::WorkerId;
 use crate::run::Run;
 use crate::store;
@@ -20,6 +23,10 @@ pub(super) struct InFlight {
     pub(super) run: Arc<Run>,
     pub(super) sink: RunSink,
     pub(super) stop: StopSignal,
+    /// Set before the attempt's end goes to the finisher. From then on a heartbeat that no
+    /// longer finds the run running may be looking at this worker's own committed end, and
+    /// the finisher's fence reports a lost lease itself.
+    pub(super) ended: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// An attempt's way out of this worker, sent to the finisher.
@@ -46,12 +53,85 @@ pub(crate) struct Shared {
     pub(super) fenced_out: AtomicU64,
     pub(super) handed_back: AtomicU64,
     pub(super) metrics: Arc<crate::metrics::Metrics>,
+    /// Whether writes currently fail with a storage error (see [`super::health`]).
+    pub(super) health: Mutex<health::Health>,
+    /// Fired when the worker must stop because of `halted` (a damaged file, a stalled drain).
+    pub(super) halt: CancellationToken,
+    /// Why the worker stopped on its own, returned by [`super::Worker::run`].
+    pub(super) halted: Mutex<Option<Error>>,
 }
 
 impl Shared {
     pub(super) fn flights(&self) -> std::sync::MutexGuard<'_, HashMap<String, InFlight>> {
         // Entries are inserted and removed whole; a panic elsewhere cannot leave one half-made.
         self.in_flight.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(super) fn health(&self) -> std::sync::MutexGuard<'_, health::Health> {
+        // Every method leaves the state whole.
+        self.health.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Stops the worker with `e` (the first reason wins).
+    pub(super) fn stop_with(&self, e: Error) {
+        let mut halted = self.halted.lock().unwrap_or_else(|e| e.into_inner());
+        if halted.is_none() {
+            *halted = Some(e);
+        }
+        self.halt.cancel();
+    }
+
+    /// Handles a failed database call of `what`: a damaged file stops the worker; a storage
+    /// error (disk full, I/O) logs once when writes start failing, and the loops back off;
+    /// anything else is logged, and the next tick tries again.
+    pub(crate) fn store_failed(&self, what: &str, e: Error) {
+        let fault = match &e {
+            Error::Store(s) => s.fault(),
+            _ => Fault::Other,
+        };
+        match fault {
+            Fault::Damaged => {
+                tracing::error!(error = %e, "{what} failed on a damaged database; stopping");
+                self.stop_with(e);
+            }
+            Fault::Storage => {
+                let change = self.health().failed(self.client.now(), &e.to_string());
+                if change.is_some() {
+                    tracing::error!(error = %e,
+                        "database writes are failing ({what}); backing off, and logging again once they succeed");
+                } else {
+                    tracing::debug!(error = %e, "{what} failed; still backing off");
+                }
+            }
+            Fault::Other => tracing::error!(error = %e, "{what} failed; will retry"),
+        }
+    }
+
+    /// A write made progress (claimed runs, recorded ends, rescued runs): clears a failing
+    /// state, with one line.
+    pub(crate) fn progressed(&self) {
+        if let Some(health::Change::Cleared(after)) = self.health().progressed(self.client.now()) {
+            tracing::info!(
+                failed_for_secs = after.as_secs(),
+                "database writes succeed again"
+            );
+        }
+    }
+
+    /// With `--drain`: gives up once writes have failed for `worker.stall_timeout`.
+    pub(super) fn check_stall(&self) {
+        let timeout = self.client.config().worker.stall_timeout;
+        let stalled = self
+            .health()
+            .stalled(self.client.now(), timeout)
+            .map(|(d, last)| (d.as_secs(), last.to_string()));
+        if let Some((secs, last)) = stalled {
+            self.stop_with(Error::Store(StoreError::Stalled {
+                path: self.client.engine().location(),
+                secs,
+                last,
+            }));
+        }
     }
 }
 
@@ -73,6 +153,9 @@ impl Shared {
             fenced_out: AtomicU64::new(0),
             handed_back: AtomicU64::new(0),
             metrics: Arc::default(),
+            health: Mutex::default(),
+            halt: CancellationToken::new(),
+            halted: Mutex::new(None),
         }
     }
 }

@@ -63,7 +63,7 @@ pub(super) async fn wal_loop(sh: Arc<Shared>, stop: CancellationToken) {
                 pinned = t.warning.is_some(),
                 "WAL checkpoint"
             ),
-            Err(e) => tracing::error!(error = %e, "WAL checkpoint failed"),
+            Err(e) => sh.store_failed("WAL checkpoint", e),
         }
     }
 }

@@ -258,12 +258,15 @@ fn bulk_cli_refuses_an_empty_or_mixed_call_and_keeps_the_single_id_form() {
     let (code, v, err) = out(&toolq(&db, &["--json", "cancel", &ids[0]]));
     assert_eq!(code, 0, "{err}");
     assert_eq!(
-        v,
-        json!({"run_id": ids[0], "state": "cancelled", "cancel_requested": false})
+        (&v["run_id"], &v["state"], &v["cancel_requested"]),
+        (&json!(ids[0]), &json!("cancelled"), &json!(false))
     );
     let (code, v, _) = out(&toolq(&db, &["--json", "retry", &ids[0]]));
     assert_eq!(code, 0);
-    assert_eq!(v, json!({"run_id": ids[0], "state": "queued"}));
+    assert_eq!(
+        (&v["run_id"], &v["state"]),
+        (&json!(ids[0]), &json!("queued"))
+    );
 
     let (code, v, _) = out(&toolq(
         &db,

@@ -158,9 +158,29 @@ fn bad_schedules_exit_2_and_write_nothing() {
         (&["--at", "next tuesday"], "is not an RFC 3339 timestamp"),
         (
             &["--cron", "* * * * *", "--at", "2099-01-01T00:00:00Z"],
-            "must not include both cron_expression and scheduled_at",
+            "'--cron <EXPR>' cannot be used with '--at <RFC3339>'",
         ),
-        (&[], "must include exactly one of cron_expression"),
+        (&[], "<--cron <EXPR>|--at <RFC3339>>"),
+        (
+            &["--cron", " "],
+            "give exactly one of --cron (recurring) or --at (one-shot)",
+        ),
+        (
+            &["--cron", "* * * * *", "--max-attempts", "0"],
+            "--max-attempts \"0\": must be between 1 and 1000",
+        ),
+        (
+            &["--cron", "* * * * *", "--timeout", "soon"],
+            "--timeout \"soon\"",
+        ),
+        (
+            &["--cron", "* * * * *", "--delivery", "loud"],
+            "--delivery \"loud\"",
+        ),
+        (
+            &["--cron", "* * * * *", "--priority", "2000000"],
+            "--priority \"2000000\"",
+        ),
         (
             &["--cron", "* * * * *", "--missed", "sometimes"],
             "--missed \"sometimes\"",
@@ -178,6 +198,10 @@ fn bad_schedules_exit_2_and_write_nothing() {
         let err = String::from_utf8_lossy(&o.stderr);
         assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
         assert!(err.contains(want), "{args:?}: {err} should contain {want}");
+        assert!(
+            !err.contains("cron_expression") && !err.contains("max_attempts"),
+            "{args:?}: {err} names a column, not a flag"
+        );
     }
     let o = toolq(&db, &["schedule", "add", "nope", "--cron", "* * * * *"]);
     assert_eq!(o.status.code(), Some(2));

@@ -146,6 +146,8 @@ fn status_exits_1_when_work_waits_and_no_worker_is_alive() {
         )
     };
     // Nothing queued, nothing scheduled, no worker: healthy.
+    let (code, err) = run(&["init"]);
+    assert_eq!(code, 0, "{err}");
     let (code, err) = run(&["status"]);
     assert_eq!(code, 0, "{err}");
 

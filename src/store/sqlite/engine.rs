@@ -9,12 +9,12 @@ use tokio_util::sync::CancellationToken;
 use std::sync::Arc;
 
 use super::{
-    Store, approvals, artifacts, bulk, claim, due, finish, gauges, inbox, occurrences, rescue,
-    retention, runs, schedules, workers,
+    Store, approvals, artifacts, bulk, claim, due, finish, gauges, inbox, inbox_page, occurrences,
+    rescue, retention, runs, schedules, workers,
 };
 use crate::error::StoreError;
 use crate::ids::RunId;
-use crate::inbox::{InboxFilter, Message};
+use crate::inbox::{InboxFilter, InboxPage, Message};
 use crate::run::{Blob, FinishRecord, Inserted, ListFilter, NewRun, Run, RunFilter};
 use crate::schedule::model::{NewSchedule, Occurrence, Schedule};
 use crate::store::engine::*;
@@ -289,6 +289,11 @@ impl Engine for Store {
             .await
     }
 
+    async fn inbox_page(&self, session: String, page: InboxPage) -> EngineResult<Vec<Message>> {
+        self.read_async(move |c| inbox_page::inbox_page(c, &session, &page))
+            .await
+    }
+
     async fn inbox_mark(&self, p: InboxMark) -> EngineResult<usize> {
         self.write_async(move |tx| {
             if p.ack {
@@ -413,6 +418,13 @@ impl Engine for Store {
             })
         })
         .await
+    }
+
+    async fn check(&self, quick: bool) -> EngineResult<Vec<String>> {
+        let store = self.clone();
+        tokio::task::spawn_blocking(move || store.check(quick))
+            .await
+            .map_err(|e| StoreError::Task(e.to_string()))?
     }
 
     async fn info(&self) -> EngineResult<DbInfo> {

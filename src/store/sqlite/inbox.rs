@@ -94,24 +94,28 @@ pub fn list(
     let rows = stmt
         .query_map(
             named_params! {":session": session, ":after": f.after_id, ":unacked": f.unacked_only as i64, ":limit": f.limit},
-            |r| {
-                let data: String = r.get(5)?;
-                Ok(Message {
-                    id: r.get(0)?,
-                    session_id: r.get(1)?,
-                    run_id: r.get(2)?,
-                    kind: r.get(3)?,
-                    body: r.get(4)?,
-                    data: serde_json::from_str(&data).unwrap_or(Value::Null),
-                    delivery: r.get(6)?,
-                    created_at: r.get(7)?,
-                    read_at: r.get(8)?,
-                    acked_at: r.get(9)?,
-                })
-            },
+            message_row,
         )
         .ctx("list inbox")?;
     rows.collect::<Result<_, _>>().ctx("read inbox")
+}
+
+/// Maps a row of `id, session_id, run_id, kind, body, data, delivery, created_at, read_at,
+/// acked_at` to a message.
+pub(crate) fn message_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Message> {
+    let data: String = r.get(5)?;
+    Ok(Message {
+        id: r.get(0)?,
+        session_id: r.get(1)?,
+        run_id: r.get(2)?,
+        kind: r.get(3)?,
+        body: r.get(4)?,
+        data: serde_json::from_str(&data).unwrap_or(Value::Null),
+        delivery: r.get(6)?,
+        created_at: r.get(7)?,
+        read_at: r.get(8)?,
+        acked_at: r.get(9)?,
+    })
 }
 
 /// Marks messages as read (first read time is kept).

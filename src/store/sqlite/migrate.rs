@@ -29,6 +29,11 @@ pub(crate) enum FileState {
 
 /// Reads the version without writing, refusing newer files and foreign databases.
 pub(crate) fn inspect(conn: &Connection, path: &str) -> Result<FileState, StoreError> {
+    // One snapshot for both reads: another process may commit a new schema between them.
+    let snapshot = conn
+        .unchecked_transaction()
+        .map_err(|e| StoreError::sqlite("begin reading the schema", e))?;
+    let conn: &Connection = &snapshot;
     let version: i64 = conn
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .map_err(|e| not_toolq_or(path, e, "read schema version"))?;

@@ -1,4 +1,4 @@
-//! The store: every SQL statement lives under this module. One writer connection (all writes
+//! The SQLite engine: every SQL statement lives under this module. One writer connection (all writes
 //! go through it as short `BEGIN IMMEDIATE` transactions), a pool of readers, and pragmas that
 //! are read back after being set.
 
@@ -11,9 +11,11 @@ pub mod claim;
 pub mod codec;
 pub mod due;
 mod engine;
+mod fault;
 pub mod finish;
 pub mod gauges;
 pub mod inbox;
+pub mod inbox_page;
 pub(crate) mod migrate;
 pub mod occurrences;
 #[cfg(test)]
@@ -44,7 +46,8 @@ use rusqlite::{Connection, ErrorCode, OpenFlags, Transaction, TransactionBehavio
 
 pub use migrate::SCHEMA_VERSION;
 
-use crate::error::StoreError;
+use crate::error::{Fault, StoreError};
+use crate::store::OpenMode;
 use crate::store::{DbInfo, WriteStats};
 
 /// How long SQLite itself waits on a lock before returning SQLITE_BUSY.
@@ -61,6 +64,82 @@ struct Inner {
     /// Copies WAL pages into the database file off the writer's path (None: SQLite's own
     /// automatic checkpoint in the commit). Declared last: dropped after the connections.
     checkpointer: Option<checkpointer::Checkpointer>,
+}
+
+fn read_only_flags() -> OpenFlags {
+    OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX | OpenFlags::SQLITE_OPEN_URI
+}
+
+/// Whether a read-only `conn` cannot read `path` for want of a -shm file it may not create,
+/// while no -wal file holds commits that are not in the file itself.
+fn needs_immutable(conn: &Connection, path: &Path) -> bool {
+    let probe = conn.query_row("PRAGMA user_version", [], |r| r.get::<_, i64>(0));
+    let cannot_read = matches!(&probe, Err(rusqlite::Error::SqliteFailure(f, _))
+        if f.code == ErrorCode::ReadOnly || f.code == ErrorCode::CannotOpen);
+    let mut wal = path.as_os_str().to_owned();
+    wal.push("-wal");
+    let wal_empty = std::fs::metadata(&wal).map_or(true, |m| m.len() == 0);
+    cannot_read && wal_empty
+}
+
+/// `file:PATH?immutable=1`, with the characters a URI gives meaning to escaped.
+fn immutable_uri(path: &Path) -> String {
+    let mut uri = String::from("file:");
+    for c in path.display().to_string().chars() {
+        match c {
+            '%' => uri.push_str("%25"),
+            '?' => uri.push_str("%3f"),
+            '#' => uri.push_str("%23"),
+            c => uri.push(c),
+        }
+    }
+    uri.push_str("?immutable=1");
+    uri
+}
+
+/// Checks the file, switches it to WAL, sets the pragmas and creates or migrates the schema.
+/// Every step may be repeated: a retry after SQLITE_BUSY starts here again.
+fn setup(writer: &mut Connection, display: &str, read_only: bool) -> Result<(), StoreError> {
+    // Inspect before any pragma that writes (journal_mode = WAL rewrites the header).
+    let state = migrate::inspect(writer, display)?;
+    if read_only {
+        // Nothing can be written: no WAL switch, no schema change. A rollback-journal file
+        // reads fine; a missing or older schema cannot be fixed from here.
+        set_connection_pragmas(writer).map_err(|e| StoreError::sqlite("set pragmas", e))?;
+        return match state {
+            migrate::FileState::Version(v) if v == SCHEMA_VERSION => Ok(()),
+            migrate::FileState::Version(v) => Err(StoreError::ReadOnly {
+                path: display.to_string(),
+                action: format!("migrate schema version {v} to {SCHEMA_VERSION}"),
+            }),
+            migrate::FileState::Empty => Err(StoreError::ReadOnly {
+                path: display.to_string(),
+                action: "create the schema".into(),
+            }),
+        };
+    }
+    let mode = read_pragma(writer, "journal_mode")?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        writer
+            .query_row("PRAGMA journal_mode = WAL", [], |_| Ok(()))
+            .map_err(|e| StoreError::sqlite("set journal_mode = WAL", e))?;
+    }
+    expect_pragma(writer, "journal_mode", "wal")?;
+    set_connection_pragmas(writer).map_err(|e| StoreError::sqlite("set pragmas", e))?;
+    expect_pragma(writer, "foreign_keys", "1")?;
+    expect_pragma(writer, "synchronous", "1")?;
+    expect_pragma(
+        writer,
+        "busy_timeout",
+        &BUSY_TIMEOUT.as_millis().to_string(),
+    )?;
+    migrate::apply(writer, state).map_err(|e| match e {
+        StoreError::NotToolq { reason, .. } => StoreError::NotToolq {
+            path: display.to_string(),
+            reason,
+        },
+        other => other,
+    })
 }
 
 /// A handle to one toolq database file. Cheap to clone; all clones share the connections.
@@ -150,6 +229,12 @@ fn is_busy(e: &rusqlite::Error) -> bool {
         if f.code == ErrorCode::DatabaseBusy || f.code == ErrorCode::DatabaseLocked)
 }
 
+fn is_read_only(e: &StoreError) -> bool {
+    matches!(e, StoreError::Sqlite { source, .. }
+        if matches!(source.downcast_ref::<rusqlite::Error>(),
+            Some(rusqlite::Error::SqliteFailure(f, _)) if f.code == ErrorCode::ReadOnly))
+}
+
 fn store_error_is_busy(e: &StoreError) -> bool {
     matches!(e, StoreError::Sqlite { source, .. }
         if source.downcast_ref::<rusqlite::Error>().is_some_and(is_busy))
@@ -158,16 +243,29 @@ fn store_error_is_busy(e: &StoreError) -> bool {
 impl StoreError {
     /// Wraps a rusqlite error with the action that failed.
     pub(crate) fn sqlite(action: impl Into<String>, source: rusqlite::Error) -> Self {
+        let fault = sqlite_fault(&source);
         Self::Sqlite {
             action: action.into(),
-            source: crate::store::EngineError::new(source),
+            source: crate::store::EngineError::new(source, fault),
         }
+    }
+}
+
+/// SQLite's verdict on an error, by its result code.
+fn sqlite_fault(e: &rusqlite::Error) -> Fault {
+    use rusqlite::ErrorCode as C;
+    match e.sqlite_error_code() {
+        Some(C::DatabaseCorrupt | C::NotADatabase) => Fault::Damaged,
+        Some(
+            C::DiskFull | C::SystemIoFailure | C::ReadOnly | C::CannotOpen | C::PermissionDenied,
+        ) => Fault::Storage,
+        _ => Fault::Other,
     }
 }
 
 impl From<r2d2::Error> for StoreError {
     fn from(e: r2d2::Error) -> Self {
-        Self::Pool(crate::store::EngineError::new(e))
+        Self::Pool(crate::store::EngineError::new(e, Fault::Other))
     }
 }
 
@@ -177,55 +275,92 @@ struct WriteCounters {
     statement_ns: AtomicU64,
     commit_ns: AtomicU64,
 }
+
+/// How long opening keeps retrying setup (WAL switch, schema creation) while another
+/// process holds the lock for its own setup.
+const SETUP_GIVE_UP: Duration = Duration::from_secs(30);
+
 impl Store {
     /// Opens (creating if needed) the database at `path`, migrating an older schema.
     /// A file with a newer schema, or a file that is not a toolq database, is refused
     /// before anything is written to it.
     pub fn open(path: impl AsRef<Path>) -> Result<Store, StoreError> {
+        Self::open_with(path, OpenMode::Create)
+    }
+
+    /// Opens the database at `path` as `mode` allows: only [`OpenMode::Create`] creates a
+    /// missing file ([`StoreError::Missing`] otherwise); a file this process may not write
+    /// is opened read-only under [`OpenMode::Read`] and refused ([`StoreError::ReadOnly`],
+    /// naming the file) otherwise. Many processes may open a new file at once: setup that
+    /// finds the file locked by another process's setup is retried.
+    pub fn open_with(path: impl AsRef<Path>, mode: OpenMode) -> Result<Store, StoreError> {
         let path = path.as_ref().to_path_buf();
         let display = path.display().to_string();
-        let mut writer = Connection::open_with_flags(
-            &path,
-            OpenFlags::SQLITE_OPEN_READ_WRITE
-                | OpenFlags::SQLITE_OPEN_CREATE
-                | OpenFlags::SQLITE_OPEN_NO_MUTEX
-                | OpenFlags::SQLITE_OPEN_URI,
-        )
-        .map_err(|e| StoreError::sqlite(format!("open {display}"), e))?;
+        if mode != OpenMode::Create && !path.exists() {
+            return Err(StoreError::Missing { path: display });
+        }
+        let mut flags = OpenFlags::SQLITE_OPEN_READ_WRITE
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX
+            | OpenFlags::SQLITE_OPEN_URI;
+        if mode == OpenMode::Create {
+            flags |= OpenFlags::SQLITE_OPEN_CREATE;
+        }
+        // SQLite opens a file it may not write read-only even when asked for read-write.
+        let mut writer = Connection::open_with_flags(&path, flags)
+            .map_err(|e| StoreError::sqlite(format!("open {display}"), e))?;
+        let read_only = writer
+            .is_readonly(rusqlite::MAIN_DB)
+            .map_err(|e| StoreError::sqlite("check read-only", e))?;
+        if read_only && mode != OpenMode::Read {
+            return Err(StoreError::ReadOnly {
+                path: display,
+                action: "open it for writing".into(),
+            });
+        }
+        // A WAL file read-only to us whose -shm cannot be created (a directory we may not
+        // write) cannot be read through the WAL index. With no -wal file (or an empty one),
+        // every commit is in the file itself, and since no -shm exists no process has it open
+        // in WAL mode: read it as immutable (no locks, no index).
+        let mut target = path.clone();
+        if read_only && needs_immutable(&writer, &path) {
+            target = PathBuf::from(immutable_uri(&path));
+            writer = Connection::open_with_flags(&target, read_only_flags())
+                .map_err(|e| StoreError::sqlite(format!("open {display} read-only"), e))?;
+        }
         writer
             .busy_timeout(BUSY_TIMEOUT)
             .map_err(|e| StoreError::sqlite("set busy_timeout", e))?;
-        // Inspect before any pragma that writes (journal_mode = WAL rewrites the header).
-        let state = migrate::inspect(&writer, &display)?;
-
-        let mode = read_pragma(&writer, "journal_mode")?;
-        if !mode.eq_ignore_ascii_case("wal") {
-            writer
-                .query_row("PRAGMA journal_mode = WAL", [], |_| Ok(()))
-                .map_err(|e| StoreError::sqlite("set journal_mode = WAL", e))?;
+        let started = std::time::Instant::now();
+        let mut delay = Duration::from_millis(5);
+        loop {
+            match setup(&mut writer, &display, read_only) {
+                // Another process is switching the new file to WAL or creating the schema;
+                // SQLite does not always wait for that (its busy handler is skipped where
+                // waiting could deadlock), so wait here and start the setup over.
+                Err(e) if store_error_is_busy(&e) && started.elapsed() < SETUP_GIVE_UP => {
+                    tracing::debug!(error = %e, "database busy during setup; retrying");
+                    std::thread::sleep(delay);
+                    delay = (delay * 2).min(Duration::from_millis(200));
+                }
+                other => break other?,
+            }
         }
-        expect_pragma(&writer, "journal_mode", "wal")?;
-        set_connection_pragmas(&writer).map_err(|e| StoreError::sqlite("set pragmas", e))?;
-        expect_pragma(&writer, "foreign_keys", "1")?;
-        expect_pragma(&writer, "synchronous", "1")?;
-        expect_pragma(
-            &writer,
-            "busy_timeout",
-            &BUSY_TIMEOUT.as_millis().to_string(),
-        )?;
-        migrate::apply(&mut writer, state).map_err(|e| match e {
-            StoreError::NotToolq { reason, .. } => StoreError::NotToolq {
-                path: display.clone(),
-                reason,
-            },
-            other => other,
-        })?;
         set_cache_size(&writer).map_err(|e| StoreError::sqlite("set cache_size", e))?;
+        fault::limit_pages(&writer)?;
         writer.set_prepared_statement_cache_capacity(64);
-        let checkpointer = checkpointer::Checkpointer::start(&path, &writer);
+        let checkpointer = if read_only {
+            None
+        } else {
+            checkpointer::Checkpointer::start(&path, &writer)
+        };
 
-        let manager = SqliteConnectionManager::file(&path)
-            .with_flags(OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX)
+        let reader_flags = if read_only {
+            read_only_flags()
+        } else {
+            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX
+        };
+        let manager = SqliteConnectionManager::file(&target)
+            .with_flags(reader_flags)
             .with_init(|c| {
                 set_connection_pragmas(c)?;
                 set_cache_size(c)?;
@@ -286,7 +421,13 @@ impl Store {
                     std::thread::sleep(delay);
                     delay = (delay * 2).min(Duration::from_millis(200));
                 }
-                other => return other,
+                Err(e) if is_read_only(&e) => {
+                    return Err(StoreError::ReadOnly {
+                        path: self.inner.path.display().to_string(),
+                        action: "write".into(),
+                    });
+                }
+                other => return other.map_err(|e| e.on_file(&self.inner.path)),
             }
         }
     }
@@ -324,10 +465,10 @@ impl Store {
         f: impl FnOnce(&Connection) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
         let conn = self.inner.readers.get()?;
-        f(&conn)
+        f(&conn).map_err(|e| e.on_file(&self.inner.path))
     }
 
-    /// [`Store::write`] for async callers, off the async scheduler (see [`off_scheduler`]).
+    /// [`Store::write`] for async callers, off the async scheduler (see `off_scheduler`).
     pub async fn write_async<T: Send + 'static>(
         &self,
         f: impl FnMut(&Transaction<'_>) -> Result<T, StoreError> + Send + 'static,
@@ -336,7 +477,7 @@ impl Store {
         off_scheduler(move || store.write(f)).await
     }
 
-    /// [`Store::read`] for async callers, off the async scheduler (see [`off_scheduler`]).
+    /// [`Store::read`] for async callers, off the async scheduler (see `off_scheduler`).
     pub async fn read_async<T: Send + 'static>(
         &self,
         f: impl FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
@@ -370,6 +511,33 @@ impl Store {
             c.query_row("PRAGMA integrity_check", [], |r| r.get(0))
                 .map_err(|e| StoreError::sqlite("integrity_check", e))
         })
+    }
+
+    /// Every problem `PRAGMA integrity_check` (or, with `quick`, the faster `quick_check`,
+    /// which skips index-to-table cross-checks) finds, one line each; empty for a healthy file.
+    /// A check SQLite aborts on damage it cannot walk past is reported as one more problem.
+    pub fn check(&self, quick: bool) -> Result<Vec<String>, StoreError> {
+        let pragma = if quick {
+            "quick_check"
+        } else {
+            "integrity_check"
+        };
+        let conn = self.inner.readers.get()?;
+        let lines = conn.prepare(&format!("PRAGMA {pragma}")).and_then(|mut s| {
+            s.query_map([], |r| r.get::<_, String>(0))?
+                .collect::<rusqlite::Result<Vec<_>>>()
+        });
+        match lines {
+            Ok(lines) => Ok(lines.into_iter().filter(|l| l != "ok").collect()),
+            Err(e) => {
+                let err = StoreError::sqlite(pragma, e);
+                if err.fault() == crate::error::Fault::Damaged {
+                    Ok(vec![format!("{pragma} stopped: {err}")])
+                } else {
+                    Err(err)
+                }
+            }
+        }
     }
 
     /// `PRAGMA data_version` on a given connection: changes when another connection commits.
@@ -412,4 +580,46 @@ pub(crate) fn pinned_reader(path: &Path) -> Connection {
         .query_row("SELECT count(*) FROM runs", [], |r| r.get(0))
         .expect("pin a snapshot");
     reader
+}
+
+/// How the engine classifies SQLite's errors ([`Fault`]), and names a damaged file.
+#[cfg(test)]
+mod fault_tests {
+    use super::*;
+    use crate::error::Error;
+
+    fn sqlite(code: std::ffi::c_int) -> StoreError {
+        StoreError::sqlite(
+            "claim",
+            rusqlite::Error::SqliteFailure(rusqlite::ffi::Error::new(code), None),
+        )
+    }
+
+    #[test]
+    fn sqlite_codes_are_classified_by_what_a_worker_does_about_them() {
+        use rusqlite::ffi;
+        assert_eq!(sqlite(ffi::SQLITE_CORRUPT).fault(), Fault::Damaged);
+        assert_eq!(sqlite(ffi::SQLITE_NOTADB).fault(), Fault::Damaged);
+        for code in [ffi::SQLITE_FULL, ffi::SQLITE_IOERR, ffi::SQLITE_READONLY] {
+            assert_eq!(sqlite(code).fault(), Fault::Storage, "{code}");
+        }
+        assert_eq!(sqlite(ffi::SQLITE_BUSY).fault(), Fault::Other);
+        assert_eq!(sqlite(ffi::SQLITE_CONSTRAINT).fault(), Fault::Other);
+    }
+
+    #[test]
+    fn a_damaged_file_is_named_with_what_to_do() {
+        let path = std::path::Path::new("/data/q.db");
+        let e = sqlite(rusqlite::ffi::SQLITE_CORRUPT).on_file(path);
+        assert_eq!(e.fault(), Fault::Damaged);
+        let text = e.to_string();
+        assert!(
+            text.contains("/data/q.db") && text.contains("claim"),
+            "{text}"
+        );
+        assert!(text.contains("toolq --db /data/q.db check"), "{text}");
+        assert_eq!(Error::from(e).exit_code(), 1);
+        let full = sqlite(rusqlite::ffi::SQLITE_FULL).on_file(path);
+        assert!(matches!(full, StoreError::Sqlite { .. }), "{full}");
+    }
 }

@@ -1,0 +1,155 @@
+//! The worker's view of its database's health, as a pure state machine of `now`: storage
+//! errors (disk full, I/O errors) move it to failing, the next write that makes progress
+//! clears it. Each change is reported once, so a persistent error logs two lines (when it
+//! starts and when it clears), not one per retry; a draining worker gives up once writes
+//! have failed for `stall_timeout` without progress.
+
+use chrono::{DateTime, Utc};
+
+/// A change worth one log line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Change {
+    /// Writes started failing.
+    Failing,
+    /// Writes succeed again after failing for this long.
+    Cleared(std::time::Duration),
+}
+
+/// Whether the database currently takes writes.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Health {
+    /// Since when writes fail (None: healthy).
+    failing_since: Option<DateTime<Utc>>,
+    /// The latest storage error, for the stall message.
+    last_error: String,
+    /// Failures since the state became failing (drives the backoff).
+    failures: u32,
+}
+
+impl Health {
+    /// A storage error at `now`: [`Change::Failing`] when writes were healthy until now.
+    pub fn failed(&mut self, now: DateTime<Utc>, error: &str) -> Option<Change> {
+        self.last_error = error.to_string();
+        self.failures = self.failures.saturating_add(1);
+        if self.failing_since.is_some() {
+            return None;
+        }
+        self.failing_since = Some(now);
+        Some(Change::Failing)
+    }
+
+    /// A write made progress at `now`: [`Change::Cleared`] when writes were failing.
+    pub fn progressed(&mut self, now: DateTime<Utc>) -> Option<Change> {
+        let since = self.failing_since.take()?;
+        self.failures = 0;
+        Some(Change::Cleared((now - since).to_std().unwrap_or_default()))
+    }
+
+    /// Whether writes are failing.
+    pub fn is_failing(&self) -> bool {
+        self.failing_since.is_some()
+    }
+
+    /// How long to wait before trying again: `base` doubled per failure, at most `max`
+    /// (`base` itself while healthy).
+    pub fn backoff(
+        &self,
+        base: std::time::Duration,
+        max: std::time::Duration,
+    ) -> std::time::Duration {
+        let factor = 2u32.saturating_pow(self.failures.saturating_sub(1).min(16));
+        base.saturating_mul(factor).min(max.max(base))
+    }
+
+    /// Writes have failed without progress for at least `timeout` by `now`: the last error
+    /// and how long, for the message of a worker that gives up.
+    pub fn stalled(
+        &self,
+        now: DateTime<Utc>,
+        timeout: std::time::Duration,
+    ) -> Option<(std::time::Duration, &str)> {
+        let since = self.failing_since?;
+        let failed_for = (now - since).to_std().unwrap_or_default();
+        (failed_for >= timeout).then_some((failed_for, self.last_error.as_str()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::{Clock, ManualClock};
+    use std::time::Duration;
+
+    fn clock() -> ManualClock {
+        ManualClock::new(
+            DateTime::parse_from_rfc3339("2026-11-01T12:00:00Z")
+                .expect("literal instant")
+                .with_timezone(&Utc),
+        )
+    }
+
+    #[test]
+    fn a_persistent_error_changes_state_once_and_clears_once() {
+        let clock = clock();
+        let mut h = Health::default();
+        assert_eq!(h.progressed(clock.now()), None, "healthy stays quiet");
+        assert_eq!(h.failed(clock.now(), "disk full"), Some(Change::Failing));
+        for _ in 0..50 {
+            clock.advance(chrono::Duration::milliseconds(500));
+            assert_eq!(h.failed(clock.now(), "disk full"), None);
+        }
+        assert!(h.is_failing());
+        clock.advance(chrono::Duration::seconds(5));
+        assert_eq!(
+            h.progressed(clock.now()),
+            Some(Change::Cleared(Duration::from_secs(30)))
+        );
+        assert_eq!(h.progressed(clock.now()), None);
+        assert!(!h.is_failing());
+        assert_eq!(
+            h.failed(clock.now(), "io"),
+            Some(Change::Failing),
+            "a new episode"
+        );
+    }
+
+    #[test]
+    fn backoff_doubles_while_failing_up_to_the_cap_and_resets_on_progress() {
+        let clock = clock();
+        let (base, max) = (Duration::from_millis(500), Duration::from_secs(30));
+        let mut h = Health::default();
+        assert_eq!(h.backoff(base, max), base);
+        let waits: Vec<_> = (0..8)
+            .map(|_| {
+                h.failed(clock.now(), "full");
+                h.backoff(base, max)
+            })
+            .collect();
+        assert_eq!(waits[0], base);
+        assert_eq!(waits[1], base * 2);
+        assert_eq!(waits[3], base * 8);
+        assert_eq!(waits[7], max);
+        h.progressed(clock.now());
+        assert_eq!(h.backoff(base, max), base);
+    }
+
+    #[test]
+    fn stalled_only_after_the_timeout_without_progress() {
+        let clock = clock();
+        let timeout = Duration::from_secs(60);
+        let mut h = Health::default();
+        assert_eq!(h.stalled(clock.now(), timeout), None);
+        h.failed(clock.now(), "first");
+        clock.advance(chrono::Duration::seconds(59));
+        h.failed(clock.now(), "database or disk is full");
+        assert_eq!(h.stalled(clock.now(), timeout), None);
+        clock.advance(chrono::Duration::seconds(1));
+        assert_eq!(
+            h.stalled(clock.now(), timeout),
+            Some((timeout, "database or disk is full"))
+        );
+        h.progressed(clock.now());
+        clock.advance(chrono::Duration::seconds(600));
+        assert_eq!(h.stalled(clock.now(), timeout), None);
+    }
+}

@@ -1,0 +1,218 @@
+//! Storage faults met by real `toolq` processes on real files: a damaged page of the runs
+//! table, a database that cannot grow (SQLITE_FULL through `TOOLQ_MAX_PAGE_COUNT`), and the
+//! lease warnings of a plain drain.
+
+use std::io::{Seek, SeekFrom, Write};
+use std::path::Path;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use rusqlite::Connection;
+use serde_json::json;
+use toolq::EnqueueRequest;
+
+use crate::crash::{Setup, enqueue_sleeps, enqueue_with, one, setup, spawn_worker, wait_exit};
+
+/// `n` queued `sleep 0` runs over a few sessions.
+fn queue(db: &Path, n: usize) {
+    enqueue_sleeps(
+        db,
+        (0..n).map(|i| (format!("s{}", i % 50), 0, None)).collect(),
+    );
+}
+
+/// Every log line the worker processes of `s` wrote.
+fn worker_logs(s: &Setup) -> String {
+    let mut all = String::new();
+    for entry in std::fs::read_dir(s.dir.path()).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        if name.starts_with("worker-") {
+            all.push_str(&std::fs::read_to_string(&path).unwrap());
+        }
+    }
+    all
+}
+
+/// Overwrites one page in the middle of the runs table's b-tree with random bytes, as
+/// `dd if=/dev/urandom of=q.db bs=4096 seek=N count=1 conv=notrunc` does.
+fn corrupt_a_runs_page(db: &Path) -> i64 {
+    let (page, size) = {
+        let c = Connection::open(db).unwrap();
+        // Everything in the main file, nothing left in the WAL to cover the damage.
+        c.execute_batch("PRAGMA wal_checkpoint(TRUNCATE)").unwrap();
+        let leaves = one(
+            &c,
+            "SELECT count(*) FROM dbstat WHERE name = 'runs' AND pagetype = 'leaf'",
+        );
+        assert!(leaves > 10, "runs has only {leaves} leaf pages");
+        let page: i64 = c
+            .query_row(
+                "SELECT pageno FROM dbstat WHERE name = 'runs' AND pagetype = 'leaf' \
+                 ORDER BY pageno LIMIT 1 OFFSET ?1",
+                [leaves / 2],
+                |r| r.get(0),
+            )
+            .unwrap();
+        (page, one(&c, "PRAGMA page_size"))
+    };
+    let noise: Vec<u8> = (0..size).map(|_| rand::random::<u8>()).collect();
+    let mut f = std::fs::OpenOptions::new().write(true).open(db).unwrap();
+    f.seek(SeekFrom::Start(((page - 1) * size) as u64)).unwrap();
+    f.write_all(&noise).unwrap();
+    f.sync_all().unwrap();
+    page
+}
+
+#[test]
+fn a_damaged_runs_page_stops_the_drain_with_exit_1_naming_the_file() {
+    let s = setup("[worker]\npoll_interval = \"50ms\"\n");
+    queue(&s.db, 6000);
+    corrupt_a_runs_page(&s.db);
+    let mut w = spawn_worker(&s, true);
+    let status = wait_exit(&mut w, Duration::from_secs(60));
+    let logs = worker_logs(&s);
+    assert_eq!(status.code(), Some(1), "{logs}");
+    let last = logs.lines().last().unwrap_or_default();
+    assert!(last.starts_with("toolq: "), "{logs}");
+    assert!(last.contains(&s.db.display().to_string()), "{last}");
+    assert!(
+        last.contains("toolq --db") && last.contains("check"),
+        "{last}"
+    );
+    assert!(last.contains("backup"), "{last}");
+}
+
+#[test]
+fn check_reports_ok_on_a_good_file_and_each_problem_on_a_damaged_one() {
+    let s = setup("");
+    queue(&s.db, 2000);
+    let ok = crate::support::toolq(&s.db, &["check"]);
+    assert_eq!(ok.status.code(), Some(0), "{ok:?}");
+    assert_eq!(String::from_utf8_lossy(&ok.stdout).trim(), "ok");
+    let quick = crate::support::toolq(&s.db, &["check", "--quick"]);
+    assert_eq!(quick.status.code(), Some(0), "{quick:?}");
+    let js = crate::support::toolq(&s.db, &["--json", "check"]);
+    let v: serde_json::Value = serde_json::from_slice(&js.stdout).unwrap();
+    assert_eq!(v, json!({"ok": true, "quick": false, "problems": []}));
+
+    corrupt_a_runs_page(&s.db);
+    for args in [&["check"][..], &["check", "--quick"]] {
+        let bad = crate::support::toolq(&s.db, args);
+        assert_eq!(bad.status.code(), Some(1), "{args:?}: {bad:?}");
+        let out = String::from_utf8_lossy(&bad.stdout);
+        assert!(!out.lines().any(|l| l == "ok"), "{out}");
+        assert!(out.lines().count() >= 1, "{out}");
+        let err = String::from_utf8_lossy(&bad.stderr);
+        assert!(
+            err.starts_with("toolq: ") && err.contains(&s.db.display().to_string()),
+            "{err}"
+        );
+    }
+    let js = crate::support::toolq(&s.db, &["--json", "check"]);
+    assert_eq!(js.status.code(), Some(1));
+    let v: serde_json::Value = serde_json::from_slice(&js.stdout).unwrap();
+    assert_eq!(v["ok"], false);
+    assert!(!v["problems"].as_array().unwrap().is_empty(), "{v}");
+}
+
+#[test]
+fn a_database_that_cannot_grow_ends_the_drain_with_exit_1_and_logs_the_state_once() {
+    let s = setup(
+        "[worker]\npoll_interval = \"50ms\"\nheartbeat_interval = \"20ms\"\nstall_timeout = \"2s\"\n",
+    );
+    // Runs that each write a result: the file must grow to record their ends.
+    let reqs = (0..400)
+        .map(|i| {
+            EnqueueRequest::new(
+                "echo",
+                json!({"message": format!("{i}:{}", "x".repeat(2000))}),
+            )
+        })
+        .collect();
+    enqueue_with(&s.db, None, reqs);
+    let pages = {
+        let c = Connection::open(&s.db).unwrap();
+        c.execute_batch("PRAGMA wal_checkpoint(TRUNCATE)").unwrap();
+        one(&c, "PRAGMA page_count")
+    };
+    let log = std::fs::File::create(s.dir.path().join("worker-full.log")).unwrap();
+    let mut w = std::process::Command::new(env!("CARGO_BIN_EXE_toolq"))
+        .arg("--db")
+        .arg(&s.db)
+        .arg("--config")
+        .arg(&s.config)
+        .args(["worker", "--drain"])
+        .env("TOOLQ_MAX_PAGE_COUNT", (pages + 2).to_string())
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    let status = wait_exit(&mut w, Duration::from_secs(60));
+    let logs = worker_logs(&s);
+    assert_eq!(status.code(), Some(1), "{logs}");
+    let failing = logs
+        .lines()
+        .filter(|l| l.contains("database writes are failing"))
+        .count();
+    assert_eq!(failing, 1, "{logs}");
+    assert!(!logs.contains("rescued a run"), "{logs}");
+    assert!(!logs.contains("heartbeat failed"), "{logs}");
+    let last = logs.lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with("toolq: ") && last.contains(&s.db.display().to_string()),
+        "{last}"
+    );
+    assert!(last.contains("full"), "{last}");
+}
+
+#[test]
+fn a_plain_drain_with_fast_heartbeats_warns_of_no_lost_lease() {
+    let s = setup("[worker]\nheartbeat_interval = \"1ms\"\npoll_interval = \"20ms\"\n");
+    queue(&s.db, 2000);
+    let mut w = spawn_worker(&s, true);
+    let status = wait_exit(&mut w, Duration::from_secs(120));
+    let logs = worker_logs(&s);
+    assert_eq!(status.code(), Some(0), "{logs}");
+    let c = Connection::open(&s.db).unwrap();
+    assert_eq!(
+        one(&c, "SELECT count(*) FROM runs WHERE state = 'completed'"),
+        2000
+    );
+    let lost: Vec<&str> = logs.lines().filter(|l| l.contains("lease lost")).collect();
+    assert!(
+        lost.is_empty(),
+        "{} false warnings: {:?}",
+        lost.len(),
+        &lost[..lost.len().min(3)]
+    );
+}
+
+#[test]
+fn a_run_taken_over_elsewhere_still_warns_lease_lost() {
+    let s = setup("[worker]\nheartbeat_interval = \"20ms\"\npoll_interval = \"20ms\"\n");
+    enqueue_sleeps(&s.db, vec![("s".into(), 60_000, None)]);
+    let mut w = spawn_worker(&s, false);
+    let c = Connection::open(&s.db).unwrap();
+    c.busy_timeout(Duration::from_secs(5)).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while one(&c, "SELECT count(*) FROM runs WHERE state = 'running'") == 0 {
+        assert!(Instant::now() < deadline, "the run never started");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // Another worker rescued and re-claimed it: a new owner, attempt and lease token.
+    c.execute(
+        "UPDATE runs SET lease_owner = 'wk_elsewhere', lease_token = 'other', attempt = attempt + 1 \
+         WHERE state = 'running'",
+        [],
+    )
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !worker_logs(&s).contains("lease lost") {
+        assert!(Instant::now() < deadline, "no warning: {}", worker_logs(&s));
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let _ = w.kill();
+    let _ = w.wait();
+}
