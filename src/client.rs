@@ -305,7 +305,11 @@ impl Client {
     /// returns the existing run.
     pub async fn enqueue(&self, req: EnqueueRequest) -> Result<Enqueued> {
         let row = self.prepare(&req)?;
-        let inserted = self.engine().run_insert(vec![row]).await?;
+        let inserted = self
+            .engine()
+            .run_insert(vec![row])
+            .await
+            .map_err(|e| key_conflict(e, ""))?;
         self.inner.wake.notify_one();
         inserted.into_iter().map(to_enqueued).next().ok_or_else(|| {
             Error::Store(StoreError::Invalid(
@@ -325,7 +329,11 @@ impl Client {
                     .map_err(|e| e.within(&format!("request {}: ", i + 1)))
             })
             .collect::<Result<Vec<_>, _>>()?;
-        let inserted = self.engine().run_insert(rows).await?;
+        let inserted = self
+            .engine()
+            .run_insert(rows)
+            .await
+            .map_err(|e| key_conflict(e, "batch"))?;
         self.inner.wake.notify_one();
         Ok(inserted.into_iter().map(to_enqueued).collect())
     }
@@ -468,6 +476,31 @@ impl Client {
     /// Wakes this process's workers (used after an enqueue made elsewhere in the process).
     pub fn wake_workers(&self) {
         self.inner.wake.notify_one();
+    }
+}
+
+/// An idempotency key naming a run with other args is the caller's input error; in a batch
+/// it names the request (`request 3: `), like the other input errors of a batch.
+fn key_conflict(e: StoreError, batch: &str) -> Error {
+    match e {
+        StoreError::KeyConflict {
+            index,
+            key,
+            run,
+            what,
+        } => {
+            let field = if batch.is_empty() {
+                "idempotency key".to_string()
+            } else {
+                format!("request {}: idempotency key", index + 1)
+            };
+            Error::Input(InputError::new(
+                field,
+                key,
+                format!("already names run {run} with {what}"),
+            ))
+        }
+        e => Error::Store(e),
     }
 }
 

@@ -12,7 +12,7 @@ use crate::ids::RunId;
 use crate::run::{Inserted, ListFilter};
 use crate::run::{NewRun, Run, RunState};
 
-const FIND_BY_KEY: &str = "SELECT id FROM runs WHERE idempotency_key = ?1";
+const FIND_BY_KEY: &str = "SELECT id, tool, args FROM runs WHERE idempotency_key = ?1";
 pub(crate) const INSERT: &str = "INSERT INTO runs (id, session_id, tool, args, title, state, priority, max_attempts, \
     run_at, created_at, idempotency_key, timeout_ms, signal_on_completion, delivery, schedule_id, fire_at, ticks) \
     VALUES (?1, ?2, ?3, ?4, ?5, 'queued', ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)";
@@ -26,8 +26,8 @@ pub fn insert(tx: &Transaction<'_>, run: &NewRun) -> Result<Inserted, StoreError
 pub fn insert_many(tx: &Transaction<'_>, runs: &[NewRun]) -> Result<Vec<Inserted>, StoreError> {
     let mut stmt = tx.prepare_cached(INSERT).ctx("prepare insert run")?;
     let mut done = Vec::with_capacity(runs.len());
-    for run in runs {
-        if let Some(id) = existing_key(tx, run)? {
+    for (index, run) in runs.iter().enumerate() {
+        if let Some(id) = existing_key(tx, run, index)? {
             done.push(Inserted::Existing(id));
             continue;
         }
@@ -70,18 +70,60 @@ pub fn insert_many(tx: &Transaction<'_>, runs: &[NewRun]) -> Result<Vec<Inserted
     Ok(done)
 }
 
-/// The run that already holds `run`'s idempotency key, if any.
-fn existing_key(tx: &Transaction<'_>, run: &NewRun) -> Result<Option<RunId>, StoreError> {
+/// The run that already holds `run`'s idempotency key, if any; an error when that run has
+/// another tool or other args (`index`: the run's position in its insert).
+fn existing_key(
+    tx: &Transaction<'_>,
+    run: &NewRun,
+    index: usize,
+) -> Result<Option<RunId>, StoreError> {
     let Some(key) = &run.idempotency_key else {
         return Ok(None);
     };
-    let existing: Option<String> = tx
+    let existing: Option<(String, String, String)> = tx
         .prepare_cached(FIND_BY_KEY)
         .ctx("prepare idempotency lookup")?
-        .query_row([key], |r| r.get(0))
+        .query_row([key], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
         .optional()
         .ctx("look up idempotency key")?;
-    Ok(existing.map(RunId::from_db))
+    let Some((id, tool, args)) = existing else {
+        return Ok(None);
+    };
+    let what = if tool != run.tool {
+        Some(format!(
+            "a different tool: stored {tool}, given {}",
+            run.tool
+        ))
+    } else if serde_json::from_str::<serde_json::Value>(&args)
+        .ok()
+        .as_ref()
+        != Some(&run.args)
+    {
+        Some(format!(
+            "different args: stored {}, given {}",
+            short(&args),
+            short(&run.args.to_string())
+        ))
+    } else {
+        None
+    };
+    match what {
+        None => Ok(Some(RunId::from_db(id))),
+        Some(what) => Err(StoreError::KeyConflict {
+            index,
+            key: key.clone(),
+            run: id,
+            what,
+        }),
+    }
+}
+
+/// A JSON text cut for a message.
+fn short(s: &str) -> String {
+    if s.chars().count() <= 200 {
+        return s.to_string();
+    }
+    format!("{}...", s.chars().take(200).collect::<String>())
 }
 
 /// Reads one run.
