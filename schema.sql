@@ -1,4 +1,4 @@
--- toolq schema, version 5 (stored in PRAGMA user_version; src/store/migrate.rs upgrades older files).
+-- toolq schema, version 6 (stored in PRAGMA user_version; src/store/migrate.rs upgrades older files).
 --
 -- This file is the whole schema. It is embedded in the binary and applied by `toolq init`
 -- (or by any command that opens a new database). Ops people: this is your interface.
@@ -62,10 +62,14 @@ CREATE TABLE runs (
     approval_at           TEXT,
     approval_note         TEXT,
     cancel_requested_at   TEXT                               -- a running run is asked to stop
-);
+, unique_key TEXT);  -- unique runs (version 6): hex SHA-256 of tool and canonical args; NULL unless enqueued unique
 -- Uniqueness only where a value exists: partial indexes keep ad-hoc runs (no key, no schedule)
 -- out of them, so an enqueue commits fewer index pages.
 CREATE UNIQUE INDEX runs_idempotency_idx ON runs (idempotency_key) WHERE idempotency_key IS NOT NULL;
+-- Unique runs (version 6): an enqueue with --unique-by args finds a run of the same tool and
+-- canonical args in a given state, created since a given instant: one seek per state. Only
+-- runs enqueued unique have a key, so other enqueues write no entry.
+CREATE INDEX runs_unique_idx ON runs (unique_key, state, created_at) WHERE unique_key IS NOT NULL;
 -- A schedule tick makes at most one run.
 CREATE UNIQUE INDEX runs_schedule_tick_idx ON runs (schedule_id, fire_at) WHERE schedule_id IS NOT NULL;
 

@@ -22,7 +22,7 @@ use crate::ids::{RunId, validate_session};
 use crate::inbox::About;
 use crate::inbox::{InboxFilter, Message};
 use crate::run::FinishRecord;
-use crate::run::{Delivery, NewRun, Run, RunState};
+use crate::run::{Delivery, NewRun, Run, RunState, Unique, UniqueCheck, unique_key};
 use crate::run::{Inserted, ListFilter};
 use crate::store::{Engine, InboxMark, OpenMode, RunRetry, Store};
 use crate::tool::Registry;
@@ -53,6 +53,9 @@ pub struct EnqueueRequest {
     pub signal_on_completion: bool,
     /// Delivery mode of that message.
     pub delivery: Delivery,
+    /// Return a run of the same tool and args (in the given states and period) instead of
+    /// inserting another; see [`Unique`].
+    pub unique: Option<Unique>,
 }
 
 impl EnqueueRequest {
@@ -70,6 +73,7 @@ impl EnqueueRequest {
             idempotency_key: None,
             signal_on_completion: true,
             delivery: Delivery::WhenIdle,
+            unique: None,
         }
     }
 
@@ -82,6 +86,12 @@ impl EnqueueRequest {
     /// Sets the title.
     pub fn title(mut self, t: impl Into<String>) -> Self {
         self.title = Some(t.into());
+        self
+    }
+
+    /// Makes the run unique (see [`Unique`]).
+    pub fn unique(mut self, u: Unique) -> Self {
+        self.unique = Some(u);
         self
     }
 }
@@ -281,6 +291,11 @@ impl Client {
             None => entry.def.display_name.clone(),
         };
         let now = self.now();
+        let unique = req
+            .unique
+            .as_ref()
+            .map(|u| unique_check(u, &req.tool, &req.args, now))
+            .transpose()?;
         Ok(NewRun {
             id: RunId::generate(),
             session_id: req.session.clone(),
@@ -298,6 +313,7 @@ impl Client {
             schedule_id: None,
             fire_at: None,
             ticks: 1,
+            unique,
         })
     }
 
@@ -477,6 +493,54 @@ impl Client {
     pub fn wake_workers(&self) {
         self.inner.wake.notify_one();
     }
+}
+
+/// The store's check for a unique enqueue; the states must be given and the period positive.
+fn unique_check(
+    u: &Unique,
+    tool: &str,
+    args: &Value,
+    now: DateTime<Utc>,
+) -> Result<UniqueCheck, InputError> {
+    if u.states.is_empty() {
+        return Err(InputError::new(
+            "unique_states",
+            "",
+            "must name at least one state",
+        ));
+    }
+    let since = match u.within {
+        None => None,
+        Some(d) if d.is_zero() => {
+            return Err(InputError::new(
+                "unique_for",
+                "0",
+                "must be greater than zero",
+            ));
+        }
+        Some(d) => Some(
+            chrono::Duration::from_std(d)
+                .ok()
+                .and_then(|d| now.checked_sub_signed(d))
+                .ok_or_else(|| {
+                    InputError::new(
+                        "unique_for",
+                        humantime::format_duration(d).to_string(),
+                        "is too long",
+                    )
+                })?,
+        ),
+    };
+    let mut states = u.states.clone();
+    states.sort_by_key(|s| s.as_str());
+    states.dedup();
+    Ok(UniqueCheck {
+        key: match u.by {
+            crate::run::UniqueBy::Args => unique_key(tool, args),
+        },
+        states,
+        since,
+    })
 }
 
 /// An idempotency key naming a run with other args is the caller's input error; in a batch

@@ -71,7 +71,7 @@ pub use clock::{Clock, ManualClock, SharedClock, SystemClock};
 pub use config::Config;
 pub use error::{Error, InputError, Result};
 pub use ids::{RunId, ScheduleId, WorkerId};
-pub use run::{Delivery, Progress, Run, RunFilter, RunState};
+pub use run::{Delivery, Progress, Run, RunFilter, RunState, Unique, UniqueBy};
 pub use schedule::{MissedPolicy, OverlapPolicy, Schedule, ScheduleDetail, ScheduleRequest};
 #[doc(hidden)]
 pub use store::Store;

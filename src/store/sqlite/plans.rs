@@ -187,3 +187,15 @@ fn a_bulk_page_walks_the_primary_key() {
         assert!(!plan.iter().any(|d| d.contains("TEMP B-TREE")), "{plan:?}");
     }
 }
+
+/// A unique enqueue's lookup is one seek of its own index per state, under the writer.
+#[test]
+fn the_unique_lookup_seeks_its_index() {
+    let plan = plan(super::runs::FIND_UNIQUE);
+    assert!(
+        plan.iter()
+            .any(|d| d.contains("runs_unique_idx (unique_key=? AND state=? AND created_at>?)")),
+        "{plan:?}"
+    );
+    assert!(!plan.iter().any(|d| d.contains("TEMP B-TREE")), "{plan:?}");
+}
