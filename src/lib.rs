@@ -5,7 +5,8 @@
 //! ## Flow
 //! - **Enqueue** ([`Client::enqueue`], `toolq enqueue`, a schedule firing): the tool must exist
 //!   and the args match its JSON schema *before* anything is written; an idempotency key that
-//!   exists returns the existing run.
+//!   exists returns the existing run (with other args it is an error), and a unique enqueue
+//!   ([`Unique`]) returns a run of the same tool and args in the given states and period.
 //! - **Claim** ([`Worker`]): one short `BEGIN IMMEDIATE` transaction picks runnable runs by
 //!   priority then age, sharing slots fairly between sessions, honouring the per-worker and
 //!   per-session limits (counted in the database), and leases them with a fresh token.
