@@ -1,8 +1,16 @@
 //! The library's front door: a [`Client`] opens the database with a tool registry and offers
-//! enqueue, inspection, cancellation, retry and inbox calls. Workers are built from it.
+//! enqueue, inspection, cancellation, retry and inbox calls. Workers are built from it. Every
+//! `impl Client` lives here and in `client/`: approvals, schedules, retention, WAL health,
+//! `spawn_background`, inbox pages and waiting.
 
+mod approvals;
+mod bulk;
 mod inbox_page;
+mod retention;
+mod schedules;
+mod spawn;
 mod wait;
+mod wal;
 
 pub use wait::WaitOutcome;
 

@@ -218,7 +218,7 @@ pub struct InboxFilter {
     pub limit: i64,
 }
 
-/// Which page [`inbox_page`] returns.
+/// Which page [`crate::Client::inbox_page`] returns.
 #[derive(Debug, Clone, Default)]
 pub struct InboxPage {
     /// Only messages with an id above this one: the `limit` messages just after it.

@@ -63,7 +63,6 @@ pub mod status;
 #[doc(hidden)]
 pub mod store;
 pub mod tool;
-mod wal;
 pub mod worker;
 
 pub use bulk::{BulkOptions, BulkReport};

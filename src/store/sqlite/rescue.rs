@@ -131,12 +131,3 @@ pub fn rescuable(
         .ctx("rescuable runs")?;
     rows.collect::<Result<_, _>>().ctx("read rescuable runs")
 }
-
-/// Whether a queued run is waiting for a retry (an earlier attempt started), due or not:
-/// a draining worker waits for these.
-pub fn has_pending_retry(conn: &Connection) -> Result<bool, StoreError> {
-    conn.prepare_cached("SELECT EXISTS (SELECT 1 FROM runs WHERE state = 'queued' AND attempt > 0)")
-        .ctx("prepare pending retry")?
-        .query_row([], |r| r.get(0))
-        .ctx("pending retry")
-}

@@ -1,5 +1,4 @@
-//! WAL health for operators: [`Client::wal_health`] checkpoints passively and says whether a
-//! long-lived reader keeps the WAL from being checkpointed (for `stats` and `status`).
+//! WAL health for operators: [`Client::wal_health`] checkpoints passively and says whether a long-lived reader keeps the WAL from being checkpointed (for `stats` and `status`).
 
 use crate::client::Client;
 use crate::error::Result;

@@ -1,0 +1,31 @@
+//! [`Client::spawn_background`]: the built-in tool's contract, called directly by an agent host.
+
+use crate::client::Client;
+use crate::tool::builtin::SpawnBackground;
+use crate::tool::{Tool, ToolContext, ToolOutcome};
+use serde_json::Value;
+
+impl Client {
+    /// Calls `spawn_background` for `session` directly, as an agent host does when its session
+    /// makes the tool call: same contract, messages and limits as the built-in tool, answered at
+    /// once (the run it starts is executed by a worker). Nothing is written on a rejection.
+    pub async fn spawn_background(&self, session: &str, args: Value) -> ToolOutcome {
+        if let Err(e) = crate::ids::validate_session(session) {
+            return ToolOutcome::tool_error(e.to_string());
+        }
+        let ctx = ToolContext {
+            // Not a stored run: nothing is excluded from the session's active-run count.
+            run_id: crate::ids::RunId::generate(),
+            session_id: session.to_string(),
+            title: "Spawn Background".into(),
+            args,
+            attempt: 1,
+            sink: crate::tool::RunSink::new(crate::tool::sink::SinkLimits::default()),
+            cancel: tokio_util::sync::CancellationToken::new(),
+            operation_id: None,
+            client: Some(self.clone()),
+            clock: self.clock().clone(),
+        };
+        SpawnBackground.call(ctx).await
+    }
+}
