@@ -399,3 +399,62 @@ fn a_bulk_retry_of_10000_failed_runs_while_two_workers_drain() {
         "attempts 1 and 2 each ended once"
     );
 }
+
+/// The batch writes re-check every run: a run that changed state after the page was read is
+/// left as it is and reported as not applied (the library counts it as skipped).
+#[tokio::test]
+async fn a_batch_leaves_runs_that_changed_state_since_the_page_was_read() {
+    use toolq::store::{Engine, RunCancelMany, RunRetryMany, RunSelect};
+    let env = TestEnv::new();
+    let (a, b) = (
+        enqueue(&env, "echo", "s1", 1).await,
+        enqueue(&env, "echo", "s1", 1).await,
+    );
+    let store = env.client.store();
+    let page = store
+        .run_select(RunSelect {
+            filter: RunFilter::default(),
+            after: String::new(),
+            limit: 10,
+        })
+        .await
+        .unwrap();
+    assert_eq!(page.iter().map(|r| &r.id).collect::<Vec<_>>(), [&a, &b]);
+    // `a` is cancelled by someone else after the read.
+    env.client.cancel(&a).await.unwrap();
+    let ends = page
+        .iter()
+        .map(|r| {
+            toolq::worker::finish::decide_waiting(r, toolq::worker::finish::WaitingEnd::Cancelled)
+        })
+        .collect();
+    let now = env.client.now();
+    let out = store
+        .run_cancel_many(RunCancelMany {
+            ends,
+            requests: vec![a.clone()],
+            now,
+        })
+        .await
+        .unwrap();
+    assert_eq!((out.ended, out.requested), (vec![false, true], vec![false]));
+    // One message each: the stale end of `a` wrote nothing.
+    assert_eq!(
+        env.count("SELECT count(*) FROM inbox WHERE kind = 'cancelled'"),
+        2
+    );
+    // A retry that read `b` as failed finds it cancelled: not applied.
+    let out = store
+        .run_retry_many(RunRetryMany {
+            runs: vec![
+                (a.clone(), RunState::Cancelled),
+                (b.clone(), RunState::Failed),
+            ],
+            now,
+        })
+        .await
+        .unwrap();
+    assert_eq!(out, [true, false]);
+    assert_eq!(state(&env, &a).await, RunState::Queued);
+    assert_eq!(state(&env, &b).await, RunState::Cancelled);
+}
