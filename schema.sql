@@ -1,4 +1,4 @@
--- toolq schema, version 6 (stored in PRAGMA user_version; src/store/migrate.rs upgrades older files).
+-- toolq schema, version 7 (stored in PRAGMA user_version; src/store/migrate.rs upgrades older files).
 --
 -- This file is the whole schema. It is embedded in the binary and applied by `toolq init`
 -- (or by any command that opens a new database). Ops people: this is your interface.
@@ -62,11 +62,11 @@ CREATE TABLE runs (
     approval_at           TEXT,
     approval_note         TEXT,
     cancel_requested_at   TEXT                               -- a running run is asked to stop
-, unique_key TEXT);  -- unique runs (version 6): hex SHA-256 of tool and canonical args; NULL unless enqueued unique
+, unique_key TEXT);  -- unique runs (version 7): hex SHA-256 of tool and canonical args; NULL unless enqueued unique
 -- Uniqueness only where a value exists: partial indexes keep ad-hoc runs (no key, no schedule)
 -- out of them, so an enqueue commits fewer index pages.
 CREATE UNIQUE INDEX runs_idempotency_idx ON runs (idempotency_key) WHERE idempotency_key IS NOT NULL;
--- Unique runs (version 6): an enqueue with --unique-by args finds a run of the same tool and
+-- Unique runs (version 7): an enqueue with --unique-by args finds a run of the same tool and
 -- canonical args in a given state, created since a given instant: one seek per state. Only
 -- runs enqueued unique have a key, so other enqueues write no entry.
 CREATE INDEX runs_unique_idx ON runs (unique_key, state, created_at) WHERE unique_key IS NOT NULL;
@@ -275,6 +275,20 @@ SELECT id, session_id, tool, title, cron_expression, scheduled_at, timezone, nex
 FROM schedules
 WHERE enabled = 1 AND next_trigger_at IS NOT NULL
 ORDER BY next_trigger_at;
+
+-- Async tools (version 6): one row per stage an attempt reported, in order, with its time;
+-- read from runs.stages ([{stage, message, progress, at, attempt}, ...]), where the worker
+-- stores them. runs.operation_id is kept for every later attempt of the run, which resumes the
+-- operation instead of starting it again. Filter by run_id (a primary-key lookup).
+CREATE VIEW run_stages AS
+SELECT r.id AS run_id, r.session_id, r.tool, r.operation_id,
+       json_extract(s.value, '$.attempt') AS attempt,
+       s.key + 1 AS seq,
+       json_extract(s.value, '$.stage') AS stage,
+       json_extract(s.value, '$.message') AS message,
+       json_extract(s.value, '$.progress') AS progress,
+       json_extract(s.value, '$.at') AS at
+FROM runs r, json_each(r.stages) s;
 
 -- What happened to each schedule's ticks over the last 7 days.
 CREATE VIEW recent_occurrences AS

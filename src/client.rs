@@ -5,6 +5,7 @@
 
 mod approvals;
 mod bulk;
+mod deliver;
 mod inbox_page;
 mod retention;
 mod schedules;
@@ -12,6 +13,7 @@ mod spawn;
 mod wait;
 mod wal;
 
+pub use deliver::SessionActivity;
 pub use wait::WaitOutcome;
 
 use std::sync::Arc;
@@ -473,7 +475,7 @@ impl Client {
     /// its data encoded off the writer.
     pub(crate) fn format_end(&self, tool: &str, record: &mut FinishRecord) {
         if let (Some(m), Some(e)) = (record.message.as_mut(), self.registry().get(tool)) {
-            crate::tool::apply_format(&*e.tool, m);
+            e.format_message(m);
         }
         record.encode_message();
     }

@@ -1,4 +1,10 @@
-//! Configuration: `config.toml` (every key optional, unknown keys rejected) -> validated [`Config`].
+//! Configuration: layers (built-in defaults, one config file, `TOOLQ_SECTION__KEY`
+//! environment variables, flags; see [`layers`]) merged by figment into the file's shape
+//! (every key optional, unknown keys rejected), then validated into a typed [`Config`].
+
+pub mod explain;
+pub mod layers;
+mod report;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -7,7 +13,9 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::error::ConfigError;
-use crate::tool::command::CommandToolConfig;
+use crate::tool::command::{CommandToolConfig, FileCommandTool};
+pub use layers::{ConfigFile, FileChoice, Layers, Origin, Override};
+pub(crate) use report::suggest;
 
 /// Validated configuration with typed values.
 #[derive(Debug, Clone, PartialEq)]
@@ -139,8 +147,14 @@ pub struct RunDefaults {
 /// Per-session limits.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SessionLimits {
-    /// Active (queued, awaiting, running) runs a session may start through spawn_background.
+    /// Active (queued or running) background runs a session may have when it calls
+    /// spawn_background (the seed's 5).
     pub max_active_runs: i64,
+    /// Active (queued or running) runs in the whole queue when spawn_background is called
+    /// (the seed's per-worker 64).
+    pub max_active_runs_per_worker: i64,
+    /// Batch use: spawn_background queues beyond both limits instead of rejecting.
+    pub queue_beyond_limit: bool,
     /// Enabled schedules per session.
     pub max_active_schedules: i64,
 }
@@ -179,7 +193,9 @@ impl Default for Config {
                 tail_chars: 2048,
             },
             sessions: SessionLimits {
-                max_active_runs: 100,
+                max_active_runs: 5,
+                max_active_runs_per_worker: 64,
+                queue_beyond_limit: false,
                 max_active_schedules: 20,
             },
             schedules: SchedulesConfig {
@@ -215,7 +231,7 @@ struct FileConfig {
     sessions: Option<FileSessions>,
     schedules: Option<FileSchedules>,
     #[serde(default)]
-    tools: BTreeMap<String, toml::Table>,
+    tools: BTreeMap<String, FileCommandTool>,
     #[serde(default)]
     shell: ShellConfig,
     #[serde(default)]
@@ -280,6 +296,8 @@ struct FileRuns {
 #[serde(deny_unknown_fields)]
 struct FileSessions {
     max_active_runs: Option<i64>,
+    max_active_runs_per_worker: Option<i64>,
+    queue_beyond_limit: Option<bool>,
     max_active_schedules: Option<i64>,
 }
 
@@ -292,14 +310,20 @@ struct FileSchedules {
 
 pub use crate::clock::parse_duration;
 
+/// Validates values; errors name where the key was set (file and line, variable or flag).
 struct Checker<'a> {
-    path: &'a str,
+    layers: &'a Layers,
 }
 
 impl Checker<'_> {
+    fn origin(&self, key: &str) -> String {
+        let path: Vec<String> = key.split('.').map(String::from).collect();
+        self.layers.origin_of(&path).to_string()
+    }
+
     fn bad(&self, key: &str, value: impl ToString, reason: impl Into<String>) -> ConfigError {
         ConfigError::Invalid {
-            path: self.path.into(),
+            path: self.origin(key),
             key: key.into(),
             value: value.to_string(),
             reason: reason.into(),
@@ -342,24 +366,42 @@ impl Checker<'_> {
     }
 }
 
+/// The configuration the CLI uses, and the layers it came from: the config file by the
+/// lookup order (`--config`, `TOOLQ_CONFIG`, `./toolq.toml`, none), then `TOOLQ_*__*`
+/// environment variables, then `overrides` (flags).
+pub fn resolve(
+    config_flag: Option<&Path>,
+    overrides: &[Override],
+) -> Result<(Config, Layers), ConfigError> {
+    let layers = Layers::new(ConfigFile::lookup(config_flag)?, true, overrides)?;
+    let config = Config::from_layers(&layers)?;
+    Ok((config, layers))
+}
+
 impl Config {
-    /// Reads and validates a config file.
+    /// Reads and validates a config file (the file alone: no environment, no flags).
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        let display = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-            path: display.clone(),
-            source,
-        })?;
-        Config::parse(&text, &display)
+        let file = ConfigFile::read(path, FileChoice::Given)?;
+        Config::from_layers(&Layers::new(Some(file), false, &[])?)
     }
 
     /// Parses and validates config text; `origin` names it in errors.
     pub fn parse(text: &str, origin: &str) -> Result<Config, ConfigError> {
-        let file: FileConfig = toml::from_str(text).map_err(|e| ConfigError::Parse {
-            path: origin.into(),
-            message: e.to_string().trim().replace('\n', " "),
-        })?;
-        let c = Checker { path: origin };
+        let file = ConfigFile {
+            name: origin.into(),
+            text: text.into(),
+            choice: FileChoice::Given,
+        };
+        Config::from_layers(&Layers::new(Some(file), false, &[])?)
+    }
+
+    /// Validates the merged layers into a typed configuration.
+    pub fn from_layers(layers: &Layers) -> Result<Config, ConfigError> {
+        let file: FileConfig = layers
+            .figment
+            .extract()
+            .map_err(|e| report::from_figment(e, layers))?;
+        let c = Checker { layers };
         let d = Config::default();
         let w = file.worker.unwrap_or_default();
         let r = file.runs.unwrap_or_default();
@@ -458,6 +500,16 @@ impl Config {
                 1,
                 1_000_000,
             )?,
+            max_active_runs_per_worker: c.int(
+                "sessions.max_active_runs_per_worker",
+                s.max_active_runs_per_worker,
+                d.sessions.max_active_runs_per_worker,
+                1,
+                1_000_000,
+            )?,
+            queue_beyond_limit: s
+                .queue_beyond_limit
+                .unwrap_or(d.sessions.queue_beyond_limit),
             max_active_schedules: c.int(
                 "sessions.max_active_schedules",
                 s.max_active_schedules,
@@ -496,7 +548,7 @@ impl Config {
             runs,
             sessions,
             schedules,
-            tools: crate::tool::command::parse_tools(file.tools, origin)?,
+            tools: crate::tool::command::parse_tools(file.tools, &|key: &str| c.origin(key))?,
             shell: file.shell,
             retention,
             wal,

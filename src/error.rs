@@ -65,24 +65,32 @@ pub enum ConfigError {
         /// The I/O error.
         source: std::io::Error,
     },
-    /// The file is not valid TOML or has unknown keys or wrong types.
+    /// The file is not valid TOML (or defines a table twice).
     #[error("config {path}: {message}")]
     Parse {
         /// Path of the file.
         path: String,
-        /// The parser's explanation (names the key and line).
+        /// What is wrong, from its line number on; further lines show the line and a hint.
+        message: String,
+    },
+    /// A key is unknown (with the likely one), of the wrong type, or missing.
+    #[error("config {origin}: {message}")]
+    Key {
+        /// Where the key was set: `file, line N`, `environment variable X` or a flag.
+        origin: String,
+        /// What is wrong; further lines show what was found and what is allowed.
         message: String,
     },
     /// A key has a value outside what it accepts.
-    #[error("config {path}: {key} = {value}: {reason}")]
+    #[error("config {path}: {key} = {value}\n  {reason}")]
     Invalid {
-        /// Path of the file.
+        /// Where the key was set: `file, line N`, `environment variable X` or a flag.
         path: String,
         /// The key, dotted (`worker.concurrency`).
         key: String,
         /// The value as written.
         value: String,
-        /// Why it is rejected.
+        /// Why it is rejected (what it accepts).
         reason: String,
     },
 }

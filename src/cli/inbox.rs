@@ -34,6 +34,43 @@ pub struct Args {
     /// Ctrl-C). With --json, one compact JSON object per line.
     #[arg(long, short = 'f', conflicts_with = "before")]
     pub follow: bool,
+    /// Only what to deliver now, oldest first: interrupt messages (and, with --idle,
+    /// when_idle ones). Silent messages are acknowledged, never shown here.
+    #[arg(long, conflicts_with_all = ["follow", "before", "after", "unread"])]
+    pub deliverable: bool,
+    /// With --deliverable: the session is idle (also deliver when_idle messages).
+    #[arg(long, requires = "deliverable")]
+    pub idle: bool,
+}
+
+/// `--deliverable`: what the session should be told now.
+async fn deliverable(ctx: &Ctx, args: &Args) -> Result<()> {
+    let activity = if args.idle {
+        crate::client::SessionActivity::Idle
+    } else {
+        crate::client::SessionActivity::Busy
+    };
+    let mut msgs = ctx.client.deliverable(&args.session, activity).await?;
+    msgs.truncate(usize::try_from(args.limit).unwrap_or(0));
+    if args.ack && !msgs.is_empty() {
+        ctx.client
+            .mark_inbox(&args.session, msgs.iter().map(|m| m.id).collect(), true)
+            .await?;
+    }
+    if ctx.json {
+        render::json(&msgs);
+        return Ok(());
+    }
+    if msgs.is_empty() {
+        render::note(&format!(
+            "nothing to deliver to session {} now",
+            args.session
+        ));
+    }
+    for m in &msgs {
+        show(m);
+    }
+    Ok(())
 }
 
 /// How often `--follow` looks for new messages.
@@ -98,6 +135,9 @@ fn show(m: &crate::inbox::Message) {
 pub async fn run(ctx: &Ctx, args: Args) -> Result<()> {
     if args.follow {
         return follow(ctx, &args).await;
+    }
+    if args.deliverable {
+        return deliverable(ctx, &args).await;
     }
     let msgs = ctx
         .client

@@ -5,6 +5,7 @@ mod approve;
 mod bulk;
 mod cancel;
 mod check;
+mod config;
 mod deny;
 mod enqueue;
 mod generate;
@@ -28,10 +29,10 @@ mod worker;
 
 use std::path::PathBuf;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use crate::client::Client;
-use crate::config::Config;
+use crate::config::{Config, Layers, Override};
 use crate::error::{Error, Result};
 use crate::store::OpenMode;
 use crate::tool::{Registry, RegistryBuilder};
@@ -46,8 +47,10 @@ pub struct Cli {
     /// The database file [default: database.path from the config, else ./toolq.db].
     #[arg(long, global = true, env = "TOOLQ_DB", value_name = "PATH", help_heading = GLOBAL)]
     pub db: Option<PathBuf>,
-    /// A config file (see config.toml for every key and its default).
-    #[arg(long, global = true, env = "TOOLQ_CONFIG", value_name = "PATH", help_heading = GLOBAL)]
+    /// A config file (see config.toml for every key and its default) [default: TOOLQ_CONFIG,
+    /// else ./toolq.toml if present, else built-in defaults]. Any key can also be set by an
+    /// environment variable TOOLQ_SECTION__KEY (e.g. TOOLQ_WORKER__CONCURRENCY=8).
+    #[arg(long, global = true, value_name = "PATH", help_heading = GLOBAL)]
     pub config: Option<PathBuf>,
     /// Print machine-readable JSON on stdout instead of tables.
     #[arg(long, global = true, help_heading = GLOBAL)]
@@ -103,7 +106,7 @@ pub enum Command {
     Retry(retry::Args),
     /// List a session's inbox messages.
     #[command(
-        after_help = "Examples:\n  toolq inbox demo --unread --ack\n  toolq inbox demo --limit 20 --before 1200   # the page before message 1200\n  toolq inbox demo --follow"
+        after_help = "Examples:\n  toolq inbox demo --unread --ack\n  toolq inbox demo --limit 20 --before 1200   # the page before message 1200\n  toolq inbox demo --follow\n  toolq inbox demo --deliverable --idle --ack   # what to announce now, then acknowledge it"
     )]
     Inbox(inbox::Args),
     /// List the registered tools, or show one with its schema.
@@ -144,6 +147,12 @@ pub enum Command {
     /// --quick): prints `ok` or one line per problem; exits 1 when there is any.
     #[command(after_help = "Examples:\n  toolq check\n  toolq check --quick")]
     Check(check::Args),
+    /// Print the effective configuration and where each value came from (default, file,
+    /// environment variable, flag); an invalid configuration exits 2 with the error.
+    #[command(
+        after_help = "Examples:\n  toolq config\n  TOOLQ_WORKER__CONCURRENCY=8 toolq --json config\n  toolq --config /etc/toolq/toolq.toml config"
+    )]
+    Config(config::Args),
 }
 
 /// What every subcommand gets.
@@ -152,18 +161,27 @@ pub struct Ctx {
     pub client: Client,
     /// `--json` was given.
     pub json: bool,
+    /// The config file in use and how it was chosen, or "built-in defaults".
+    pub config_file: String,
 }
 
-/// Loads the configuration: `--config` if given, else the built-in defaults; `--db` wins.
-pub fn load_config(cli: &Cli) -> Result<Config> {
-    let mut config = match &cli.config {
-        Some(path) => Config::load(path)?,
-        None => Config::default(),
-    };
+/// Loads the configuration by the lookup order (`--config`, `TOOLQ_CONFIG`, `./toolq.toml`,
+/// built-in defaults), then `TOOLQ_*__*` environment variables, then flags (`--db`, the
+/// worker's). `db_from_env` says `--db` was given as `TOOLQ_DB` (named so in provenance).
+pub fn load_config(cli: &Cli, db_from_env: bool) -> Result<(Config, Layers)> {
+    let mut overrides = Vec::new();
     if let Some(db) = &cli.db {
-        config.db_path = db.display().to_string();
+        let flag = if db_from_env { "TOOLQ_DB" } else { "--db" };
+        overrides.push(Override::new(
+            "database.path",
+            db.display().to_string(),
+            flag,
+        ));
     }
-    Ok(config)
+    if let Command::Worker(a) = &cli.command {
+        overrides.extend(a.overrides());
+    }
+    Ok(crate::config::resolve(cli.config.as_deref(), &overrides)?)
 }
 
 /// The tools this process can run: the built-ins plus what the config defines.
@@ -181,10 +199,18 @@ pub fn registry_with(config: &Config, host: RegistryBuilder) -> Result<Registry>
         .iter()
         .find(|n| registry.get(n).is_none())
     {
+        let known: Vec<&str> = registry.iter().map(|e| e.def.name.as_str()).collect();
+        let hint = match crate::config::suggest(name, &known) {
+            Some(s) => format!("; did you mean `{s}`?"),
+            None => String::new(),
+        };
         return Err(crate::error::InputError::new(
             "approvals.require",
             name,
-            "names a tool that is not registered",
+            format!(
+                "names a tool that is not registered{hint}\n  registered tools: {}",
+                known.join(", ")
+            ),
         )
         .into());
     }
@@ -216,7 +242,8 @@ fn open_mode(command: &Command) -> OpenMode {
         | Command::Approve(_)
         | Command::Deny(_)
         | Command::Prune(_) => OpenMode::Existing,
-        Command::Inbox(a) if a.ack => OpenMode::Existing,
+        // --deliverable acknowledges silent messages: a write.
+        Command::Inbox(a) if a.ack || a.deliverable => OpenMode::Existing,
         Command::Inbox(_)
         | Command::Runs(_)
         | Command::Show(_)
@@ -228,21 +255,22 @@ fn open_mode(command: &Command) -> OpenMode {
         | Command::Check(_)
         | Command::Wait(_) => OpenMode::Read,
         // Answered before any database is opened (see dispatch).
-        Command::Completions(_) | Command::Man => OpenMode::Read,
+        Command::Completions(_) | Command::Man | Command::Config(_) => OpenMode::Read,
     }
 }
 
-async fn dispatch(cli: Cli, host: RegistryBuilder) -> Result<()> {
+async fn dispatch(cli: Cli, host: RegistryBuilder, db_from_env: bool) -> Result<()> {
     match &cli.command {
         Command::Completions(a) => return generate::completions(a),
         Command::Man => return generate::man(),
         _ => {}
     }
-    let config = load_config(&cli)?;
+    let (config, layers) = load_config(&cli, db_from_env)?;
     let registry = registry_with(&config, host)?;
-    // These two need no database: they neither open nor create one.
+    // These need no database: they neither open nor create one.
     let command = match cli.command {
         Command::Tools(a) => return tools::run(&registry, cli.json, a),
+        Command::Config(a) => return config::run(&layers, cli.json, &a),
         Command::Schedule(schedule::Args {
             command: schedule::Sub::Preview(a),
         }) => return schedule::preview(cli.json, a),
@@ -257,6 +285,7 @@ async fn dispatch(cli: Cli, host: RegistryBuilder) -> Result<()> {
     let ctx = Ctx {
         client,
         json: cli.json,
+        config_file: layers.file_summary(),
     };
     match command {
         Command::Init(a) => init::run(&ctx, a).await,
@@ -278,7 +307,7 @@ async fn dispatch(cli: Cli, host: RegistryBuilder) -> Result<()> {
         Command::Status(a) => status::run(&ctx, a).await,
         Command::Schedule(a) => schedule::run(&ctx, a).await,
         Command::Check(a) => check::run(&ctx, a).await,
-        Command::Completions(_) | Command::Man => Ok(()),
+        Command::Completions(_) | Command::Man | Command::Config(_) => Ok(()),
     }
 }
 
@@ -314,8 +343,11 @@ pub fn main() -> i32 {
 /// }
 /// ```
 pub fn main_with(host: RegistryBuilder) -> i32 {
-    let cli = match Cli::try_parse() {
-        Ok(cli) => cli,
+    let parsed = Cli::command()
+        .try_get_matches()
+        .and_then(|m| Ok((Cli::from_arg_matches(&m)?, m)));
+    let (cli, matches) = match parsed {
+        Ok(parsed) => parsed,
         Err(e) => {
             let code = e.exit_code();
             // `--help` or `--version` that could not be printed did not do its job.
@@ -328,6 +360,7 @@ pub fn main_with(host: RegistryBuilder) -> i32 {
             };
         }
     };
+    let db_from_env = matches.value_source("db") == Some(clap::parser::ValueSource::EnvVariable);
     if let Err(e) = init_tracing(&cli.command) {
         render::error(&e);
         return e.exit_code();
@@ -343,7 +376,7 @@ pub fn main_with(host: RegistryBuilder) -> i32 {
         }
     };
     let outcome = runtime
-        .block_on(dispatch(cli, host))
+        .block_on(dispatch(cli, host, db_from_env))
         .and_then(|()| render::finish());
     match outcome {
         Ok(()) => 0,
@@ -372,6 +405,10 @@ fn name_flags(e: Error) -> Error {
         "count",
         "by",
         "limit",
+        "unique_by",
+        "unique_for",
+        "unique_states",
+        "batch_size",
     ];
     match e {
         Error::Input(mut ie) if FIELDS.contains(&ie.field.as_str()) => {

@@ -66,7 +66,7 @@ pub async fn run(ctx: &Ctx, args: Args) -> Result<()> {
         pairs.push(("operation_id", op.clone()));
     }
     if run.stages.as_array().is_some_and(|a| !a.is_empty()) {
-        pairs.push(("stages", run.stages.to_string()));
+        pairs.push(("stages", stage_lines(&run.stages)));
     }
     if let Some(a) = &run.approval_state {
         pairs.push((
@@ -117,4 +117,25 @@ fn error_lines(errors: &serde_json::Value) -> String {
             format!("\n  {}", line.replace('\n', "\n    "))
         })
         .collect()
+}
+
+/// One line per stage: `at  attempt N  stage  message  (progress %)`, under the field name.
+fn stage_lines(stages: &serde_json::Value) -> String {
+    let mut out = String::new();
+    for st in stages.as_array().into_iter().flatten() {
+        let field = |k: &str| st.get(k).and_then(|v| v.as_str()).unwrap_or("-");
+        out.push_str(&format!(
+            "\n  {}  attempt {}  {}",
+            field("at"),
+            st.get("attempt").map_or("-".into(), |a| a.to_string()),
+            field("stage")
+        ));
+        if let Some(m) = st.get("message").and_then(|m| m.as_str()) {
+            out.push_str(&format!("  {m}"));
+        }
+        if let Some(p) = st.get("progress").and_then(|p| p.as_f64()) {
+            out.push_str(&format!("  ({:.0}%)", p * 100.0));
+        }
+    }
+    out
 }

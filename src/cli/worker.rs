@@ -3,6 +3,7 @@
 use tokio_util::sync::CancellationToken;
 
 use super::{Ctx, render};
+use crate::config::Override;
 use crate::error::{Error, Result};
 use crate::worker::WorkerOptions;
 
@@ -22,6 +23,48 @@ pub struct Args {
     /// Log filter, RUST_LOG syntax (e.g. info, toolq=debug); default: RUST_LOG, else info.
     #[arg(long, value_name = "FILTER")]
     pub log: Option<String>,
+    /// Running runs in this process (overrides worker.concurrency).
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    pub concurrency: Option<i64>,
+    /// Running runs per session over all workers (overrides worker.per_session).
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    pub per_session: Option<i64>,
+    /// How often to look for work when nothing woke the worker, e.g. 500ms (overrides
+    /// worker.poll_interval).
+    #[arg(long, value_name = "DURATION")]
+    pub poll_interval: Option<String>,
+    /// On SIGINT/SIGTERM, how long in-flight runs may finish, e.g. 30s (overrides
+    /// worker.shutdown_grace).
+    #[arg(long, value_name = "DURATION")]
+    pub shutdown_grace: Option<String>,
+}
+
+impl Args {
+    /// The config keys these flags set; validated with the rest of the configuration.
+    pub fn overrides(&self) -> Vec<Override> {
+        let mut o = Vec::new();
+        if let Some(n) = self.concurrency {
+            o.push(Override::new("worker.concurrency", n, "--concurrency"));
+        }
+        if let Some(n) = self.per_session {
+            o.push(Override::new("worker.per_session", n, "--per-session"));
+        }
+        if let Some(d) = &self.poll_interval {
+            o.push(Override::new(
+                "worker.poll_interval",
+                d.as_str(),
+                "--poll-interval",
+            ));
+        }
+        if let Some(d) = &self.shutdown_grace {
+            o.push(Override::new(
+                "worker.shutdown_grace",
+                d.as_str(),
+                "--shutdown-grace",
+            ));
+        }
+        o
+    }
 }
 
 /// Runs the worker; the first SIGINT/SIGTERM starts a graceful shutdown.
@@ -41,11 +84,19 @@ pub async fn run(ctx: &Ctx, args: Args) -> Result<()> {
     });
     let worker = ctx.client.worker(WorkerOptions { drain: args.drain });
     let cfg = &ctx.client.config().worker;
+    let tools: Vec<String> = ctx
+        .client
+        .registry()
+        .iter()
+        .map(|e| e.def.name.clone())
+        .collect();
     tracing::info!(
         worker_id = %worker.id(),
         db = %ctx.client.engine().location(),
+        config = %ctx.config_file,
         concurrency = cfg.concurrency,
         per_session = cfg.per_session,
+        tools = %tools.join(","),
         "worker starting"
     );
     let server = match &args.metrics {

@@ -32,9 +32,17 @@ pub trait Engine: Send + Sync + std::fmt::Debug + 'static {
     /// Inserts runs in one transaction, all or none; a known idempotency key returns the
     /// run that holds it.
     async fn run_insert(&self, runs: Vec<NewRun>) -> EngineResult<Vec<Inserted>>;
-    /// Inserts one run unless its session already has `max_active` active runs (not
-    /// counting `except`); `None` when the limit is reached. Count and insert are atomic.
-    async fn run_insert_within_limit(&self, p: RunInsertLimited) -> EngineResult<Option<Inserted>>;
+    /// Inserts one run unless the queued and running runs (not counting `except`) already
+    /// reach a limit: over all sessions first, then in the run's session. Count and insert
+    /// are one transaction, so two calls cannot both take the last slot.
+    async fn run_insert_within_limit(&self, p: RunInsertLimited) -> EngineResult<LimitedInsert>;
+    /// Inserts one run and, with `approval`, records it as approved before it is queued (a
+    /// host approved the call), in one transaction.
+    async fn run_insert_preapproved(
+        &self,
+        run: NewRun,
+        approval: Option<RunApprove>,
+    ) -> EngineResult<()>;
     /// Reads one run.
     async fn run_get(&self, id: RunId) -> EngineResult<Option<Run>>;
     /// Lists runs, newest first.
@@ -117,6 +125,15 @@ pub trait Engine: Send + Sync + std::fmt::Debug + 'static {
     async fn inbox_list(&self, session: String, filter: InboxFilter) -> EngineResult<Vec<Message>>;
     /// A page of a session's messages, newest first (before or after an id).
     async fn inbox_page(&self, session: String, page: InboxPage) -> EngineResult<Vec<Message>>;
+    /// The messages to deliver to a session now: acknowledges its silent ones, then returns
+    /// (oldest first, at most `limit`) its unacknowledged ones of the `modes` deliveries.
+    async fn inbox_deliverable(
+        &self,
+        session: String,
+        modes: &'static [&'static str],
+        limit: i64,
+        now: DateTime<Utc>,
+    ) -> EngineResult<Vec<Message>>;
     /// Marks messages read (and, with `ack`, acknowledged); returns how many changed.
     async fn inbox_mark(&self, p: InboxMark) -> EngineResult<usize>;
     /// A blob by session and path.
@@ -194,10 +211,22 @@ pub trait Engine: Send + Sync + std::fmt::Debug + 'static {
 pub struct RunInsertLimited {
     /// The run.
     pub run: NewRun,
-    /// The session's limit of active runs.
-    pub max_active: i64,
     /// A run not to count (the caller's own).
     pub except: Option<String>,
+    /// (limit over all sessions, limit in the run's session) of queued and running runs;
+    /// `None`: no limit.
+    pub limits: Option<(i64, i64)>,
+}
+
+/// What [`Engine::run_insert_within_limit`] did.
+#[derive(Debug, Clone)]
+pub enum LimitedInsert {
+    /// Inserted (or found by its idempotency key).
+    Inserted(Inserted),
+    /// Nothing written: this many runs are queued or running over all sessions.
+    OverAll(i64),
+    /// Nothing written: this many runs are queued or running in the session.
+    OverSession(i64),
 }
 
 /// Parameters of [`Engine::run_retry`].

@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 
 use super::process::{self, Exit, ProcessSpec, Stopped};
 use super::sink::{RunSink, escape_bytes};
-use super::{Tool, ToolContext, ToolDef, ToolOutcome, ToolPolicy};
+use super::{Tool, ToolContext, ToolDef, ToolHints, ToolOutcome, ToolPolicy};
 use crate::clock::parse_duration;
 use crate::error::ConfigError;
 use crate::run::Progress;
@@ -52,9 +52,10 @@ pub struct CommandToolConfig {
     pub kill_grace: Duration,
 }
 
+/// A `[tools.NAME]` table as written (unknown keys are rejected by the config loader).
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct FileCommandTool {
+pub(crate) struct FileCommandTool {
     command: Vec<String>,
     description: Option<String>,
     args_schema: Option<toml::Value>,
@@ -69,26 +70,30 @@ struct FileCommandTool {
     kill_grace: Option<String>,
 }
 
-/// Parses and validates every `[tools.NAME]` table; errors name `tools.NAME.key`.
+/// Validates every `[tools.NAME]` table; errors name `tools.NAME.key` and, through
+/// `origin` (dotted key -> where it was set), the file and line.
 pub(crate) fn parse_tools(
-    raw: BTreeMap<String, toml::Table>,
-    origin: &str,
+    raw: BTreeMap<String, FileCommandTool>,
+    origin: &dyn Fn(&str) -> String,
 ) -> Result<BTreeMap<String, CommandToolConfig>, ConfigError> {
     raw.into_iter()
-        .map(|(name, table)| Ok((name.clone(), parse_one(&name, table, origin)?)))
+        .map(|(name, f)| Ok((name.clone(), parse_one(&name, f, origin)?)))
         .collect()
 }
 
 fn parse_one(
     name: &str,
-    table: toml::Table,
-    origin: &str,
+    f: FileCommandTool,
+    origin: &dyn Fn(&str) -> String,
 ) -> Result<CommandToolConfig, ConfigError> {
-    let bad = |key: &str, value: String, reason: String| ConfigError::Invalid {
-        path: origin.into(),
-        key: format!("tools.{name}{}{key}", if key.is_empty() { "" } else { "." }),
-        value,
-        reason,
+    let bad = |key: &str, value: String, reason: String| {
+        let key = format!("tools.{name}{}{key}", if key.is_empty() { "" } else { "." });
+        ConfigError::Invalid {
+            path: origin(&key),
+            key,
+            value,
+            reason,
+        }
     };
     let valid_name = !name.is_empty()
         && name
@@ -101,16 +106,6 @@ fn parse_one(
             "tool names use letters, digits, '_' and '-'".into(),
         ));
     }
-    let f: FileCommandTool =
-        toml::Value::Table(table.clone())
-            .try_into()
-            .map_err(|e: toml::de::Error| {
-                bad(
-                    "",
-                    table.to_string().replace('\n', " "),
-                    e.message().to_string(),
-                )
-            })?;
     if f.command.first().is_none_or(|p| p.is_empty()) {
         return Err(bad(
             "command",
@@ -244,7 +239,9 @@ fn protocol_line(line: &[u8], sink: &RunSink, reported: &Mutex<Reported>) -> boo
 impl Tool for CommandTool {
     fn definition(&self) -> ToolDef {
         let c = &self.0;
-        let mut def = ToolDef::new(&c.name, &c.description, c.args_schema.clone());
+        // Command tools run external programs: background-capable by design.
+        let mut def = ToolDef::new(&c.name, &c.description, c.args_schema.clone())
+            .hints(ToolHints::default().with_supports_background(true));
         def.timeout = c.timeout;
         def.approval_deadline = c.approval_deadline;
         if c.requires_approval {
@@ -322,9 +319,16 @@ fn outcome_of(name: &str, out: process::ProcessOutput, rep: Reported) -> ToolOut
 mod tests {
     use super::*;
 
+    /// Parses `text` whose tables are tools (`[t]` stands for `[tools.t]`).
     fn parse(text: &str) -> Result<BTreeMap<String, CommandToolConfig>, ConfigError> {
-        let raw: BTreeMap<String, toml::Table> = toml::from_str(text).unwrap();
-        parse_tools(raw, "c.toml")
+        let text: String = text
+            .lines()
+            .map(|l| match l.strip_prefix('[') {
+                Some(rest) => format!("[tools.{rest}\n"),
+                None => format!("{l}\n"),
+            })
+            .collect();
+        crate::config::Config::parse(&text, "c.toml").map(|c| c.tools)
     }
 
     #[test]
@@ -341,6 +345,9 @@ mod tests {
         assert_eq!(c.args_schema["required"][0], "host");
         let t = parse("[j]\ncommand = [\"x\"]\nargs_schema = '{\"type\": \"object\"}'\n").unwrap();
         assert_eq!(t["j"].args_schema, json!({"type": "object"}));
+        // Command tools run external programs: background-capable by design.
+        let def = CommandTool(t["j"].clone()).definition();
+        assert!(def.hints.supports_background);
     }
 
     #[test]

@@ -1,10 +1,14 @@
 //! The tool model: what a tool declares ([`ToolDef`]), what it is given ([`ToolContext`]) and
 //! what it returns ([`ToolOutcome`]). Outcomes are data, not errors.
 
+pub mod async_tool;
 pub mod builtin;
 pub mod command;
+pub mod executor;
+pub mod mode;
 pub mod process;
 pub mod registry;
+pub mod result;
 pub mod sink;
 pub mod typed;
 
@@ -15,7 +19,17 @@ use serde::Serialize;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
+pub use async_tool::{AsyncAdapter, AsyncOutcome, AsyncTool, ProgressStage, ToolStatus};
+pub use executor::{
+    ApprovalRequest, BasicToolExecutor, ExecContext, ToolExecutionOutcome, ToolExecutor,
+    ToolRequest,
+};
+pub use mode::{
+    Acknowledgement, DefaultResultFormatter, FunctionResponseScheduling, ResultFormatter,
+    ToolExecutionMode,
+};
 pub use registry::{Registry, RegistryBuilder};
+pub use result::ToolResult;
 pub use sink::{RunSink, Stream};
 pub use typed::{Typed, TypedTool, schema_of, typed_def};
 
@@ -24,24 +38,35 @@ use crate::ids::RunId;
 /// The text a session sees for any internal error; the details go to ops only.
 pub const INTERNAL_ERROR_TEXT: &str = "An internal error occurred while executing the tool";
 
-/// Hints about a tool's behaviour.
-#[derive(Debug, Clone, Copy, Serialize)]
+/// Hints about a tool's behaviour. Every hint defaults to `false`, as in the seed: a tool opts
+/// in, e.g. `ToolHints::default().with_supports_background(true)`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct ToolHints {
     /// It only reads.
     pub readonly: bool,
     /// Running it twice with the same args has the effect of running it once.
     pub idempotent: bool,
-    /// It may run in the background (via `spawn_background`).
+    /// It may run in the background (via `spawn_background`). Opt-in.
     pub supports_background: bool,
 }
 
-impl Default for ToolHints {
-    fn default() -> Self {
-        Self {
-            readonly: false,
-            idempotent: false,
-            supports_background: true,
-        }
+impl ToolHints {
+    /// Sets `readonly`.
+    pub fn with_readonly(mut self, v: bool) -> Self {
+        self.readonly = v;
+        self
+    }
+
+    /// Sets `idempotent`.
+    pub fn with_idempotent(mut self, v: bool) -> Self {
+        self.idempotent = v;
+        self
+    }
+
+    /// Sets `supports_background`.
+    pub fn with_supports_background(mut self, v: bool) -> Self {
+        self.supports_background = v;
+        self
     }
 }
 
@@ -128,7 +153,7 @@ impl ToolDef {
 }
 
 /// An image attached to a successful result.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Image {
     /// MIME type, e.g. `image/png`.
     pub mime_type: String,

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use super::{Tool, ToolDef};
+use super::{Tool, ToolDef, ToolExecutionMode};
 use crate::error::InputError;
 
 /// A registered tool.
@@ -15,7 +15,22 @@ pub struct Entry {
     pub tool: Arc<dyn Tool>,
     /// Its definition.
     pub def: ToolDef,
+    /// How a host's call runs it (see [`crate::tool::BasicToolExecutor`]).
+    pub mode: ToolExecutionMode,
     validator: jsonschema::Validator,
+}
+
+impl Entry {
+    /// Shapes an inbox message about one of this tool's runs: a background mode's formatter
+    /// when it has one (result or cancellation text), else the tool's own
+    /// [`Tool::format_message`]; the default text otherwise.
+    pub fn format_message(&self, msg: &mut crate::inbox::NewMessage) {
+        match (self.mode.formatter(), msg.kind) {
+            (Some(f), "completed" | "failed") => msg.body = f.result(msg),
+            (Some(f), "cancelled") => msg.body = f.cancellation(msg),
+            _ => super::apply_format(&*self.tool, msg),
+        }
+    }
 }
 
 impl std::fmt::Debug for Entry {
@@ -49,6 +64,7 @@ pub struct Registry {
 #[derive(Default)]
 pub struct RegistryBuilder {
     tools: Vec<Arc<dyn Tool>>,
+    modes: BTreeMap<String, ToolExecutionMode>,
 }
 
 impl RegistryBuilder {
@@ -82,6 +98,14 @@ impl RegistryBuilder {
         self
     }
 
+    /// Adds an async tool (it runs through [`super::AsyncAdapter`]). A host's call of it runs
+    /// in the background (delivered `WhenIdle`): only a queued run stores its operation id and
+    /// stages and resumes them after a crash. A later [`RegistryBuilder::mode`] overrides this.
+    pub fn async_tool(self, tool: impl super::AsyncTool) -> Self {
+        let name = tool.definition().name;
+        self.tool(super::AsyncAdapter(tool)).background(&name)
+    }
+
     /// Adds a tool with typed arguments (its schema derived from its `Args` type).
     pub fn typed(self, tool: impl super::TypedTool) -> Self {
         self.tool(super::Typed(tool))
@@ -93,8 +117,23 @@ impl RegistryBuilder {
         self
     }
 
-    /// Builds the registry: names must be unique and every schema must compile.
-    pub fn build(self) -> Result<Registry, InputError> {
+    /// Sets how a host's call runs tool `name` (default [`ToolExecutionMode::Standard`]).
+    pub fn mode(mut self, name: &str, mode: ToolExecutionMode) -> Self {
+        self.modes.insert(name.to_string(), mode);
+        self
+    }
+
+    /// Runs tool `name` in the background with the default formatter, delivered `WhenIdle`.
+    pub fn background(self, name: &str) -> Self {
+        self.mode(
+            name,
+            ToolExecutionMode::background(super::FunctionResponseScheduling::WhenIdle),
+        )
+    }
+
+    /// Builds the registry: names must be unique, every schema must compile, and every mode
+    /// must name a registered tool.
+    pub fn build(mut self) -> Result<Registry, InputError> {
         let mut tools = BTreeMap::new();
         for tool in self.tools {
             let def = tool.definition();
@@ -112,14 +151,23 @@ impl RegistryBuilder {
             if tools.contains_key(&name) {
                 return Err(InputError::new("tool", &name, "is registered twice"));
             }
+            let mode = self.modes.remove(&name).unwrap_or_default();
             tools.insert(
                 name,
                 Entry {
                     tool,
                     def,
+                    mode,
                     validator,
                 },
             );
+        }
+        if let Some(name) = self.modes.keys().next() {
+            return Err(InputError::new(
+                "tool mode",
+                name,
+                "names a tool that is not registered",
+            ));
         }
         Ok(Registry { tools })
     }
@@ -143,6 +191,31 @@ impl Registry {
     /// The names of all tools, sorted.
     pub fn names(&self) -> Vec<String> {
         self.tools.keys().cloned().collect()
+    }
+
+    /// Whether a tool of that name is registered.
+    pub fn has(&self, name: &str) -> bool {
+        self.tools.contains_key(name)
+    }
+
+    /// How many tools are registered.
+    pub fn len(&self) -> usize {
+        self.tools.len()
+    }
+
+    /// Whether no tool is registered.
+    pub fn is_empty(&self) -> bool {
+        self.tools.is_empty()
+    }
+
+    /// The names of all tools, sorted, borrowed (the seed's `tool_names`).
+    pub fn tool_names(&self) -> Vec<&str> {
+        self.tools.keys().map(String::as_str).collect()
+    }
+
+    /// Every tool's definition, sorted by name (the seed's `tool_definitions`).
+    pub fn tool_definitions(&self) -> Vec<ToolDef> {
+        self.tools.values().map(|e| e.def.clone()).collect()
     }
 
     /// All tools, by name.
@@ -213,5 +286,61 @@ mod tests {
         let e = r.validate("echo", &json!([1])).unwrap_err().to_string();
         assert!(e.contains("JSON object"), "{e}");
         assert!(r.validate("echo", &json!({"message": "hi"})).is_ok());
+        let e = r.validate("echo", &json!({})).unwrap_err().to_string();
+        assert!(e.contains("message"), "{e}");
+        let e = r
+            .validate("echo", &json!({"message": "hi", "extra": 1}))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("extra"), "{e}");
+    }
+
+    #[test]
+    fn parity_accessors_match_the_seed() {
+        let r = Registry::builtins();
+        assert!(r.has("echo") && !r.has("nope"));
+        assert_eq!(r.len(), r.tool_names().len());
+        assert!(!r.is_empty());
+        assert!(RegistryBuilder::new().build().unwrap().is_empty());
+        let names = r.tool_names();
+        let defs: Vec<String> = r.tool_definitions().into_iter().map(|d| d.name).collect();
+        assert_eq!(names, defs.iter().map(String::as_str).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn a_mode_must_name_a_registered_tool() {
+        let e = RegistryBuilder::new()
+            .with_builtins()
+            .background("nope")
+            .build()
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("nope") && e.contains("not registered"), "{e}");
+        let r = RegistryBuilder::new()
+            .with_builtins()
+            .background("sleep")
+            .build()
+            .unwrap();
+        assert!(r.get("sleep").unwrap().mode.is_background());
+        assert!(!r.get("echo").unwrap().mode.is_background());
+    }
+
+    #[test]
+    fn hints_are_opt_in_and_builtins_set_what_they_need() {
+        assert!(!crate::tool::ToolHints::default().supports_background);
+        let r = Registry::builtins();
+        let bg = |n: &str| r.get(n).unwrap().def.hints.supports_background;
+        for n in ["sleep", "http_request"] {
+            assert!(bg(n), "{n} runs long: background-capable");
+        }
+        for n in [
+            "echo",
+            "get_current_time",
+            "add",
+            "divide",
+            "spawn_background",
+        ] {
+            assert!(!bg(n), "{n} answers at once: inline only");
+        }
     }
 }

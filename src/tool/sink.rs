@@ -65,6 +65,13 @@ struct State {
 pub struct RunSink {
     limits: SinkLimits,
     state: Arc<Mutex<State>>,
+    /// Wakes the worker's flush at once when an operation id is set (see
+    /// [`RunSink::flush_on_operation`]).
+    flush_now: Option<Arc<tokio::sync::Notify>>,
+    /// Held from taking the operation's stages until they are written: writes run on
+    /// concurrent connections, so without it a periodic flush could commit after the
+    /// attempt's last write (and its finish), be fenced out, and lose its stages.
+    op_write: Arc<tokio::sync::Mutex<()>>,
 }
 
 /// What the worker writes to the run row and log blob on a flush or at the end.
@@ -86,7 +93,17 @@ impl RunSink {
         Self {
             limits,
             state: Arc::new(Mutex::new(State::default())),
+            flush_now: None,
+            op_write: Arc::default(),
         }
+    }
+
+    /// Makes [`RunSink::set_operation`] wake `flush` so the operation id is stored at once,
+    /// not at the next periodic flush: the shorter that window, the less a crash right after
+    /// an operation started can make a later attempt start it again.
+    pub fn flush_on_operation(mut self, flush: Arc<tokio::sync::Notify>) -> Self {
+        self.flush_now = Some(flush);
+        self
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -160,6 +177,10 @@ impl RunSink {
         s.operation = Some(id.into());
         s.stages.extend(stage);
         s.op_dirty = true;
+        drop(s);
+        if let Some(f) = &self.flush_now {
+            f.notify_one();
+        }
     }
 
     /// Appends a stage to the run's stage history (after [`RunSink::set_operation`]); every
@@ -168,6 +189,11 @@ impl RunSink {
         let mut s = self.lock();
         s.stages.push(stage);
         s.op_dirty = true;
+    }
+
+    /// The lock to hold from [`RunSink::take_operation`] until its write has committed.
+    pub(crate) fn operation_write_lock(&self) -> Arc<tokio::sync::Mutex<()>> {
+        self.op_write.clone()
     }
 
     /// Takes the pending operation id and the stages added since the last take.

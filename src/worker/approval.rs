@@ -24,7 +24,7 @@ pub(super) fn hold_for_approval(
     };
     let mut rec = crate::approval::await_approval(run, deadline);
     if let (Some(m), Some(e)) = (rec.message.as_mut(), client.registry().get(&run.tool)) {
-        crate::tool::apply_format(&*e.tool, m);
+        e.format_message(m);
     }
     if jobs.send(Job::End(Box::new(rec))).is_err() {
         tracing::error!(run_id = %run.id, "finisher is gone; the lease will expire and the run be rescued");

@@ -42,6 +42,14 @@ pub fn decide(
     rec.output_tail = snap.output_tail;
     rec.log = snap.log;
     // (visible error, ops detail, retryable, final kind)
+    let end = match end {
+        // Not an error (the seed's contract): the run completes with a result naming the
+        // provider, so the session can ask for the connection and try again.
+        AttemptEnd::Returned(ToolOutcome::ConnectionRequired { provider }) => {
+            AttemptEnd::Returned(ToolOutcome::ok(json!({ "connection_required": provider })))
+        }
+        other => other,
+    };
     let (error, internal, retryable, kind) = match end {
         AttemptEnd::Returned(ToolOutcome::Success(s)) => {
             let mut result = json!({"status": "completed", "result": s.value});
@@ -55,7 +63,10 @@ pub fn decide(
                 ));
             }
             rec.result = Some(result.to_string().into_bytes());
-            if run.signal_on_completion {
+            // A successful spawn_background run is an acknowledgement: the run (or monitor)
+            // it started signals the session itself, so one background run is one message.
+            if run.signal_on_completion && run.tool != crate::tool::builtin::spawn_background::NAME
+            {
                 rec.message = Some(final_message(
                     FinalKind::Completed,
                     &about_of(run),
@@ -71,8 +82,9 @@ pub fn decide(
             true,
             FinalKind::Failed,
         ),
+        // Mapped to a success above; only here because the match must be exhaustive.
         AttemptEnd::Returned(ToolOutcome::ConnectionRequired { provider }) => (
-            format!("connection required: connect {provider} and try again"),
+            format!("connection required: {provider}"),
             None,
             false,
             FinalKind::Failed,
@@ -336,7 +348,7 @@ mod tests {
     }
 
     #[test]
-    fn cancellation_and_connection_required_do_not_retry() {
+    fn cancellation_does_not_retry_and_connection_required_is_not_an_error() {
         let rec = go(&crate::run::running_fixture(1, 3), AttemptEnd::Cancelled);
         assert_eq!(rec.outcome, Outcome::Final(RunState::Cancelled));
         assert_eq!(rec.message.unwrap().kind, "cancelled");
@@ -346,8 +358,16 @@ mod tests {
                 provider: "github".into(),
             }),
         );
-        assert_eq!(rec.outcome, Outcome::Final(RunState::Failed));
-        assert!(rec.error.unwrap().contains("github"));
+        assert_eq!(rec.outcome, Outcome::Final(RunState::Completed));
+        assert!(rec.error.is_none());
+        let result: Value = serde_json::from_slice(&rec.result.unwrap()).unwrap();
+        assert_eq!(
+            result,
+            json!({"status": "completed", "result": {"connection_required": "github"}})
+        );
+        let m = rec.message.unwrap();
+        assert_eq!(m.kind, "completed");
+        assert!(m.body.contains("connection_required"), "{}", m.body);
     }
 
     #[test]

@@ -9,7 +9,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::claim::{ClaimArgs, claimed};
-use super::shared::{Job, Shared};
+use super::shared::{InFlight, Job, Shared};
 use super::start;
 use crate::error::Fault;
 use crate::store;
@@ -123,12 +123,15 @@ pub(super) async fn finisher_loop(
         {
             let mut flights = sh.flights();
             for (job, ok) in batch.iter().zip(applied) {
-                flights.remove(job.id());
+                let flight = flights.remove(job.id());
                 if gave_up {
                     // Not recorded, and not fenced out either: logged once above.
                     continue;
                 }
                 sh.metrics.finished(outcome_label(job, ok));
+                if ok {
+                    log_end(job, flight.as_ref(), now);
+                }
                 match (job, ok) {
                     (Job::End(_), true) => sh.recorded.fetch_add(1, Ordering::Relaxed),
                     (Job::Release(_), true) => sh.handed_back.fetch_add(1, Ordering::Relaxed),
@@ -176,4 +179,35 @@ fn outcome_label(job: &Job, applied: bool) -> &'static str {
             crate::run::Outcome::AwaitApproval { .. } => "awaiting_approval",
         },
     }
+}
+
+/// The one INFO line of an attempt end, once its fenced write has committed (a fenced-out
+/// end gets the warning instead). Hand-backs and holds for approval are not ends.
+fn log_end(job: &Job, flight: Option<&InFlight>, now: chrono::DateTime<chrono::Utc>) {
+    let (Job::End(r), Some(f)) = (job, flight) else {
+        return;
+    };
+    let outcome = match &r.outcome {
+        crate::run::Outcome::Final(s) => s.as_str(),
+        crate::run::Outcome::Retry(_) => "retried",
+        crate::run::Outcome::AwaitApproval { .. } => return,
+    };
+    let took = f
+        .run
+        .started_at
+        .and_then(|s| (now - s).to_std().ok())
+        .unwrap_or_default();
+    // Whole milliseconds: `1.234s`, not nanoseconds.
+    let took = Duration::from_millis(took.as_millis() as u64);
+    // Its own target, so busy workers can drop these (`--log info,toolq::run_end=off`).
+    tracing::info!(
+        target: "toolq::run_end",
+        run_id = %r.id,
+        tool = %f.run.tool,
+        session = %r.session_id,
+        outcome = %outcome,
+        attempt = r.attempt,
+        duration = %humantime::format_duration(took),
+        "run ended"
+    );
 }

@@ -124,9 +124,13 @@ pub(super) async fn lease_loop(sh: Arc<Shared>, stop: CancellationToken) {
 pub(crate) async fn flush_tick(sh: &Arc<Shared>) -> Result<()> {
     let mut writes = Vec::new();
     let mut ops = Vec::new();
+    // Held until the write below commits (see `RunSink::operation_write_lock`); a sink whose
+    // attempt is writing its last stages right now is left to that write.
+    let mut op_guards = Vec::new();
     for f in sh.flights().values() {
         let token = f.run.lease_token.clone().unwrap_or_default();
-        if let Some((op, stages)) = f.sink.take_operation() {
+        let guard = f.sink.operation_write_lock().try_lock_owned();
+        if let Some((op, stages)) = guard.as_ref().ok().and_then(|_| f.sink.take_operation()) {
             ops.push(store::OperationWrite {
                 id: f.run.id.to_string(),
                 attempt: f.run.attempt,
@@ -134,6 +138,7 @@ pub(crate) async fn flush_tick(sh: &Arc<Shared>) -> Result<()> {
                 operation_id: op,
                 stages,
             });
+            op_guards.extend(guard.ok());
         }
         if let Some(snap) = f.sink.take_changes() {
             writes.push(store::ProgressWrite {
@@ -168,6 +173,7 @@ pub(crate) async fn flush_tick(sh: &Arc<Shared>) -> Result<()> {
         .map(|w| (w.id.clone(), w.attempt))
         .collect();
     let done = sh.client.engine().attempt_flush(flush).await?;
+    drop(op_guards);
     for ((id, attempt), ok) in ops.iter().zip(done.operations) {
         if !ok {
             tracing::debug!(run_id = %id, attempt,
@@ -183,12 +189,14 @@ pub(crate) async fn flush_tick(sh: &Arc<Shared>) -> Result<()> {
     Ok(())
 }
 
-/// Writes an attempt's operation stages not yet flushed (fenced), at the end of the attempt.
+/// Writes an attempt's operation stages not yet flushed (fenced), at the end of the attempt,
+/// after any periodic flush of them that is still being written.
 pub(super) async fn flush_operation(
     client: &crate::Client,
     run: &crate::run::Run,
     sink: &crate::tool::RunSink,
 ) {
+    let _writing = sink.operation_write_lock().lock_owned().await;
     let Some((op, stages)) = sink.take_operation() else {
         return;
     };
@@ -213,6 +221,7 @@ pub(super) async fn flush_loop(sh: Arc<Shared>, stop: CancellationToken) {
     loop {
         tokio::select! {
             _ = tokio::time::sleep(every) => {}
+            _ = sh.flush_now.notified() => {}
             _ = stop.cancelled() => return,
         }
         if let Err(e) = flush_tick(&sh).await {

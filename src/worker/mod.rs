@@ -236,7 +236,8 @@ pub(super) fn start(sh: &Arc<Shared>, run: Run, jobs: mpsc::UnboundedSender<Job>
     let sink = RunSink::new(SinkLimits {
         log_cap: defaults.log_cap_bytes,
         tail_chars: defaults.tail_chars,
-    });
+    })
+    .flush_on_operation(sh.flush_now.clone());
     let stop = StopSignal::default();
     let entry = client.registry().get(&run.tool);
     let timeout = run

@@ -43,6 +43,8 @@ pub(crate) struct Shared {
     pub(super) slot_freed: Notify,
     /// A commit was seen (any process's): the schedule tick looks again for an earlier trigger.
     pub(super) schedules_changed: Notify,
+    /// An attempt set its operation id: the flush loop stores it now.
+    pub(super) flush_now: Arc<Notify>,
     /// Held while free slots are counted, claimed and started, so the claim loop and the
     /// finisher (which claims replacements in its own transaction) never overfill the slots.
     /// Holds the round-robin session cursor.
@@ -146,6 +148,7 @@ impl Shared {
             in_flight: Mutex::new(HashMap::new()),
             slot_freed: Notify::new(),
             schedules_changed: Notify::new(),
+            flush_now: Arc::new(Notify::new()),
             gate: tokio::sync::Mutex::new(None),
             last_poll: Mutex::new(None),
             claimed: AtomicU64::new(0),

@@ -170,7 +170,7 @@ async fn an_approval_past_its_deadline_expires() {
     });
     let id = env
         .client
-        .enqueue(EnqueueRequest::new("echo", json!({})).session("s"))
+        .enqueue(EnqueueRequest::new("echo", json!({"message": "hi"})).session("s"))
         .await
         .unwrap()
         .run_id;

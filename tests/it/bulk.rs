@@ -21,7 +21,7 @@ fn opts(batch_size: usize) -> BulkOptions {
 }
 
 async fn enqueue(env: &TestEnv, tool: &str, session: &str, delay_h: i64) -> RunId {
-    let mut req = EnqueueRequest::new(tool, json!({})).session(session);
+    let mut req = EnqueueRequest::new(tool, json!({"message": "bulk"})).session(session);
     req.max_attempts = Some(1);
     if delay_h > 0 {
         req.run_at = Some(env.client.now() + chrono::Duration::hours(delay_h));
@@ -230,7 +230,7 @@ fn bulk_cli_refuses_an_empty_or_mixed_call_and_keeps_the_single_id_form() {
                     "--in",
                     "1h",
                     "--args",
-                    &format!("{{\"i\":{i}}}"),
+                    &format!("{{\"message\":\"{i}\"}}"),
                 ],
             );
             assert!(o.status.success(), "{o:?}");

@@ -49,7 +49,7 @@ fn enqueue_drain_and_read_back() {
     assert_eq!(v["state"], "completed");
     let o = toolq(&db, &["result", &id]);
     let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
-    assert_eq!(v["result"]["message"], "hi");
+    assert_eq!(v["result"]["echoed"], "hi");
     let o = toolq(&db, &["logs", &id]);
     assert!(o.status.success(), "{}", stderr(&o));
     let o = toolq(&db, &["--json", "inbox", "demo", "--unread", "--ack"]);
@@ -97,10 +97,10 @@ fn bad_input_is_refused_with_exit_2_and_writes_nothing() {
     let db = dir.path().join("t.db");
     assert!(toolq(&db, &["init"]).status.success());
     let lines = dir.path().join("runs.jsonl");
-    std::fs::write(&lines, "{\"tool\":\"echo\"}\n\n{\"tool\":\"add\",\"args\":{\"a\":1,\"b\":2}}\n{\"tool\":\"add\",\"args\":{\"a\":1}}\n").unwrap();
+    std::fs::write(&lines, "{\"tool\":\"get_current_time\"}\n\n{\"tool\":\"add\",\"args\":{\"a\":1,\"b\":2}}\n{\"tool\":\"add\",\"args\":{\"a\":1}}\n").unwrap();
     let lines_s = lines.display().to_string();
     let garbage = dir.path().join("garbage.jsonl");
-    std::fs::write(&garbage, "{\"tool\":\"echo\"}\nnot json\n").unwrap();
+    std::fs::write(&garbage, "{\"tool\":\"get_current_time\"}\nnot json\n").unwrap();
     let garbage_s = garbage.display().to_string();
     let cases: Vec<(Vec<&str>, &str)> = vec![
         (vec!["enqueue", "nope"], "\"nope\""),
@@ -108,17 +108,23 @@ fn bad_input_is_refused_with_exit_2_and_writes_nothing() {
         (vec!["enqueue", "echo", "--args", "[1,2]"], "JSON object"),
         (vec!["enqueue", "add", "--args", r#"{"a":1}"#], "\"b\""),
         (vec!["enqueue", "add", "--args", r#"{"a":"x","b":1}"#], "/a"),
-        (vec!["enqueue", "echo", "--priority", "x"], "--priority"),
-        (vec!["enqueue", "echo", "--at", "tomorrow"], "--at"),
         (
-            vec!["enqueue", "echo", "--at", "2026-12-01T10:00:00"],
+            vec!["enqueue", "get_current_time", "--priority", "x"],
+            "--priority",
+        ),
+        (
+            vec!["enqueue", "get_current_time", "--at", "tomorrow"],
             "--at",
         ),
-        (vec!["enqueue", "echo", "--in", "soon"], "--in"),
+        (
+            vec!["enqueue", "get_current_time", "--at", "2026-12-01T10:00:00"],
+            "--at",
+        ),
+        (vec!["enqueue", "get_current_time", "--in", "soon"], "--in"),
         (
             vec![
                 "enqueue",
-                "echo",
+                "get_current_time",
                 "--at",
                 "2026-12-01T10:00:00Z",
                 "--in",
@@ -126,15 +132,24 @@ fn bad_input_is_refused_with_exit_2_and_writes_nothing() {
             ],
             "--in",
         ),
-        (vec!["enqueue", "echo", "--timeout", "0s"], "--timeout"),
         (
-            vec!["enqueue", "echo", "--max-attempts", "0"],
+            vec!["enqueue", "get_current_time", "--timeout", "0s"],
+            "--timeout",
+        ),
+        (
+            vec!["enqueue", "get_current_time", "--max-attempts", "0"],
             "--max-attempts \"0\"",
         ),
-        (vec!["enqueue", "echo", "--session", ""], "--session"),
-        (vec!["enqueue", "echo", "--delivery", "loud"], "--delivery"),
         (
-            vec!["enqueue", "echo", "--idempotency-key", ""],
+            vec!["enqueue", "get_current_time", "--session", ""],
+            "--session",
+        ),
+        (
+            vec!["enqueue", "get_current_time", "--delivery", "loud"],
+            "--delivery",
+        ),
+        (
+            vec!["enqueue", "get_current_time", "--idempotency-key", ""],
             "--idempotency-key",
         ),
         (vec!["enqueue", "--file", &lines_s], "line 4"),

@@ -109,6 +109,8 @@ fn schedule_add_prints_only_the_id_and_its_runs_carry_the_run_flags() {
             "schedule",
             "add",
             "echo",
+            "--args",
+            r#"{"message":"s"}"#,
             "--at",
             "2099-01-01T00:00:00Z",
             "--priority",
@@ -180,7 +182,7 @@ fn wait_blocks_until_the_runs_end_and_exits_by_outcome() {
     assert!(err(&o).contains(&format!("{bad} failed")), "{}", err(&o));
     assert!(out(&o).contains("cannot divide by zero"), "{}", out(&o));
 
-    let later = ok(&db, &["enqueue", "echo", "--in", "1h"])
+    let later = ok(&db, &["enqueue", "get_current_time", "--in", "1h"])
         .trim()
         .to_string();
     let o = toolq(
@@ -278,10 +280,20 @@ fn runs_shows_run_at_and_duration_and_show_reads_like_people_write() {
     let db = dir.path().join("t.db");
     let done = enqueue(&db, "divide", r#"{"a":1,"b":0}"#);
     drain(&db);
-    let ready = enqueue(&db, "echo", "{}");
-    let later = ok(&db, &["enqueue", "echo", "--in", "2h", "--timeout", "2m"])
-        .trim()
-        .to_string();
+    let ready = enqueue(&db, "echo", r#"{"message":"r"}"#);
+    let later = ok(
+        &db,
+        &[
+            "enqueue",
+            "get_current_time",
+            "--in",
+            "2h",
+            "--timeout",
+            "2m",
+        ],
+    )
+    .trim()
+    .to_string();
     let table = ok(&db, &["runs"]);
     let header = table.lines().next().unwrap();
     assert!(

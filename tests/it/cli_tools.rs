@@ -167,7 +167,10 @@ fn inbox_follow_prints_new_messages_as_they_arrive() {
     let cli = Cli::new(dir.path(), "");
     cli.ok(&["init"]);
     let (mut follower, lines) = cli.spawn_lines(&["--json", "inbox", "watch", "--follow"]);
-    let id = cli.enqueue("echo", "watch");
+    let id = cli.json(&["enqueue", "get_current_time", "--session", "watch"])["run_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
     cli.ok(&["worker", "--drain"]);
     let seen = until(&lines, &id);
     let msg: Value = serde_json::from_str(seen.last().unwrap()).unwrap();

@@ -22,7 +22,7 @@ async fn bad_requests_write_nothing() {
     let e = env
         .client
         .enqueue_batch(vec![
-            EnqueueRequest::new("echo", json!({})),
+            EnqueueRequest::new("echo", json!({"message": "hi"})),
             EnqueueRequest::new("echo", json!({"message": 5})),
         ])
         .await
@@ -55,7 +55,7 @@ async fn a_batch_inserts_in_order_and_a_repeated_key_within_it_returns_the_first
         .client
         .enqueue_batch(vec![
             keyed("first"),
-            EnqueueRequest::new("echo", json!({"message": "plain", "n": [1, 2]})),
+            EnqueueRequest::new("echo", json!({"message": "plain"})),
             keyed("first"),
         ])
         .await
@@ -67,7 +67,7 @@ async fn a_batch_inserts_in_order_and_a_repeated_key_within_it_returns_the_first
     let first = env.client.get(&out[0].run_id).await.unwrap();
     assert_eq!(first.args, json!({"message": "first"}));
     let plain = env.client.get(&out[1].run_id).await.unwrap();
-    assert_eq!(plain.args, json!({"message": "plain", "n": [1, 2]}));
+    assert_eq!(plain.args, json!({"message": "plain"}));
     assert_eq!(plain.run_at, plain.created_at);
 }
 
@@ -93,7 +93,7 @@ async fn the_same_idempotency_key_with_other_args_is_an_error_naming_both() {
     let e = env
         .client
         .enqueue_batch(vec![
-            EnqueueRequest::new("echo", json!({})),
+            EnqueueRequest::new("echo", json!({"message": "x"})),
             keyed("a"),
             keyed("c"),
         ])
@@ -116,7 +116,9 @@ async fn the_same_idempotency_key_with_other_args_is_an_error_naming_both() {
 async fn unique_runs_return_the_matching_run_within_their_states_and_period() {
     use toolq::run::Unique;
     let env = TestEnv::new();
-    let unique = |args: serde_json::Value, u: Unique| EnqueueRequest::new("echo", args).unique(u);
+    // `counter` takes any object, so canonical args can be nested and reordered.
+    let unique =
+        |args: serde_json::Value, u: Unique| EnqueueRequest::new("counter", args).unique(u);
     let first = env
         .client
         .enqueue(unique(
@@ -155,7 +157,7 @@ async fn unique_runs_return_the_matching_run_within_their_states_and_period() {
     let plain = env
         .client
         .enqueue(EnqueueRequest::new(
-            "echo",
+            "counter",
             json!({"a": 1, "b": {"y": 2, "x": 1}}),
         ))
         .await
@@ -231,13 +233,7 @@ fn unique_enqueues_from_several_processes_make_one_run() {
             std::process::Command::new(env!("CARGO_BIN_EXE_toolq"))
                 .arg("--db")
                 .arg(&db)
-                .args([
-                    "--json",
-                    "enqueue",
-                    "echo",
-                    "--args",
-                    r#"{"x":1,"y":[1,2]}"#,
-                ])
+                .args(["--json", "enqueue", "echo", "--args", r#"{"message":"xy"}"#])
                 .args(["--unique-by", "args", "--unique-for", "1h"])
                 .env_remove("TOOLQ_CONFIG")
                 .stdout(std::process::Stdio::piped())
@@ -266,8 +262,8 @@ fn unique_enqueues_from_several_processes_make_one_run() {
     let file = dir.path().join("runs.jsonl");
     std::fs::write(
         &file,
-        "{\"tool\":\"echo\",\"args\":{\"y\":[1,2],\"x\":1},\"unique_by\":\"args\",\"unique_states\":[\"queued\"]}\n\
-         {\"tool\":\"echo\",\"args\":{\"x\":2},\"unique_by\":\"args\",\"unique_for\":\"10m\",\"unique_states\":\"queued,running\"}\n",
+        "{\"tool\":\"echo\",\"args\":{\"message\":\"xy\"},\"unique_by\":\"args\",\"unique_states\":[\"queued\"]}\n\
+         {\"tool\":\"echo\",\"args\":{\"message\":\"x2\"},\"unique_by\":\"args\",\"unique_for\":\"10m\",\"unique_states\":\"queued,running\"}\n",
     )
     .unwrap();
     let o = toolq(
@@ -281,50 +277,63 @@ fn unique_enqueues_from_several_processes_make_one_run() {
         (id, json!(1))
     );
 
-    // Bad unique input and a key reused with other args are input errors (exit 2).
-    for args in [
-        vec!["enqueue", "echo", "--unique-by", "tool"],
-        vec![
-            "enqueue",
-            "echo",
+    // Bad unique input and a key reused with other args are input errors (exit 2), and the
+    // message names the flag (the args are valid, so the refusal is the flag's).
+    let valid = ["--args", r#"{"message":"u"}"#];
+    for (args, flag) in [
+        (
+            vec!["enqueue", "echo", "--unique-by", "tool"],
             "--unique-by",
-            "args",
+        ),
+        (
+            vec![
+                "enqueue",
+                "echo",
+                "--unique-by",
+                "args",
+                "--unique-states",
+                "done",
+            ],
             "--unique-states",
-            "done",
-        ],
-        vec![
-            "enqueue",
-            "echo",
-            "--unique-by",
-            "args",
+        ),
+        (
+            vec![
+                "enqueue",
+                "echo",
+                "--unique-by",
+                "args",
+                "--unique-for",
+                "0s",
+            ],
             "--unique-for",
-            "0s",
-        ],
+        ),
     ] {
-        let o = toolq(&db, &args);
+        let o = toolq(&db, &[&args[..], &valid[..]].concat());
         assert_eq!(o.status.code(), Some(2), "{args:?}: {o:?}");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains(flag), "{args:?}: {err}");
     }
-    assert!(
-        toolq(&db, &["enqueue", "echo", "--idempotency-key", "k"])
-            .status
-            .success()
-    );
-    let o = toolq(
-        &db,
-        &[
-            "enqueue",
-            "echo",
-            "--idempotency-key",
-            "k",
-            "--args",
-            r#"{"m":1}"#,
-        ],
-    );
+    let keyed = |m: &str| {
+        toolq(
+            &db,
+            &[
+                "enqueue",
+                "echo",
+                "--idempotency-key",
+                "k",
+                "--args",
+                &format!(r#"{{"message":"{m}"}}"#),
+            ],
+        )
+    };
+    assert!(keyed("a").status.success());
+    let o = keyed("b");
     assert_eq!(o.status.code(), Some(2), "{o:?}");
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(
         err.starts_with("toolq: idempotency key \"k\": already names run bg_")
-            && err.contains("with different args: stored {}, given {\"m\":1}"),
+            && err
+                .contains(r#"with different args: stored {"message":"a"}, given {"message":"b"}"#),
         "{err}"
     );
 }

@@ -22,7 +22,7 @@ async fn echo_completes_with_artifacts_and_inbox_message() {
     let v: serde_json::Value = serde_json::from_slice(&result.content).unwrap();
     assert_eq!(
         v,
-        json!({"status": "completed", "result": {"message": "hi"}})
+        json!({"status": "completed", "result": {"echoed": "hi", "length": 2}})
     );
     assert!(env.client.log(&run).await.unwrap().is_some());
     let inbox = env
@@ -104,7 +104,7 @@ async fn panic_is_contained_and_internal_error_is_hidden() {
     let f = env.client.enqueue(req).await.unwrap().run_id;
     let ok = env
         .client
-        .enqueue(EnqueueRequest::new("echo", json!({})))
+        .enqueue(EnqueueRequest::new("echo", json!({"message": "hi"})))
         .await
         .unwrap()
         .run_id;

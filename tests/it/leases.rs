@@ -191,7 +191,7 @@ async fn stale_attempt_is_fenced_out_after_a_lease_rescue() {
 #[tokio::test]
 async fn a_heartbeating_owner_is_never_rescued() {
     let env = TestEnv::new();
-    let id = enqueue(&env, "echo", json!({}), None).await;
+    let id = enqueue(&env, "echo", json!({"message": "hi"}), None).await;
     register(&env, "wk_a", "elsewhere", 1, "1");
     let run = claim_as(&env, "wk_a").remove(0);
     let held = vec![(id.to_string(), run.lease_token.clone().unwrap())];
@@ -223,15 +223,15 @@ async fn a_heartbeating_owner_is_never_rescued() {
 #[tokio::test]
 async fn runs_of_a_dead_local_process_are_rescued_without_waiting_for_the_lease() {
     let env = TestEnv::new();
-    let retried = enqueue(&env, "echo", json!({}), None).await;
-    let last = enqueue(&env, "echo", json!({}), Some(1)).await;
+    let retried = enqueue(&env, "echo", json!({"message": "hi"}), None).await;
+    let last = enqueue(&env, "echo", json!({"message": "hi"}), Some(1)).await;
     let me = std::process::id();
     let my_start = identity::process_start_time(me).unwrap();
     register(&env, "wk_dead", &identity::host(), gone_pid(), "12345");
     register(&env, "wk_live", &identity::host(), me as i64, &my_start);
     let claimed = claim_as(&env, "wk_dead");
     assert_eq!(claimed.len(), 2);
-    let live_run = enqueue(&env, "echo", json!({}), None).await;
+    let live_run = enqueue(&env, "echo", json!({"message": "hi"}), None).await;
     assert_eq!(claim_as(&env, "wk_live").len(), 1);
 
     // Same instant: no lease has expired, yet the dead owner's runs come back.
@@ -301,7 +301,7 @@ async fn runs_of_a_dead_local_process_are_rescued_without_waiting_for_the_lease(
 #[tokio::test]
 async fn a_run_whose_owner_has_no_row_or_stopped_is_rescued_at_once() {
     let env = TestEnv::new();
-    let a = enqueue(&env, "echo", json!({}), None).await;
+    let a = enqueue(&env, "echo", json!({"message": "hi"}), None).await;
     claim_as(&env, "wk_unregistered");
     let report = rescue_tick(&env.client).await.unwrap();
     assert_eq!(report.requeued, 1);

@@ -139,7 +139,7 @@ async fn higher_priority_runs_first() {
 #[tokio::test]
 async fn future_runs_wait_for_their_time_and_drain_leaves_them_queued() {
     let env = TestEnv::new();
-    let mut req = EnqueueRequest::new("echo", json!({}));
+    let mut req = EnqueueRequest::new("echo", json!({"message": "hi"}));
     req.run_at = Some(env.clock.now_plus_secs(600));
     let later = env.client.enqueue(req).await.unwrap().run_id;
     let report = env.drain().await;

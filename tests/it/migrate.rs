@@ -237,7 +237,7 @@ fn a_version_4_file_gains_tool_routing_and_keeps_its_rows() {
 
 const SCHEMA_V5: &str = include_str!("fixtures/schema_v5.sql");
 
-/// Version 5 -> 6: runs gain `unique_key` (NULL for the runs already there) and its index;
+/// Version 5 -> 7 (through 6, the stages view): runs gain `unique_key` (NULL for the runs already there) and its index;
 /// the rows stay, and a unique enqueue then works on the upgraded file.
 #[tokio::test]
 async fn a_version_5_file_gains_unique_keys_and_keeps_its_rows() {

@@ -36,7 +36,7 @@ fn processes_opening_a_new_file_at_once_all_succeed() {
                     0 => &["worker", "--drain"],
                     1 => &["enqueue", "echo", "--args", r#"{"message":"x"}"#],
                     2 => &["init"],
-                    _ => &["schedule", "add", "--cron", "@hourly", "echo"],
+                    _ => &["schedule", "add", "--cron", "@hourly", "get_current_time"],
                 };
                 (args, cmd(&db, args).spawn().unwrap())
             })
@@ -132,7 +132,7 @@ fn commands_that_add_work_create_the_file() {
         &["init"][..],
         &["worker", "--drain"][..],
         &["enqueue", "echo", "--args", r#"{"message":"x"}"#][..],
-        &["schedule", "add", "--cron", "@hourly", "echo"][..],
+        &["schedule", "add", "--cron", "@hourly", "get_current_time"][..],
     ] {
         let dir = tempfile::tempdir().unwrap();
         let db = dir.path().join("new.db");

@@ -177,7 +177,14 @@ fn a_command_that_cannot_write_its_output_exits_1_with_a_message() {
 fn a_command_with_stderr_on_dev_full_does_not_panic() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("t.db");
-    let args = ["enqueue", "echo", "--args", "{}", "--idempotency-key", "k"];
+    let args = [
+        "enqueue",
+        "echo",
+        "--args",
+        r#"{"message":"k"}"#,
+        "--idempotency-key",
+        "k",
+    ];
     let first = cmd(&db, &args).output().unwrap();
     assert!(first.status.success());
     // The second prints a note on stderr (the run already exists); a bad id prints an error.

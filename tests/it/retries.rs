@@ -126,7 +126,7 @@ async fn retry_requeues_failed_and_cancelled_runs_as_new_attempts() {
     let kinds: Vec<_> = inbox(&env).await.into_iter().map(|m| m.kind).collect();
     assert_eq!(kinds, ["failed", "failed"]);
 
-    let ok = enqueue(&env, "echo", json!({}), None).await;
+    let ok = enqueue(&env, "echo", json!({"message": "hi"}), None).await;
     env.drain().await;
     let e = env.client.retry(&ok).await.unwrap_err();
     assert!(matches!(e, Error::Conflict(_)), "{e}");
@@ -150,7 +150,7 @@ async fn retry_requeues_failed_and_cancelled_runs_as_new_attempts() {
 #[tokio::test]
 async fn cancel_queued_at_once_and_running_via_the_heartbeat() {
     let env = TestEnv::new();
-    let mut req = EnqueueRequest::new("echo", json!({})).session("s1");
+    let mut req = EnqueueRequest::new("echo", json!({"message": "hi"})).session("s1");
     req.run_at = Some(env.client.now() + chrono::Duration::hours(1));
     let queued = env.client.enqueue(req).await.unwrap().run_id;
     assert_eq!(

@@ -115,6 +115,8 @@ fn add_list_show_cancel_enable() {
             "schedule",
             "add",
             "echo",
+            "--args",
+            r#"{"message":"once"}"#,
             "--at",
             "2099-01-01T00:00:00+02:00",
         ],
@@ -192,7 +194,7 @@ fn bad_schedules_exit_2_and_write_nothing() {
         (&["--cron", "* * * * *", "--args", "{"], "--args"),
     ];
     for (extra, want) in cases {
-        let mut args = vec!["schedule", "add", "echo"];
+        let mut args = vec!["schedule", "add", "get_current_time"];
         args.extend_from_slice(extra);
         let o = toolq(&db, &args);
         let err = String::from_utf8_lossy(&o.stderr);

@@ -76,7 +76,7 @@ async fn two_workers_polling_one_file_fire_each_tick_once() {
     let s = env
         .client
         .create_schedule({
-            let mut r = ScheduleRequest::cron("echo", json!({}), "* * * * *");
+            let mut r = ScheduleRequest::cron("echo", json!({"message": "hi"}), "* * * * *");
             r.overlap = OverlapPolicy::Allow;
             r
         })
@@ -295,7 +295,7 @@ async fn a_one_shot_fires_once_and_disables_itself() {
         .client
         .create_schedule(ScheduleRequest::once(
             "echo",
-            json!({}),
+            json!({"message": "hi"}),
             "2026-11-01T07:30:00-05:00",
         ))
         .await
@@ -344,19 +344,20 @@ async fn bad_schedules_write_nothing() {
     let env = TestEnv::new();
     let cases: Vec<(ScheduleRequest, &str)> = vec![
         (
-            ScheduleRequest::cron("echo", json!({}), "61 * * * *"),
+            ScheduleRequest::cron("echo", json!({"message": "hi"}), "61 * * * *"),
             "cron \"61 * * * *\": minute 61 is outside 0-59",
         ),
         (
-            ScheduleRequest::cron("echo", json!({}), "0 9 * * *").timezone("Mars/Base"),
+            ScheduleRequest::cron("echo", json!({"message": "hi"}), "0 9 * * *")
+                .timezone("Mars/Base"),
             "unknown time zone \"Mars/Base\"",
         ),
         (
-            ScheduleRequest::once("echo", json!({}), "2026-11-01T11:00:00Z"),
+            ScheduleRequest::once("echo", json!({"message": "hi"}), "2026-11-01T11:00:00Z"),
             "is in the past",
         ),
         (
-            ScheduleRequest::once("echo", json!({}), "2026-12-01T11:00:00"),
+            ScheduleRequest::once("echo", json!({"message": "hi"}), "2026-12-01T11:00:00"),
             "has no UTC offset",
         ),
         (
@@ -369,11 +370,11 @@ async fn bad_schedules_write_nothing() {
             "must not include both cron_expression and scheduled_at",
         ),
         (
-            ScheduleRequest::new("echo", json!({}), None, None),
+            ScheduleRequest::new("echo", json!({"message": "hi"}), None, None),
             "must include exactly one of cron_expression",
         ),
         (
-            ScheduleRequest::cron("echo", json!({}), "0 0 31 2 *"),
+            ScheduleRequest::cron("echo", json!({"message": "hi"}), "0 0 31 2 *"),
             "never fires in the next 5 years",
         ),
         (

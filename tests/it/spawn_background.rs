@@ -50,11 +50,11 @@ async fn spawn_background_rejects_with_the_seed_messages() {
         c.sessions.max_active_runs = 2;
         c.sessions.max_active_schedules = 1;
     });
-    let sched = |s: Value| json!({"tool": "echo", "args": {}, "schedule": s});
+    let sched = |s: Value| json!({"tool": "counter", "args": {}, "schedule": s});
     let cases: Vec<(Value, &str)> = vec![
         (json!({"args": {}}), "Missing required parameter: tool"),
         (
-            json!({"tool": "echo", "args": [1]}),
+            json!({"tool": "counter", "args": [1]}),
             "Missing required parameter: args (object expected)",
         ),
         (
@@ -79,6 +79,10 @@ async fn spawn_background_rejects_with_the_seed_messages() {
             "Tool does not support background execution: foreground",
         ),
         (
+            json!({"tool": "echo", "args": {"message": "hi"}}),
+            "Tool does not support background execution: echo",
+        ),
+        (
             sched(json!({"cron_expression": "61 * * * *"})),
             "cron \"61 * * * *\": minute 61 is outside 0-59",
         ),
@@ -94,13 +98,13 @@ async fn spawn_background_rejects_with_the_seed_messages() {
     for (args, want) in cases {
         assert_eq!(spawn(&c, args.clone()).await.unwrap_err(), want, "{args}");
     }
-    let e = spawn(&c, json!({"tool": "add", "args": {"a": 1}}))
+    let e = spawn(&c, json!({"tool": "sleep", "args": {"ms": "x"}}))
         .await
         .unwrap_err();
-    assert!(e.contains("\"b\""), "{e}");
+    assert!(e.contains("/ms"), "{e}");
     let tool = c.registry().get("spawn_background").unwrap().tool.clone();
     match tool
-        .call(ctx(None, json!({"tool": "echo", "args": {}})))
+        .call(ctx(None, json!({"tool": "counter", "args": {}})))
         .await
     {
         ToolOutcome::ToolError(m) => assert!(m.contains("requires worker-side"), "{m}"),
@@ -110,14 +114,14 @@ async fn spawn_background_rejects_with_the_seed_messages() {
     assert_eq!(env.count("SELECT count(*) FROM schedules"), 0);
 
     // Limits: two active runs, one active schedule per session.
-    spawn(&c, json!({"tool": "echo", "args": {}}))
+    spawn(&c, json!({"tool": "counter", "args": {}}))
         .await
         .unwrap();
-    spawn(&c, json!({"tool": "echo", "args": {}}))
+    spawn(&c, json!({"tool": "counter", "args": {}}))
         .await
         .unwrap();
     assert_eq!(
-        spawn(&c, json!({"tool": "echo", "args": {}}))
+        spawn(&c, json!({"tool": "counter", "args": {}}))
             .await
             .unwrap_err(),
         "Maximum 2 active background runs per session. Wait for an existing run to finish before starting another."
@@ -142,16 +146,14 @@ fn keys(v: &Value) -> BTreeSet<String> {
 #[tokio::test]
 async fn spawn_background_returns_the_seed_fields() {
     let env = TestEnv::new();
-    let v = spawn(
-        &env.client,
-        json!({"tool": "echo", "args": {"message": "hi"}}),
-    )
-    .await
-    .unwrap();
+    let v = spawn(&env.client, json!({"tool": "sleep", "args": {"ms": 0}}))
+        .await
+        .unwrap();
     assert_eq!(
         keys(&v),
         [
             "run_id",
+            "resource_id",
             "status",
             "title",
             "tool",
@@ -164,8 +166,9 @@ async fn spawn_background_returns_the_seed_fields() {
         .into()
     );
     let id = v["run_id"].as_str().unwrap();
-    assert_eq!(v["status"], "queued");
-    assert_eq!(v["title"], "Echo");
+    assert_eq!(v["status"], "running");
+    assert_eq!(v["resource_id"], id);
+    assert_eq!(v["title"], "Sleep");
     assert_eq!(v["artifact_dir"], format!("/.background/{id}"));
     assert_eq!(v["log_path"], format!("/.background/{id}/output.log"));
     assert_eq!(v["result_path"], format!("/.background/{id}/result.json"));
@@ -180,7 +183,7 @@ async fn spawn_background_returns_the_seed_fields() {
 
     let v = spawn(
         &env.client,
-        json!({"tool": "echo", "args": {}, "title": "Chicago check",
+        json!({"tool": "counter", "args": {}, "title": "Chicago check",
                "schedule": {"cron_expression": "0 9 * * *", "timezone": "America/Chicago"}}),
     )
     .await
@@ -192,6 +195,7 @@ async fn spawn_background_returns_the_seed_fields() {
             "status",
             "title",
             "tool",
+            "signal_on_completion",
             "schedule_id",
             "schedule_type",
             "cron_expression",
@@ -204,6 +208,7 @@ async fn spawn_background_returns_the_seed_fields() {
         .into()
     );
     assert_eq!(v["created"], true);
+    assert_eq!(v["signal_on_completion"], true);
     assert_eq!(v["status"], "scheduled");
     assert_eq!(v["schedule_type"], "recurring");
     assert_eq!(v["timezone"], "America/Chicago");
@@ -212,7 +217,7 @@ async fn spawn_background_returns_the_seed_fields() {
     assert_eq!(v["enabled"], true);
     let v = spawn(
         &env.client,
-        json!({"tool": "echo", "args": {}, "schedule": {"scheduled_at": "2026-11-02T08:00:00+01:00"}}),
+        json!({"tool": "counter", "args": {}, "schedule": {"scheduled_at": "2026-11-02T08:00:00+01:00"}}),
     )
     .await
     .unwrap();
@@ -225,7 +230,7 @@ async fn spawn_background_in_a_worker_runs_the_target_and_signals_the_session() 
     let env = TestEnv::new();
     let mut req = toolq::EnqueueRequest::new(
         "spawn_background",
-        json!({"tool": "echo", "args": {"message": "from the background"}}),
+        json!({"tool": "counter", "args": {"message": "from the background"}}),
     );
     req.session = "agent".into();
     let parent = env.client.enqueue(req).await.unwrap();
@@ -234,16 +239,23 @@ async fn spawn_background_in_a_worker_runs_the_target_and_signals_the_session() 
     assert_eq!(parent.state, toolq::RunState::Completed);
     let runs = rows(
         &env,
-        "SELECT tool, state, session_id FROM runs WHERE tool = 'echo'",
+        "SELECT tool, state, session_id FROM runs WHERE tool = 'counter'",
     );
     assert_eq!(
         runs,
-        vec![vec!["echo".to_string(), "completed".into(), "agent".into()]]
+        vec![vec![
+            "counter".to_string(),
+            "completed".into(),
+            "agent".into()
+        ]]
     );
-    assert_eq!(
-        env.count("SELECT count(*) FROM inbox WHERE session_id = 'agent' AND kind = 'completed'"),
-        2
+    // One background run, one message: the spawn_background run's own result is the
+    // acknowledgement, not a second completion.
+    let msgs = rows(
+        &env,
+        "SELECT kind, json_extract(data, '$.tool') FROM inbox WHERE session_id = 'agent'",
     );
+    assert_eq!(msgs, vec![vec!["completed".to_string(), "counter".into()]]);
 }
 
 #[tokio::test]
@@ -251,15 +263,18 @@ async fn an_agent_host_calls_spawn_background_directly() {
     let env = TestEnv::with_config(|c| c.sessions.max_active_runs = 1);
     let ok = env
         .client
-        .spawn_background("agent", json!({"tool": "echo", "args": {"message": "hi"}}))
+        .spawn_background(
+            "agent",
+            json!({"tool": "counter", "args": {"message": "hi"}}),
+        )
         .await;
     let ToolOutcome::Success(v) = ok else {
         panic!("{ok:?}")
     };
-    assert_eq!(v.value["status"], "queued");
+    assert_eq!(v.value["status"], "running");
     let again = env
         .client
-        .spawn_background("agent", json!({"tool": "echo", "args": {}}))
+        .spawn_background("agent", json!({"tool": "counter", "args": {}}))
         .await;
     let ToolOutcome::ToolError(m) = again else {
         panic!("{again:?}")
@@ -272,5 +287,57 @@ async fn an_agent_host_calls_spawn_background_directly() {
     assert_eq!(
         env.count("SELECT count(*) FROM inbox WHERE session_id = 'agent' AND kind = 'completed'"),
         1
+    );
+}
+
+#[tokio::test]
+async fn a_sixth_active_run_per_session_is_rejected_by_default() {
+    let env = TestEnv::new();
+    for _ in 0..5 {
+        spawn(&env.client, json!({"tool": "counter", "args": {}}))
+            .await
+            .unwrap();
+    }
+    assert_eq!(
+        spawn(&env.client, json!({"tool": "counter", "args": {}}))
+            .await
+            .unwrap_err(),
+        "Maximum 5 active background runs per session. Wait for an existing run to finish before starting another."
+    );
+    // Finished runs free their slot.
+    env.drain().await;
+    spawn(&env.client, json!({"tool": "counter", "args": {}}))
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn the_per_worker_limit_counts_the_whole_queue_and_batch_users_may_queue_beyond() {
+    let env = TestEnv::with_config(|c| c.sessions.max_active_runs_per_worker = 2);
+    let other = toolq::EnqueueRequest::new("counter", json!({})).session("other");
+    env.client.enqueue(other).await.unwrap();
+    spawn(&env.client, json!({"tool": "counter", "args": {}}))
+        .await
+        .unwrap();
+    assert_eq!(
+        spawn(&env.client, json!({"tool": "counter", "args": {}}))
+            .await
+            .unwrap_err(),
+        "Worker is already running the maximum 2 active background runs. Try again after an existing run finishes."
+    );
+    assert_eq!(env.count("SELECT count(*) FROM runs"), 2);
+
+    let env = TestEnv::with_config(|c| {
+        c.sessions.max_active_runs = 1;
+        c.sessions.queue_beyond_limit = true;
+    });
+    for _ in 0..3 {
+        spawn(&env.client, json!({"tool": "counter", "args": {}}))
+            .await
+            .unwrap();
+    }
+    assert_eq!(
+        env.count("SELECT count(*) FROM runs WHERE state = 'queued'"),
+        3
     );
 }

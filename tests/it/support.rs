@@ -124,6 +124,7 @@ pub struct Counter(pub Arc<AtomicUsize>);
 impl Tool for Counter {
     fn definition(&self) -> ToolDef {
         ToolDef::new("counter", "counts calls", obj())
+            .hints(ToolHints::default().with_supports_background(true))
     }
     async fn call(&self, _ctx: ToolContext) -> ToolOutcome {
         let n = self.0.fetch_add(1, Ordering::SeqCst) + 1;
@@ -191,14 +192,15 @@ impl Tool for Chatty {
     }
 }
 
-/// Runs the `toolq` binary on `db` with `args` (no config or log filter from the environment).
+/// Runs the `toolq` binary on `db` with `args` (no config, `TOOLQ_*` override or log filter
+/// from the environment).
 pub fn toolq(db: &std::path::Path, args: &[&str]) -> std::process::Output {
-    std::process::Command::new(env!("CARGO_BIN_EXE_toolq"))
-        .arg("--db")
-        .arg(db)
-        .args(args)
-        .env_remove("TOOLQ_CONFIG")
-        .env_remove("RUST_LOG")
-        .output()
-        .expect("the toolq binary runs")
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_toolq"));
+    cmd.arg("--db").arg(db).args(args).env_remove("RUST_LOG");
+    for (k, _) in std::env::vars_os() {
+        if k.to_string_lossy().starts_with("TOOLQ_") {
+            cmd.env_remove(k);
+        }
+    }
+    cmd.output().expect("the toolq binary runs")
 }

@@ -36,6 +36,20 @@ pub fn approve(tx: &Transaction<'_>, d: &Decision<'_>) -> Result<bool, StoreErro
     Ok(n == 1)
 }
 
+/// Records a decision taken before the run was queued (a host approved the call first), so
+/// the worker runs it without asking again. False when the run is not queued.
+pub fn preapprove(tx: &Transaction<'_>, d: &Decision<'_>) -> Result<bool, StoreError> {
+    let n = tx
+        .prepare_cached(
+            "UPDATE runs SET approval_state = 'approved', approval_by = :by, \
+             approval_at = :now, approval_note = :note WHERE id = :id AND state = 'queued'",
+        )
+        .ctx("prepare preapprove")?
+        .execute(named_params! {":now": ts(d.now), ":by": d.by, ":note": d.note, ":id": d.id})
+        .ctx("preapprove run")?;
+    Ok(n == 1)
+}
+
 /// Awaiting runs whose approval deadline has passed (oldest deadline first, at most `limit`).
 pub fn overdue(
     conn: &rusqlite::Connection,

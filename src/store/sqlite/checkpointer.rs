@@ -14,8 +14,8 @@
 
 use std::cell::Cell;
 use std::path::Path;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use rusqlite::{Connection, OpenFlags};
@@ -52,6 +52,8 @@ pub(crate) struct Checkpointer {
     stop: Arc<AtomicBool>,
     /// Set while the WAL is past [`WRITER_CHECKPOINT_PAGES`]: the writer checkpoints then.
     stand_aside: Arc<AtomicBool>,
+    /// Held by the thread while it checkpoints, so the writer can wait for a pass to end.
+    pass: Arc<Mutex<()>>,
     /// WAL pages when the thread was last woken.
     signalled_at: AtomicI64,
     thread: Option<JoinHandle<()>>,
@@ -74,16 +76,18 @@ impl Checkpointer {
         };
         let stop = Arc::new(AtomicBool::new(false));
         let stand_aside = Arc::new(AtomicBool::new(false));
-        let (flag, aside) = (stop.clone(), stand_aside.clone());
+        let pass = Arc::new(Mutex::new(()));
+        let (flag, aside, held) = (stop.clone(), stand_aside.clone(), pass.clone());
         let thread = std::thread::Builder::new()
             .name("toolq-checkpoint".into())
-            .spawn(move || run(&conn, &flag, &aside));
+            .spawn(move || run(&conn, &flag, &aside, &held));
         match thread {
             Ok(thread) => {
                 writer.wal_hook(Some(on_commit));
                 Some(Checkpointer {
                     stop,
                     stand_aside,
+                    pass,
                     signalled_at: AtomicI64::new(0),
                     thread: Some(thread),
                 })
@@ -101,8 +105,14 @@ impl Checkpointer {
         if pages < 0 {
             return;
         }
-        self.stand_aside
-            .store(pages >= WRITER_CHECKPOINT_PAGES, Ordering::Relaxed);
+        let past_fallback = pages >= WRITER_CHECKPOINT_PAGES;
+        self.stand_aside.store(past_fallback, Ordering::Relaxed);
+        if past_fallback {
+            // The writer's own checkpoint found the thread mid-pass (busy). A slow pass (a
+            // loaded disk) would let the WAL grow without bound meanwhile, so wait for it to
+            // end: the thread stands aside from now on, and the next commit's checkpoint runs.
+            drop(self.pass.lock().unwrap_or_else(|e| e.into_inner()));
+        }
         let pages = i64::from(pages);
         let last = self.signalled_at.load(Ordering::Relaxed);
         if pages < last {
@@ -130,12 +140,14 @@ impl Drop for Checkpointer {
 }
 
 /// The thread: sleeps until woken, then copies what it can without blocking anyone.
-fn run(conn: &Connection, stop: &AtomicBool, stand_aside: &AtomicBool) {
+fn run(conn: &Connection, stop: &AtomicBool, stand_aside: &AtomicBool, pass: &Mutex<()>) {
     loop {
         std::thread::park();
         if stop.load(Ordering::Acquire) {
             return;
         }
+        let _pass = pass.lock().unwrap_or_else(|e| e.into_inner());
+        // Checked under the lock: a writer that waited for the previous pass has set it.
         if stand_aside.load(Ordering::Relaxed) {
             continue;
         }

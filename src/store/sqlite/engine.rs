@@ -39,13 +39,40 @@ impl Engine for Store {
             .await
     }
 
-    async fn run_insert_within_limit(&self, p: RunInsertLimited) -> EngineResult<Option<Inserted>> {
+    async fn run_insert_within_limit(&self, p: RunInsertLimited) -> EngineResult<LimitedInsert> {
         self.write_async(move |tx| {
-            let active = runs::count_active_in_session(tx, &p.run.session_id, p.except.as_deref())?;
-            if active >= p.max_active {
-                return Ok(None);
+            let except = p.except.as_deref();
+            if let Some((all, session)) = p.limits {
+                if runs::count_queued_or_running(tx, None, except, all)? >= all {
+                    return Ok(LimitedInsert::OverAll(all));
+                }
+                let own = Some(p.run.session_id.as_str());
+                if runs::count_queued_or_running(tx, own, except, session)? >= session {
+                    return Ok(LimitedInsert::OverSession(session));
+                }
             }
-            runs::insert(tx, &p.run).map(Some)
+            runs::insert(tx, &p.run).map(LimitedInsert::Inserted)
+        })
+        .await
+    }
+
+    async fn run_insert_preapproved(
+        &self,
+        run: NewRun,
+        approval: Option<RunApprove>,
+    ) -> EngineResult<()> {
+        self.write_async(move |tx| {
+            runs::insert(tx, &run)?;
+            if let Some(a) = &approval {
+                let decision = approvals::Decision {
+                    id: a.id.as_str(),
+                    by: &a.by,
+                    note: a.note.as_deref(),
+                    now: a.now,
+                };
+                approvals::preapprove(tx, &decision)?;
+            }
+            Ok(())
         })
         .await
     }
@@ -292,6 +319,20 @@ impl Engine for Store {
     async fn inbox_page(&self, session: String, page: InboxPage) -> EngineResult<Vec<Message>> {
         self.read_async(move |c| inbox_page::inbox_page(c, &session, &page))
             .await
+    }
+
+    async fn inbox_deliverable(
+        &self,
+        session: String,
+        modes: &'static [&'static str],
+        limit: i64,
+        now: DateTime<Utc>,
+    ) -> EngineResult<Vec<Message>> {
+        self.write_async(move |tx| {
+            inbox::ack_silent(tx, &session, now)?;
+            inbox::unacked_with_delivery(tx, &session, modes, limit)
+        })
+        .await
     }
 
     async fn inbox_mark(&self, p: InboxMark) -> EngineResult<usize> {

@@ -151,3 +151,59 @@ pub fn ack(
     .execute(named_params! {":now": ts(now), ":session": session, ":ids": ids})
     .ctx("ack messages")
 }
+
+/// A session's unacknowledged messages whose delivery is one of `deliveries`, oldest first,
+/// at most `limit`.
+pub fn unacked_with_delivery(
+    conn: &rusqlite::Connection,
+    session: &str,
+    deliveries: &[&str],
+    limit: i64,
+) -> Result<Vec<Message>, StoreError> {
+    let deliveries =
+        serde_json::to_string(deliveries).map_err(|e| StoreError::Task(e.to_string()))?;
+    let mut stmt = conn
+        .prepare_cached(
+            "SELECT id, session_id, run_id, kind, body, data, delivery, created_at, read_at, acked_at \
+             FROM inbox WHERE session_id = :session AND acked_at IS NULL \
+             AND delivery IN (SELECT value FROM json_each(:deliveries)) ORDER BY id LIMIT :limit",
+        )
+        .ctx("prepare list deliverable inbox")?;
+    let rows = stmt
+        .query_map(
+            named_params! {":session": session, ":deliveries": deliveries, ":limit": limit},
+            |r| {
+                let data: String = r.get(5)?;
+                Ok(Message {
+                    id: r.get(0)?,
+                    session_id: r.get(1)?,
+                    run_id: r.get(2)?,
+                    kind: r.get(3)?,
+                    body: r.get(4)?,
+                    data: serde_json::from_str(&data).unwrap_or(Value::Null),
+                    delivery: r.get(6)?,
+                    created_at: r.get(7)?,
+                    read_at: r.get(8)?,
+                    acked_at: r.get(9)?,
+                })
+            },
+        )
+        .ctx("list deliverable inbox")?;
+    rows.collect::<Result<_, _>>().ctx("read deliverable inbox")
+}
+
+/// Acknowledges (and marks read) every unacknowledged `silent` message of a session: they are
+/// never announced, only kept in history.
+pub fn ack_silent(
+    tx: &Transaction<'_>,
+    session: &str,
+    now: DateTime<Utc>,
+) -> Result<usize, StoreError> {
+    tx.prepare_cached(
+        "UPDATE inbox SET acked_at = :now, read_at = coalesce(read_at, :now) \
+         WHERE session_id = :session AND acked_at IS NULL AND delivery = 'silent'",
+    )
+    .ctx("prepare ack silent")?
+    .execute(named_params! {":now": ts(now), ":session": session})
+    .ctx("ack silent messages")
+}

@@ -290,6 +290,32 @@ pub(crate) fn guard_sql(set: &str) -> String {
     )
 }
 
+/// Background runs that hold a spawn_background slot (queued or running) in `session`, or in
+/// the whole queue with `None`, not counting `except` (the calling spawn_background run).
+/// Counts at most `cap` rows: a limit check needs no more, whatever the queue's size.
+pub fn count_queued_or_running(
+    conn: &rusqlite::Connection,
+    session: Option<&str>,
+    except: Option<&str>,
+    cap: i64,
+) -> Result<i64, StoreError> {
+    // The partial indexes of the two states keep this independent of finished runs.
+    conn.prepare_cached(
+        "SELECT (SELECT count(*) FROM (SELECT 1 FROM runs INDEXED BY runs_claimable_idx \
+           WHERE state = 'queued' AND (:session IS NULL OR session_id = :session) \
+           AND id <> coalesce(:except, '') LIMIT :cap)) \
+         + (SELECT count(*) FROM (SELECT 1 FROM runs INDEXED BY runs_running_owner_idx \
+           WHERE state = 'running' AND (:session IS NULL OR session_id = :session) \
+           AND id <> coalesce(:except, '') LIMIT :cap))",
+    )
+    .ctx("prepare count queued or running runs")?
+    .query_row(
+        named_params! {":session": session, ":except": except, ":cap": cap},
+        |r| r.get(0),
+    )
+    .ctx("count queued or running runs")
+}
+
 /// Active (queued, awaiting_approval, running) runs of a session, not counting `except`
 /// (spawn_background's own run).
 pub fn count_active_in_session(

@@ -4,14 +4,18 @@
 //! history. A later attempt (after a crash and rescue, or a timeout) gets the operation id
 //! back and resumes watching instead of starting the command again. Registered with `shell`.
 //!
+//! It is an [`AsyncTool`] (registered through [`crate::tool::AsyncAdapter`]): `execute` starts
+//! the supervisor, `check_status` follows the state directory, `cancel` ends the process group;
+//! the adapter stores the operation id, the stages and the resume rule.
+//!
 //! The command may report stages itself by writing a line to `$TOOLQ_OPERATION_DIR/stage`.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
 
-use async_trait::async_trait;
+use futures_util::Stream as StatusStream;
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use serde::Deserialize;
@@ -19,10 +23,12 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncSeekExt};
 
 use super::shell::{argv_schema, check_program};
-use crate::clock::ts;
 use crate::config::ShellConfig;
+use crate::tool::async_tool::AsyncError;
 use crate::tool::sink::{Stream, escape_bytes};
-use crate::tool::{Tool, ToolContext, ToolDef, ToolHints, ToolOutcome};
+use crate::tool::{
+    AsyncOutcome, AsyncTool, ProgressStage, ToolContext, ToolDef, ToolHints, ToolStatus,
+};
 
 /// The supervisor: records its pid, runs the command ("$@", never re-parsed), then records
 /// the exit code atomically (write, then rename).
@@ -105,16 +111,13 @@ impl Follow {
     }
 }
 
-fn stage(ctx: &ToolContext, name: &str, extra: Value) -> Value {
-    let mut v = json!({"stage": name, "at": ts(ctx.clock.now()), "attempt": ctx.attempt});
-    if let (Some(o), Value::Object(e)) = (v.as_object_mut(), extra) {
-        o.extend(e);
-    }
-    v
-}
-
 impl DetachedCommand {
-    async fn start(&self, ctx: &ToolContext, args: &Args) -> Result<(String, PathBuf), String> {
+    fn args(input: &Value) -> Result<Args, String> {
+        serde_json::from_value(input.clone()).map_err(|e| format!("bad detached_command args: {e}"))
+    }
+
+    /// Starts the supervisor in its own process group; returns the operation id and pid.
+    async fn start(&self, ctx: &ToolContext, args: &Args) -> Result<(String, Option<u32>), String> {
         let op = format!("op_{}", uuid::Uuid::now_v7().simple());
         let dir = self.state_dir.join(&op);
         tokio::fs::create_dir_all(&dir)
@@ -141,98 +144,94 @@ impl DetachedCommand {
         let child = cmd
             .spawn()
             .map_err(|e| format!("cannot start {:?}: {e}", args.argv[0]))?;
-        // Recorded at once: if this worker dies now, the next attempt resumes this operation.
-        ctx.sink
-            .set_operation(&op, Some(stage(ctx, "started", json!({"pid": child.id()}))));
+        let pid = child.id();
         // Dropping the handle leaves the process running; tokio reaps it when it exits.
         drop(child);
-        Ok((op, dir))
-    }
-
-    /// Watches until the operation exits, or the run is stopped.
-    async fn watch(&self, ctx: &ToolContext, op: &str, dir: &Path, poll: Duration) -> ToolOutcome {
-        let mut out = Follow {
-            path: dir.join("stdout"),
-            offset: 0,
-            stream: Stream::Stdout,
-        };
-        let mut err = Follow {
-            path: dir.join("stderr"),
-            offset: 0,
-            stream: Stream::Stderr,
-        };
-        let mut last_stage = String::new();
-        ctx.sink.status(format!("watching operation {op}"));
-        loop {
-            out.pump(ctx).await;
-            err.pump(ctx).await;
-            if let Ok(s) = tokio::fs::read_to_string(dir.join("stage")).await {
-                let s = s.trim().to_string();
-                if !s.is_empty() && s != last_stage {
-                    ctx.sink.stage(stage(ctx, &s, json!({})));
-                    ctx.sink.status(s.clone());
-                    last_stage = s;
-                }
-            }
-            if let Ok(code) = tokio::fs::read_to_string(dir.join("exit")).await {
-                out.rest(ctx).await;
-                err.rest(ctx).await;
-                let code: i32 = code.trim().parse().unwrap_or(-1);
-                let name = if code == 0 { "completed" } else { "failed" };
-                ctx.sink.stage(stage(ctx, name, json!({"exit_code": code})));
-                if code != 0 {
-                    return ToolOutcome::tool_error(format!(
-                        "operation {op} exited with code {code}"
-                    ));
-                }
-                let tail = tokio::fs::read(dir.join("stdout"))
-                    .await
-                    .unwrap_or_default();
-                let from = tail.len().saturating_sub(4096);
-                return ToolOutcome::ok(json!({
-                    "operation_id": op,
-                    "exit_code": 0,
-                    "stdout_tail": escape_bytes(&tail[from..]),
-                }));
-            }
-            tokio::select! {
-                _ = tokio::time::sleep(poll) => {}
-                _ = ctx.cancel.cancelled() => return self.stopped(ctx, op, dir).await,
-            }
-        }
-    }
-
-    /// An operator's cancel ends the operation; a shutdown, timeout or lost lease leaves it
-    /// running for the next attempt to resume.
-    async fn stopped(&self, ctx: &ToolContext, op: &str, dir: &Path) -> ToolOutcome {
-        let cancelled = match &ctx.client {
-            Some(c) => c
-                .get(&ctx.run_id)
-                .await
-                .is_ok_and(|r| r.cancel_requested_at.is_some()),
-            None => true,
-        };
-        if !cancelled {
-            ctx.sink.stage(stage(ctx, "detached", json!({})));
-            return ToolOutcome::tool_error(format!(
-                "stopped watching operation {op}; it keeps running and the next attempt resumes it"
-            ));
-        }
-        if let Some(pid) = tokio::fs::read_to_string(dir.join("pid"))
-            .await
-            .ok()
-            .and_then(|p| p.trim().parse::<i32>().ok())
-        {
-            // The supervisor leads the operation's group; ESRCH means it already ended.
-            let _ = killpg(Pid::from_raw(pid), Signal::SIGTERM);
-        }
-        ctx.sink.stage(stage(ctx, "cancelled", json!({})));
-        ToolOutcome::tool_error(format!("operation {op} cancelled"))
+        Ok((op, pid))
     }
 }
 
-#[async_trait]
-impl Tool for DetachedCommand {
+/// A stage the command reported (the text it wrote to `$TOOLQ_OPERATION_DIR/stage`).
+#[derive(Debug, Clone)]
+pub struct CommandStage(String);
+
+impl ProgressStage for CommandStage {
+    fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// What the watch loop carries from one poll to the next.
+struct Watch<'a> {
+    ctx: &'a ToolContext,
+    op: String,
+    dir: PathBuf,
+    out: Follow,
+    err: Follow,
+    last_stage: String,
+    poll: Duration,
+    done: bool,
+}
+
+impl Watch<'_> {
+    /// Polls until there is something to report: a new stage, or the end.
+    async fn next(&mut self) -> Option<ToolStatus<CommandStage>> {
+        if self.done {
+            return None;
+        }
+        if !self.dir.is_dir() {
+            self.done = true;
+            return Some(ToolStatus::Failed(format!(
+                "operation {} has no state in {}; it cannot be resumed",
+                self.op,
+                self.dir
+                    .parent()
+                    .map_or("-".into(), |p| p.display().to_string())
+            )));
+        }
+        loop {
+            self.out.pump(self.ctx).await;
+            self.err.pump(self.ctx).await;
+            if let Ok(s) = tokio::fs::read_to_string(self.dir.join("stage")).await {
+                let s = s.trim().to_string();
+                if !s.is_empty() && s != self.last_stage {
+                    self.last_stage = s.clone();
+                    return Some(ToolStatus::Progress {
+                        stage: CommandStage(s.clone()),
+                        message: s,
+                        progress: None,
+                    });
+                }
+            }
+            if let Ok(code) = tokio::fs::read_to_string(self.dir.join("exit")).await {
+                self.done = true;
+                self.out.rest(self.ctx).await;
+                self.err.rest(self.ctx).await;
+                let code: i32 = code.trim().parse().unwrap_or(-1);
+                if code != 0 {
+                    return Some(ToolStatus::Failed(format!(
+                        "operation {} exited with code {code}",
+                        self.op
+                    )));
+                }
+                let tail = tokio::fs::read(self.dir.join("stdout"))
+                    .await
+                    .unwrap_or_default();
+                let from = tail.len().saturating_sub(4096);
+                return Some(ToolStatus::completed(json!({
+                    "operation_id": self.op,
+                    "exit_code": 0,
+                    "stdout_tail": escape_bytes(&tail[from..]),
+                })));
+            }
+            tokio::time::sleep(self.poll).await;
+        }
+    }
+}
+
+impl AsyncTool for DetachedCommand {
+    type Stage = CommandStage;
+
     fn definition(&self) -> ToolDef {
         ToolDef::new(
             "detached_command",
@@ -251,36 +250,66 @@ impl Tool for DetachedCommand {
             }),
         )
         .display_name("Detached command")
-        .hints(ToolHints::default())
+        .hints(ToolHints::default().with_supports_background(true))
     }
 
-    async fn call(&self, ctx: ToolContext) -> ToolOutcome {
-        let args: Args = match serde_json::from_value(ctx.args.clone()) {
+    async fn execute(&self, ctx: &ToolContext, input: Value) -> Result<AsyncOutcome, AsyncError> {
+        let args = match Self::args(&input) {
             Ok(a) => a,
-            Err(e) => return ToolOutcome::tool_error(format!("bad detached_command args: {e}")),
+            Err(e) => return Ok(AsyncOutcome::Failed(e)),
         };
         if let Err(e) = check_program(&self.allowed, &args.argv) {
-            return ToolOutcome::tool_error(e);
+            return Ok(AsyncOutcome::Failed(e));
         }
-        let poll = Duration::from_millis(args.poll_ms);
-        let (op, dir) = match &ctx.operation_id {
-            Some(op) => {
-                let dir = self.state_dir.join(op);
-                if !dir.is_dir() {
-                    return ToolOutcome::tool_error(format!(
-                        "operation {op} has no state in {}; it cannot be resumed",
-                        self.state_dir.display()
-                    ));
-                }
-                ctx.sink
-                    .set_operation(op.clone(), Some(stage(&ctx, "resumed", json!({}))));
-                (op.clone(), dir)
+        Ok(match self.start(ctx, &args).await {
+            Ok((op, pid)) => {
+                let pid = pid.map_or("-".into(), |p| p.to_string());
+                AsyncOutcome::in_progress(op, format!("started (pid {pid})"))
             }
-            None => match self.start(&ctx, &args).await {
-                Ok(x) => x,
-                Err(e) => return ToolOutcome::tool_error(e),
-            },
+            Err(e) => AsyncOutcome::Failed(e),
+        })
+    }
+
+    fn check_status(
+        &self,
+        ctx: &ToolContext,
+        operation_id: &str,
+    ) -> impl StatusStream<Item = ToolStatus<CommandStage>> + Send {
+        let dir = self.state_dir.join(operation_id);
+        let poll = Self::args(&ctx.args).map_or(default_poll(), |a| a.poll_ms);
+        let follow = |name: &str, stream| Follow {
+            path: dir.join(name),
+            offset: 0,
+            stream,
         };
-        self.watch(&ctx, &op, &dir, poll).await
+        let watch = Watch {
+            ctx,
+            op: operation_id.to_string(),
+            out: follow("stdout", Stream::Stdout),
+            err: follow("stderr", Stream::Stderr),
+            dir: dir.clone(),
+            last_stage: String::new(),
+            poll: Duration::from_millis(poll),
+            done: false,
+        };
+        ctx.sink
+            .status(format!("watching operation {operation_id}"));
+        futures_util::stream::unfold(watch, |mut w| async move {
+            let item = w.next().await?;
+            Some((item, w))
+        })
+    }
+
+    /// An operator's cancel ends the operation's process group.
+    async fn cancel(&self, _ctx: &ToolContext, operation_id: &str) {
+        let dir = self.state_dir.join(operation_id);
+        if let Some(pid) = tokio::fs::read_to_string(dir.join("pid"))
+            .await
+            .ok()
+            .and_then(|p| p.trim().parse::<i32>().ok())
+        {
+            // The supervisor leads the operation's group; ESRCH means it already ended.
+            let _ = killpg(Pid::from_raw(pid), Signal::SIGTERM);
+        }
     }
 }

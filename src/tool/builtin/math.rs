@@ -59,7 +59,7 @@ impl Tool for Arith {
         .hints(ToolHints {
             readonly: true,
             idempotent: true,
-            supports_background: true,
+            supports_background: false,
         })
     }
 

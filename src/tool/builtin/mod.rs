@@ -6,7 +6,7 @@ mod http;
 mod math;
 mod shell;
 mod sleep;
-mod spawn_background;
+pub mod spawn_background;
 mod time;
 
 use std::sync::Arc;
@@ -48,10 +48,10 @@ pub fn configured(config: &crate::Config) -> Vec<Arc<dyn Tool>> {
             .clone()
             .unwrap_or_else(|| format!("{}.operations", config.db_path));
         tools.push(Arc::new(Shell::new(&config.shell)));
-        tools.push(Arc::new(DetachedCommand::new(
+        tools.push(Arc::new(crate::tool::AsyncAdapter(DetachedCommand::new(
             &config.shell,
             state_dir.into(),
-        )));
+        ))));
     }
     tools
 }

@@ -82,7 +82,7 @@ impl Tool for Shell {
             }),
         )
         .display_name("Shell")
-        .hints(ToolHints::default())
+        .hints(ToolHints::default().with_supports_background(true))
     }
 
     async fn call(&self, ctx: ToolContext) -> ToolOutcome {

@@ -7,11 +7,13 @@ use serde_json::{Value, json};
 
 use crate::client::{Client, EnqueueRequest};
 use crate::error::Error;
-use crate::run::{artifact_dir, log_path, result_path};
 use crate::schedule::ScheduleRequest;
 use crate::schedule::spec::{BOTH_MESSAGE, NEITHER_MESSAGE};
-use crate::store::RunInsertLimited;
-use crate::tool::{Tool, ToolContext, ToolDef, ToolHints, ToolOutcome};
+use crate::store::{LimitedInsert, RunInsertLimited};
+use crate::tool::{
+    Acknowledgement, DefaultResultFormatter, ResultFormatter, Tool, ToolContext, ToolDef,
+    ToolHints, ToolOutcome,
+};
 
 /// The tool's name (it may not target itself).
 pub const NAME: &str = "spawn_background";
@@ -70,6 +72,13 @@ fn outcome_of(e: Error) -> ToolOutcome {
         }
         other => ToolOutcome::internal(&other),
     }
+}
+
+/// The seed's message for the per-worker run limit.
+pub fn worker_limit_message(max: i64) -> String {
+    format!(
+        "Worker is already running the maximum {max} active background runs. Try again after an existing run finishes."
+    )
 }
 
 /// The seed's message for the per-session run limit.
@@ -194,6 +203,7 @@ async fn create_monitor(
             "status": "scheduled",
             "title": title,
             "tool": tool,
+            "signal_on_completion": signal,
             "schedule_id": s.id,
             "schedule_type": s.schedule_type,
             "cron_expression": s.cron_expression,
@@ -218,36 +228,47 @@ async fn start_run(
         .session(ctx.session_id.clone())
         .title(title.clone());
     req.signal_on_completion = signal;
+    // A tool registered in Background mode brings its scheduling (the message's delivery).
+    let mode = client.registry().get(&tool).map(|e| e.mode.clone());
+    req.delivery = mode.as_ref().map(|m| m.delivery()).unwrap_or_default();
     let row = match client.prepare(&req) {
         Ok(row) => row,
         Err(e) => return ToolOutcome::tool_error(e.to_string()),
     };
+    let limits = client.config().sessions.clone();
+    let me = ctx.run_id.to_string();
+    // Count and insert in one write transaction, so two calls cannot both take the last slot.
+    let limited = (!limits.queue_beyond_limit)
+        .then_some((limits.max_active_runs_per_worker, limits.max_active_runs));
     let inserted = client
         .engine()
         .run_insert_within_limit(RunInsertLimited {
             run: row,
-            max_active: client.config().sessions.max_active_runs,
-            except: Some(ctx.run_id.to_string()),
+            except: Some(me),
+            limits: limited,
         })
         .await
-        .map(|i| i.map(|i| i.id().clone()));
+        .map(|r| match r {
+            LimitedInsert::Inserted(i) => Ok(i.id().clone()),
+            LimitedInsert::OverAll(max) => Err(worker_limit_message(max)),
+            LimitedInsert::OverSession(max) => Err(run_limit_message(max)),
+        });
     let run_id = match inserted {
-        Ok(Some(id)) => id,
-        Ok(None) => {
-            let max = client.config().sessions.max_active_runs;
-            return ToolOutcome::tool_error(run_limit_message(max));
-        }
+        Ok(Ok(id)) => id,
+        Ok(Err(message)) => return ToolOutcome::tool_error(message),
         Err(e) => return ToolOutcome::internal(&e),
     };
     client.wake_workers();
-    ToolOutcome::ok(json!({
-        "run_id": run_id,
-        "status": "queued",
-        "title": title,
-        "tool": tool,
-        "signal_on_completion": signal,
-        "artifact_dir": artifact_dir(&run_id),
-        "log_path": log_path(&run_id),
-        "result_path": result_path(&run_id),
-    }))
+    // The seed's reply ("running", the resource id, the artifact paths), or what the target's
+    // formatter makes of it.
+    let ack = Acknowledgement {
+        run_id,
+        title,
+        tool,
+        signal_on_completion: signal,
+    };
+    ToolOutcome::ok(match mode.as_ref().and_then(|m| m.formatter()) {
+        Some(f) => f.acknowledgement(&ack),
+        None => DefaultResultFormatter.acknowledgement(&ack),
+    })
 }

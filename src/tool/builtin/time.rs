@@ -26,7 +26,7 @@ impl Tool for GetCurrentTime {
         .hints(ToolHints {
             readonly: true,
             idempotent: false,
-            supports_background: true,
+            supports_background: false,
         })
     }
 

@@ -198,4 +198,15 @@ pub fn prepare(c: &Connection) {
         params![ago(86400), ago(1)],
     )
     .unwrap();
+    // An async operation: started on attempt 1, resumed by attempt 2 after a rescue.
+    c.execute(
+        "UPDATE runs SET operation_id = 'op_1', attempt = 2, stages = json_array( \
+         json_object('stage', 'started', 'message', 'transfer of 5 started', 'at', ?1, 'attempt', 1), \
+         json_object('stage', 'transferring', 'message', 'sending', 'progress', 0.5, 'at', ?2, 'attempt', 1), \
+         json_object('stage', 'resumed', 'at', ?3, 'attempt', 2), \
+         json_object('stage', 'completed', 'at', ?4, 'attempt', 2)) \
+         WHERE id = 'bg_completed'",
+        params![ago(3500), ago(3400), ago(3300), ago(3200)],
+    )
+    .unwrap();
 }

@@ -73,7 +73,10 @@ fn bad_log_filter_is_a_usage_error() {
 #[test]
 fn prune_cli_reports_counts_and_dry_run_keeps_rows() {
     let env = TestEnv::new();
-    let enq = toolq(&env).args(["enqueue", "echo"]).output().unwrap();
+    let enq = toolq(&env)
+        .args(["enqueue", "echo", "--args", r#"{"message":"hi"}"#])
+        .output()
+        .unwrap();
     assert!(enq.status.success(), "{enq:?}");
     let drained = toolq(&env).args(["worker", "--drain"]).output().unwrap();
     assert!(drained.status.success(), "{drained:?}");

@@ -70,10 +70,10 @@ async fn prune_removes_old_finished_work_and_keeps_what_it_must() {
     let s3 = echo(&env, "sched 3").await;
     let linked = echo(&env, "linked").await;
     // Unfinished: queued for much later, and (below) one made running by hand.
-    let mut later = EnqueueRequest::new("echo", json!({}));
+    let mut later = EnqueueRequest::new("echo", json!({"message": "hi"}));
     later.run_at = Some(t0 + chrono::Duration::days(100));
     let queued = env.client.enqueue(later).await.unwrap().run_id;
-    let mut later = EnqueueRequest::new("echo", json!({}));
+    let mut later = EnqueueRequest::new("echo", json!({"message": "hi"}));
     later.run_at = Some(t0 + chrono::Duration::days(100));
     let running = env.client.enqueue(later).await.unwrap().run_id;
     env.drain().await;
@@ -280,7 +280,7 @@ async fn prune_takes_old_runs_of_every_final_state_batch_by_batch() {
                 .await
                 .unwrap()
                 .run_id;
-            let mut later = EnqueueRequest::new("echo", json!({})).title(tag);
+            let mut later = EnqueueRequest::new("echo", json!({"message": "hi"})).title(tag);
             later.run_at = Some(env.clock.now() + chrono::Duration::days(1));
             let cancelled = env.client.enqueue(later).await.unwrap().run_id;
             env.client.cancel(&cancelled).await.unwrap();

@@ -121,6 +121,40 @@ fn recent_occurrences_shows_the_last_week_with_run_states() {
     );
 }
 
+#[test]
+fn run_stages_lists_each_stage_of_an_operation_in_order() {
+    let (_env, c) = prepared();
+    assert_eq!(
+        rows(
+            &c,
+            "SELECT run_id, operation_id, attempt, seq, stage, coalesce(message, '-'), \
+             coalesce(progress, '-') FROM run_stages ORDER BY run_id, seq"
+        ),
+        vec![
+            vec![
+                "bg_completed",
+                "op_1",
+                "1",
+                "1",
+                "started",
+                "transfer of 5 started",
+                "-"
+            ],
+            vec![
+                "bg_completed",
+                "op_1",
+                "1",
+                "2",
+                "transferring",
+                "sending",
+                "0.5"
+            ],
+            vec!["bg_completed", "op_1", "2", "3", "resumed", "-", "-"],
+            vec!["bg_completed", "op_1", "2", "4", "completed", "-", "-"],
+        ]
+    );
+}
+
 /// The ```sql blocks of a markdown text.
 fn sql_blocks(md: &str) -> Vec<String> {
     let mut out = Vec::new();

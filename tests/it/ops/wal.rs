@@ -10,7 +10,12 @@ use crate::support::TestEnv;
 
 async fn write_some(env: &TestEnv, n: usize) {
     let reqs = (0..n)
-        .map(|i| EnqueueRequest::new("echo", json!({"message": "x".repeat(200), "i": i})))
+        .map(|i| {
+            EnqueueRequest::new(
+                "echo",
+                json!({"message": format!("{i}{}", "x".repeat(200))}),
+            )
+        })
         .collect();
     env.client.enqueue_batch(reqs).await.unwrap();
 }

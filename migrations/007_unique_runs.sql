@@ -1,4 +1,4 @@
--- toolq schema version 5 -> 6 (applied by src/store/migrate.rs inside one transaction).
+-- toolq schema version 6 -> 7 (applied by src/store/migrate.rs inside one transaction).
 -- Unique runs: `enqueue --unique-by args` stores the hex SHA-256 of the tool and its canonical
 -- args in runs.unique_key, and an enqueue with the same key returns a run of it that is in
 -- the given states and period. runs_unique_idx serves that lookup (one seek per state) and

@@ -1,0 +1,344 @@
+//! Async tools: a tool that starts an external operation ([`AsyncTool::execute`] returns
+//! [`AsyncOutcome::InProgress`] with an operation id) and then follows it
+//! ([`AsyncTool::check_status`] streams typed stages until it completes or fails).
+//!
+//! [`AsyncAdapter`] makes one a [`Tool`] for the ordinary [`super::Registry`]
+//! (see [`super::RegistryBuilder::async_tool`]). The adapter stores the operation id on the run
+//! as soon as `execute` returns, and every stage (with its time and attempt) in the run's stage
+//! history. **The operation id belongs to the run, not to the attempt**: every later attempt of
+//! the run (after a worker restart, a rescue, a timeout or an internal error) finds it in
+//! [`ToolContext::operation_id`] and resumes `check_status`; `execute` is called only by an
+//! attempt that finds no operation id, or one whose last stage says it failed or was
+//! cancelled (`toolq retry` of such a run starts a new operation), and at most once per
+//! attempt. A completed operation is resumed, never restarted. The one window left is a crash
+//! inside `execute` itself, before it returns: the next attempt calls `execute` again, so a
+//! service that can should take [`ToolContext::run_id`] as its idempotency key.
+
+use std::future::Future;
+
+use async_trait::async_trait;
+use futures_util::{Stream, StreamExt};
+use serde_json::{Value, json};
+
+use super::{Tool, ToolContext, ToolDef, ToolOutcome, ToolSuccess};
+use crate::clock::ts;
+use crate::run::Progress;
+
+/// A typed stage of an async operation, stored by its name.
+///
+/// Usually an enum the tool defines; the name is what `show`, the `run_stages` view and the
+/// JSON field `stages` carry, so keep names stable.
+pub trait ProgressStage: Send + Sync + 'static {
+    /// The stage's stored name, e.g. `"transferring"`.
+    fn as_str(&self) -> &str;
+}
+
+/// What [`AsyncTool::execute`] returns.
+#[derive(Debug, Clone)]
+pub enum AsyncOutcome {
+    /// The operation finished at once.
+    Success(ToolSuccess),
+    /// The operation was refused or failed at once (shown to the session, never retried).
+    Failed(String),
+    /// The operation started; follow it with [`AsyncTool::check_status`].
+    InProgress {
+        /// The external operation's id, stored on the run.
+        operation_id: String,
+        /// What started (the first stage's message).
+        message: String,
+    },
+}
+
+impl AsyncOutcome {
+    /// An operation that started.
+    pub fn in_progress(operation_id: impl Into<String>, message: impl Into<String>) -> Self {
+        AsyncOutcome::InProgress {
+            operation_id: operation_id.into(),
+            message: message.into(),
+        }
+    }
+}
+
+/// One item of [`AsyncTool::check_status`]'s stream.
+#[derive(Debug, Clone)]
+pub enum ToolStatus<S> {
+    /// The operation is at `stage`.
+    Progress {
+        /// The typed stage.
+        stage: S,
+        /// What is happening.
+        message: String,
+        /// How far along, from 0.0 to 1.0, when known.
+        progress: Option<f64>,
+    },
+    /// It finished with this result.
+    Completed(ToolSuccess),
+    /// It failed (shown to the session, never retried).
+    Failed(String),
+}
+
+impl<S> ToolStatus<S> {
+    /// A completion with just a JSON value.
+    pub fn completed(value: Value) -> Self {
+        ToolStatus::Completed(ToolSuccess {
+            value,
+            ..Default::default()
+        })
+    }
+}
+
+/// An error from [`AsyncTool::execute`]: an internal error (retried while attempts remain).
+pub type AsyncError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// A tool that starts a long-running external operation and follows it.
+///
+/// The work happens outside the worker (a service, a process); the tool only starts it and
+/// watches it, so a worker that dies loses nothing: the next attempt watches the same
+/// operation. Register it with [`super::RegistryBuilder::async_tool`].
+///
+/// ```
+/// use futures_util::Stream;
+/// use serde_json::{Value, json};
+/// use toolq::tool::async_tool::AsyncError;
+/// use toolq::tool::{AsyncOutcome, AsyncTool, ProgressStage, ToolStatus};
+/// use toolq::{RegistryBuilder, ToolContext, ToolDef};
+///
+/// enum Stage { Rendering }
+///
+/// impl ProgressStage for Stage {
+///     fn as_str(&self) -> &str { "rendering" }
+/// }
+///
+/// struct Render;
+///
+/// impl AsyncTool for Render {
+///     type Stage = Stage;
+///
+///     fn definition(&self) -> ToolDef {
+///         ToolDef::new("render", "Renders a video.", json!({"type": "object"}))
+///     }
+///
+///     async fn execute(&self, ctx: &ToolContext, _input: Value) -> Result<AsyncOutcome, AsyncError> {
+///         // Ask the service to start, with the run id as its idempotency key.
+///         let job = format!("job-{}", ctx.run_id);
+///         Ok(AsyncOutcome::in_progress(job, "render queued"))
+///     }
+///
+///     fn check_status(&self, _ctx: &ToolContext, job: &str)
+///         -> impl Stream<Item = ToolStatus<Stage>> + Send
+///     {
+///         futures_util::stream::iter([
+///             ToolStatus::Progress { stage: Stage::Rendering, message: "50%".into(), progress: Some(0.5) },
+///             ToolStatus::completed(json!({"video": format!("{job}.mp4")})),
+///         ])
+///     }
+/// }
+///
+/// let registry = RegistryBuilder::new().async_tool(Render).build().unwrap();
+/// assert!(registry.has("render"));
+/// ```
+pub trait AsyncTool: Send + Sync + 'static {
+    /// The stages this tool reports.
+    type Stage: ProgressStage;
+
+    /// The tool's definition (name, schema, hints, policy), as for [`Tool::definition`].
+    fn definition(&self) -> ToolDef;
+
+    /// Starts the operation and returns quickly. Called at most once per attempt, and only
+    /// when the run has no operation id yet. An `Err` is an internal error: the attempt is
+    /// retried while attempts remain (and calls `execute` again, no operation being stored).
+    fn execute(
+        &self,
+        ctx: &ToolContext,
+        input: Value,
+    ) -> impl Future<Output = Result<AsyncOutcome, AsyncError>> + Send;
+
+    /// Streams the operation's status until it yields [`ToolStatus::Completed`] or
+    /// [`ToolStatus::Failed`]. A stream that ends before either is an internal error (the
+    /// next attempt resumes it). Called again by every attempt that resumes the operation.
+    fn check_status(
+        &self,
+        ctx: &ToolContext,
+        operation_id: &str,
+    ) -> impl Stream<Item = ToolStatus<Self::Stage>> + Send;
+
+    /// Ends the operation when an operator cancels the run. A worker shutdown, a timeout or a
+    /// lost lease does not call this: the operation keeps going for the next attempt. The
+    /// default does nothing (the operation runs to its end unobserved).
+    fn cancel(&self, ctx: &ToolContext, operation_id: &str) -> impl Future<Output = ()> + Send {
+        let _ = (ctx, operation_id);
+        async {}
+    }
+
+    /// Shapes inbox texts, as [`Tool::format_message`].
+    fn format_message(&self, draft: &crate::inbox::NewMessage) -> Option<String> {
+        let _ = draft;
+        None
+    }
+}
+
+/// Runs an [`AsyncTool`] as a [`Tool`]: execute once, store the operation, follow it.
+#[derive(Debug, Clone)]
+pub struct AsyncAdapter<T>(pub T);
+
+/// A stage record for the run's stage history: `{stage, message, progress, at, attempt}`
+/// plus `extra`'s fields.
+pub fn stage_record(ctx: &ToolContext, stage: &str, message: Option<&str>, extra: Value) -> Value {
+    let mut v = json!({"stage": stage, "at": ts(ctx.clock.now()), "attempt": ctx.attempt});
+    if let Some(o) = v.as_object_mut() {
+        if let Some(m) = message {
+            o.insert("message".into(), m.into());
+        }
+        if let Value::Object(e) = extra {
+            o.extend(e);
+        }
+    }
+    v
+}
+
+/// Whether the attempt was stopped by an operator's cancel (rather than a shutdown, a
+/// timeout or a lost lease), read from the run. Without a client it counts as a cancel.
+pub async fn operator_cancelled(ctx: &ToolContext) -> bool {
+    match &ctx.client {
+        Some(c) => c
+            .get(&ctx.run_id)
+            .await
+            .is_ok_and(|r| r.cancel_requested_at.is_some()),
+        None => true,
+    }
+}
+
+/// Stages after which an operation is over and a new attempt (`toolq retry`) starts a new one.
+/// `completed` is not among them: an attempt that saw the end but died before recording it
+/// resumes and sees the end again, instead of doing the work twice.
+const ENDED_STAGES: [&str; 2] = ["failed", "cancelled"];
+
+/// Whether the run's stored operation failed or was cancelled (its last stage says so): then
+/// the attempt is a retry, which means a new operation, not a resume of the ended one.
+async fn operation_ended(ctx: &ToolContext) -> bool {
+    let Some(client) = &ctx.client else {
+        return false;
+    };
+    match client.get(&ctx.run_id).await {
+        Ok(run) => run
+            .stages
+            .as_array()
+            .and_then(|s| s.last())
+            .and_then(|s| s["stage"].as_str())
+            .is_some_and(|s| ENDED_STAGES.contains(&s)),
+        // Unknown: resuming never starts a second operation.
+        Err(_) => false,
+    }
+}
+
+impl<T: AsyncTool> AsyncAdapter<T> {
+    async fn follow(&self, ctx: &ToolContext, op: &str) -> ToolOutcome {
+        let stream = self.0.check_status(ctx, op);
+        let mut stream = std::pin::pin!(stream);
+        // The history gets one record per stage entered; a stage repeated with new messages
+        // or progress moves only the live status and progress (a poll loop would otherwise
+        // grow the history without bound).
+        let mut last: Option<String> = None;
+        loop {
+            let item = tokio::select! {
+                item = stream.next() => item,
+                _ = ctx.cancel.cancelled() => return self.stopped(ctx, op).await,
+            };
+            match item {
+                Some(ToolStatus::Progress {
+                    stage,
+                    message,
+                    progress,
+                }) => {
+                    let name = stage.as_str().to_string();
+                    ctx.sink.status(message.clone());
+                    if let Some(p) = progress {
+                        ctx.sink.progress(Progress {
+                            current: p,
+                            total: Some(1.0),
+                            unit: None,
+                            label: Some(name.clone()),
+                        });
+                    }
+                    if last.as_ref() != Some(&name) {
+                        let extra = progress.map_or(json!({}), |p| json!({"progress": p}));
+                        ctx.sink
+                            .stage(stage_record(ctx, &name, Some(&message), extra));
+                        last = Some(name);
+                    }
+                }
+                Some(ToolStatus::Completed(success)) => {
+                    ctx.sink
+                        .stage(stage_record(ctx, "completed", None, json!({})));
+                    return ToolOutcome::Success(success);
+                }
+                Some(ToolStatus::Failed(error)) => {
+                    ctx.sink
+                        .stage(stage_record(ctx, "failed", Some(&error), json!({})));
+                    return ToolOutcome::ToolError(error);
+                }
+                None => {
+                    return ToolOutcome::Internal(format!(
+                        "check_status of operation {op} ended without Completed or Failed"
+                    ));
+                }
+            }
+        }
+    }
+
+    async fn stopped(&self, ctx: &ToolContext, op: &str) -> ToolOutcome {
+        if operator_cancelled(ctx).await {
+            self.0.cancel(ctx, op).await;
+            ctx.sink
+                .stage(stage_record(ctx, "cancelled", None, json!({})));
+            return ToolOutcome::tool_error(format!("operation {op} cancelled"));
+        }
+        ctx.sink
+            .stage(stage_record(ctx, "detached", None, json!({})));
+        ToolOutcome::tool_error(format!(
+            "stopped watching operation {op}; it keeps running and the next attempt resumes it"
+        ))
+    }
+}
+
+#[async_trait]
+impl<T: AsyncTool> Tool for AsyncAdapter<T> {
+    fn definition(&self) -> ToolDef {
+        self.0.definition()
+    }
+
+    async fn call(&self, ctx: ToolContext) -> ToolOutcome {
+        if let Some(op) = ctx.operation_id.clone()
+            && !operation_ended(&ctx).await
+        {
+            ctx.sink.set_operation(
+                op.clone(),
+                Some(stage_record(&ctx, "resumed", None, json!({}))),
+            );
+            return self.follow(&ctx, &op).await;
+        }
+        // Not raced against a stop: an operation that started must get its id stored (and,
+        // on an operator's cancel, be cancelled by `follow`).
+        match self.0.execute(&ctx, ctx.args.clone()).await {
+            Err(e) => ToolOutcome::internal(&*e),
+            Ok(AsyncOutcome::Success(s)) => ToolOutcome::Success(s),
+            Ok(AsyncOutcome::Failed(e)) => ToolOutcome::ToolError(e),
+            Ok(AsyncOutcome::InProgress {
+                operation_id,
+                message,
+            }) => {
+                ctx.sink.status(message.clone());
+                // Stored at the sink's next flush, which the sink asks for at once.
+                ctx.sink.set_operation(
+                    operation_id.clone(),
+                    Some(stage_record(&ctx, "started", Some(&message), json!({}))),
+                );
+                self.follow(&ctx, &operation_id).await
+            }
+        }
+    }
+
+    fn format_message(&self, draft: &crate::inbox::NewMessage) -> Option<String> {
+        self.0.format_message(draft)
+    }
+}
