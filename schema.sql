@@ -1,4 +1,4 @@
--- toolq schema, version 7 (stored in PRAGMA user_version; src/store/migrate.rs upgrades older files).
+-- toolq schema, version 8 (stored in PRAGMA user_version; src/store/migrate.rs upgrades older files).
 --
 -- This file is the whole schema. It is embedded in the binary and applied by `toolq init`
 -- (or by any command that opens a new database). Ops people: this is your interface.
@@ -62,10 +62,14 @@ CREATE TABLE runs (
     approval_at           TEXT,
     approval_note         TEXT,
     cancel_requested_at   TEXT                               -- a running run is asked to stop
-);
+, unique_key TEXT);  -- unique runs (version 7): hex SHA-256 of tool and canonical args; NULL unless enqueued unique
 -- Uniqueness only where a value exists: partial indexes keep ad-hoc runs (no key, no schedule)
 -- out of them, so an enqueue commits fewer index pages.
 CREATE UNIQUE INDEX runs_idempotency_idx ON runs (idempotency_key) WHERE idempotency_key IS NOT NULL;
+-- Unique runs (version 7): an enqueue with --unique-by args finds a run of the same tool and
+-- canonical args in a given state, created since a given instant: one seek per state. Only
+-- runs enqueued unique have a key, so other enqueues write no entry.
+CREATE INDEX runs_unique_idx ON runs (unique_key, state, created_at) WHERE unique_key IS NOT NULL;
 -- A schedule tick makes at most one run.
 CREATE UNIQUE INDEX runs_schedule_tick_idx ON runs (schedule_id, fire_at) WHERE schedule_id IS NOT NULL;
 
@@ -81,7 +85,7 @@ CREATE INDEX runs_delayed_idx ON runs (tool, run_at) WHERE state = 'queued' AND 
 -- Limits, heartbeats and rescue: running runs by owner. Running runs are few (at most the
 -- workers' slots), so per-session counts read this index whole instead of keeping a second one
 -- that every claim and finish would write (version 3). Per-tool counts (max_running) read it
--- too (version 7 added tool).
+-- too (version 8 added tool).
 CREATE INDEX runs_running_owner_idx ON runs (lease_owner, lease_expires_at, session_id, tool) WHERE state = 'running';
 -- Counts, failures_24h and retention: finished runs by state and finish time. Only final
 -- states: queued, awaiting and running runs have their own partial indexes above and below,
@@ -159,7 +163,7 @@ CREATE INDEX schedules_session_idx ON schedules (session_id, enabled);
 --   missed           no run: missed-ticks policy 'skip', or outside the catch-up window
 --   skipped_overlap  no run: the schedule's previous run was still active (overlap policy 'skip')
 --   paused           no run: the schedule's tool or session (or everything) was paused; a tick
---                    the missed-ticks policy would have run (version 7)
+--                    the missed-ticks policy would have run (version 8)
 -- e.g.  SELECT fire_at, outcome, run_id, detail FROM schedule_occurrences
 --       WHERE schedule_id = 'sch_...' ORDER BY fire_at DESC LIMIT 20;
 CREATE TABLE schedule_occurrences (
@@ -176,7 +180,7 @@ CREATE INDEX schedule_occurrences_recorded_idx ON schedule_occurrences (recorded
 -- Retention: deleting a run nulls its occurrences' run_id, and prune keeps runs a recent tick points at.
 CREATE INDEX schedule_occurrences_run_idx ON schedule_occurrences (run_id);
 
--- Flow control (version 7). What operators paused: claims skip queued runs of a paused tool
+-- Flow control (version 8). What operators paused: claims skip queued runs of a paused tool
 -- or session (or every run, scope 'all'); running runs finish. Read by every claim (the table
 -- is tiny), so every worker and every restart honours it.
 CREATE TABLE pauses (
@@ -260,7 +264,7 @@ CREATE INDEX workers_live_idx ON workers (heartbeat_at) WHERE stopped_at IS NULL
 -- Unfinished runs are selected one state at a time, so each arm reads its partial index.
 
 -- Running runs whose lease has expired, or queued runs overdue by more than 5 minutes (not
--- counting paused ones: see the `paused` view; version 7).
+-- counting paused ones: see the `paused` view; version 8).
 CREATE VIEW stuck_runs AS
 SELECT id, session_id, tool, state, attempt, max_attempts, run_at, started_at, lease_owner,
        lease_expires_at, heartbeat_at, status_text, 'lease expired' AS reason

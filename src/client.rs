@@ -4,6 +4,7 @@
 //! `spawn_background`, inbox pages and waiting.
 
 mod approvals;
+mod bulk;
 mod deliver;
 mod inbox_page;
 mod pause;
@@ -32,7 +33,7 @@ use crate::ids::{RunId, validate_session};
 use crate::inbox::About;
 use crate::inbox::{InboxFilter, Message};
 use crate::run::FinishRecord;
-use crate::run::{Delivery, NewRun, Run, RunState};
+use crate::run::{Delivery, NewRun, Run, RunState, Unique, UniqueCheck, unique_key};
 use crate::run::{Inserted, ListFilter};
 use crate::store::{Engine, InboxMark, OpenMode, RunRetry, Store};
 use crate::tool::Registry;
@@ -63,6 +64,9 @@ pub struct EnqueueRequest {
     pub signal_on_completion: bool,
     /// Delivery mode of that message.
     pub delivery: Delivery,
+    /// Return a run of the same tool and args (in the given states and period) instead of
+    /// inserting another; see [`Unique`].
+    pub unique: Option<Unique>,
 }
 
 impl EnqueueRequest {
@@ -80,6 +84,7 @@ impl EnqueueRequest {
             idempotency_key: None,
             signal_on_completion: true,
             delivery: Delivery::WhenIdle,
+            unique: None,
         }
     }
 
@@ -92,6 +97,12 @@ impl EnqueueRequest {
     /// Sets the title.
     pub fn title(mut self, t: impl Into<String>) -> Self {
         self.title = Some(t.into());
+        self
+    }
+
+    /// Makes the run unique (see [`Unique`]).
+    pub fn unique(mut self, u: Unique) -> Self {
+        self.unique = Some(u);
         self
     }
 }
@@ -291,6 +302,11 @@ impl Client {
             None => entry.def.display_name.clone(),
         };
         let now = self.now();
+        let unique = req
+            .unique
+            .as_ref()
+            .map(|u| unique_check(u, &req.tool, &req.args, now))
+            .transpose()?;
         Ok(NewRun {
             id: RunId::generate(),
             session_id: req.session.clone(),
@@ -308,6 +324,7 @@ impl Client {
             schedule_id: None,
             fire_at: None,
             ticks: 1,
+            unique,
         })
     }
 
@@ -315,7 +332,11 @@ impl Client {
     /// returns the existing run.
     pub async fn enqueue(&self, req: EnqueueRequest) -> Result<Enqueued> {
         let row = self.prepare(&req)?;
-        let inserted = self.engine().run_insert(vec![row]).await?;
+        let inserted = self
+            .engine()
+            .run_insert(vec![row])
+            .await
+            .map_err(|e| key_conflict(e, ""))?;
         self.inner.wake.notify_one();
         inserted.into_iter().map(to_enqueued).next().ok_or_else(|| {
             Error::Store(StoreError::Invalid(
@@ -335,7 +356,11 @@ impl Client {
                     .map_err(|e| e.within(&format!("request {}: ", i + 1)))
             })
             .collect::<Result<Vec<_>, _>>()?;
-        let inserted = self.engine().run_insert(rows).await?;
+        let inserted = self
+            .engine()
+            .run_insert(rows)
+            .await
+            .map_err(|e| key_conflict(e, "batch"))?;
         self.inner.wake.notify_one();
         Ok(inserted.into_iter().map(to_enqueued).collect())
     }
@@ -478,6 +503,79 @@ impl Client {
     /// Wakes this process's workers (used after an enqueue made elsewhere in the process).
     pub fn wake_workers(&self) {
         self.inner.wake.notify_one();
+    }
+}
+
+/// The store's check for a unique enqueue; the states must be given and the period positive.
+fn unique_check(
+    u: &Unique,
+    tool: &str,
+    args: &Value,
+    now: DateTime<Utc>,
+) -> Result<UniqueCheck, InputError> {
+    if u.states.is_empty() {
+        return Err(InputError::new(
+            "unique_states",
+            "",
+            "must name at least one state",
+        ));
+    }
+    let since = match u.within {
+        None => None,
+        Some(d) if d.is_zero() => {
+            return Err(InputError::new(
+                "unique_for",
+                "0",
+                "must be greater than zero",
+            ));
+        }
+        Some(d) => Some(
+            chrono::Duration::from_std(d)
+                .ok()
+                .and_then(|d| now.checked_sub_signed(d))
+                .ok_or_else(|| {
+                    InputError::new(
+                        "unique_for",
+                        humantime::format_duration(d).to_string(),
+                        "is too long",
+                    )
+                })?,
+        ),
+    };
+    let mut states = u.states.clone();
+    states.sort_by_key(|s| s.as_str());
+    states.dedup();
+    Ok(UniqueCheck {
+        key: match u.by {
+            crate::run::UniqueBy::Args => unique_key(tool, args),
+        },
+        states,
+        since,
+    })
+}
+
+/// An idempotency key naming a run with other args is the caller's input error; in a batch
+/// it names the request (`request 3: `), like the other input errors of a batch.
+fn key_conflict(e: StoreError, batch: &str) -> Error {
+    match e {
+        StoreError::KeyConflict {
+            index,
+            key,
+            run,
+            what,
+        } => {
+            let field = if batch.is_empty() {
+                "idempotency key".to_string()
+            } else {
+                format!("request {}: idempotency key", index + 1)
+            };
+            Error::Input(InputError::new(
+                field,
+                key,
+                format!("already names run {run} with {what}"),
+            ))
+        }
+        e => Error::Store(e),
     }
 }
 

@@ -158,6 +158,19 @@ pub enum StoreError {
         /// What needed to write.
         action: String,
     },
+    /// An idempotency key already names a run of another tool or with other args (exit
+    /// code 2: almost always a bug in the caller).
+    #[error("idempotency key {key:?} already names run {run} with {what}")]
+    KeyConflict {
+        /// The run's position in its insert (0 for a single enqueue).
+        index: usize,
+        /// The key.
+        key: String,
+        /// The run that holds it.
+        run: String,
+        /// What differs, with both values (`different args: stored {...}, given {...}`).
+        what: String,
+    },
     /// A blocking database task panicked or was cancelled.
     #[error("database task failed: {0}")]
     Task(String),

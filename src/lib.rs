@@ -5,7 +5,8 @@
 //! ## Flow
 //! - **Enqueue** ([`Client::enqueue`], `toolq enqueue`, a schedule firing): the tool must exist
 //!   and the args match its JSON schema *before* anything is written; an idempotency key that
-//!   exists returns the existing run.
+//!   exists returns the existing run (with other args it is an error), and a unique enqueue
+//!   ([`Unique`]) returns a run of the same tool and args in the given states and period.
 //! - **Claim** ([`Worker`]): one short `BEGIN IMMEDIATE` transaction picks runnable runs by
 //!   priority then age, sharing slots fairly between sessions, honouring the per-worker,
 //!   per-session and per-tool limits (`max_running`, `rate`; counted in the database) and the
@@ -26,6 +27,7 @@
 //! - [`approval`]: approve, deny, expire (tools that require an operator's decision).
 //! - [`schedule`]: cron and one-shot schedules, their firing plan and the schedule tick.
 //! - [`retention`]: pruning old finished work in bounded batches.
+//! - [`bulk`]: cancel and retry every run a filter matches, in bounded batches.
 //! - [`status`]: worker liveness and the health check; [`metrics`]: Prometheus counters and
 //!   gauges, and their HTTP endpoint.
 //!
@@ -47,6 +49,7 @@
 //! Execution is at-least-once; recording is exactly-once.
 
 pub mod approval;
+pub mod bulk;
 #[doc(hidden)]
 pub mod cli;
 pub mod client;
@@ -66,12 +69,13 @@ pub mod store;
 pub mod tool;
 pub mod worker;
 
+pub use bulk::{BulkOptions, BulkReport};
 pub use client::{Client, EnqueueRequest, Enqueued};
 pub use clock::{Clock, ManualClock, SharedClock, SystemClock};
 pub use config::Config;
 pub use error::{Error, InputError, Result};
 pub use ids::{RunId, ScheduleId, WorkerId};
-pub use run::{Delivery, Progress, Run, RunState};
+pub use run::{Delivery, Progress, Run, RunFilter, RunState, Unique, UniqueBy};
 pub use schedule::{MissedPolicy, OverlapPolicy, Schedule, ScheduleDetail, ScheduleRequest};
 #[doc(hidden)]
 pub use store::Store;

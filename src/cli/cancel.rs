@@ -1,21 +1,33 @@
-//! `toolq cancel RUN`.
+//! `toolq cancel RUN` and `toolq cancel --state/--tool/... [--dry-run]` (bulk).
 
 use serde_json::json;
 
-use super::{Ctx, render, run_id};
+use super::{Ctx, bulk, render, run_id};
 use crate::error::Result;
 use crate::run::RunState;
 
 /// Flags of `cancel`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// The run id (bg_...).
-    pub run: String,
+    /// The run id (bg_...); or filters instead.
+    pub run: Option<String>,
+    /// Bulk: which runs.
+    #[command(flatten)]
+    pub filter: bulk::Filter,
 }
 
-/// Cancels at once when waiting; asks a running run to stop.
+/// Cancels at once when waiting; asks a running run to stop. With filters, every match.
 pub async fn run(ctx: &Ctx, args: Args) -> Result<()> {
-    let id = run_id(&args.run)?;
+    let Some(run) = &args.run else {
+        let (filter, opts) = args.filter.parse(ctx, "cancel")?;
+        let report = ctx.client.cancel_where(&filter, opts).await?;
+        bulk::show(ctx, &report, "cancelled", true);
+        return Ok(());
+    };
+    if args.filter.any() {
+        return Err(bulk::refuse_mixed("cancel", run).into());
+    }
+    let id = run_id(run)?;
     let state = ctx.client.cancel(&id).await?;
     let text = match state {
         RunState::Running => {

@@ -12,7 +12,7 @@ use crate::client::{EnqueueRequest, Enqueued};
 use crate::config::parse_duration;
 use crate::error::{Error, InputError, Result};
 use crate::ids::RunId;
-use crate::run::Delivery;
+use crate::run::{Delivery, RunState, Unique};
 
 /// Flags of `enqueue`.
 #[derive(Debug, clap::Args)]
@@ -47,6 +47,17 @@ pub struct Args {
     /// A key: enqueueing the same key again returns the existing run.
     #[arg(long)]
     pub idempotency_key: Option<String>,
+    /// Unique runs: return a run of the same tool and args (canonical JSON) instead of
+    /// enqueueing another. Only `args` is accepted.
+    #[arg(long, value_name = "WHAT")]
+    pub unique_by: Option<String>,
+    /// With --unique-by: only runs created within this long (e.g. 1h) [default: any age].
+    #[arg(long, value_name = "DURATION", requires = "unique_by")]
+    pub unique_for: Option<String>,
+    /// With --unique-by: only runs in these states, comma-separated
+    /// [default: queued,awaiting_approval,running].
+    #[arg(long, value_name = "STATES", requires = "unique_by")]
+    pub unique_states: Option<String>,
     /// Do not post an inbox message when the run ends.
     #[arg(long)]
     pub no_signal: bool,
@@ -74,8 +85,71 @@ struct Line {
     max_attempts: Option<i64>,
     timeout: Option<String>,
     idempotency_key: Option<String>,
+    unique_by: Option<String>,
+    unique_for: Option<String>,
+    unique_states: Option<States>,
     signal_on_completion: Option<bool>,
     delivery: Option<String>,
+}
+
+/// States as `"queued,running"` or `["queued", "running"]`.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum States {
+    Text(String),
+    List(Vec<String>),
+}
+
+impl States {
+    fn names(&self) -> Vec<String> {
+        match self {
+            States::Text(s) => s.split(',').map(|x| x.trim().to_string()).collect(),
+            States::List(v) => v.clone(),
+        }
+    }
+}
+
+/// The [`Unique`] of `--unique-by`, `--unique-for` and `--unique-states`; `names` are how
+/// errors call those three (flags, or a file line's fields).
+fn unique(
+    names: [&str; 3],
+    by: Option<&str>,
+    within: Option<&str>,
+    states: Option<Vec<String>>,
+) -> Result<Option<Unique>, InputError> {
+    let [by_name, for_name, states_name] = names;
+    let Some(by) = by else {
+        if within.is_some() || states.is_some() {
+            return Err(InputError::new(
+                by_name,
+                "",
+                format!("is needed with {for_name} and {states_name}"),
+            ));
+        }
+        return Ok(None);
+    };
+    let mut u = Unique {
+        by: by.parse().map_err(|e: InputError| InputError {
+            field: by_name.into(),
+            ..e
+        })?,
+        ..Unique::default()
+    };
+    if let Some(w) = within {
+        u.within = Some(parse_dur(for_name, w)?);
+    }
+    if let Some(names) = states {
+        u.states = names
+            .iter()
+            .map(|n| {
+                n.parse::<RunState>().map_err(|e| InputError {
+                    field: states_name.into(),
+                    ..e
+                })
+            })
+            .collect::<Result<_, _>>()?;
+    }
+    Ok(Some(u))
 }
 
 fn empty_object() -> Value {
@@ -135,6 +209,14 @@ impl Args {
             .map(|t| parse_dur("--timeout", t))
             .transpose()?;
         req.idempotency_key = self.idempotency_key.clone();
+        req.unique = unique(
+            ["--unique-by", "--unique-for", "--unique-states"],
+            self.unique_by.as_deref(),
+            self.unique_for.as_deref(),
+            self.unique_states
+                .as_deref()
+                .map(|s| s.split(',').map(|x| x.trim().to_string()).collect()),
+        )?;
         req.signal_on_completion = !self.no_signal;
         req.delivery = self.delivery.parse::<Delivery>().map_err(|e| InputError {
             field: "--delivery".into(),
@@ -160,6 +242,12 @@ impl Line {
             .map(|t| parse_dur("timeout", t))
             .transpose()?;
         req.idempotency_key = self.idempotency_key;
+        req.unique = unique(
+            ["unique_by", "unique_for", "unique_states"],
+            self.unique_by.as_deref(),
+            self.unique_for.as_deref(),
+            self.unique_states.as_ref().map(States::names),
+        )?;
         req.signal_on_completion = self.signal_on_completion.unwrap_or(true);
         if let Some(d) = self.delivery {
             req.delivery = d.parse()?;
@@ -230,7 +318,7 @@ pub async fn run(ctx: &Ctx, args: Args) -> Result<()> {
             }
             if created < done.len() {
                 render::note(&format!(
-                    "({} of these {} runs already existed by idempotency key; nothing new was enqueued for them)",
+                    "({} of these {} runs already existed by idempotency key or as unique runs; nothing new was enqueued for them)",
                     done.len() - created,
                     done.len()
                 ));
@@ -240,6 +328,13 @@ pub async fn run(ctx: &Ctx, args: Args) -> Result<()> {
     }
     let req = args.request(ctx.client.now())?;
     let tool = req.tool.clone();
+    let why = if req.idempotency_key.is_none() {
+        "(an existing run of this tool with the same args; nothing new was enqueued)"
+    } else if req.unique.is_none() {
+        "(an existing run with this idempotency key; nothing new was enqueued)"
+    } else {
+        "(an existing run with this idempotency key, or of this tool with the same args; nothing new was enqueued)"
+    };
     let Enqueued { run_id, created } = ctx.client.enqueue(req).await?;
     if ctx.json {
         render::json(
@@ -250,7 +345,7 @@ pub async fn run(ctx: &Ctx, args: Args) -> Result<()> {
         render::line(&run_id.to_string());
     } else {
         render::line(&run_id.to_string());
-        render::note("(an existing run with this idempotency key; nothing new was enqueued)");
+        render::note(why);
     }
     Ok(())
 }

@@ -2,6 +2,7 @@
 //! subcommand; each parses its flags, calls the library, and renders through [`render`].
 
 mod approve;
+mod bulk;
 mod cancel;
 mod check;
 mod config;
@@ -94,11 +95,15 @@ pub enum Command {
     /// Print a run's result JSON.
     #[command(after_help = "Examples:\n  toolq result bg_0193... | jq .result")]
     Result(result::Args),
-    /// Cancel a queued, awaiting or running run.
-    #[command(after_help = "Examples:\n  toolq cancel bg_0193...")]
+    /// Cancel a queued, awaiting or running run (or every run filters match).
+    #[command(
+        after_help = "Examples:\n  toolq cancel bg_0193...\n  toolq cancel --tool http_request --state queued --dry-run\n  toolq cancel --session demo --older-than 1h"
+    )]
     Cancel(cancel::Args),
-    /// Re-queue a failed or cancelled run as a new attempt.
-    #[command(after_help = "Examples:\n  toolq retry bg_0193...")]
+    /// Re-queue a failed or cancelled run as a new attempt (or every run filters match).
+    #[command(
+        after_help = "Examples:\n  toolq retry bg_0193...\n  toolq retry --state failed --tool http_request --newer-than 2h"
+    )]
     Retry(retry::Args),
     /// List a session's inbox messages.
     #[command(
@@ -413,6 +418,10 @@ fn name_flags(e: Error) -> Error {
         "count",
         "by",
         "limit",
+        "unique_by",
+        "unique_for",
+        "unique_states",
+        "batch_size",
     ];
     match e {
         Error::Input(mut ie) if FIELDS.contains(&ie.field.as_str()) => {

@@ -1,20 +1,32 @@
-//! `toolq retry RUN`.
+//! `toolq retry RUN` and `toolq retry --state/--tool/... [--dry-run]` (bulk).
 
 use serde_json::json;
 
-use super::{Ctx, render, run_id};
+use super::{Ctx, bulk, render, run_id};
 use crate::error::Result;
 
 /// Flags of `retry`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// The run id (bg_...).
-    pub run: String,
+    /// The run id (bg_...); or filters instead.
+    pub run: Option<String>,
+    /// Bulk: which runs.
+    #[command(flatten)]
+    pub filter: bulk::Filter,
 }
 
-/// Re-queues a failed or cancelled run as a new attempt.
+/// Re-queues a failed or cancelled run as a new attempt. With filters, every match.
 pub async fn run(ctx: &Ctx, args: Args) -> Result<()> {
-    let id = run_id(&args.run)?;
+    let Some(run) = &args.run else {
+        let (filter, opts) = args.filter.parse(ctx, "retry")?;
+        let report = ctx.client.retry_where(&filter, opts).await?;
+        bulk::show(ctx, &report, "retried", false);
+        return Ok(());
+    };
+    if args.filter.any() {
+        return Err(bulk::refuse_mixed("retry", run).into());
+    }
+    let id = run_id(run)?;
     ctx.client.retry(&id).await?;
     if ctx.json {
         render::json(&json!({"id": id, "run_id": id, "state": "queued"}));

@@ -35,6 +35,7 @@ impl Client {
             idempotency_key: None,
             signal_on_completion: req.signal_on_completion,
             delivery: req.delivery,
+            unique: None,
         })?;
         let window = match req.catchup_window {
             Some(w) => {

@@ -8,9 +8,11 @@ use std::str::FromStr;
 
 mod end;
 mod records;
+mod unique;
 
 pub use end::{ApprovalMark, Fence, FinishRecord, Outcome};
-pub use records::{Blob, Inserted, ListFilter};
+pub use records::{Blob, Inserted, ListFilter, RunFilter};
+pub use unique::{Unique, UniqueBy, UniqueCheck, unique_key};
 
 use crate::error::InputError;
 use crate::ids::{RunId, ScheduleId};
@@ -289,6 +291,8 @@ pub struct NewRun {
     pub fire_at: Option<DateTime<Utc>>,
     /// Ticks it stands for.
     pub ticks: i64,
+    /// Return a matching run instead of inserting (unique runs).
+    pub unique: Option<UniqueCheck>,
 }
 
 /// The random draw used for backoff jitter, in [0, 1).

@@ -1,5 +1,7 @@
 //! What the store hands back about runs: filters, insert answers and blobs.
 
+use chrono::{DateTime, Utc};
+
 use super::RunState;
 use crate::ids::RunId;
 
@@ -49,4 +51,34 @@ pub struct Blob {
     pub truncated: bool,
     /// Last write.
     pub updated_at: String,
+}
+
+/// Which runs a bulk cancel or retry acts on. Every set field must match; an empty `states`
+/// means every state the operation can act on.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RunFilter {
+    /// Only these states (empty: any the operation allows).
+    pub states: Vec<RunState>,
+    /// Only this tool.
+    pub tool: Option<String>,
+    /// Only this session.
+    pub session: Option<String>,
+    /// Only runs made by this schedule.
+    pub schedule_id: Option<String>,
+    /// Only runs created before this instant (`--older-than`).
+    pub created_before: Option<DateTime<Utc>>,
+    /// Only runs created after this instant (`--newer-than`).
+    pub created_after: Option<DateTime<Utc>>,
+}
+
+impl RunFilter {
+    /// Whether no field narrows it (a bulk call from the CLI must say `--all` then).
+    pub fn is_empty(&self) -> bool {
+        self.states.is_empty()
+            && self.tool.is_none()
+            && self.session.is_none()
+            && self.schedule_id.is_none()
+            && self.created_before.is_none()
+            && self.created_after.is_none()
+    }
 }

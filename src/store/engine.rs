@@ -13,7 +13,7 @@ use super::types::*;
 use crate::error::StoreError;
 use crate::ids::RunId;
 use crate::inbox::{InboxFilter, InboxPage, Message};
-use crate::run::{Blob, FinishRecord, Inserted, ListFilter, NewRun, Run, RunState};
+use crate::run::{Blob, FinishRecord, Inserted, ListFilter, NewRun, Run, RunFilter, RunState};
 use crate::schedule::model::{NewSchedule, Occurrence, Schedule};
 
 /// Result of an engine operation.
@@ -52,6 +52,17 @@ pub trait Engine: Send + Sync + std::fmt::Debug + 'static {
     /// Puts a failed or cancelled run (still in `expected`) back in the queue; its next
     /// claim starts a new attempt.
     async fn run_retry(&self, p: RunRetry) -> EngineResult<bool>;
+    /// One keyset page of a bulk operation: at most `limit` runs matching the filter whose
+    /// id sorts after `after`, in id order (one consistent read; it never holds the writer).
+    async fn run_select(&self, p: RunSelect) -> EngineResult<Vec<Run>>;
+    /// How many runs match the filter (a bulk `--dry-run`).
+    async fn run_count_where(&self, filter: RunFilter) -> EngineResult<i64>;
+    /// One batch of a bulk cancel in one transaction: every end through the end-writer
+    /// (fenced as `run_end`), then a cancel request on every running run given.
+    async fn run_cancel_many(&self, p: RunCancelMany) -> EngineResult<CancelledMany>;
+    /// One batch of a bulk retry in one transaction: each run re-queued as `run_retry`
+    /// does, only while still in the state it was read in; per run, whether it applied.
+    async fn run_retry_many(&self, p: RunRetryMany) -> EngineResult<Vec<bool>>;
     /// Queues an awaiting run to execute as approved.
     async fn run_approve(&self, p: RunApprove) -> EngineResult<bool>;
     /// Awaiting runs whose approval deadline passed, oldest deadline first.
@@ -253,6 +264,46 @@ pub struct RunRetry {
     pub id: RunId,
     /// The final state it was read in.
     pub expected: RunState,
+    /// Now.
+    pub now: DateTime<Utc>,
+}
+
+/// Parameters of [`Engine::run_select`].
+#[derive(Debug, Clone)]
+pub struct RunSelect {
+    /// Which runs.
+    pub filter: RunFilter,
+    /// Only ids after this one ("" for the first page).
+    pub after: String,
+    /// At most this many.
+    pub limit: i64,
+}
+
+/// Parameters of [`Engine::run_cancel_many`].
+#[derive(Debug, Clone)]
+pub struct RunCancelMany {
+    /// Ends of waiting runs (queued or awaiting), each fenced by the state it was read in.
+    pub ends: Vec<FinishRecord>,
+    /// Running runs to ask to stop.
+    pub requests: Vec<RunId>,
+    /// Now.
+    pub now: DateTime<Utc>,
+}
+
+/// What [`Engine::run_cancel_many`] did.
+#[derive(Debug, Clone, Default)]
+pub struct CancelledMany {
+    /// Per end, whether its fence held.
+    pub ended: Vec<bool>,
+    /// Per request, whether the run was still running.
+    pub requested: Vec<bool>,
+}
+
+/// Parameters of [`Engine::run_retry_many`].
+#[derive(Debug, Clone)]
+pub struct RunRetryMany {
+    /// Each run with the final state it was read in.
+    pub runs: Vec<(RunId, RunState)>,
     /// Now.
     pub now: DateTime<Utc>,
 }

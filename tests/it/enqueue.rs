@@ -56,7 +56,7 @@ async fn a_batch_inserts_in_order_and_a_repeated_key_within_it_returns_the_first
         .enqueue_batch(vec![
             keyed("first"),
             EnqueueRequest::new("echo", json!({"message": "plain"})),
-            keyed("second"),
+            keyed("first"),
         ])
         .await
         .unwrap();
@@ -69,4 +69,271 @@ async fn a_batch_inserts_in_order_and_a_repeated_key_within_it_returns_the_first
     let plain = env.client.get(&out[1].run_id).await.unwrap();
     assert_eq!(plain.args, json!({"message": "plain"}));
     assert_eq!(plain.run_at, plain.created_at);
+}
+
+/// The same key with other args is almost always a caller's bug: an error (exit 2) that names
+/// the key and the run holding it, and nothing is written, also within a batch.
+#[tokio::test]
+async fn the_same_idempotency_key_with_other_args_is_an_error_naming_both() {
+    let env = TestEnv::new();
+    let keyed = |m: &str| {
+        let mut req = EnqueueRequest::new("echo", json!({"message": m}));
+        req.idempotency_key = Some("k".into());
+        req
+    };
+    let first = env.client.enqueue(keyed("a")).await.unwrap().run_id;
+    let e = env.client.enqueue(keyed("b")).await.unwrap_err();
+    assert_eq!(e.exit_code(), 2, "{e}");
+    let text = e.to_string();
+    assert!(
+        text.contains("idempotency key \"k\"")
+            && text.contains(&format!("already names run {first} with different args")),
+        "{text}"
+    );
+    let e = env
+        .client
+        .enqueue_batch(vec![
+            EnqueueRequest::new("echo", json!({"message": "x"})),
+            keyed("a"),
+            keyed("c"),
+        ])
+        .await
+        .unwrap_err();
+    assert!(e.to_string().starts_with("request 3: "), "{e}");
+    assert_eq!(e.exit_code(), 2);
+    assert_eq!(
+        env.count("SELECT count(*) FROM runs"),
+        1,
+        "the batch wrote nothing"
+    );
+    // The same tool and args (keys in any order) is still the same run.
+    let mut same = EnqueueRequest::new("echo", json!({"message": "a"}));
+    same.idempotency_key = Some("k".into());
+    assert_eq!(env.client.enqueue(same).await.unwrap().run_id, first);
+}
+
+#[tokio::test]
+async fn unique_runs_return_the_matching_run_within_their_states_and_period() {
+    use toolq::run::Unique;
+    let env = TestEnv::new();
+    // `counter` takes any object, so canonical args can be nested and reordered.
+    let unique =
+        |args: serde_json::Value, u: Unique| EnqueueRequest::new("counter", args).unique(u);
+    let first = env
+        .client
+        .enqueue(unique(
+            json!({"a": 1, "b": {"y": 2, "x": 1}}),
+            Unique::default(),
+        ))
+        .await
+        .unwrap();
+    assert!(first.created);
+    // The same args in another key order are the same canonical args.
+    let again = env
+        .client
+        .enqueue(unique(
+            json!({"b": {"x": 1, "y": 2}, "a": 1}),
+            Unique::default(),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(
+        (again.run_id.clone(), again.created),
+        (first.run_id.clone(), false)
+    );
+    // Other args, another tool, or an enqueue that is not unique: new runs.
+    let other = env
+        .client
+        .enqueue(unique(json!({"a": 2}), Unique::default()))
+        .await
+        .unwrap();
+    assert!(other.created);
+    let add = env
+        .client
+        .enqueue(EnqueueRequest::new("add", json!({"a": 1, "b": 2})).unique(Unique::default()))
+        .await
+        .unwrap();
+    assert!(add.created);
+    let plain = env
+        .client
+        .enqueue(EnqueueRequest::new(
+            "counter",
+            json!({"a": 1, "b": {"y": 2, "x": 1}}),
+        ))
+        .await
+        .unwrap();
+    assert!(plain.created);
+
+    // Cancelled: no longer in the default states, so the next unique enqueue inserts...
+    env.client.cancel(&first.run_id).await.unwrap();
+    let args = json!({"a": 1, "b": {"x": 1, "y": 2}});
+    let second = env
+        .client
+        .enqueue(unique(args.clone(), Unique::default()))
+        .await
+        .unwrap();
+    assert!(second.created);
+    // ... while one that counts cancelled runs within an hour returns the cancelled one,
+    let cancelled_within_1h = Unique {
+        within: Some(std::time::Duration::from_secs(3600)),
+        states: vec![toolq::RunState::Cancelled],
+        ..Unique::default()
+    };
+    let hit = env
+        .client
+        .enqueue(unique(args.clone(), cancelled_within_1h.clone()))
+        .await
+        .unwrap();
+    assert_eq!((hit.run_id, hit.created), (first.run_id.clone(), false));
+    // ... until the hour has passed.
+    env.clock.advance(chrono::Duration::minutes(61));
+    let late = env
+        .client
+        .enqueue(unique(args.clone(), cancelled_within_1h))
+        .await
+        .unwrap();
+    assert!(late.created);
+
+    // Within one batch, the second of two equal unique requests returns the first.
+    let out = env
+        .client
+        .enqueue_batch(vec![
+            unique(json!({"n": 1}), Unique::default()),
+            unique(json!({"n": 1}), Unique::default()),
+        ])
+        .await
+        .unwrap();
+    assert!(out[0].created && !out[1].created);
+    assert_eq!(out[0].run_id, out[1].run_id);
+
+    let e = env
+        .client
+        .enqueue(unique(
+            json!({}),
+            Unique {
+                states: vec![],
+                ..Unique::default()
+            },
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(e.exit_code(), 2, "{e}");
+}
+
+/// Unique enqueues from several processes at once make one run: the check and the insert
+/// are one write transaction. The CLI's flags and a file line say the same.
+#[test]
+fn unique_enqueues_from_several_processes_make_one_run() {
+    use crate::support::toolq;
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("toolq.db");
+    assert!(toolq(&db, &["init"]).status.success());
+    let children: Vec<_> = (0..6)
+        .map(|_| {
+            std::process::Command::new(env!("CARGO_BIN_EXE_toolq"))
+                .arg("--db")
+                .arg(&db)
+                .args(["--json", "enqueue", "echo", "--args", r#"{"message":"xy"}"#])
+                .args(["--unique-by", "args", "--unique-for", "1h"])
+                .env_remove("TOOLQ_CONFIG")
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let answers: Vec<serde_json::Value> = children
+        .into_iter()
+        .map(|c| {
+            let o = c.wait_with_output().unwrap();
+            assert!(o.status.success(), "{o:?}");
+            serde_json::from_slice(&o.stdout).unwrap()
+        })
+        .collect();
+    let id = answers[0]["run_id"].clone();
+    assert!(answers.iter().all(|a| a["run_id"] == id), "{answers:?}");
+    assert_eq!(
+        answers
+            .iter()
+            .filter(|a| a["created"] == json!(true))
+            .count(),
+        1
+    );
+
+    let file = dir.path().join("runs.jsonl");
+    std::fs::write(
+        &file,
+        "{\"tool\":\"echo\",\"args\":{\"message\":\"xy\"},\"unique_by\":\"args\",\"unique_states\":[\"queued\"]}\n\
+         {\"tool\":\"echo\",\"args\":{\"message\":\"x2\"},\"unique_by\":\"args\",\"unique_for\":\"10m\",\"unique_states\":\"queued,running\"}\n",
+    )
+    .unwrap();
+    let o = toolq(
+        &db,
+        &["--json", "enqueue", "--file", file.to_str().unwrap()],
+    );
+    assert!(o.status.success(), "{o:?}");
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(
+        (v["runs"][0]["run_id"].clone(), v["created"].clone()),
+        (id, json!(1))
+    );
+
+    // Bad unique input and a key reused with other args are input errors (exit 2), and the
+    // message names the flag (the args are valid, so the refusal is the flag's).
+    let valid = ["--args", r#"{"message":"u"}"#];
+    for (args, flag) in [
+        (
+            vec!["enqueue", "echo", "--unique-by", "tool"],
+            "--unique-by",
+        ),
+        (
+            vec![
+                "enqueue",
+                "echo",
+                "--unique-by",
+                "args",
+                "--unique-states",
+                "done",
+            ],
+            "--unique-states",
+        ),
+        (
+            vec![
+                "enqueue",
+                "echo",
+                "--unique-by",
+                "args",
+                "--unique-for",
+                "0s",
+            ],
+            "--unique-for",
+        ),
+    ] {
+        let o = toolq(&db, &[&args[..], &valid[..]].concat());
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {o:?}");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains(flag), "{args:?}: {err}");
+    }
+    let keyed = |m: &str| {
+        toolq(
+            &db,
+            &[
+                "enqueue",
+                "echo",
+                "--idempotency-key",
+                "k",
+                "--args",
+                &format!(r#"{{"message":"{m}"}}"#),
+            ],
+        )
+    };
+    assert!(keyed("a").status.success());
+    let o = keyed("b");
+    assert_eq!(o.status.code(), Some(2), "{o:?}");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.starts_with("toolq: idempotency key \"k\": already names run bg_")
+            && err
+                .contains(r#"with different args: stored {"message":"a"}, given {"message":"b"}"#),
+        "{err}"
+    );
 }

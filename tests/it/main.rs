@@ -7,6 +7,7 @@ mod support;
 mod approvals;
 mod async_ops;
 mod async_tool;
+mod bulk;
 mod checkpoints;
 mod cli;
 mod cli_output;

@@ -235,10 +235,10 @@ fn a_version_4_file_gains_tool_routing_and_keeps_its_rows() {
     assert_eq!(claimable, 2);
 }
 
-/// Version 7 rebuilds `schedule_occurrences` to allow the `paused` outcome: a schedule's ledger
+/// Version 8 rebuilds `schedule_occurrences` to allow the `paused` outcome: a schedule's ledger
 /// keeps its rows and ids, its link to the run, and the view over it reads the new table.
 #[test]
-fn the_occurrence_ledger_survives_the_version_7_rebuild() {
+fn the_occurrence_ledger_survives_the_version_8_rebuild() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("old.db");
     v1_file(&path);
@@ -283,4 +283,65 @@ fn the_occurrence_ledger_survives_the_version_7_rebuild() {
         )
         .unwrap();
     assert_eq!(n, 3);
+}
+
+const SCHEMA_V5: &str = include_str!("fixtures/schema_v5.sql");
+
+/// Version 5 -> 7 (through 6, the stages view): runs gain `unique_key` (NULL for the runs already there) and its index;
+/// the rows stay, and a unique enqueue then works on the upgraded file.
+#[tokio::test]
+async fn a_version_5_file_gains_unique_keys_and_keeps_its_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let (old, new) = (dir.path().join("v5.db"), dir.path().join("new.db"));
+    {
+        let c = Connection::open(&old).unwrap();
+        c.execute_batch(SCHEMA_V5).unwrap();
+        c.execute_batch(
+            "PRAGMA user_version = 5;
+             INSERT INTO runs (id, session_id, tool, args, title, run_at, created_at)
+               VALUES ('bg_old', 's1', 'echo', '{\"message\":\"hi\"}', 'old one', '2026-01-01T00:00:00.000Z', '2026-01-01T00:00:00.000Z');",
+        )
+        .unwrap();
+    }
+    drop(Store::open(&old).unwrap());
+    drop(Store::open(&new).unwrap());
+    let (o, n) = (
+        Connection::open(&old).unwrap(),
+        Connection::open(&new).unwrap(),
+    );
+    let version: i64 = o
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(version, SCHEMA_VERSION);
+    assert_eq!(
+        objects(&o),
+        objects(&n),
+        "upgraded schema differs from a new file's"
+    );
+    let (state, key): (String, Option<String>) = o
+        .query_row(
+            "SELECT state, unique_key FROM runs WHERE id = 'bg_old'",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    assert_eq!((state.as_str(), key), ("queued", None));
+
+    // A run enqueued before the upgrade has no key: a unique enqueue inserts; a second one
+    // returns the first.
+    let config = toolq::Config {
+        db_path: old.display().to_string(),
+        ..Default::default()
+    };
+    let registry = toolq::RegistryBuilder::new()
+        .with_builtins()
+        .build()
+        .unwrap();
+    let client = toolq::Client::open(config, registry).unwrap();
+    let req = toolq::EnqueueRequest::new("echo", serde_json::json!({"message": "hi"}))
+        .unique(toolq::run::Unique::default());
+    let a = client.enqueue(req.clone()).await.unwrap();
+    let b = client.enqueue(req).await.unwrap();
+    assert!(a.created && !b.created);
+    assert_eq!(a.run_id, b.run_id);
 }

@@ -9,13 +9,13 @@ use tokio_util::sync::CancellationToken;
 use std::sync::Arc;
 
 use super::{
-    Store, approvals, artifacts, claim, due, finish, flow, gauges, inbox, inbox_page, occurrences,
-    rescue, retention, runs, schedules, workers,
+    Store, approvals, artifacts, bulk, claim, due, finish, flow, gauges, inbox, inbox_page,
+    occurrences, rescue, retention, runs, schedules, workers,
 };
 use crate::error::StoreError;
 use crate::ids::RunId;
 use crate::inbox::{InboxFilter, InboxPage, Message};
-use crate::run::{Blob, FinishRecord, Inserted, ListFilter, NewRun, Run};
+use crate::run::{Blob, FinishRecord, Inserted, ListFilter, NewRun, Run, RunFilter};
 use crate::schedule::model::{NewSchedule, Occurrence, Schedule};
 use crate::store::engine::*;
 use crate::store::types::*;
@@ -93,6 +93,30 @@ impl Engine for Store {
 
     async fn run_retry(&self, p: RunRetry) -> EngineResult<bool> {
         self.write_async(move |tx| runs::requeue_finished(tx, &p.id, p.expected, p.now))
+            .await
+    }
+
+    async fn run_select(&self, p: RunSelect) -> EngineResult<Vec<Run>> {
+        self.read_async(move |c| bulk::select(c, &p.filter, &p.after, p.limit))
+            .await
+    }
+
+    async fn run_count_where(&self, filter: RunFilter) -> EngineResult<i64> {
+        self.read_async(move |c| bulk::count(c, &filter)).await
+    }
+
+    async fn run_cancel_many(&self, p: RunCancelMany) -> EngineResult<CancelledMany> {
+        self.write_async(move |tx| {
+            let refs: Vec<&FinishRecord> = p.ends.iter().collect();
+            let ended = finish::record_ends(tx, &refs, p.now)?;
+            let requested = bulk::request_cancel_many(tx, &p.requests, p.now)?;
+            Ok(CancelledMany { ended, requested })
+        })
+        .await
+    }
+
+    async fn run_retry_many(&self, p: RunRetryMany) -> EngineResult<Vec<bool>> {
+        self.write_async(move |tx| bulk::retry_many(tx, &p.runs, p.now))
             .await
     }
 

@@ -9,7 +9,7 @@ use crate::error::StoreError;
 pub const SCHEMA_SQL: &str = include_str!("../../../schema.sql");
 
 /// The schema version this build writes and understands.
-pub const SCHEMA_VERSION: i64 = 7;
+pub const SCHEMA_VERSION: i64 = 8;
 
 /// Ordered migrations: `MIGRATIONS[i]` upgrades version `i + 1` to `i + 2`.
 const MIGRATIONS: &[&str] = &[
@@ -18,7 +18,8 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../../migrations/004_one_index_per_finish.sql"),
     include_str!("../../../migrations/005_tool_routing.sql"),
     include_str!("../../../migrations/006_run_stages_view.sql"),
-    include_str!("../../../migrations/007_flow_control.sql"),
+    include_str!("../../../migrations/007_unique_runs.sql"),
+    include_str!("../../../migrations/008_flow_control.sql"),
 ];
 
 /// What the file holds before we touch it.

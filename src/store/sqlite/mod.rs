@@ -4,6 +4,7 @@
 
 pub mod approvals;
 pub mod artifacts;
+pub mod bulk;
 pub(crate) mod change_feed;
 mod checkpointer;
 pub mod claim;

@@ -184,7 +184,43 @@ fn limit_counts_read_the_running_index_and_a_key_range() {
             "{sql}: {p:?}"
         );
     }
-    // The per-tool counts come from the index alone (tool is in it since version 7).
+    // The per-tool counts come from the index alone (tool is in it since version 8).
     let p = plan(super::claim::RUNNING_PER_SESSION);
     assert!(p.iter().any(|d| d.contains("COVERING INDEX")), "{p:?}");
+}
+
+/// A bulk cancel or retry walks runs by id: each page must seek the primary key after the
+/// last id and stop at its limit, never sort all matches (a temporary b-tree per page).
+#[test]
+fn a_bulk_page_walks_the_primary_key() {
+    use crate::run::{RunFilter, RunState};
+    let filter = RunFilter {
+        states: vec![RunState::Failed, RunState::Cancelled],
+        tool: Some("t".into()),
+        session: Some("s".into()),
+        schedule_id: Some("sch".into()),
+        created_before: Some(chrono::Utc::now()),
+        created_after: Some(chrono::Utc::now()),
+    };
+    for f in [filter, RunFilter::default()] {
+        let plan = plan(&super::bulk::select_sql(&f).0);
+        assert!(
+            plan.iter()
+                .any(|d| d.contains("sqlite_autoindex_runs_1 (id>?)")),
+            "{plan:?}"
+        );
+        assert!(!plan.iter().any(|d| d.contains("TEMP B-TREE")), "{plan:?}");
+    }
+}
+
+/// A unique enqueue's lookup is one seek of its own index per state, under the writer.
+#[test]
+fn the_unique_lookup_seeks_its_index() {
+    let plan = plan(super::runs::FIND_UNIQUE);
+    assert!(
+        plan.iter()
+            .any(|d| d.contains("runs_unique_idx (unique_key=? AND state=? AND created_at>?)")),
+        "{plan:?}"
+    );
+    assert!(!plan.iter().any(|d| d.contains("TEMP B-TREE")), "{plan:?}");
 }

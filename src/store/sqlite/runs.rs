@@ -12,10 +12,13 @@ use crate::ids::RunId;
 use crate::run::{Inserted, ListFilter};
 use crate::run::{NewRun, Run, RunState};
 
-const FIND_BY_KEY: &str = "SELECT id FROM runs WHERE idempotency_key = ?1";
+const FIND_BY_KEY: &str = "SELECT id, tool, args FROM runs WHERE idempotency_key = ?1";
 pub(crate) const INSERT: &str = "INSERT INTO runs (id, session_id, tool, args, title, state, priority, max_attempts, \
-    run_at, created_at, idempotency_key, timeout_ms, signal_on_completion, delivery, schedule_id, fire_at, ticks) \
-    VALUES (?1, ?2, ?3, ?4, ?5, 'queued', ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)";
+    run_at, created_at, idempotency_key, timeout_ms, signal_on_completion, delivery, schedule_id, fire_at, ticks, \
+    unique_key) VALUES (?1, ?2, ?3, ?4, ?5, 'queued', ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)";
+/// A unique enqueue's match in one state: one seek of `runs_unique_idx`, newest first.
+pub(crate) const FIND_UNIQUE: &str = "SELECT id FROM runs WHERE unique_key = ?1 AND state = ?2 AND created_at >= ?3 \
+    ORDER BY created_at DESC LIMIT 1";
 
 /// Inserts a queued run, or returns the run that already holds its idempotency key.
 pub fn insert(tx: &Transaction<'_>, run: &NewRun) -> Result<Inserted, StoreError> {
@@ -26,8 +29,12 @@ pub fn insert(tx: &Transaction<'_>, run: &NewRun) -> Result<Inserted, StoreError
 pub fn insert_many(tx: &Transaction<'_>, runs: &[NewRun]) -> Result<Vec<Inserted>, StoreError> {
     let mut stmt = tx.prepare_cached(INSERT).ctx("prepare insert run")?;
     let mut done = Vec::with_capacity(runs.len());
-    for run in runs {
-        if let Some(id) = existing_key(tx, run)? {
+    for (index, run) in runs.iter().enumerate() {
+        if let Some(id) = existing_key(tx, run, index)? {
+            done.push(Inserted::Existing(id));
+            continue;
+        }
+        if let Some(id) = existing_unique(tx, run)? {
             done.push(Inserted::Existing(id));
             continue;
         }
@@ -63,6 +70,7 @@ pub fn insert_many(tx: &Transaction<'_>, runs: &[NewRun]) -> Result<Vec<Inserted
             run.schedule_id.as_ref().map(|s| s.as_str()),
             run.fire_at.map(ts),
             run.ticks,
+            run.unique.as_ref().map(|u| u.key.as_str()),
         ])
         .ctx("insert run")?;
         done.push(Inserted::New(run.id.clone()));
@@ -70,18 +78,86 @@ pub fn insert_many(tx: &Transaction<'_>, runs: &[NewRun]) -> Result<Vec<Inserted
     Ok(done)
 }
 
-/// The run that already holds `run`'s idempotency key, if any.
-fn existing_key(tx: &Transaction<'_>, run: &NewRun) -> Result<Option<RunId>, StoreError> {
+/// The run that already holds `run`'s idempotency key, if any; an error when that run has
+/// another tool or other args (`index`: the run's position in its insert).
+fn existing_key(
+    tx: &Transaction<'_>,
+    run: &NewRun,
+    index: usize,
+) -> Result<Option<RunId>, StoreError> {
     let Some(key) = &run.idempotency_key else {
         return Ok(None);
     };
-    let existing: Option<String> = tx
+    let existing: Option<(String, String, String)> = tx
         .prepare_cached(FIND_BY_KEY)
         .ctx("prepare idempotency lookup")?
-        .query_row([key], |r| r.get(0))
+        .query_row([key], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
         .optional()
         .ctx("look up idempotency key")?;
-    Ok(existing.map(RunId::from_db))
+    let Some((id, tool, args)) = existing else {
+        return Ok(None);
+    };
+    let what = if tool != run.tool {
+        Some(format!(
+            "a different tool: stored {tool}, given {}",
+            run.tool
+        ))
+    } else if serde_json::from_str::<serde_json::Value>(&args)
+        .ok()
+        .as_ref()
+        != Some(&run.args)
+    {
+        Some(format!(
+            "different args: stored {}, given {}",
+            short(&args),
+            short(&run.args.to_string())
+        ))
+    } else {
+        None
+    };
+    match what {
+        None => Ok(Some(RunId::from_db(id))),
+        Some(what) => Err(StoreError::KeyConflict {
+            index,
+            key: key.clone(),
+            run: id,
+            what,
+        }),
+    }
+}
+
+/// The newest run matching a unique enqueue (same key, one of its states, created within
+/// its period), if any. Read in the insert's transaction: the check holds across processes.
+fn existing_unique(tx: &Transaction<'_>, run: &NewRun) -> Result<Option<RunId>, StoreError> {
+    let Some(u) = &run.unique else {
+        return Ok(None);
+    };
+    let since = u.since.map(ts).unwrap_or_default();
+    let mut stmt = tx
+        .prepare_cached(FIND_UNIQUE)
+        .ctx("prepare unique lookup")?;
+    let mut best: Option<String> = None;
+    for state in &u.states {
+        let found: Option<String> = stmt
+            .query_row(rusqlite::params![u.key, state.as_str(), since], |r| {
+                r.get(0)
+            })
+            .optional()
+            .ctx("look up unique run")?;
+        // Ids grow with creation time: the newest match wins.
+        if found.as_deref() > best.as_deref() {
+            best = found;
+        }
+    }
+    Ok(best.map(RunId::from_db))
+}
+
+/// A JSON text cut for a message.
+fn short(s: &str) -> String {
+    if s.chars().count() <= 200 {
+        return s.to_string();
+    }
+    format!("{}...", s.chars().take(200).collect::<String>())
 }
 
 /// Reads one run.

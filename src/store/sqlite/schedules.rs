@@ -397,6 +397,7 @@ fn start_run(
         schedule_id: Some(s.id.clone()),
         fire_at: Some(fire.fire_at),
         ticks: fire.ticks(),
+        unique: None,
     };
     let id = super::runs::insert(tx, &row)?.id().clone();
     let detail = fire.detail.as_deref().unwrap_or("fired on time");

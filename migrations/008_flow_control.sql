@@ -1,4 +1,4 @@
--- toolq schema version 6 -> 7 (applied by src/store/migrate.rs inside one transaction).
+-- toolq schema version 7 -> 8 (applied by src/store/migrate.rs inside one transaction).
 -- Flow control (issue 21):
 --   * pauses: what operators paused (a tool, a session, or everything); claims skip it.
 --   * tool_starts: starts of each rate-limited tool per slice of its window (`rate`).
