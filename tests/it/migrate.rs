@@ -48,18 +48,15 @@ fn v1_file(path: &std::path::Path) {
     .unwrap();
 }
 
-#[test]
-fn a_version_1_file_is_upgraded_in_place_to_the_current_schema() {
-    let dir = tempfile::tempdir().unwrap();
-    let old = dir.path().join("old.db");
-    let new = dir.path().join("new.db");
-    v1_file(&old);
-    drop(Store::open(&old).unwrap());
-    drop(Store::open(&new).unwrap());
-
+/// Opens `old` (an older file) and `new` (no file yet) with today's toolq, checks that the
+/// upgraded file has the current version and exactly a new file's schema, and returns a
+/// connection to the upgraded file.
+fn upgrade(old: &std::path::Path, new: &std::path::Path) -> Connection {
+    drop(Store::open(old).unwrap());
+    drop(Store::open(new).unwrap());
     let (o, n) = (
-        Connection::open(&old).unwrap(),
-        Connection::open(&new).unwrap(),
+        Connection::open(old).unwrap(),
+        Connection::open(new).unwrap(),
     );
     let version: i64 = o
         .query_row("PRAGMA user_version", [], |r| r.get(0))
@@ -70,6 +67,16 @@ fn a_version_1_file_is_upgraded_in_place_to_the_current_schema() {
         objects(&n),
         "upgraded schema differs from a new file's"
     );
+    o
+}
+
+#[test]
+fn a_version_1_file_is_upgraded_in_place_to_the_current_schema() {
+    let dir = tempfile::tempdir().unwrap();
+    let old = dir.path().join("old.db");
+    let new = dir.path().join("new.db");
+    v1_file(&old);
+    let o = upgrade(&old, &new);
 
     let rows: Vec<(String, String)> = o
         .prepare("SELECT id, state FROM runs ORDER BY id")
@@ -110,7 +117,10 @@ fn a_version_1_file_is_upgraded_in_place_to_the_current_schema() {
     assert_eq!(blob, ("{\"ok\":1}".to_string(), 8));
     // Opening again is a no-op.
     drop(Store::open(&old).unwrap());
-    assert_eq!(objects(&Connection::open(&old).unwrap()), objects(&n));
+    assert_eq!(
+        objects(&Connection::open(&old).unwrap()),
+        objects(&Connection::open(&new).unwrap())
+    );
 }
 
 /// A hand-written `DELETE FROM runs` still takes the run's blobs (trigger) and messages
@@ -191,21 +201,7 @@ fn a_version_4_file_gains_tool_routing_and_keeps_its_rows() {
         )
         .unwrap();
     }
-    drop(Store::open(&old).unwrap());
-    drop(Store::open(&new).unwrap());
-    let (o, n) = (
-        Connection::open(&old).unwrap(),
-        Connection::open(&new).unwrap(),
-    );
-    let version: i64 = o
-        .query_row("PRAGMA user_version", [], |r| r.get(0))
-        .unwrap();
-    assert_eq!(version, SCHEMA_VERSION);
-    assert_eq!(
-        objects(&o),
-        objects(&n),
-        "upgraded schema differs from a new file's"
-    );
+    let o = upgrade(&old, &new);
     let tools: String = o
         .query_row("SELECT tools FROM workers WHERE id = 'wk_old'", [], |r| {
             r.get(0)
@@ -303,21 +299,7 @@ async fn a_version_5_file_gains_unique_keys_and_keeps_its_rows() {
         )
         .unwrap();
     }
-    drop(Store::open(&old).unwrap());
-    drop(Store::open(&new).unwrap());
-    let (o, n) = (
-        Connection::open(&old).unwrap(),
-        Connection::open(&new).unwrap(),
-    );
-    let version: i64 = o
-        .query_row("PRAGMA user_version", [], |r| r.get(0))
-        .unwrap();
-    assert_eq!(version, SCHEMA_VERSION);
-    assert_eq!(
-        objects(&o),
-        objects(&n),
-        "upgraded schema differs from a new file's"
-    );
+    let o = upgrade(&old, &new);
     let (state, key): (String, Option<String>) = o
         .query_row(
             "SELECT state, unique_key FROM runs WHERE id = 'bg_old'",
