@@ -22,12 +22,8 @@ impl Client {
             return self.preview(filter, &opts).await;
         }
         let mut report = BulkReport::default();
-        let mut after = String::new();
-        loop {
-            let page = self.page(&filter, &after, opts.batch_size).await?;
-            let Some(last) = page.last() else { break };
-            after = last.id.to_string();
-            let full = page.len() == opts.batch_size;
+        let mut pages = Pages::new(filter, opts.batch_size);
+        while let Some(page) = self.next_page(&mut pages).await? {
             report.matched += page.len() as u64;
             let mut todo = page;
             // A second pass takes the runs whose fence failed, as they are now.
@@ -49,10 +45,6 @@ impl Client {
                 }
                 todo = again;
             }
-            if !full {
-                break;
-            }
-            tokio::task::yield_now().await;
         }
         Ok(report)
     }
@@ -67,12 +59,8 @@ impl Client {
             return self.preview(filter, &opts).await;
         }
         let mut report = BulkReport::default();
-        let mut after = String::new();
-        loop {
-            let page = self.page(&filter, &after, opts.batch_size).await?;
-            let Some(last) = page.last() else { break };
-            after = last.id.to_string();
-            let full = page.len() == opts.batch_size;
+        let mut pages = Pages::new(filter, opts.batch_size);
+        while let Some(page) = self.next_page(&mut pages).await? {
             report.matched += page.len() as u64;
             let runs: Vec<(RunId, RunState)> = page.into_iter().map(|r| (r.id, r.state)).collect();
             let applied = self
@@ -93,12 +81,26 @@ impl Client {
             report.skipped += (runs.len() - done.len()) as u64;
             report.note_ids(done, opts.max_ids);
             self.wake_workers();
-            if !full {
-                break;
-            }
-            tokio::task::yield_now().await;
         }
         Ok(report)
+    }
+
+    /// The next page of `pages`, or None once the filter's runs are walked. Yields to the
+    /// runtime between pages, so a million-run call does not hold a worker thread.
+    async fn next_page(&self, pages: &mut Pages) -> Result<Option<Vec<Run>>> {
+        if pages.done {
+            return Ok(None);
+        }
+        if !pages.after.is_empty() {
+            tokio::task::yield_now().await;
+        }
+        let page = self.page(&pages.filter, &pages.after, pages.batch).await?;
+        let Some(last) = page.last() else {
+            return Ok(None);
+        };
+        pages.after = last.id.to_string();
+        pages.done = page.len() < pages.batch;
+        Ok(Some(page))
     }
 
     /// The next keyset page.
@@ -177,5 +179,26 @@ impl Client {
         }
         report.note_ids(acted, max_ids);
         Ok(missed)
+    }
+}
+
+/// A walk over the runs a filter matches, in keyset pages of `batch` by run id.
+struct Pages {
+    filter: RunFilter,
+    /// The last id of the previous page ("" before the first).
+    after: String,
+    batch: usize,
+    /// The previous page was short: nothing is left.
+    done: bool,
+}
+
+impl Pages {
+    fn new(filter: RunFilter, batch: usize) -> Pages {
+        Pages {
+            filter,
+            after: String::new(),
+            batch,
+            done: false,
+        }
     }
 }
