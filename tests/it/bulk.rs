@@ -2,7 +2,7 @@
 //! for every cancel, the CLI's forms, and a 10,000-run retry while two worker processes drain.
 
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use rusqlite::Connection;
 use serde_json::{Value, json};
@@ -11,6 +11,7 @@ use toolq::inbox::InboxFilter;
 use toolq::{BulkOptions, EnqueueRequest, Error, RunFilter, RunId, RunState};
 
 use crate::crash::one;
+use crate::support::wait_until;
 use crate::support::{TestEnv, toolq, wait_for};
 
 fn opts(batch_size: usize) -> BulkOptions {
@@ -324,14 +325,6 @@ fn worker(db: &std::path::Path) -> Worker {
             .spawn()
             .expect("worker starts"),
     )
-}
-
-fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while !done() {
-        assert!(Instant::now() < deadline, "timed out waiting: {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 /// 10,000 failed runs are retried by `toolq retry --state failed` while two worker processes

@@ -4,7 +4,7 @@
 //! window on the manual clock holds a run back with a reason until it opens.
 
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use rusqlite::Connection;
@@ -14,25 +14,7 @@ use toolq::store::Engine;
 use toolq::{EnqueueRequest, RunState, ScheduleRequest};
 
 use crate::crash::{Setup, enqueue_with, one, setup, spawn_worker, wait_exit};
-use crate::support::TestEnv;
-
-/// A worker process killed when the test ends, also when an assertion fails first.
-struct Killed(std::process::Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !done() {
-        assert!(Instant::now() < deadline, "timed out waiting: {what}");
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
+use crate::support::{Killed, TestEnv, wait_until};
 
 /// Runs `toolq` with the setup's config: (exit code, stdout, stderr).
 fn cli(s: &Setup, args: &[&str]) -> (i32, String, String) {

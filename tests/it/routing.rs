@@ -3,13 +3,13 @@
 //! live worker has, and a worker with the tool then runs them.
 
 use std::process::Command;
-use std::time::{Duration, Instant};
 
 use rusqlite::Connection;
 use serde_json::json;
 use toolq::EnqueueRequest;
 
 use crate::crash::{Setup, enqueue_with, one, setup, spawn_worker};
+use crate::support::{Killed, wait_until};
 
 const DISK_CHECK: &str = "[tools.disk_check]\ncommand = [\"sh\", \"-c\", \"echo disk ok\"]\n";
 
@@ -29,24 +29,6 @@ fn cli(s: &Setup, args: &[&str]) -> (i32, String, String) {
         String::from_utf8_lossy(&o.stdout).into_owned(),
         String::from_utf8_lossy(&o.stderr).into_owned(),
     )
-}
-
-/// A worker process killed when the test ends, also when an assertion fails first.
-struct Killed(std::process::Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !done() {
-        assert!(Instant::now() < deadline, "timed out waiting: {what}");
-        std::thread::sleep(Duration::from_millis(10));
-    }
 }
 
 #[test]

@@ -5,6 +5,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::support::wait_until;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
@@ -38,17 +39,6 @@ fn state_of(db: &Path, id: &str) -> (String, i64) {
         Ok((r.get(0)?, r.get(1)?))
     })
     .unwrap()
-}
-
-fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while Instant::now() < deadline {
-        if f() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    panic!("timed out waiting for {what}");
 }
 
 fn terminate_and_wait(mut child: Child) -> std::process::ExitStatus {

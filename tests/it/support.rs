@@ -204,3 +204,25 @@ pub fn toolq(db: &std::path::Path, args: &[&str]) -> std::process::Output {
     }
     cmd.output().expect("the toolq binary runs")
 }
+
+/// A child process (a worker) killed when the test ends, also when an assertion fails first.
+pub struct Killed(pub std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Polls `done` every 5 ms until it holds; fails naming `what` after 120 s.
+pub fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while !done() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting: {what}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
