@@ -172,21 +172,7 @@ pub fn unacked_with_delivery(
     let rows = stmt
         .query_map(
             named_params! {":session": session, ":deliveries": deliveries, ":limit": limit},
-            |r| {
-                let data: String = r.get(5)?;
-                Ok(Message {
-                    id: r.get(0)?,
-                    session_id: r.get(1)?,
-                    run_id: r.get(2)?,
-                    kind: r.get(3)?,
-                    body: r.get(4)?,
-                    data: serde_json::from_str(&data).unwrap_or(Value::Null),
-                    delivery: r.get(6)?,
-                    created_at: r.get(7)?,
-                    read_at: r.get(8)?,
-                    acked_at: r.get(9)?,
-                })
-            },
+            message_row,
         )
         .ctx("list deliverable inbox")?;
     rows.collect::<Result<_, _>>().ctx("read deliverable inbox")
