@@ -77,6 +77,15 @@ pub struct Pause {
     pub reason: Option<String>,
 }
 
+impl Pause {
+    /// ` by alice: API is down`: who paused and why, each part only when given.
+    pub fn by_and_reason(&self) -> String {
+        let by = self.by.as_deref().map(|b| format!(" by {b}"));
+        let why = self.reason.as_deref().map(|r| format!(": {r}"));
+        format!("{}{}", by.unwrap_or_default(), why.unwrap_or_default())
+    }
+}
+
 /// The answer to a pause.
 #[derive(Debug, Clone, Serialize)]
 pub struct PauseOutcome {

@@ -55,16 +55,12 @@ pub struct ResumeArgs {
 
 /// One line about a pause: `tool http since ... by alice: API is down`.
 pub(crate) fn describe(p: &Pause) -> String {
-    let by =
-        p.by.as_deref()
-            .map(|b| format!(" by {b}"))
-            .unwrap_or_default();
-    let why = p
-        .reason
-        .as_deref()
-        .map(|r| format!(": {r}"))
-        .unwrap_or_default();
-    format!("{} since {}{by}{why}", p.scope, render::time(&p.since))
+    format!(
+        "{} since {}{}",
+        p.scope,
+        render::time(&p.since),
+        p.by_and_reason()
+    )
 }
 
 /// Pauses and says what is paused.

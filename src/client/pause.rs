@@ -82,19 +82,11 @@ impl Client {
                 PauseScope::Session(s) => *s == run.session_id,
             };
             if covers {
-                let by =
-                    p.by.as_deref()
-                        .map(|b| format!(" by {b}"))
-                        .unwrap_or_default();
-                let why = p
-                    .reason
-                    .as_deref()
-                    .map(|r| format!(": {r}"))
-                    .unwrap_or_default();
                 return Ok(Some(format!(
-                    "paused ({}) since {}{by}{why}",
+                    "paused ({}) since {}{}",
                     p.scope,
-                    crate::clock::ts(p.since)
+                    crate::clock::ts(p.since),
+                    p.by_and_reason()
                 )));
             }
         }
