@@ -5,6 +5,7 @@
 
 mod approvals;
 mod bulk;
+mod dashboard;
 mod deliver;
 mod inbox_page;
 mod pause;

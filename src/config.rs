@@ -43,6 +43,37 @@ pub struct Config {
     /// Per-tool limits: `[limits.NAME]` merged with `[tools.NAME] max_running`. Each worker
     /// enforces its own, counting every worker's runs in the database.
     pub limits: crate::flow::ToolLimits,
+    /// The dashboard (`toolq web`, `toolq worker --web`).
+    pub web: WebConfig,
+}
+
+/// The `[web]` section: how the dashboard listens and who may use it.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WebConfig {
+    /// `HOST:PORT` of `toolq web` (default 127.0.0.1:8080).
+    #[serde(default = "default_web_listen")]
+    pub listen: String,
+    /// The token every request must carry (required to listen off loopback).
+    #[serde(default)]
+    pub token: Option<String>,
+    /// Show everything, allow no action.
+    #[serde(default)]
+    pub read_only: bool,
+}
+
+fn default_web_listen() -> String {
+    "127.0.0.1:8080".into()
+}
+
+impl Default for WebConfig {
+    fn default() -> Self {
+        Self {
+            listen: default_web_listen(),
+            token: None,
+            read_only: false,
+        }
+    }
 }
 
 /// Retention: how long finished work is kept before the worker's retention tick deletes it.
@@ -222,6 +253,7 @@ impl Default for Config {
                 warn_frames: 10_000,
             },
             limits: crate::flow::ToolLimits::new(),
+            web: WebConfig::default(),
         }
     }
 }
@@ -244,6 +276,8 @@ struct FileConfig {
     wal: Option<FileWal>,
     #[serde(default)]
     limits: BTreeMap<String, FileLimit>,
+    #[serde(default)]
+    web: WebConfig,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -557,7 +591,15 @@ impl Config {
         }
         let tools = crate::tool::command::parse_tools(file.tools, &|key: &str| c.origin(key))?;
         let limits = parse_limits(&c, file.limits, &tools)?;
+        if file.web.listen.parse::<std::net::SocketAddr>().is_err() {
+            return Err(c.bad(
+                "web.listen",
+                format!("{:?}", file.web.listen),
+                "must be an address like 127.0.0.1:8080",
+            ));
+        }
         Ok(Config {
+            web: file.web,
             limits,
             db_path,
             worker,

@@ -67,6 +67,7 @@ pub mod status;
 #[doc(hidden)]
 pub mod store;
 pub mod tool;
+pub mod web;
 pub mod worker;
 
 pub use bulk::{BulkOptions, BulkReport};

@@ -26,6 +26,7 @@ mod stats;
 mod status;
 mod tools;
 mod wait;
+mod web;
 mod worker;
 
 use std::path::PathBuf;
@@ -162,6 +163,11 @@ pub enum Command {
         after_help = "Examples:\n  toolq config\n  TOOLQ_WORKER__CONCURRENCY=8 toolq --json config\n  toolq --config /etc/toolq/toolq.toml config"
     )]
     Config(config::Args),
+    /// Serve the web dashboard: runs, schedules, approvals, sessions and workers, live.
+    #[command(
+        after_help = "Examples:\n  toolq web                                  # http://127.0.0.1:8080/\n  TOOLQ_WEB__TOKEN=s3cret toolq web --listen 0.0.0.0:8080\n  toolq web --read-only --listen 127.0.0.1:9000"
+    )]
+    Web(web::Args),
 }
 
 /// What every subcommand gets.
@@ -188,6 +194,9 @@ pub fn load_config(cli: &Cli, db_from_env: bool) -> Result<(Config, Layers)> {
         ));
     }
     if let Command::Worker(a) = &cli.command {
+        overrides.extend(a.overrides());
+    }
+    if let Command::Web(a) = &cli.command {
         overrides.extend(a.overrides());
     }
     Ok(crate::config::resolve(cli.config.as_deref(), &overrides)?)
@@ -253,6 +262,9 @@ fn open_mode(command: &Command) -> OpenMode {
         | Command::Pause(_)
         | Command::Resume(_)
         | Command::Prune(_) => OpenMode::Existing,
+        // Read-only from the flag opens read-only; otherwise its actions write.
+        Command::Web(a) if a.read_only => OpenMode::Read,
+        Command::Web(_) => OpenMode::Existing,
         // --deliverable acknowledges silent messages: a write.
         Command::Inbox(a) if a.ack || a.deliverable => OpenMode::Existing,
         Command::Inbox(_)
@@ -320,6 +332,7 @@ async fn dispatch(cli: Cli, host: RegistryBuilder, db_from_env: bool) -> Result<
         Command::Pause(a) => pause::pause(&ctx, a).await,
         Command::Resume(a) => pause::resume(&ctx, a).await,
         Command::Check(a) => check::run(&ctx, a).await,
+        Command::Web(a) => web::run(&ctx, a).await,
         Command::Completions(_) | Command::Man | Command::Config(_) => Ok(()),
     }
 }

@@ -17,6 +17,10 @@ pub struct Args {
     /// Serve Prometheus metrics at http://ADDR/metrics (e.g. 127.0.0.1:9464).
     #[arg(long, value_name = "ADDR")]
     pub metrics: Option<String>,
+    /// Serve the web dashboard at http://ADDR/ beside the worker (web.token and
+    /// web.read_only apply; any address but loopback needs a token).
+    #[arg(long, value_name = "ADDR")]
+    pub web: Option<String>,
     /// Log lines as text or JSON (on stderr).
     #[arg(long, value_enum, default_value_t = super::logging::LogFormat::Text)]
     pub log_format: super::logging::LogFormat,
@@ -108,6 +112,18 @@ pub async fn run(ctx: &Ctx, args: Args) -> Result<()> {
         let bound = server.local_addr()?;
         tracing::info!(address = %bound, "serving metrics at http://{bound}/metrics");
         tokio::spawn(server.serve(ctx.client.clone(), worker.metrics(), stop_extras.clone()));
+    }
+    if let Some(addr) = &args.web {
+        let web =
+            crate::web::WebServer::bind(ctx.client.clone(), super::web::options(ctx, addr)).await?;
+        let bound = web.local_addr()?;
+        tracing::info!(address = %bound, "serving the dashboard at http://{bound}/");
+        let stop = stop_extras.clone();
+        tokio::spawn(async move {
+            if let Err(e) = web.serve(stop).await {
+                tracing::warn!(error = %e, "dashboard stopped");
+            }
+        });
     }
     if let Some(pb) = args
         .drain

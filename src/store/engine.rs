@@ -57,6 +57,18 @@ pub trait Engine: Send + Sync + std::fmt::Debug + 'static {
     async fn run_select(&self, p: RunSelect) -> EngineResult<Vec<Run>>;
     /// How many runs match the filter (a bulk `--dry-run`).
     async fn run_count_where(&self, filter: RunFilter) -> EngineResult<i64>;
+    /// One page of the dashboard's run list: at most `limit` runs matching the filter whose
+    /// id sorts before `before` (from the newest when `None`), newest first (keyset; one
+    /// consistent read).
+    async fn run_page(&self, p: RunPage) -> EngineResult<Vec<Run>>;
+    /// Runs that reached a final state at or after `since`, counted per final state and
+    /// bucket of `bucket_secs` seconds (bucket 0 starts at `since`): the dashboard's
+    /// throughput and failure chart.
+    async fn run_finished_buckets(
+        &self,
+        since: DateTime<Utc>,
+        bucket_secs: i64,
+    ) -> EngineResult<Vec<FinishedBucket>>;
     /// One batch of a bulk cancel in one transaction: every end through the end-writer
     /// (fenced as `run_end`), then a cancel request on every running run given.
     async fn run_cancel_many(&self, p: RunCancelMany) -> EngineResult<CancelledMany>;
@@ -164,6 +176,8 @@ pub trait Engine: Send + Sync + std::fmt::Debug + 'static {
     ) -> EngineResult<Vec<Message>>;
     /// Marks messages read (and, with `ack`, acknowledged); returns how many changed.
     async fn inbox_mark(&self, p: InboxMark) -> EngineResult<usize>;
+    /// The inbox messages about one run, oldest first, at most `limit`.
+    async fn inbox_of_run(&self, run: RunId, limit: i64) -> EngineResult<Vec<Message>>;
     /// A blob by session and path.
     async fn blob_get(&self, session: String, path: String) -> EngineResult<Option<Blob>>;
 
@@ -277,6 +291,28 @@ pub struct RunSelect {
     pub after: String,
     /// At most this many.
     pub limit: i64,
+}
+
+/// Parameters of [`Engine::run_page`].
+#[derive(Debug, Clone)]
+pub struct RunPage {
+    /// Which runs (every state when `states` is empty).
+    pub filter: RunFilter,
+    /// Only ids before this one (`None`: the first page).
+    pub before: Option<String>,
+    /// At most this many.
+    pub limit: i64,
+}
+
+/// One row of [`Engine::run_finished_buckets`].
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct FinishedBucket {
+    /// `completed`, `failed` or `cancelled`.
+    pub state: String,
+    /// The bucket: 0 starts at `since`, 1 a bucket later, and so on.
+    pub bucket: i64,
+    /// Runs of that state finished in it.
+    pub count: i64,
 }
 
 /// Parameters of [`Engine::run_cancel_many`].

@@ -13,7 +13,7 @@ use crate::run::{Run, RunFilter, RunState};
 /// The filter's WHERE terms (after `WHERE`) and their values. With `plain`, each column is
 /// written `+col` so SQLite cannot walk another index for it: a keyset walk must follow the
 /// primary key, or it sorts every match on every batch.
-fn conditions(f: &RunFilter, plain: bool) -> (String, Vec<Box<dyn ToSql>>) {
+pub(crate) fn conditions(f: &RunFilter, plain: bool) -> (String, Vec<Box<dyn ToSql>>) {
     let c = |name: &str| {
         if plain {
             format!("+{name}")

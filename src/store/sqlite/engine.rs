@@ -9,8 +9,8 @@ use tokio_util::sync::CancellationToken;
 use std::sync::Arc;
 
 use super::{
-    Store, approvals, artifacts, bulk, claim, due, finish, flow, gauges, inbox, inbox_page,
-    occurrences, rescue, retention, runs, schedules, workers,
+    Store, approvals, artifacts, bulk, claim, dashboard, due, finish, flow, gauges, inbox,
+    inbox_page, occurrences, rescue, retention, runs, schedules, workers,
 };
 use crate::error::StoreError;
 use crate::ids::RunId;
@@ -103,6 +103,19 @@ impl Engine for Store {
 
     async fn run_count_where(&self, filter: RunFilter) -> EngineResult<i64> {
         self.read_async(move |c| bulk::count(c, &filter)).await
+    }
+
+    async fn run_page(&self, p: RunPage) -> EngineResult<Vec<Run>> {
+        self.read_async(move |c| dashboard::page(c, &p)).await
+    }
+
+    async fn run_finished_buckets(
+        &self,
+        since: DateTime<Utc>,
+        bucket_secs: i64,
+    ) -> EngineResult<Vec<FinishedBucket>> {
+        self.read_async(move |c| dashboard::finished_buckets(c, since, bucket_secs))
+            .await
     }
 
     async fn run_cancel_many(&self, p: RunCancelMany) -> EngineResult<CancelledMany> {
@@ -352,6 +365,11 @@ impl Engine for Store {
 
     async fn inbox_list(&self, session: String, filter: InboxFilter) -> EngineResult<Vec<Message>> {
         self.read_async(move |c| inbox::list(c, &session, &filter))
+            .await
+    }
+
+    async fn inbox_of_run(&self, run: RunId, limit: i64) -> EngineResult<Vec<Message>> {
+        self.read_async(move |c| dashboard::messages_of_run(c, run.as_str(), limit))
             .await
     }
 

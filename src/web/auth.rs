@@ -1,0 +1,146 @@
+//! Every request passes [`guard`]: the Host check on loopback (no DNS rebinding), the token
+//! when one is set, and, for POSTs, read-only refusal and the Origin check. The CSRF secret
+//! itself is checked by each action's form ([`check_csrf`]).
+
+use std::sync::Arc;
+
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, Method, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Redirect, Response};
+
+use super::AppState;
+
+/// The cookie that carries the token after `?token=` was given once.
+const COOKIE: &str = "toolq_token";
+
+/// A fresh random secret (hex).
+pub fn secret() -> String {
+    let bytes: [u8; 16] = rand::random();
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Compares in time independent of where the first difference is.
+fn same(a: &str, b: &str) -> bool {
+    a.len() == b.len()
+        && a.bytes()
+            .zip(b.bytes())
+            .fold(0u8, |acc, (x, y)| acc | (x ^ y))
+            == 0
+}
+
+fn refuse(status: StatusCode, why: &str) -> Response {
+    (status, format!("toolq: {why}\n")).into_response()
+}
+
+/// The request's token: `Authorization: Bearer T`, else the cookie.
+fn presented(headers: &HeaderMap) -> Option<String> {
+    let bearer = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(|t| t.trim().to_string());
+    bearer.or_else(|| {
+        headers
+            .get_all(header::COOKIE)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(';'))
+            .filter_map(|kv| kv.trim().split_once('='))
+            .find(|(k, _)| *k == COOKIE)
+            .map(|(_, v)| v.to_string())
+    })
+}
+
+/// Whether the request authenticated with the Authorization header (a script, which no
+/// other site can make a browser send): such POSTs need no CSRF secret.
+pub fn bearer(headers: &HeaderMap) -> bool {
+    headers.contains_key(header::AUTHORIZATION)
+}
+
+fn host_is_loopback(headers: &HeaderMap) -> bool {
+    let Some(host) = headers.get(header::HOST).and_then(|v| v.to_str().ok()) else {
+        // HTTP/1.0 without Host: nothing a browser sends.
+        return true;
+    };
+    let name = match host.rsplit_once(':') {
+        Some((name, port)) if port.bytes().all(|b| b.is_ascii_digit()) => name,
+        _ => host,
+    };
+    let name = name.trim_start_matches('[').trim_end_matches(']');
+    name.eq_ignore_ascii_case("localhost")
+        || name
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+/// The checks every request passes before its handler.
+pub async fn guard(State(st): State<Arc<AppState>>, req: Request, next: Next) -> Response {
+    let headers = req.headers();
+    if st.loopback && st.token.is_none() && !host_is_loopback(headers) {
+        return refuse(
+            StatusCode::MISDIRECTED_REQUEST,
+            "this dashboard answers only loopback host names",
+        );
+    }
+    if let Some(token) = &st.token {
+        let query_token = req.uri().query().and_then(|q| {
+            q.split('&')
+                .filter_map(|kv| kv.split_once('='))
+                .find(|(k, _)| *k == "token")
+                .map(|(_, v)| v.to_string())
+        });
+        if let Some(given) = query_token {
+            if !same(&given, token) {
+                return refuse(StatusCode::UNAUTHORIZED, "wrong token");
+            }
+            // Set the cookie once and drop the token from the address bar and history.
+            let path = req.uri().path().to_string();
+            let cookie = format!("{COOKIE}={given}; HttpOnly; SameSite=Strict; Path=/");
+            return ([(header::SET_COOKIE, cookie)], Redirect::to(&path)).into_response();
+        }
+        match presented(headers) {
+            Some(given) if same(&given, token) => {}
+            _ => {
+                return refuse(
+                    StatusCode::UNAUTHORIZED,
+                    "this dashboard needs its token: open it once with ?token=TOKEN, or send Authorization: Bearer TOKEN",
+                );
+            }
+        }
+    }
+    if req.method() == Method::POST {
+        if st.read_only {
+            return refuse(StatusCode::FORBIDDEN, "this dashboard is read-only");
+        }
+        if let Some(origin) = headers.get(header::ORIGIN).and_then(|v| v.to_str().ok()) {
+            let host = headers
+                .get(header::HOST)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("");
+            let ok = origin
+                .strip_prefix("http://")
+                .or_else(|| origin.strip_prefix("https://"))
+                .is_some_and(|o| o == host);
+            if !ok {
+                return refuse(StatusCode::FORBIDDEN, "cross-origin POST refused");
+            }
+        }
+    } else if req.method() != Method::GET && req.method() != Method::HEAD {
+        return refuse(StatusCode::METHOD_NOT_ALLOWED, "only GET and POST");
+    }
+    next.run(req).await
+}
+
+/// Checks a form's CSRF field (unless a script authenticated by header): the refusal, if
+/// it fails.
+pub fn check_csrf(st: &AppState, headers: &HeaderMap, given: &str) -> Option<Response> {
+    if bearer(headers) || same(given, &st.csrf) {
+        None
+    } else {
+        Some(refuse(
+            StatusCode::FORBIDDEN,
+            "the form's CSRF token is missing or stale: reload the page and try again",
+        ))
+    }
+}

@@ -1,0 +1,145 @@
+//! `toolq web`: the dashboard. An axum server that reads and acts only through [`Client`]
+//! (so it works on every engine the library supports), renders pages with maud (escaped by
+//! default), and answers every page as JSON too (`Accept: application/json`). Pages refresh
+//! their live parts by polling once a second; polling only reads.
+//!
+//! Security: loopback by default; any other address needs a token (header
+//! `Authorization: Bearer`, or a cookie set from `?token=` once). Every POST carries this
+//! process's CSRF secret and a matching Origin; `--read-only` hides and refuses actions.
+
+mod actions;
+mod assets;
+mod auth;
+mod layout;
+mod overview;
+mod pages;
+mod runs;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::routing::{get, post};
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use crate::client::Client;
+use crate::error::{Error, InputError, Result};
+
+/// How `toolq web` (or `toolq worker --web`) serves the dashboard.
+#[derive(Debug, Clone, Default)]
+pub struct WebOptions {
+    /// `HOST:PORT` to listen on (port 0 picks a free one).
+    pub listen: String,
+    /// The token every request must carry; required off loopback.
+    pub token: Option<String>,
+    /// Hide every action and refuse every POST (403).
+    pub read_only: bool,
+}
+
+/// What every handler shares.
+pub(crate) struct AppState {
+    pub client: Client,
+    pub token: Option<String>,
+    pub read_only: bool,
+    /// This process's CSRF secret: every form carries it, every POST must echo it.
+    pub csrf: String,
+    /// Whether the listener is on loopback (then the Host header must be a loopback name,
+    /// which stops DNS rebinding).
+    pub loopback: bool,
+    pub overview: overview::Cache,
+}
+
+/// A bound dashboard; [`WebServer::serve`] answers requests until shutdown.
+pub struct WebServer {
+    listener: TcpListener,
+    state: Arc<AppState>,
+}
+
+impl std::fmt::Debug for WebServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WebServer")
+            .field("listener", &self.listener)
+            .finish()
+    }
+}
+
+impl WebServer {
+    /// Checks the options and binds. A non-loopback address without a token is an input
+    /// error (exit 2): the dashboard can cancel and approve runs.
+    pub async fn bind(client: Client, opts: WebOptions) -> Result<Self> {
+        let addr: SocketAddr = opts.listen.parse().map_err(|e| {
+            InputError::new(
+                "--listen",
+                &opts.listen,
+                format!("is not an address like 127.0.0.1:8080 ({e})"),
+            )
+        })?;
+        let token = opts.token.filter(|t| !t.is_empty());
+        let loopback = addr.ip().is_loopback();
+        if !loopback && token.is_none() {
+            return Err(InputError::new(
+                "--listen",
+                &opts.listen,
+                "is not a loopback address: give --token (or web.token) so that only \
+                 holders of the token can see and steer runs",
+            )
+            .into());
+        }
+        let listener = TcpListener::bind(addr)
+            .await
+            .map_err(|e| Error::io(format!("listen for the dashboard on {addr}"), e))?;
+        let state = Arc::new(AppState {
+            client,
+            token,
+            read_only: opts.read_only,
+            csrf: auth::secret(),
+            loopback,
+            overview: overview::Cache::default(),
+        });
+        Ok(Self { listener, state })
+    }
+
+    /// The address actually bound.
+    pub fn local_addr(&self) -> Result<SocketAddr> {
+        self.listener
+            .local_addr()
+            .map_err(|e| Error::io("read the dashboard address", e))
+    }
+
+    /// Serves until `shutdown` fires.
+    pub async fn serve(self, shutdown: CancellationToken) -> Result<()> {
+        let app = router(self.state);
+        axum::serve(self.listener, app)
+            .with_graceful_shutdown(async move { shutdown.cancelled().await })
+            .await
+            .map_err(|e| Error::io("serve the dashboard", e))
+    }
+}
+
+fn router(state: Arc<AppState>) -> Router {
+    Router::new()
+        .route("/", get(overview::page))
+        .route("/runs", get(runs::list))
+        .route("/runs/bulk", post(runs::bulk))
+        .route("/runs/{id}", get(runs::one))
+        .route("/runs/{id}/cancel", post(actions::cancel))
+        .route("/runs/{id}/retry", post(actions::retry))
+        .route("/runs/{id}/approve", post(actions::approve))
+        .route("/runs/{id}/deny", post(actions::deny))
+        .route("/schedules", get(pages::schedules))
+        .route(
+            "/schedules/{id}",
+            get(pages::schedule).post(actions::schedule),
+        )
+        .route("/approvals", get(pages::approvals))
+        .route("/sessions/{id}", get(pages::session))
+        .route("/workers", get(pages::workers))
+        .route("/assets/{name}", get(assets::serve))
+        .fallback(pages::not_found)
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            auth::guard,
+        ))
+        .with_state(state)
+}
