@@ -23,6 +23,7 @@ mod executor;
 mod faults;
 mod finish;
 mod flow;
+mod web;
 mod http;
 mod leases;
 mod limits;

@@ -1,0 +1,290 @@
+//! The dashboard over plain HTTP: a real `toolq web` process on a real database. Security
+//! (loopback default, token, CSRF, Origin, read-only), JSON via Accept, and the routes.
+//! The browser tests (tests/it/browser.rs) drive the same process through Chromium.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use tempfile::TempDir;
+
+use crate::support::Killed;
+
+/// A database with a config (shell tool on, `add` needs approval, fast worker loop), and
+/// helpers to start `toolq web` and a worker on it.
+pub struct Site {
+    pub dir: TempDir,
+}
+
+impl Site {
+    pub fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("toolq.toml"),
+            "[shell]\nenabled = true\n\n[approvals]\nrequire = [\"add\"]\n\n\
+             [worker]\npoll_interval = \"100ms\"\nheartbeat_interval = \"200ms\"\n\
+             flush_interval = \"100ms\"\ncancel_grace = \"200ms\"\nshutdown_grace = \"1s\"\n\n\
+             [schedules]\nlate_after = \"60s\"\n",
+        )
+        .unwrap();
+        let site = Site { dir };
+        let out = site.toolq(&["init"]);
+        assert!(out.status.success(), "init: {out:?}");
+        site
+    }
+
+    pub fn db(&self) -> PathBuf {
+        self.dir.path().join("toolq.db")
+    }
+
+    fn command(&self) -> Command {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_toolq"));
+        cmd.arg("--db")
+            .arg(self.db())
+            .arg("--config")
+            .arg(self.dir.path().join("toolq.toml"))
+            .env_remove("RUST_LOG");
+        for (k, _) in std::env::vars_os() {
+            if k.to_string_lossy().starts_with("TOOLQ_") {
+                cmd.env_remove(k);
+            }
+        }
+        cmd
+    }
+
+    /// Runs a `toolq` command to its end.
+    pub fn toolq(&self, args: &[&str]) -> std::process::Output {
+        self.command().args(args).output().unwrap()
+    }
+
+    /// Enqueues and returns the run id.
+    pub fn enqueue(&self, args: &[&str]) -> String {
+        let out = self.toolq(&[&["enqueue"], args].concat());
+        assert!(out.status.success(), "enqueue {args:?}: {out:?}");
+        String::from_utf8(out.stdout).unwrap().trim().to_string()
+    }
+
+    /// Starts `toolq web` on a free loopback port with `extra` flags; returns it and its URL.
+    pub fn web(&self, extra: &[&str]) -> (Killed, String) {
+        let mut child = self
+            .command()
+            .args(["web", "--listen", "127.0.0.1:0"])
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let url = line
+            .trim()
+            .strip_prefix("dashboard at ")
+            .unwrap_or_else(|| panic!("toolq web printed {line:?}"))
+            .trim_end_matches('/')
+            .to_string();
+        (Killed(child), url)
+    }
+
+    /// Starts a worker.
+    pub fn worker(&self) -> Killed {
+        Killed(
+            self.command()
+                .arg("worker")
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap(),
+        )
+    }
+
+    /// A run's state as `toolq show --json` reports it.
+    pub fn state(&self, id: &str) -> String {
+        let out = self.toolq(&["--json", "show", id]);
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        v["state"].as_str().unwrap().to_string()
+    }
+}
+
+fn agent() -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .max_redirects(0)
+        .build()
+        .into()
+}
+
+fn get(url: &str, headers: &[(&str, &str)]) -> (u16, String) {
+    let mut req = agent().get(url);
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let mut resp = req.call().unwrap();
+    let status = resp.status().as_u16();
+    (status, resp.body_mut().read_to_string().unwrap_or_default())
+}
+
+fn post(url: &str, headers: &[(&str, &str)], form: &[(&str, &str)]) -> (u16, String) {
+    let mut req = agent().post(url);
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let mut resp = req.send_form(form.iter().copied()).unwrap();
+    let status = resp.status().as_u16();
+    (status, resp.body_mut().read_to_string().unwrap_or_default())
+}
+
+/// The CSRF secret a page's forms carry.
+fn csrf(html: &str) -> String {
+    let at = html.find("name=\"csrf\" value=\"").expect("a form with csrf") + 19;
+    html[at..].split('"').next().unwrap().to_string()
+}
+
+fn path_exists(p: &Path) -> bool {
+    p.exists()
+}
+
+#[test]
+fn web_every_route_answers_html_and_the_same_data_as_json() {
+    let site = Site::new();
+    let id = site.enqueue(&["echo", "--args", r#"{"message":"hi"}"#, "--session", "s1"]);
+    let sched = site.toolq(&[
+        "--json", "schedule", "add", "echo", "--args", r#"{"message":"tick"}"#, "--cron",
+        "0 9 * * *", "--tz", "Europe/Berlin",
+    ]);
+    let sched: serde_json::Value = serde_json::from_slice(&sched.stdout).unwrap();
+    let sid = sched["id"].as_str().unwrap().to_string();
+    let (_web, url) = site.web(&[]);
+    for path in [
+        "/".to_string(),
+        "/runs".into(),
+        format!("/runs/{id}"),
+        "/schedules".into(),
+        format!("/schedules/{sid}"),
+        "/approvals".into(),
+        "/sessions/s1".into(),
+        "/workers".into(),
+    ] {
+        let (status, html) = get(&format!("{url}{path}"), &[]);
+        assert_eq!(status, 200, "{path}: {html}");
+        assert!(html.starts_with("<!DOCTYPE html>"), "{path}");
+        let (status, json) = get(&format!("{url}{path}"), &[("Accept", "application/json")]);
+        assert_eq!(status, 200, "{path}");
+        let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+        assert!(v.is_object(), "{path}: {json}");
+    }
+    let (_, json) = get(&format!("{url}/runs/{id}"), &[("Accept", "application/json")]);
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(v["run"]["id"], id.as_str());
+    assert_eq!(v["run"]["state"], "queued");
+    let (_, json) = get(&format!("{url}/"), &[("Accept", "application/json")]);
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(v["by_state"]["queued"], 1);
+    assert_eq!(v["last_hour"]["buckets"].as_array().unwrap().len(), 60);
+    let (status, _) = get(&format!("{url}/runs/bg_nope"), &[]);
+    assert_eq!(status, 400);
+    let (status, _) = get(&format!("{url}/no/such/page"), &[]);
+    assert_eq!(status, 404);
+}
+
+#[test]
+fn web_actions_need_the_csrf_secret_and_a_matching_origin() {
+    let site = Site::new();
+    let id = site.enqueue(&["echo", "--args", r#"{"message":"hi"}"#]);
+    let (_web, url) = site.web(&[]);
+    let (_, page) = get(&format!("{url}/runs/{id}"), &[]);
+    let secret = csrf(&page);
+    let (status, _) = post(&format!("{url}/runs/{id}/cancel"), &[], &[("csrf", "wrong")]);
+    assert_eq!(status, 403);
+    let (status, _) = post(
+        &format!("{url}/runs/{id}/cancel"),
+        &[("Origin", "http://evil.example")],
+        &[("csrf", &secret)],
+    );
+    assert_eq!(status, 403);
+    assert_eq!(site.state(&id), "queued", "refused posts changed nothing");
+    let host = url.trim_start_matches("http://").to_string();
+    let (status, _) = post(
+        &format!("{url}/runs/{id}/cancel"),
+        &[("Origin", &format!("http://{host}"))],
+        &[("csrf", &secret)],
+    );
+    assert_eq!(status, 303);
+    assert_eq!(site.state(&id), "cancelled");
+    // DNS rebinding: a page from another name that resolves here gets nothing.
+    let (status, _) = get(&format!("{url}/"), &[("Host", "evil.example")]);
+    assert_eq!(status, 421);
+}
+
+#[test]
+fn web_read_only_hides_and_refuses_every_action() {
+    let site = Site::new();
+    let id = site.enqueue(&["echo", "--args", r#"{"message":"hi"}"#]);
+    let (_web, url) = site.web(&["--read-only"]);
+    let (_, page) = get(&format!("{url}/runs/{id}"), &[]);
+    assert!(!page.contains("<form method=\"post\""), "{page}");
+    assert!(!page.contains("name=\"csrf\""));
+    assert!(page.contains("read-only"));
+    let (_, runs) = get(&format!("{url}/runs"), &[]);
+    assert!(!runs.contains("/runs/bulk"));
+    let (status, _) = post(&format!("{url}/runs/{id}/cancel"), &[], &[("csrf", "x")]);
+    assert_eq!(status, 403);
+    assert_eq!(site.state(&id), "queued");
+}
+
+#[test]
+fn web_with_a_token_refuses_requests_without_it() {
+    let site = Site::new();
+    let (_web, url) = site.web(&["--token", "s3cret"]);
+    let (status, body) = get(&format!("{url}/"), &[]);
+    assert_eq!(status, 401, "{body}");
+    let (status, _) = get(&format!("{url}/"), &[("Authorization", "Bearer wrong")]);
+    assert_eq!(status, 401);
+    let (status, _) = get(&format!("{url}/"), &[("Authorization", "Bearer s3cret")]);
+    assert_eq!(status, 200);
+    // ?token= sets the cookie once and drops the token from the address.
+    let resp = agent().get(&format!("{url}/runs?token=s3cret")).call().unwrap();
+    assert_eq!(resp.status().as_u16(), 303);
+    let cookie = resp.headers()["set-cookie"].to_str().unwrap().to_string();
+    assert!(cookie.starts_with("toolq_token=s3cret;"), "{cookie}");
+    assert!(cookie.contains("HttpOnly"));
+    assert_eq!(resp.headers()["location"], "/runs");
+    let (status, _) = get(&format!("{url}/runs"), &[("Cookie", "toolq_token=s3cret")]);
+    assert_eq!(status, 200);
+}
+
+#[test]
+fn web_refuses_a_public_address_without_a_token() {
+    let site = Site::new();
+    let out = site.toolq(&["web", "--listen", "0.0.0.0:0"]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.starts_with("toolq: "), "{err}");
+    assert!(err.contains("--token"), "{err}");
+    assert!(path_exists(&site.db()));
+}
+
+#[test]
+fn web_bulk_retry_confirms_with_the_count_first() {
+    let site = Site::new();
+    let ids: Vec<String> = (0..3)
+        .map(|_| site.enqueue(&["shell", "--args", r#"{"argv":["false"]}"#, "--max-attempts", "1"]))
+        .collect();
+    let out = site.toolq(&["worker", "--drain"]);
+    assert!(out.status.success(), "{out:?}");
+    assert!(ids.iter().all(|id| site.state(id) == "failed"));
+    let (_web, url) = site.web(&[]);
+    let (_, page) = get(&format!("{url}/runs?state=failed"), &[]);
+    let secret = csrf(&page);
+    let form = [("csrf", secret.as_str()), ("action", "retry"), ("state", "failed")];
+    let (status, confirm) = post(&format!("{url}/runs/bulk"), &[], &form);
+    assert_eq!(status, 200);
+    assert!(confirm.contains("<span id=\"bulk-count\">3</span>"), "{confirm}");
+    assert!(ids.iter().all(|id| site.state(id) == "failed"), "asking wrote nothing");
+    let mut confirmed = form.to_vec();
+    confirmed.push(("confirm", "yes"));
+    let (status, _) = post(&format!("{url}/runs/bulk"), &[], &confirmed);
+    assert_eq!(status, 303);
+    assert!(ids.iter().all(|id| site.state(id) == "queued"));
+}
