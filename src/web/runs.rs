@@ -468,6 +468,15 @@ fn render_one(st: &AppState, v: &RunView) -> Markup {
                 }
             }
         }
+        section.card {
+            h2 { "Log"
+                @if v.log_cut { span.dim { " (the end)" } }
+                label.follow { input #follow type="checkbox" checked[!r.state.is_final()]; " follow" }
+            }
+            pre #log.log data-live data-follow {
+                @if let Some(l) = &v.log { (l) } @else if let Some(t) = &r.output_tail { (t) } @else { span.dim { "(no output yet)" } }
+            }
+        }
         div.grid2 {
             section.card #fields data-live {
                 h2 { "Fields" }
@@ -495,15 +504,6 @@ fn render_one(st: &AppState, v: &RunView) -> Markup {
             section.card {
                 h2 { "Args" }
                 (json_block(&r.args))
-            }
-        }
-        section.card {
-            h2 { "Log"
-                @if v.log_cut { span.dim { " (the end)" } }
-                label.follow { input #follow type="checkbox" checked[running]; " follow" }
-            }
-            pre #log.log data-live data-follow {
-                @if let Some(l) = &v.log { (l) } @else if let Some(t) = &r.output_tail { (t) } @else { span.dim { "(no output yet)" } }
             }
         }
         div #more data-live {

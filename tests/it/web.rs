@@ -137,7 +137,10 @@ fn post(url: &str, headers: &[(&str, &str)], form: &[(&str, &str)]) -> (u16, Str
 
 /// The CSRF secret a page's forms carry.
 fn csrf(html: &str) -> String {
-    let at = html.find("name=\"csrf\" value=\"").expect("a form with csrf") + 19;
+    let at = html
+        .find("name=\"csrf\" value=\"")
+        .expect("a form with csrf")
+        + 19;
     html[at..].split('"').next().unwrap().to_string()
 }
 
@@ -150,8 +153,16 @@ fn web_every_route_answers_html_and_the_same_data_as_json() {
     let site = Site::new();
     let id = site.enqueue(&["echo", "--args", r#"{"message":"hi"}"#, "--session", "s1"]);
     let sched = site.toolq(&[
-        "--json", "schedule", "add", "echo", "--args", r#"{"message":"tick"}"#, "--cron",
-        "0 9 * * *", "--tz", "Europe/Berlin",
+        "--json",
+        "schedule",
+        "add",
+        "echo",
+        "--args",
+        r#"{"message":"tick"}"#,
+        "--cron",
+        "0 9 * * *",
+        "--tz",
+        "Europe/Berlin",
     ]);
     let sched: serde_json::Value = serde_json::from_slice(&sched.stdout).unwrap();
     let sid = sched["id"].as_str().unwrap().to_string();
@@ -174,7 +185,10 @@ fn web_every_route_answers_html_and_the_same_data_as_json() {
         let v: serde_json::Value = serde_json::from_str(&json).unwrap();
         assert!(v.is_object(), "{path}: {json}");
     }
-    let (_, json) = get(&format!("{url}/runs/{id}"), &[("Accept", "application/json")]);
+    let (_, json) = get(
+        &format!("{url}/runs/{id}"),
+        &[("Accept", "application/json")],
+    );
     let v: serde_json::Value = serde_json::from_str(&json).unwrap();
     assert_eq!(v["run"]["id"], id.as_str());
     assert_eq!(v["run"]["state"], "queued");
@@ -195,7 +209,11 @@ fn web_actions_need_the_csrf_secret_and_a_matching_origin() {
     let (_web, url) = site.web(&[]);
     let (_, page) = get(&format!("{url}/runs/{id}"), &[]);
     let secret = csrf(&page);
-    let (status, _) = post(&format!("{url}/runs/{id}/cancel"), &[], &[("csrf", "wrong")]);
+    let (status, _) = post(
+        &format!("{url}/runs/{id}/cancel"),
+        &[],
+        &[("csrf", "wrong")],
+    );
     assert_eq!(status, 403);
     let (status, _) = post(
         &format!("{url}/runs/{id}/cancel"),
@@ -244,7 +262,10 @@ fn web_with_a_token_refuses_requests_without_it() {
     let (status, _) = get(&format!("{url}/"), &[("Authorization", "Bearer s3cret")]);
     assert_eq!(status, 200);
     // ?token= sets the cookie once and drops the token from the address.
-    let resp = agent().get(&format!("{url}/runs?token=s3cret")).call().unwrap();
+    let resp = agent()
+        .get(&format!("{url}/runs?token=s3cret"))
+        .call()
+        .unwrap();
     assert_eq!(resp.status().as_u16(), 303);
     let cookie = resp.headers()["set-cookie"].to_str().unwrap().to_string();
     assert!(cookie.starts_with("toolq_token=s3cret;"), "{cookie}");
@@ -269,7 +290,15 @@ fn web_refuses_a_public_address_without_a_token() {
 fn web_bulk_retry_confirms_with_the_count_first() {
     let site = Site::new();
     let ids: Vec<String> = (0..3)
-        .map(|_| site.enqueue(&["shell", "--args", r#"{"argv":["false"]}"#, "--max-attempts", "1"]))
+        .map(|_| {
+            site.enqueue(&[
+                "shell",
+                "--args",
+                r#"{"argv":["false"]}"#,
+                "--max-attempts",
+                "1",
+            ])
+        })
         .collect();
     let out = site.toolq(&["worker", "--drain"]);
     assert!(out.status.success(), "{out:?}");
@@ -277,11 +306,21 @@ fn web_bulk_retry_confirms_with_the_count_first() {
     let (_web, url) = site.web(&[]);
     let (_, page) = get(&format!("{url}/runs?state=failed"), &[]);
     let secret = csrf(&page);
-    let form = [("csrf", secret.as_str()), ("action", "retry"), ("state", "failed")];
+    let form = [
+        ("csrf", secret.as_str()),
+        ("action", "retry"),
+        ("state", "failed"),
+    ];
     let (status, confirm) = post(&format!("{url}/runs/bulk"), &[], &form);
     assert_eq!(status, 200);
-    assert!(confirm.contains("<span id=\"bulk-count\">3</span>"), "{confirm}");
-    assert!(ids.iter().all(|id| site.state(id) == "failed"), "asking wrote nothing");
+    assert!(
+        confirm.contains("<span id=\"bulk-count\">3</span>"),
+        "{confirm}"
+    );
+    assert!(
+        ids.iter().all(|id| site.state(id) == "failed"),
+        "asking wrote nothing"
+    );
     let mut confirmed = form.to_vec();
     confirmed.push(("confirm", "yes"));
     let (status, _) = post(&format!("{url}/runs/bulk"), &[], &confirmed);

@@ -41,6 +41,9 @@
       })
       .then(function (text) {
         swap(new DOMParser().parseFromString(text, "text/html"));
+        // How many refreshes this page has had (tests wait on it instead of sleeping).
+        var root = document.documentElement;
+        root.dataset.refreshed = String(Number(root.dataset.refreshed || 0) + 1);
         if (badge) { badge.textContent = "live"; badge.className = "live"; }
       })
       .catch(function () {
