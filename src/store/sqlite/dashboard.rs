@@ -18,14 +18,7 @@ use crate::store::{FinishedBucket, RunPage};
 /// partial index: a filter on those states reads the index and sorts the few matches, where
 /// a walk of the key could pass a million finished runs first.
 pub fn page(conn: &Connection, p: &RunPage) -> Result<Vec<Run>, StoreError> {
-    let unfinished = !p.filter.states.is_empty() && p.filter.states.iter().all(|s| !s.is_final());
-    let (cond, mut values) = super::bulk::conditions(&p.filter, !unfinished);
-    let n = values.len();
-    let sql = format!(
-        "SELECT {RUN_COLUMNS} FROM runs WHERE id < ?{} AND {cond} ORDER BY id DESC LIMIT ?{}",
-        n + 1,
-        n + 2
-    );
+    let (sql, mut values) = page_sql(p);
     // Past every id ("bg_" + uuid): the first page.
     values.push(Box::new(p.before.clone().unwrap_or_else(|| "~".into())));
     values.push(Box::new(p.limit));
@@ -33,6 +26,22 @@ pub fn page(conn: &Connection, p: &RunPage) -> Result<Vec<Run>, StoreError> {
     let mut stmt = conn.prepare_cached(&sql).ctx("prepare run page")?;
     let rows = stmt.query_map(&*params, run_from_row).ctx("run page")?;
     rows.collect::<Result<_, _>>().ctx("read run page")
+}
+
+/// The SELECT of [`page`] and its filter's values (the keyset bound and limit follow).
+fn page_sql(p: &RunPage) -> (String, Vec<Box<dyn ToSql>>) {
+    let unfinished = !p.filter.states.is_empty() && p.filter.states.iter().all(|s| !s.is_final());
+    let (cond, values) = super::bulk::conditions(&p.filter, !unfinished);
+    let n = values.len();
+    // For unfinished states the key is hidden from the planner too (`+id`), or it would
+    // still prefer walking it for the ORDER BY.
+    let id = if unfinished { "+id" } else { "id" };
+    let sql = format!(
+        "SELECT {RUN_COLUMNS} FROM runs WHERE {id} < ?{} AND {cond} ORDER BY {id} DESC LIMIT ?{}",
+        n + 1,
+        n + 2
+    );
+    (sql, values)
 }
 
 /// Runs finished since `since`, per final state and bucket of `bucket_secs` seconds.
@@ -89,4 +98,100 @@ pub fn messages_of_run(
         )
         .ctx("run messages")?;
     rows.collect::<Result<_, _>>().ctx("read run messages")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::run::{RunFilter, RunState};
+
+    /// The query plan of `sql`, one line per step, on a new database with toolq's schema.
+    fn plan(sql: &str) -> Vec<String> {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("t.db");
+        drop(super::super::Store::open(&path).expect("open"));
+        let conn = Connection::open(&path).expect("reopen");
+        let mut stmt = conn
+            .prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
+            .expect("explain prepares");
+        let mut rows = stmt.raw_query();
+        let mut out = Vec::new();
+        while let Some(row) = rows.next().expect("explain runs") {
+            out.push(row.get::<_, String>(3).expect("detail"));
+        }
+        out
+    }
+
+    fn page_plan(filter: RunFilter) -> Vec<String> {
+        plan(
+            &page_sql(&RunPage {
+                filter,
+                before: None,
+                limit: 50,
+            })
+            .0,
+        )
+    }
+
+    /// A page of finished (or any) runs walks the primary key backwards and stops after the
+    /// page: no sort of every match, so page one and page 20,000 cost the same.
+    #[test]
+    fn a_run_page_walks_the_key_without_sorting() {
+        for filter in [
+            RunFilter::default(),
+            RunFilter {
+                states: vec![RunState::Failed],
+                ..RunFilter::default()
+            },
+            RunFilter {
+                session: Some("s".into()),
+                tool: Some("t".into()),
+                ..RunFilter::default()
+            },
+        ] {
+            let plan = page_plan(filter.clone());
+            assert!(
+                plan.iter().any(|d| d.contains("USING INTEGER PRIMARY KEY")
+                    || d.contains("sqlite_autoindex_runs_1")
+                    || d.contains("PRIMARY KEY")),
+                "{filter:?}: {plan:?}"
+            );
+            assert!(
+                !plan.iter().any(|d| d.contains("TEMP B-TREE")),
+                "{filter:?}: {plan:?}"
+            );
+        }
+    }
+
+    /// Queued, awaiting and running runs are few among millions: their pages read the
+    /// state's partial index instead of walking past every finished run.
+    #[test]
+    fn a_page_of_unfinished_runs_reads_its_partial_index() {
+        for (state, index) in [
+            (RunState::Queued, "runs_claimable_idx"),
+            (RunState::Running, "runs_running_owner_idx"),
+            (RunState::AwaitingApproval, "runs_awaiting_deadline_idx"),
+        ] {
+            let plan = page_plan(RunFilter {
+                states: vec![state],
+                ..RunFilter::default()
+            });
+            assert!(
+                plan.iter().any(|d| d.contains(index)),
+                "{state:?}: {plan:?}"
+            );
+        }
+    }
+
+    /// The chart's counts read ranges of the final-state index, never the table.
+    #[test]
+    fn finished_buckets_read_ranges_of_the_final_state_index() {
+        let sql = "SELECT 'failed' AS state, CAST((julianday(finished_at) - julianday(:since)) * 86400 / :bucket AS INTEGER) AS b, count(*) AS n FROM runs WHERE state = 'failed' AND finished_at >= :since GROUP BY b";
+        let plan = plan(sql);
+        assert!(
+            plan.iter()
+                .any(|d| d.contains("COVERING INDEX runs_final_idx")),
+            "{plan:?}"
+        );
+    }
 }
