@@ -18,13 +18,20 @@ pub struct Site {
 
 impl Site {
     pub fn new() -> Self {
+        Self::with_config("")
+    }
+
+    /// A site whose config file also has `extra` (TOML) at its end.
+    pub fn with_config(extra: &str) -> Self {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(
             dir.path().join("toolq.toml"),
-            "[shell]\nenabled = true\n\n[approvals]\nrequire = [\"add\"]\n\n\
+            String::from(
+                "[shell]\nenabled = true\n\n[approvals]\nrequire = [\"add\"]\n\n\
              [worker]\npoll_interval = \"100ms\"\nheartbeat_interval = \"200ms\"\n\
              flush_interval = \"100ms\"\ncancel_grace = \"200ms\"\nshutdown_grace = \"1s\"\n\n\
              [schedules]\nlate_after = \"60s\"\n",
+            ) + extra,
         )
         .unwrap();
         let site = Site { dir };
@@ -326,4 +333,106 @@ fn web_bulk_retry_confirms_with_the_count_first() {
     let (status, _) = post(&format!("{url}/runs/bulk"), &[], &confirmed);
     assert_eq!(status, 303);
     assert!(ids.iter().all(|id| site.state(id) == "queued"));
+}
+
+#[test]
+fn web_reads_only_while_nobody_acts() {
+    let site = Site::new();
+    let id = site.enqueue(&["echo", "--args", r#"{"message":"hi"}"#, "--session", "s1"]);
+    let (_web, url) = site.web(&[]);
+    let conn = rusqlite::Connection::open(site.db()).unwrap();
+    let version = |c: &rusqlite::Connection| -> i64 {
+        c.query_row("PRAGMA data_version", [], |r| r.get(0))
+            .unwrap()
+    };
+    let before = version(&conn);
+    for _ in 0..5 {
+        for path in [
+            "/",
+            "/runs",
+            &format!("/runs/{id}"),
+            "/schedules",
+            "/approvals",
+            "/sessions/s1",
+            "/workers",
+        ] {
+            let (status, _) = get(&format!("{url}{path}"), &[]);
+            assert_eq!(status, 200, "{path}");
+        }
+    }
+    // The overview refreshes its figures in the background: still reads only.
+    let (status, _) = get(&format!("{url}/"), &[]);
+    assert_eq!(status, 200);
+    assert_eq!(version(&conn), before, "the dashboard committed a write");
+    // An action does write (and the same check sees it).
+    let (_, page) = get(&format!("{url}/runs/{id}"), &[]);
+    let (status, _) = post(
+        &format!("{url}/runs/{id}/cancel"),
+        &[],
+        &[("csrf", &csrf(&page))],
+    );
+    assert_eq!(status, 303);
+    assert_ne!(version(&conn), before);
+}
+
+#[test]
+fn web_config_keys_set_read_only_and_the_token() {
+    let site = Site::with_config("\n[web]\nread_only = true\ntoken = \"from-config\"\n");
+    let id = site.enqueue(&["echo", "--args", r#"{"message":"hi"}"#]);
+    let (_web, url) = site.web(&[]);
+    let (status, _) = get(&format!("{url}/runs/{id}"), &[]);
+    assert_eq!(status, 401);
+    let auth = [("Authorization", "Bearer from-config")];
+    let (status, page) = get(&format!("{url}/runs/{id}"), &auth);
+    assert_eq!(status, 200);
+    assert!(!page.contains("name=\"csrf\""), "read-only shows no form");
+    let (status, _) = post(&format!("{url}/runs/{id}/cancel"), &auth, &[]);
+    assert_eq!(status, 403);
+    assert_eq!(site.state(&id), "queued");
+    let bad = Site::new();
+    let cfg = bad.dir.path().join("toolq.toml");
+    let text = std::fs::read_to_string(&cfg).unwrap() + "\n[web]\nlisten = \"nowhere\"\n";
+    std::fs::write(&cfg, text).unwrap();
+    let out = bad.toolq(&["web"]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("web.listen"),
+        "{out:?}"
+    );
+}
+
+#[test]
+fn web_beside_a_worker() {
+    let site = Site::new();
+    let mut child = site
+        .command()
+        .args(["worker", "--web", "127.0.0.1:0"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let _worker = Killed(child);
+    let mut url = None;
+    for line in BufReader::new(stderr).lines() {
+        let line = line.unwrap();
+        if let Some(at) = line.find("serving the dashboard at http://") {
+            let rest = &line[at + "serving the dashboard at ".len()..];
+            url = Some(
+                rest.split_whitespace()
+                    .next()
+                    .unwrap()
+                    .trim_end_matches('/')
+                    .to_string(),
+            );
+            break;
+        }
+    }
+    let url = url.expect("the worker logs the dashboard address");
+    let id = site.enqueue(&["echo", "--args", r#"{"message":"hi"}"#]);
+    crate::support::wait_until("the run completes", || site.state(&id) == "completed");
+    let (status, json) = get(&format!("{url}/workers"), &[("Accept", "application/json")]);
+    assert_eq!(status, 200);
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(v["workers"][0]["liveness"], "alive", "{json}");
 }
