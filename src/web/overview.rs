@@ -238,8 +238,8 @@ fn render(st: &AppState, o: &Overview) -> Markup {
                             tbody {
                                 @for q in &o.queue_depth {
                                     tr {
-                                        td { a href={ "/sessions/" (q.session_id) } { (q.session_id) } }
-                                        td { a href={ "/runs?tool=" (q.tool) } { (q.tool) } }
+                                        td { a href={ "/sessions/" (super::runs::encode(&q.session_id)) } { (q.session_id) } }
+                                        td { a href={ "/runs?tool=" (super::runs::encode(&q.tool)) } { (q.tool) } }
                                         td.n { (q.queued) } td.n { (q.awaiting_approval) } td.n { (q.running) }
                                     }
                                 }

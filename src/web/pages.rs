@@ -131,7 +131,7 @@ pub async fn schedules(
                 @if d.schedules.is_empty() { p.dim { "No schedules." } }
                 @else {
                     table.dense {
-                        thead { tr { th { "Schedule" } th { "Title" } th { "Tool" } th { "Session" } th { "When" } th { "Zone" } th { "Next fire" } th.n { "Fired" } th { "Enabled" } } }
+                        thead { tr { th { "Schedule" } th { "Title" } th { "Tool" } th { "Session" } th { "When" } th { "Zone" } th { "Next fire (local)" } th { "UTC" } th.n { "Fired" } th { "Enabled" } } }
                         tbody { @for s in &d.schedules { tr {
                             td.mono { a href={ "/schedules/" (s.id.as_str()) } { (s.id.as_str()) } }
                             td.title { (s.title) }
@@ -139,6 +139,7 @@ pub async fn schedules(
                             td { a href={ "/sessions/" (encode(&s.session_id)) } { (s.session_id) } }
                             td.mono { (s.cron_expression.clone().unwrap_or_else(|| "once".into())) }
                             td { (s.timezone) }
+                            td.mono { @if let Some(t) = s.next_trigger_at { @for f in fires(&[t], &s.timezone) { (f.local) " " (f.zone) } } }
                             td { @if let Some(t) = s.next_trigger_at { (at(Some(t))) " " span.dim { (ago(now, t)) } } }
                             td.n { (s.trigger_count) }
                             td { @if s.enabled { span.state.s-completed { "enabled" } } @else { span.state.s-cancelled { "off" } } }
