@@ -109,6 +109,7 @@ impl WebServer {
 
     /// Serves until `shutdown` fires.
     pub async fn serve(self, shutdown: CancellationToken) -> Result<()> {
+        overview::warm(&self.state);
         let app = router(self.state);
         axum::serve(self.listener, app)
             .with_graceful_shutdown(async move { shutdown.cancelled().await })
