@@ -284,8 +284,10 @@ fn progress_bar(r: &Run, compact: bool) -> Markup {
                 span { (p.current) }
             }
             @if !compact {
-                @if let Some(u) = &p.unit { " " (u) }
-                @if let Some(l) = &p.label { " · " (l) }
+                span.detail {
+                    (p.current) @if let Some(t) = p.total { " / " (t) } @if let Some(u) = &p.unit { " " (u) }
+                    @if let Some(l) = &p.label { " · " (l) }
+                }
             }
         }
     }
@@ -474,7 +476,9 @@ fn render_one(st: &AppState, v: &RunView) -> Markup {
                 label.follow { input #follow type="checkbox" checked[!r.state.is_final()]; " follow" }
             }
             pre #log.log data-live data-follow {
-                @if let Some(l) = &v.log { (l) } @else if let Some(t) = &r.output_tail { (t) } @else { span.dim { "(no output yet)" } }
+                @if let Some(l) = v.log.as_deref().filter(|l| !l.is_empty()) { (l) }
+                @else if let Some(t) = r.output_tail.as_deref().filter(|t| !t.is_empty()) { (t) }
+                @else { span.dim { (if r.state.is_final() { "(no output)" } else { "(no output yet)" }) } }
             }
         }
         div.grid2 {
