@@ -436,3 +436,51 @@ fn web_beside_a_worker() {
     let v: serde_json::Value = serde_json::from_str(&json).unwrap();
     assert_eq!(v["workers"][0]["liveness"], "alive", "{json}");
 }
+
+/// Keyset pages (the dashboard's `Client::runs_page`) visit every matching run once, newest
+/// first, through the key walk and through a session's index, also when runs share their
+/// creation time (the manual clock stands still).
+#[tokio::test]
+async fn runs_pages_visit_every_run_once_newest_first() {
+    let env = crate::support::TestEnv::new();
+    let reqs: Vec<toolq::EnqueueRequest> = (0..150)
+        .map(|i| {
+            toolq::EnqueueRequest::new("echo", serde_json::json!({"message": i.to_string()}))
+                .session(if i % 5 == 0 { "b" } else { "a" })
+        })
+        .collect();
+    env.client.enqueue_batch(reqs).await.unwrap();
+    for (session, expected) in [(None, 150), (Some("a"), 120), (Some("b"), 30)] {
+        let filter = toolq::run::RunFilter {
+            session: session.map(String::from),
+            ..Default::default()
+        };
+        let mut seen: Vec<String> = Vec::new();
+        let mut before: Option<toolq::RunId> = None;
+        loop {
+            let page = env
+                .client
+                .runs_page(&filter, before.as_ref(), 50)
+                .await
+                .unwrap();
+            if page.is_empty() {
+                break;
+            }
+            assert!(page.len() <= 50);
+            before = page.last().map(|r| r.id.clone());
+            seen.extend(page.iter().map(|r| r.id.to_string()));
+        }
+        assert_eq!(seen.len(), expected, "{session:?}");
+        let mut sorted = seen.clone();
+        sorted.sort();
+        sorted.reverse();
+        sorted.dedup();
+        assert_eq!(seen, sorted, "{session:?}: newest first, each once");
+    }
+    let e = env
+        .client
+        .runs_page(&Default::default(), None, 0)
+        .await
+        .unwrap_err();
+    assert_eq!(e.exit_code(), 2);
+}

@@ -3,7 +3,7 @@
 
 use chrono::{DateTime, Utc};
 use rusqlite::types::ToSql;
-use rusqlite::{Connection, named_params};
+use rusqlite::{Connection, OptionalExtension, named_params};
 
 use super::Ctx;
 use super::codec::{RUN_COLUMNS, run_from_row, ts};
@@ -14,11 +14,28 @@ use crate::store::{FinishedBucket, RunPage};
 
 /// At most `p.limit` runs matching the filter with an id below `p.before`, newest first.
 /// Ids are time-ordered, so most pages walk the primary key backwards and stop after `limit`
-/// matches without sorting. Queued, awaiting and running runs are few and each state has a
-/// partial index: a filter on those states reads the index and sorts the few matches, where
-/// a walk of the key could pass a million finished runs first.
+/// matches without sorting. Two filters would make that walk pass a million runs that do not
+/// match: queued, awaiting and running runs (few, each state with a partial index: the page
+/// reads the index and sorts the few matches), and one session (its index is in creation
+/// order: the page walks it backwards from the `before` run's creation time).
 pub fn page(conn: &Connection, p: &RunPage) -> Result<Vec<Run>, StoreError> {
     let (sql, mut values) = page_sql(p);
+    if by_session(p) {
+        let created: Option<String> = match &p.before {
+            None => Some("~".into()),
+            Some(id) => conn
+                .prepare_cached("SELECT created_at FROM runs WHERE id = ?1")
+                .ctx("prepare page bound")?
+                .query_row([id], |r| r.get(0))
+                .optional()
+                .ctx("page bound")?,
+        };
+        // The `before` run is gone (pruned): nothing older can be placed after it.
+        let Some(created) = created else {
+            return Ok(Vec::new());
+        };
+        values.push(Box::new(created));
+    }
     // Past every id ("bg_" + uuid): the first page.
     values.push(Box::new(p.before.clone().unwrap_or_else(|| "~".into())));
     values.push(Box::new(p.limit));
@@ -28,9 +45,37 @@ pub fn page(conn: &Connection, p: &RunPage) -> Result<Vec<Run>, StoreError> {
     rows.collect::<Result<_, _>>().ctx("read run page")
 }
 
-/// The SELECT of [`page`] and its filter's values (the keyset bound and limit follow).
+fn unfinished_only(p: &RunPage) -> bool {
+    !p.filter.states.is_empty() && p.filter.states.iter().all(|s| !s.is_final())
+}
+
+/// Whether the page walks the session's index (see [`page`]).
+fn by_session(p: &RunPage) -> bool {
+    p.filter.session.is_some() && !unfinished_only(p)
+}
+
+/// The SELECT of [`page`] and its filter's values (then, in order: the `before` run's
+/// creation time for a session's page, the `before` id, the limit).
 fn page_sql(p: &RunPage) -> (String, Vec<Box<dyn ToSql>>) {
-    let unfinished = !p.filter.states.is_empty() && p.filter.states.iter().all(|s| !s.is_final());
+    let unfinished = unfinished_only(p);
+    if by_session(p) {
+        let rest = crate::run::RunFilter {
+            session: None,
+            ..p.filter.clone()
+        };
+        let (cond, mut values) = super::bulk::conditions(&rest, true);
+        values.push(Box::new(p.filter.session.clone().unwrap_or_default()));
+        let n = values.len();
+        let sql = format!(
+            "SELECT {RUN_COLUMNS} FROM runs WHERE session_id = ?{n} AND {cond} \
+             AND (created_at < ?{c} OR (created_at = ?{c} AND +id < ?{b})) \
+             ORDER BY created_at DESC, id DESC LIMIT ?{l}",
+            c = n + 1,
+            b = n + 2,
+            l = n + 3
+        );
+        return (sql, values);
+    }
     let (cond, values) = super::bulk::conditions(&p.filter, !unfinished);
     let n = values.len();
     // For unfinished states the key is hidden from the planner too (`+id`), or it would
@@ -144,7 +189,6 @@ mod tests {
                 ..RunFilter::default()
             },
             RunFilter {
-                session: Some("s".into()),
                 tool: Some("t".into()),
                 ..RunFilter::default()
             },
@@ -179,6 +223,28 @@ mod tests {
             assert!(
                 plan.iter().any(|d| d.contains(index)),
                 "{state:?}: {plan:?}"
+            );
+        }
+    }
+
+    /// A session's page walks the session's index backwards (creation order): a session with
+    /// a handful of runs among millions costs what its own runs cost.
+    #[test]
+    fn a_session_page_walks_its_index() {
+        for states in [vec![], vec![RunState::Completed]] {
+            let filter = RunFilter {
+                session: Some("s".into()),
+                states,
+                ..RunFilter::default()
+            };
+            let plan = page_plan(filter.clone());
+            assert!(
+                plan.iter().any(|d| d.contains("runs_session_created_idx")),
+                "{filter:?}: {plan:?}"
+            );
+            assert!(
+                !plan.iter().any(|d| d == "USE TEMP B-TREE FOR ORDER BY"),
+                "{filter:?}: {plan:?}"
             );
         }
     }
