@@ -44,6 +44,9 @@ pub fn effective(layers: &Layers) -> Effective {
     }
 }
 
+/// Keys whose values `toolq config` does not print.
+const SECRETS: &[&str] = &["web.token"];
+
 fn walk(layers: &Layers, path: &mut Vec<String>, v: &Value, out: &mut Vec<Entry>) {
     match v {
         // A non-empty table is shown key by key; an empty one (`env = {}`) as itself.
@@ -54,10 +57,19 @@ fn walk(layers: &Layers, path: &mut Vec<String>, v: &Value, out: &mut Vec<Entry>
                 path.pop();
             }
         }
-        _ => out.push(Entry {
-            key: path.join("."),
-            value: serde_json::to_value(v).unwrap_or(serde_json::Value::Null),
-            origin: layers.origin_of(path),
-        }),
+        _ => {
+            let key = path.join(".");
+            // A secret is shown as set, never as itself: `toolq config` output gets pasted.
+            let value = if SECRETS.contains(&key.as_str()) {
+                serde_json::Value::String("(set, hidden)".into())
+            } else {
+                serde_json::to_value(v).unwrap_or(serde_json::Value::Null)
+            };
+            out.push(Entry {
+                key,
+                value,
+                origin: layers.origin_of(path),
+            })
+        }
     }
 }

@@ -389,6 +389,12 @@ fn web_config_keys_set_read_only_and_the_token() {
     let (status, _) = post(&format!("{url}/runs/{id}/cancel"), &auth, &[]);
     assert_eq!(status, 403);
     assert_eq!(site.state(&id), "queued");
+    let shown = site.toolq(&["config"]);
+    let shown = String::from_utf8_lossy(&shown.stdout);
+    assert!(
+        shown.contains("web.token") && !shown.contains("from-config"),
+        "{shown}"
+    );
     let bad = Site::new();
     let cfg = bad.dir.path().join("toolq.toml");
     let text = std::fs::read_to_string(&cfg).unwrap() + "\n[web]\nlisten = \"nowhere\"\n";
