@@ -117,6 +117,8 @@ fn measure(url: &str, db: &Path, n: usize) -> anyhow::Result<()> {
         "/schedules".into(),
         "/approvals".into(),
         "/sessions/s7".into(),
+        "/sessions/approvals".into(),
+        "/runs?session=nobody".into(),
         "/workers".into(),
     ];
     for page in pages {

@@ -114,6 +114,27 @@ pub async fn schedules(
     respond(&headers, &data, |d| {
         let now = st.client.now();
         let main = html! {
+            section.card #schedules data-live {
+                h2 { "Schedules" }
+                @if d.schedules.is_empty() { p.dim { "No schedules." } }
+                @else {
+                    table.dense {
+                        thead { tr { th { "Schedule" } th { "Title" } th { "Tool" } th { "Session" } th { "When" } th { "Zone" } th { "Next fire (local)" } th { "UTC" } th.n { "Fired" } th { "Enabled" } } }
+                        tbody { @for s in &d.schedules { tr {
+                            td.mono { a href={ "/schedules/" (s.id.as_str()) } title=(s.id.as_str()) { (super::runs::short(s.id.as_str())) } }
+                            td.title { (s.title) }
+                            td { (s.tool) }
+                            td { a href={ "/sessions/" (encode(&s.session_id)) } { (s.session_id) } }
+                            td.mono { (s.cron_expression.clone().unwrap_or_else(|| "once".into())) }
+                            td { (s.timezone) }
+                            td.mono { @if let Some(t) = s.next_trigger_at { @for f in fires(&[t], &s.timezone) { (f.local) " " (f.zone) } } }
+                            td.mono { @if let Some(t) = s.next_trigger_at { span title=(ago(now, t)) { (t.format("%Y-%m-%d %H:%M:%SZ")) } } }
+                            td.n { (s.trigger_count) }
+                            td { @if s.enabled { span.state.s-completed { "enabled" } } @else { span.state.s-cancelled { "off" } } }
+                        } } }
+                    }
+                }
+            }
             div.grid2 {
                 section.card {
                     h2 { "Cron preview" }
@@ -124,27 +145,6 @@ pub async fn schedules(
                     }
                     @if let Some(e) = &d.preview_error { p.error { (e) } }
                     @if let Some(p) = &d.preview { (fires_table(p)) }
-                }
-            }
-            section.card #schedules data-live {
-                h2 { "Schedules" }
-                @if d.schedules.is_empty() { p.dim { "No schedules." } }
-                @else {
-                    table.dense {
-                        thead { tr { th { "Schedule" } th { "Title" } th { "Tool" } th { "Session" } th { "When" } th { "Zone" } th { "Next fire (local)" } th { "UTC" } th.n { "Fired" } th { "Enabled" } } }
-                        tbody { @for s in &d.schedules { tr {
-                            td.mono { a href={ "/schedules/" (s.id.as_str()) } { (s.id.as_str()) } }
-                            td.title { (s.title) }
-                            td { (s.tool) }
-                            td { a href={ "/sessions/" (encode(&s.session_id)) } { (s.session_id) } }
-                            td.mono { (s.cron_expression.clone().unwrap_or_else(|| "once".into())) }
-                            td { (s.timezone) }
-                            td.mono { @if let Some(t) = s.next_trigger_at { @for f in fires(&[t], &s.timezone) { (f.local) " " (f.zone) } } }
-                            td { @if let Some(t) = s.next_trigger_at { (at(Some(t))) " " span.dim { (ago(now, t)) } } }
-                            td.n { (s.trigger_count) }
-                            td { @if s.enabled { span.state.s-completed { "enabled" } } @else { span.state.s-cancelled { "off" } } }
-                        } } }
-                    }
                 }
             }
         };

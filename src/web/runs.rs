@@ -255,7 +255,7 @@ pub fn runs_table(now: DateTime<Utc>, runs: &[Run]) -> Markup {
 }
 
 /// The id's tail: ids share their time prefix within a burst, the end tells them apart.
-fn short(id: &str) -> String {
+pub fn short(id: &str) -> String {
     let tail: String = id
         .chars()
         .rev()
