@@ -94,6 +94,9 @@ pub struct Overview {
 pub struct Cache {
     slot: tokio::sync::RwLock<Option<(Instant, Arc<Overview>)>>,
     refreshing: AtomicBool,
+    /// Held while the figures are read: one reading at a time (a first visitor waits for
+    /// the reading started at start-up instead of starting a second one).
+    reading: tokio::sync::Mutex<()>,
 }
 
 /// Reads every figure (one pass; several reads).
@@ -180,17 +183,18 @@ pub fn warm(st: &Arc<AppState>) {
     }
     let st = st.clone();
     tokio::spawn(async move {
-        match read(&st.client).await {
-            Ok(fresh) => {
-                let mut slot = st.overview.slot.write().await;
-                if slot.is_none() {
-                    *slot = Some((Instant::now(), Arc::new(fresh)));
-                }
-            }
-            Err(e) => tracing::warn!(error = %e, "dashboard overview read failed"),
-        }
+        refresh(&st).await;
         st.overview.refreshing.store(false, Ordering::Release);
     });
+}
+
+/// Reads the figures into the cache (one reading at a time).
+async fn refresh(st: &AppState) {
+    let _reading = st.overview.reading.lock().await;
+    match read(&st.client).await {
+        Ok(fresh) => *st.overview.slot.write().await = Some((Instant::now(), Arc::new(fresh))),
+        Err(e) => tracing::warn!(error = %e, "dashboard overview read failed"),
+    }
 }
 
 async fn cached(st: &Arc<AppState>) -> Result<Arc<Overview>> {
@@ -219,6 +223,11 @@ async fn cached(st: &Arc<AppState>) -> Result<Arc<Overview>> {
             Ok(o)
         }
         None => {
+            // Wait for a reading under way (the start-up one), then use it.
+            let _reading = cache.reading.lock().await;
+            if let Some((_, o)) = cache.slot.read().await.as_ref() {
+                return Ok(o.clone());
+            }
             let o = Arc::new(read(&st.client).await?);
             *cache.slot.write().await = Some((Instant::now(), o.clone()));
             Ok(o)
