@@ -41,7 +41,10 @@ pub async fn drain(db: &Path, n: usize, concurrency: usize, procs: usize) -> any
         children.push((child, stdin, lines));
     }
     for (_, _, lines) in &mut children {
-        let line = lines.next_line().await?.context("a child stopped before ready")?;
+        let line = lines
+            .next_line()
+            .await?
+            .context("a child stopped before ready")?;
         anyhow::ensure!(line == "ready", "child said {line:?}, expected ready");
     }
     let client = open(db, 1, Recorder::counting())?;

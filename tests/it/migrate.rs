@@ -348,10 +348,7 @@ fn a_version_8_file_loses_the_enqueue_checks_and_keeps_its_rows() {
                VALUES ('s1', 'bg_q', 1, 'completed', 'done', '{\"ok\":true}', '2026-01-01T00:00:01.000Z');",
         )
         .unwrap();
-        let invalid = c.execute(
-            "UPDATE runs SET args = 'not json' WHERE id = 'bg_q'",
-            [],
-        );
+        let invalid = c.execute("UPDATE runs SET args = 'not json' WHERE id = 'bg_q'", []);
         assert!(invalid.is_err(), "version 8 checks args");
     }
     // The store that migrates writes through the same connection afterwards.
@@ -375,7 +372,10 @@ fn a_version_8_file_loses_the_enqueue_checks_and_keeps_its_rows() {
             |r| Ok((r.get(0)?, r.get(1)?)),
         )
         .unwrap();
-    assert_eq!((args.as_str(), data.as_str()), ("{\"x\":1}", "{\"ok\":true}"));
+    assert_eq!(
+        (args.as_str(), data.as_str()),
+        ("{\"x\":1}", "{\"ok\":true}")
+    );
     let index: i64 = o
         .query_row(
             "SELECT count(*) FROM sqlite_master WHERE name = 'runs_session_created_idx'",

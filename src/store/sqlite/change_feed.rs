@@ -248,7 +248,10 @@ mod tests {
             [Next::Wait, Next::Wait, Next::Wait]
         );
         p.woken(false);
-        assert_eq!(run(&mut p, t, FAST, &[false, false]), [Next::Wait, Next::Wait]);
+        assert_eq!(
+            run(&mut p, t, FAST, &[false, false]),
+            [Next::Wait, Next::Wait]
+        );
     }
 
     #[test]
@@ -275,10 +278,18 @@ mod tests {
         let t = Instant::now();
         let mut expected = vec![Next::Wait; BUSY_PROBES as usize - 1];
         expected.push(Next::Pause);
-        assert_eq!(run(&mut p, t, FAST, &[true; BUSY_PROBES as usize]), expected);
+        assert_eq!(
+            run(&mut p, t, FAST, &[true; BUSY_PROBES as usize]),
+            expected
+        );
         // Paused: poll; a commit restarts the quiet count.
         assert_eq!(
-            run(&mut p, t, PROBE_EVERY, &[true, false, false, true, false, false, false]),
+            run(
+                &mut p,
+                t,
+                PROBE_EVERY,
+                &[true, false, false, true, false, false, false]
+            ),
             [
                 Next::Sleep,
                 Next::Sleep,
@@ -290,6 +301,9 @@ mod tests {
             ]
         );
         // Watching again, from a clean slate.
-        assert_eq!(run(&mut p, t, FAST, &[false, true]), [Next::Wait, Next::Wait]);
+        assert_eq!(
+            run(&mut p, t, FAST, &[false, true]),
+            [Next::Wait, Next::Wait]
+        );
     }
 }
