@@ -1,4 +1,4 @@
--- toolq schema, version 8 (stored in PRAGMA user_version; src/store/migrate.rs upgrades older files).
+-- toolq schema, version 9 (stored in PRAGMA user_version; src/store/migrate.rs upgrades older files).
 --
 -- This file is the whole schema. It is embedded in the binary and applied by `toolq init`
 -- (or by any command that opens a new database). Ops people: this is your interface.
@@ -6,8 +6,9 @@
 -- Conventions
 --   * Timestamps are fixed-width UTC text, 'YYYY-MM-DDTHH:MM:SS.mmmZ'. String order is time
 --     order, so `WHERE finished_at > '2026-11-01'` works, and people can read them.
---   * JSON columns (args, progress, data, ...) are checked with json_valid() and can be read
---     with json_extract(), e.g. `json_extract(progress, '$.current')`.
+--   * JSON columns (args, progress, data, ...) hold valid JSON and can be read with
+--     json_extract(), e.g. `json_extract(progress, '$.current')`. runs.args and inbox.data,
+--     written on every enqueue and finish, are not re-checked with json_valid() (version 9).
 --   * States are CHECK-constrained; the lifecycle is
 --       queued -> (awaiting_approval ->) running -> completed | failed | cancelled
 --     and a running run whose attempt fails with a retryable error goes back to queued.
@@ -22,7 +23,7 @@ CREATE TABLE runs (
     id                    TEXT PRIMARY KEY,                  -- 'bg_' + uuid v7 (time ordered)
     session_id            TEXT NOT NULL,                     -- the owner; its inbox gets the completion message
     tool                  TEXT NOT NULL,                     -- registered tool name
-    args                  TEXT NOT NULL CHECK (json_valid(args)),  -- validated against the tool's schema at enqueue
+    args                  TEXT NOT NULL,  -- validated against the tool's schema at enqueue
     title                 TEXT NOT NULL,
     state                 TEXT NOT NULL DEFAULT 'queued' CHECK (state = 'queued' OR state = 'awaiting_approval'
                               OR state = 'running' OR state = 'completed' OR state = 'failed' OR state = 'cancelled'),
@@ -94,8 +95,8 @@ CREATE INDEX runs_running_owner_idx ON runs (lease_owner, lease_expires_at, sess
 -- Retention walks it one state at a time, oldest finish first.
 CREATE INDEX runs_final_idx ON runs (state, finished_at)
     WHERE state = 'completed' OR state = 'failed' OR state = 'cancelled';
--- Listing a session's runs, by schedule.
-CREATE INDEX runs_session_created_idx ON runs (session_id, created_at);
+-- Active runs of a schedule (overlap policy). (Version 9 dropped runs_session_created_idx:
+-- no query read it.)
 CREATE INDEX runs_schedule_active_idx ON runs (schedule_id)
     WHERE (state = 'queued' OR state = 'awaiting_approval' OR state = 'running') AND schedule_id IS NOT NULL;
 -- Schedule firing: the latest queued schedule run, so catch-up starts are spread and capped.
@@ -214,7 +215,7 @@ CREATE TABLE inbox (
     kind        TEXT NOT NULL CHECK (kind = 'completed' OR kind = 'failed' OR kind = 'cancelled'
                                      OR kind = 'approval_request'),
     body        TEXT NOT NULL,                      -- the text shown to the session
-    data        TEXT NOT NULL DEFAULT '{}' CHECK (json_valid(data)),  -- the same, structured
+    data        TEXT NOT NULL DEFAULT '{}',  -- the same, structured
     delivery    TEXT NOT NULL DEFAULT 'when_idle'
                 CHECK (delivery = 'interrupt' OR delivery = 'when_idle' OR delivery = 'silent'),
     created_at  TEXT NOT NULL,

@@ -4,7 +4,8 @@
 #
 #   bench/run.sh [N] [SAMPLES] [RUNS]      (defaults: 20000 200 3)
 #   BENCH_DIR=... to put the files elsewhere (default bench/out, must not be tmpfs)
-#   BENCH_BIG=1000000 to add the flat-claim check (drain with that many queued)
+#   BENCH_BIG=N: the flat-claim check drains N queued runs (default 1000000, seeded by
+#     enqueue-batch, 1,000 per call, ~10 s); BENCH_BIG=0 skips it
 #   BENCH_PEERS=0 to skip the peers (plainjob, via node and npm: bench/peers/plainjob)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -48,6 +49,11 @@ for r in $(seq "$RUNS"); do
   $W enqueue-batch "$DIR/wl$r.db" "$N" "$CONC" > /dev/null
   $W drain-limited "$DIR/wl$r.db" "$N" "$CONC" | tee -a "$RAW"
   $W enqueue-batch "$DIR/b$r.db" "$N" "$CONC" | tee -a "$RAW"
+  # One and four worker processes on one file, timed the same way (issue 19), interleaved.
+  for p in 1 4; do
+    $W enqueue-batch "$DIR/p$p-$r.db" "$N" "$CONC" > /dev/null
+    $W drain-procs-$p "$DIR/p$p-$r.db" "$N" "$CONC" | tee -a "$RAW"
+  done
   $W latency "$DIR/l$r.db" "$SAMPLES" "$CONC" | tee -a "$RAW"
   $W latency-xproc "$DIR/x$r.db" "$SAMPLES" "$CONC" | tee -a "$RAW"
   if [ -n "$PJ" ]; then
@@ -58,9 +64,10 @@ done
 $W idle "$DIR/idle.db" 10 "$CONC" | tee -a "$RAW"
 # Runs due 100 ms after their enqueue: how late they start (~15 s for 100 samples).
 $W latency-delayed "$DIR/delayed.db" 100 "$CONC" | tee -a "$RAW"
-if [ -n "${BENCH_BIG:-}" ]; then
-  $W enqueue-batch "$DIR/big.db" "$BENCH_BIG" "$CONC" | tee -a "$RAW"
-  $W drain "$DIR/big.db" "$BENCH_BIG" "$CONC" | sed 's/"mode":"drain"/"mode":"drain-big"/' | tee -a "$RAW"
+BIG=${BENCH_BIG:-1000000}
+if [ "$BIG" != 0 ]; then
+  $W enqueue-batch "$DIR/big.db" "$BIG" "$CONC" | sed 's/"mode":"enqueue-batch"/"mode":"seed-big"/' | tee -a "$RAW"
+  $W drain "$DIR/big.db" "$BIG" "$CONC" | sed 's/"mode":"drain"/"mode":"drain-big"/' | tee -a "$RAW"
 fi
 echo "# load after: $(cut -d' ' -f1-3 /proc/loadavg)"
 
@@ -101,8 +108,34 @@ versus("plainjob enqueue-batch", "enqueue-batch", "plainjob-enqueue-batch")
 versus("plainjob drain", "drain", "plainjob-drain")
 pj_rss = med("plainjob-drain", "peak_rss_kib")
 if pj_rss: print(f"{'plainjob drain RSS':<22} {pj_rss:>12,.1f} KiB")
-big = med("drain-big", "rate")
-if big:
-    small = med("drain", "rate")
-    print(f"{'drain (big queue)':<22} {big:>12,.1f} jobs/s  ({big/small:.2f}x the 20k drain)")
+line("drain, 1 process", "drain-procs-1", "rate", "jobs/s")
+line("drain, 4 processes", "drain-procs-4", "rate", "jobs/s", med("drain-procs-1", "rate"), "1 process")
+line("seed big queue (batch)", "seed-big", "rate", "jobs/s")
+line("drain (big queue)", "drain-big", "rate", "jobs/s", med("drain", "rate"), "the 20k drain")
+line("drain (big) peak RSS", "drain-big", "peak_rss_kib", "KiB")
+
+# Issue 19's targets, each as a ratio to a figure of this same run.
+def ratio(a, b):
+    return a / b if a is not None and b else None
+peers = [med(m, "rate") for m in ("plainjob-drain",)]
+best_peer = max([p for p in peers if p], default=None)
+rss = med("drain", "peak_rss_kib")
+targets = [
+    ("enqueue / raw insert commits", ratio(med("enqueue", "rate"), lim_ins), ">=", 0.9),
+    ("enqueue-batch / plainjob", ratio(med("enqueue-batch", "rate"), med("plainjob-enqueue-batch", "rate")), ">=", 1.1),
+    ("drain / raw batched", ratio(med("drain", "rate"), lim_batch), ">=", 0.25),
+    ("drain / best peer", ratio(med("drain", "rate"), best_peer), ">=", 4.0),
+    ("xproc pickup p50 ms", med("latency-xproc", "p50_ms"), "<=", 2.0),
+    ("xproc pickup p99 ms", med("latency-xproc", "p99_ms"), "<=", 5.0),
+    ("4 processes / 1 process", ratio(med("drain-procs-4", "rate"), med("drain-procs-1", "rate")), ">=", 0.95),
+    ("drain peak RSS MiB", rss / 1024 if rss else None, "<=", 12.0),
+    ("big queue / 20k queued", ratio(med("drain-big", "rate"), med("drain", "rate")), ">=", 0.9),
+]
+print("\n## issue 19 targets (this run)")
+for name, v, op, goal in targets:
+    if v is None:
+        print(f"{name:<30} {'not measured':>10}   target {op} {goal}")
+        continue
+    met = v >= goal if op == ">=" else v <= goal
+    print(f"{name:<30} {v:>10.2f}   target {op} {goal:<5} {'met' if met else 'NOT MET'}")
 PY

@@ -3,16 +3,19 @@
 //! `cargo run --release --example workload -- <mode> <db-path> <count> <concurrency>`
 //!
 //! Modes: enqueue | enqueue-batch | drain | drain-limited | latency | latency-xproc |
-//! latency-delayed | idle.
+//! latency-delayed | idle | drain-procs-P.
 //! Prints exactly one JSON line on stdout; everything else goes to stderr. `idle` (toolq's own)
 //! measures the CPU time and the commits of a worker that has nothing to do; `latency-delayed`
 //! (toolq's own) how late a run enqueued 100 ms ahead starts (lateness p50/p99).
 //! `drain-limited` (toolq's own) is `drain` with a per-tool limit and a rate on the no-op tool
 //! that never bind ([`LIMITS`]): what counting them costs a claim. `enqueue-one` is the helper the
-//! `latency-xproc` mode starts as its enqueuing child process.
+//! `latency-xproc` mode starts as its enqueuing child process. `drain-procs-P` (toolq's own) is
+//! the drain by P worker processes on one file (`drain-part` is its child), e.g. `drain-procs-4`
+//! beside `drain-procs-1`.
 
 mod latency;
 mod noop;
+mod procs;
 mod throughput;
 
 use std::path::{Path, PathBuf};
@@ -92,12 +95,19 @@ async fn run(a: Args) -> anyhow::Result<Option<Value>> {
         "latency-xproc" => latency::cross_process(&a.db, a.count, a.concurrency).await?,
         "latency-delayed" => latency::delayed(&a.db, a.count, a.concurrency).await?,
         "idle" => latency::idle(&a.db, a.count, a.concurrency).await?,
+        "drain-part" => procs::part(&a.db, a.concurrency).await?,
+        m if m.starts_with("drain-procs-") => {
+            let procs = m["drain-procs-".len()..]
+                .parse()
+                .map_err(|e| anyhow::anyhow!("mode {m:?}: process count: {e}"))?;
+            procs::drain(&a.db, a.count, a.concurrency, procs).await?
+        }
         "enqueue-one" => {
             latency::enqueue_child(&a.db, a.count).await?;
             return Ok(None);
         }
         other => anyhow::bail!(
-            "mode {other:?}: expected enqueue, enqueue-batch, drain, drain-limited, latency, latency-xproc, latency-delayed or idle"
+            "mode {other:?}: expected enqueue, enqueue-batch, drain, drain-limited, latency, latency-xproc, latency-delayed, idle or drain-procs-P"
         ),
     };
     Ok(Some(out))

@@ -104,7 +104,7 @@ pub async fn drain(
 }
 
 /// Completed runs, log blobs, result blobs and completion messages in the database.
-async fn verify(client: &toolq::Client) -> anyhow::Result<[i64; 4]> {
+pub async fn verify(client: &toolq::Client) -> anyhow::Result<[i64; 4]> {
     let counts = client
         .store()
         .read_async(|c| {

@@ -327,3 +327,65 @@ async fn a_version_5_file_gains_unique_keys_and_keeps_its_rows() {
     assert!(a.created && !b.created);
     assert_eq!(a.run_id, b.run_id);
 }
+
+const SCHEMA_V8: &str = include_str!("fixtures/schema_v8.sql");
+
+/// Version 8 -> 9 (issue 19): the unread session index is dropped and the json_valid CHECKs of
+/// runs.args and inbox.data are edited out of the table definitions in place. The rows stay,
+/// the file is intact, and the connection that migrated no longer enforces the old CHECKs.
+#[test]
+fn a_version_8_file_loses_the_enqueue_checks_and_keeps_its_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let (old, new) = (dir.path().join("v8.db"), dir.path().join("new.db"));
+    {
+        let c = Connection::open(&old).unwrap();
+        c.execute_batch(SCHEMA_V8).unwrap();
+        c.execute_batch(
+            "PRAGMA user_version = 8;
+             INSERT INTO runs (id, session_id, tool, args, title, run_at, created_at)
+               VALUES ('bg_q', 's1', 'echo', '{\"x\":1}', 'queued one', '2026-01-01T00:00:00.000Z', '2026-01-01T00:00:00.000Z');
+             INSERT INTO inbox (session_id, run_id, attempt, kind, body, data, created_at)
+               VALUES ('s1', 'bg_q', 1, 'completed', 'done', '{\"ok\":true}', '2026-01-01T00:00:01.000Z');",
+        )
+        .unwrap();
+        let invalid = c.execute("UPDATE runs SET args = 'not json' WHERE id = 'bg_q'", []);
+        assert!(invalid.is_err(), "version 8 checks args");
+    }
+    // The store that migrates writes through the same connection afterwards.
+    let store = Store::open(&old).unwrap();
+    store
+        .write(|tx| {
+            tx.execute(
+                "INSERT INTO inbox (session_id, attempt, kind, body, data, created_at) \
+                 VALUES ('s1', 0, 'approval_request', 'raw', 'not json', '2026-01-01T00:00:02.000Z')",
+                [],
+            )
+            .map_err(|e| toolq::error::StoreError::Task(format!("insert: {e}")))
+        })
+        .expect("the migrating connection no longer checks inbox.data");
+    drop(store);
+    let o = upgrade(&old, &new);
+    let (args, data): (String, String) = o
+        .query_row(
+            "SELECT r.args, i.data FROM runs r JOIN inbox i ON i.run_id = r.id WHERE r.id = 'bg_q'",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    assert_eq!(
+        (args.as_str(), data.as_str()),
+        ("{\"x\":1}", "{\"ok\":true}")
+    );
+    let index: i64 = o
+        .query_row(
+            "SELECT count(*) FROM sqlite_master WHERE name = 'runs_session_created_idx'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(index, 0);
+    let check: String = o
+        .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(check, "ok");
+}

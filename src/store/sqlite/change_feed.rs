@@ -104,22 +104,22 @@ fn probe_thread(
             std::thread::sleep(PROBE_EVERY);
             continue;
         };
-        let wait = match pacing.after_probe(changed) {
-            Next::Wait => true,
-            Next::SleepThenWait => {
-                std::thread::sleep(PROBE_EVERY);
-                true
+        match pacing.after_probe(changed, std::time::Instant::now()) {
+            Next::Wait => {}
+            Next::LookAgain => {
+                std::thread::sleep(LOOK_AGAIN);
+                continue;
             }
             Next::Sleep => {
                 std::thread::sleep(PROBE_EVERY);
-                false
+                continue;
             }
             Next::Pause => {
                 if let Err(e) = w.pause() {
                     tracing::debug!(error = %e, "could not pause the WAL watch");
                 }
                 std::thread::sleep(PROBE_EVERY);
-                false
+                continue;
             }
             // Probe at once: a commit between the last probe and the new watch is not reported.
             Next::Resume => {
@@ -127,11 +127,8 @@ fn probe_thread(
                     tracing::warn!(error = %e, "WAL watch failed; probing every {PROBE_EVERY:?}");
                     watch = None;
                 }
-                false
+                continue;
             }
-        };
-        if !wait {
-            continue;
         }
         match w.wait(WATCH_TIMEOUT) {
             Ok(woken) => pacing.woken(woken == Woken::Wal),
@@ -143,20 +140,24 @@ fn probe_thread(
     }
 }
 
-/// Consecutive probes that saw a commit (commits streaming in, e.g. this worker's own during a
-/// drain) after which the watch is paused and the thread polls every [`PROBE_EVERY`].
-const BUSY_PROBES: u32 = 3;
+/// Probes that saw a commit, each within [`PROBE_EVERY`] of the previous one (commits
+/// streaming in, e.g. this worker's own during a drain), after which the watch is paused and
+/// the thread polls every [`PROBE_EVERY`]. A pickup commits two or three times in a burst
+/// (another process's enqueue, then this worker's claim and finish); that must not pause.
+const BUSY_PROBES: u32 = 8;
 /// Consecutive probes that saw nothing after which a paused watch is resumed.
 const QUIET_PROBES: u32 = 3;
+/// How soon to look again when the watch reported a write the probe did not see yet: the
+/// writer updates the `-shm` header microseconds after its last WAL frame.
+const LOOK_AGAIN: Duration = Duration::from_millis(1);
 
 /// What the probe thread does after a probe.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Next {
     /// Sleep in the watch until a write is reported (or the safety timeout).
     Wait,
-    /// Sleep [`PROBE_EVERY`], then wait in the watch: paces a stream of commits instead of
-    /// probing after every one; the first write after a quiet spell is seen at once.
-    SleepThenWait,
+    /// Sleep [`LOOK_AGAIN`], then probe.
+    LookAgain,
     /// Sleep [`PROBE_EVERY`], then probe.
     Sleep,
     /// Pause the watch (commits keep coming), sleep, probe: polling while busy.
@@ -171,15 +172,18 @@ struct Pacing {
     /// A reported write the last probe did not see yet: the writer updates the `-shm` header
     /// just after its WAL frames, so look once more a little later.
     look_again: bool,
-    /// Consecutive probes that saw a commit while watching.
+    /// Probes in a row that saw a commit, each soon after the previous one, while watching.
     busy: u32,
+    /// When the last probe that saw a commit ran.
+    last_change: Option<std::time::Instant>,
     /// Consecutive probes that saw nothing while paused.
     quiet: u32,
     paused: bool,
 }
 
 impl Pacing {
-    fn after_probe(&mut self, changed: bool) -> Next {
+    /// After a probe at `now` that saw a commit (`changed`) or not.
+    fn after_probe(&mut self, changed: bool, now: std::time::Instant) -> Next {
         if self.paused {
             self.quiet = if changed { 0 } else { self.quiet + 1 };
             if self.quiet < QUIET_PROBES {
@@ -190,18 +194,22 @@ impl Pacing {
         }
         if changed {
             self.look_again = false;
-            self.busy += 1;
-            if self.busy < BUSY_PROBES {
-                return Next::SleepThenWait;
+            let streaming = self
+                .last_change
+                .is_some_and(|t| now.saturating_duration_since(t) < PROBE_EVERY);
+            self.busy = if streaming { self.busy + 1 } else { 1 };
+            self.last_change = Some(now);
+            if self.busy >= BUSY_PROBES {
+                *self = Pacing {
+                    paused: true,
+                    ..Pacing::default()
+                };
+                return Next::Pause;
             }
-            self.busy = 0;
-            self.quiet = 0;
-            self.paused = true;
-            return Next::Pause;
+            return Next::Wait;
         }
-        self.busy = 0;
         if std::mem::take(&mut self.look_again) {
-            return Next::Sleep;
+            return Next::LookAgain;
         }
         Next::Wait
     }
@@ -215,38 +223,73 @@ impl Pacing {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Instant;
 
-    fn run(p: &mut Pacing, probes: &[bool]) -> Vec<Next> {
-        probes.iter().map(|&c| p.after_probe(c)).collect()
+    /// Probes at `start`, `start + gap`, `start + 2 gap`, ...
+    fn run(p: &mut Pacing, start: Instant, gap: Duration, probes: &[bool]) -> Vec<Next> {
+        probes
+            .iter()
+            .enumerate()
+            .map(|(i, &c)| p.after_probe(c, start + gap * i as u32))
+            .collect()
     }
 
+    const FAST: Duration = Duration::from_millis(1);
+
     #[test]
-    fn a_lone_commit_is_seen_at_once_and_then_the_thread_sleeps_in_the_watch() {
+    fn a_commit_is_seen_at_once_and_the_thread_goes_back_to_the_watch_without_sleeping() {
         let mut p = Pacing::default();
-        assert_eq!(run(&mut p, &[false]), [Next::Wait]);
+        let t = Instant::now();
+        assert_eq!(run(&mut p, t, FAST, &[false]), [Next::Wait]);
         p.woken(true);
-        assert_eq!(run(&mut p, &[true]), [Next::SleepThenWait]);
+        // Another process's enqueue, then this worker's claim and finish: no pause.
+        assert_eq!(
+            run(&mut p, t, FAST, &[true, true, true]),
+            [Next::Wait, Next::Wait, Next::Wait]
+        );
         p.woken(false);
-        assert_eq!(run(&mut p, &[false, false]), [Next::Wait, Next::Wait]);
+        assert_eq!(
+            run(&mut p, t, FAST, &[false, false]),
+            [Next::Wait, Next::Wait]
+        );
     }
 
     #[test]
-    fn a_reported_write_not_yet_visible_is_looked_for_once_more() {
+    fn a_reported_write_not_yet_visible_is_looked_for_once_more_soon() {
         let mut p = Pacing::default();
         p.woken(true);
-        assert_eq!(run(&mut p, &[false, false]), [Next::Sleep, Next::Wait]);
+        assert_eq!(
+            run(&mut p, Instant::now(), FAST, &[false, false]),
+            [Next::LookAgain, Next::Wait]
+        );
+    }
+
+    #[test]
+    fn commits_spread_out_never_pause_the_watch() {
+        let mut p = Pacing::default();
+        let slow = PROBE_EVERY * 2;
+        let all = run(&mut p, Instant::now(), slow, &[true; 20]);
+        assert!(all.iter().all(|&n| n == Next::Wait), "{all:?}");
     }
 
     #[test]
     fn streaming_commits_pause_the_watch_and_quiet_resumes_it() {
         let mut p = Pacing::default();
+        let t = Instant::now();
+        let mut expected = vec![Next::Wait; BUSY_PROBES as usize - 1];
+        expected.push(Next::Pause);
         assert_eq!(
-            run(&mut p, &[true, true, true]),
-            [Next::SleepThenWait, Next::SleepThenWait, Next::Pause]
+            run(&mut p, t, FAST, &[true; BUSY_PROBES as usize]),
+            expected
         );
         // Paused: poll; a commit restarts the quiet count.
         assert_eq!(
-            run(&mut p, &[true, false, false, true, false, false, false]),
+            run(
+                &mut p,
+                t,
+                PROBE_EVERY,
+                &[true, false, false, true, false, false, false]
+            ),
             [
                 Next::Sleep,
                 Next::Sleep,
@@ -258,15 +301,9 @@ mod tests {
             ]
         );
         // Watching again, from a clean slate.
-        assert_eq!(run(&mut p, &[false]), [Next::Wait]);
         assert_eq!(
-            run(&mut p, &[true, false, true, true]),
-            [
-                Next::SleepThenWait,
-                Next::Wait,
-                Next::SleepThenWait,
-                Next::SleepThenWait
-            ]
+            run(&mut p, t, FAST, &[false, true]),
+            [Next::Wait, Next::Wait]
         );
     }
 }
