@@ -95,8 +95,9 @@ CREATE INDEX runs_running_owner_idx ON runs (lease_owner, lease_expires_at, sess
 -- Retention walks it one state at a time, oldest finish first.
 CREATE INDEX runs_final_idx ON runs (state, finished_at)
     WHERE state = 'completed' OR state = 'failed' OR state = 'cancelled';
--- Active runs of a schedule (overlap policy). (Version 9 dropped runs_session_created_idx:
--- no query read it.)
+-- A session's runs, newest first (the dashboard's session and filtered run pages).
+CREATE INDEX runs_session_created_idx ON runs (session_id, created_at);
+-- Active runs of a schedule (overlap policy).
 CREATE INDEX runs_schedule_active_idx ON runs (schedule_id)
     WHERE (state = 'queued' OR state = 'awaiting_approval' OR state = 'running') AND schedule_id IS NOT NULL;
 -- Schedule firing: the latest queued schedule run, so catch-up starts are spread and capped.

@@ -1,9 +1,8 @@
 -- toolq schema version 8 -> 9 (applied by src/store/migrate.rs inside one transaction, which
 -- then bumps PRAGMA schema_version so every connection, the migrating one included, reads the
 -- new table definitions). Issue 19: fewer b-tree writes and checks per enqueue and finish.
---   * runs_session_created_idx is gone: no query reads it (listing filters with
---     `:session IS NULL OR ...`, which scans; every per-session count reads a partial index
---     by state), yet every enqueue wrote an entry.
+--   * runs_session_created_idx stays: the dashboard's session pages walk it (dropping it
+--     saved one b-tree write per enqueue, but a session's page then scanned every run).
 --   * The json_valid() CHECKs on runs.args and inbox.data are gone: toolq writes both from
 --     serde_json values (args validated against the tool's schema at enqueue), and parsing
 --     every enqueue's args again cost ~5% of an enqueue. Removing a CHECK leaves the stored
@@ -18,4 +17,3 @@ UPDATE sqlite_master SET sql = replace(sql, ' CHECK (json_valid(args))', '')
 UPDATE sqlite_master SET sql = replace(sql, ' CHECK (json_valid(data))', '')
     WHERE type = 'table' AND name = 'inbox';
 PRAGMA writable_schema = OFF;
-DROP INDEX runs_session_created_idx;
