@@ -1,5 +1,9 @@
 //! Integration tests: real SQLite files in temp dirs, real workers, real child processes.
+//! `tests/postgres` runs the same modules (all but the SQLite-only ones) on Postgres.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+/// The engine these tests run on (see `support::TestDb`).
+pub const ENGINE: support::Engine = support::Engine::Sqlite;
 
 #[allow(dead_code, reason = "shared helpers; each test module uses a subset")]
 mod support;

@@ -1,4 +1,9 @@
-//! Test environment: a temp dir with a real database file, a manual clock, test tools.
+//! Test environment: a temp dir with a real database (a SQLite file, or a fresh database on
+//! the throwaway Postgres server of [`pg`], as the test binary's `crate::ENGINE` says), a
+//! manual clock, test tools.
+
+#[path = "support/pg.rs"]
+pub mod pg;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -18,8 +23,140 @@ pub fn t(s: &str) -> DateTime<Utc> {
     DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)
 }
 
-/// A temp dir holding `toolq.db`, a manual clock and a client with built-ins + test tools.
+/// The engine a test binary runs its tests on: `tests/it` on SQLite, `tests/postgres` (the
+/// same modules) on Postgres.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Engine {
+    Sqlite,
+    Postgres,
+}
+
+/// This binary's engine.
+pub const ENGINE: Engine = crate::ENGINE;
+
+/// One test's database: `toolq.db` in the test's temp dir on SQLite; a fresh database on the
+/// shared Postgres server (dropped with this value) on Postgres. Pass it wherever `--db` or
+/// `db_path` goes (`&db` is an `OsStr`); read it with plain SQL through [`TestDb::count`],
+/// [`TestDb::rows`] and [`TestDb::exec`] on either engine.
+pub struct TestDb {
+    /// The path (SQLite) or URL (Postgres).
+    pub url: String,
+    pg_name: Option<String>,
+}
+
+impl TestDb {
+    /// A fresh database for a test whose files live in `dir`.
+    pub fn at(dir: &std::path::Path) -> Self {
+        match ENGINE {
+            Engine::Sqlite => TestDb {
+                url: dir.join("toolq.db").display().to_string(),
+                pg_name: None,
+            },
+            Engine::Postgres => {
+                let name = pg::create_database();
+                TestDb {
+                    url: pg::server().url(&name),
+                    pg_name: Some(name),
+                }
+            }
+        }
+    }
+
+    /// The rows of `sql`, every value as text (NULL as None).
+    pub fn rows(&self, sql: &str) -> Vec<Vec<Option<String>>> {
+        match ENGINE {
+            Engine::Sqlite => {
+                let c = rusqlite::Connection::open(&self.url).unwrap();
+                let mut st = c.prepare(sql).unwrap_or_else(|e| panic!("{sql}: {e}"));
+                let n = st.column_count();
+                st.query_map([], |r| {
+                    (0..n)
+                        .map(|i| {
+                            Ok(match r.get::<_, rusqlite::types::Value>(i)? {
+                                rusqlite::types::Value::Null => None,
+                                rusqlite::types::Value::Integer(v) => Some(v.to_string()),
+                                rusqlite::types::Value::Real(v) => Some(v.to_string()),
+                                rusqlite::types::Value::Text(v) => Some(v),
+                                rusqlite::types::Value::Blob(v) => {
+                                    Some(String::from_utf8_lossy(&v).into_owned())
+                                }
+                            })
+                        })
+                        .collect()
+                })
+                .unwrap()
+                .collect::<Result<_, _>>()
+                .unwrap()
+            }
+            Engine::Postgres => pg::rows(&self.url, sql).unwrap_or_else(|e| panic!("{sql}: {e}")),
+        }
+    }
+
+    /// The first column of the first row of `sql`, as text (panics if there is no row).
+    pub fn text(&self, sql: &str) -> Option<String> {
+        let rows = self.rows(sql);
+        let row = rows.first().unwrap_or_else(|| panic!("no row from {sql}"));
+        row.first().cloned().flatten()
+    }
+
+    /// Runs one query returning a single integer.
+    pub fn count(&self, sql: &str) -> i64 {
+        let v = self.text(sql).unwrap_or_else(|| panic!("NULL from {sql}"));
+        v.parse()
+            .unwrap_or_else(|e| panic!("{sql} gave {v:?}, not an integer: {e}"))
+    }
+
+    /// The first column of every row of `sql`, as text (NULL as "NULL").
+    pub fn column(&self, sql: &str) -> Vec<String> {
+        self.rows(sql)
+            .into_iter()
+            .map(|r| {
+                r.into_iter()
+                    .next()
+                    .flatten()
+                    .unwrap_or_else(|| "NULL".into())
+            })
+            .collect()
+    }
+
+    /// Runs statements that return nothing.
+    pub fn exec(&self, sql: &str) {
+        match ENGINE {
+            Engine::Sqlite => {
+                let c = rusqlite::Connection::open(&self.url).unwrap();
+                c.execute_batch(sql)
+                    .unwrap_or_else(|e| panic!("{sql}: {e}"));
+            }
+            Engine::Postgres => {
+                pg::rows(&self.url, sql).unwrap_or_else(|e| panic!("{sql}: {e}"));
+            }
+        }
+    }
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        if let Some(name) = &self.pg_name {
+            pg::drop_database(name);
+        }
+    }
+}
+
+impl AsRef<std::ffi::OsStr> for TestDb {
+    fn as_ref(&self) -> &std::ffi::OsStr {
+        self.url.as_ref()
+    }
+}
+
+impl std::fmt::Display for TestDb {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.url)
+    }
+}
+
+/// A temp dir holding the database, a manual clock and a client with built-ins + test tools.
 pub struct TestEnv {
+    pub db: TestDb,
     pub dir: TempDir,
     pub clock: ManualClock,
     pub client: Client,
@@ -33,8 +170,9 @@ impl TestEnv {
 
     pub fn with_config(f: impl FnOnce(&mut Config)) -> Self {
         let dir = tempfile::tempdir().unwrap();
+        let db = TestDb::at(dir.path());
         let mut config = Config {
-            db_path: dir.path().join("toolq.db").display().to_string(),
+            db_path: db.url.clone(),
             ..Config::default()
         };
         config.worker.poll_interval = Duration::from_millis(20);
@@ -58,6 +196,7 @@ impl TestEnv {
             .unwrap();
         let client = Client::open_with_clock(config, registry, Arc::new(clock.clone())).unwrap();
         TestEnv {
+            db,
             dir,
             clock,
             client,
@@ -65,14 +204,14 @@ impl TestEnv {
         }
     }
 
+    /// The SQLite file (SQLite-only tests; others use [`TestEnv::db`]).
     pub fn db_path(&self) -> PathBuf {
-        self.dir.path().join("toolq.db")
+        PathBuf::from(&self.db.url)
     }
 
-    /// Runs one query returning a single integer.
+    /// Runs one query returning a single integer, on either engine.
     pub fn count(&self, sql: &str) -> i64 {
-        let c = rusqlite::Connection::open(self.db_path()).unwrap();
-        c.query_row(sql, [], |r| r.get(0)).unwrap()
+        self.db.count(sql)
     }
 
     /// Runs a worker in drain mode until nothing is left.
@@ -192,9 +331,9 @@ impl Tool for Chatty {
     }
 }
 
-/// Runs the `toolq` binary on `db` with `args` (no config, `TOOLQ_*` override or log filter
-/// from the environment).
-pub fn toolq(db: &std::path::Path, args: &[&str]) -> std::process::Output {
+/// Runs the `toolq` binary on `db` (a path, URL or [`TestDb`]) with `args` (no config,
+/// `TOOLQ_*` override or log filter from the environment).
+pub fn toolq(db: impl AsRef<std::ffi::OsStr>, args: &[&str]) -> std::process::Output {
     let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_toolq"));
     cmd.arg("--db").arg(db).args(args).env_remove("RUST_LOG");
     for (k, _) in std::env::vars_os() {
