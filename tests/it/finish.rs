@@ -65,19 +65,19 @@ async fn the_database_refuses_a_second_final_message_for_an_attempt() {
         .unwrap()
         .run_id;
     env.drain().await;
-    let c = rusqlite::Connection::open(env.db_path()).unwrap();
     let insert = |kind: &str, attempt: i64| {
-        c.execute(
+        env.db.try_exec(&format!(
             "INSERT INTO inbox (session_id, run_id, attempt, kind, body, created_at) \
-             VALUES ('default', ?1, ?2, ?3, 'x', '2026-11-01T00:00:00.000Z')",
-            rusqlite::params![id.as_str(), attempt, kind],
-        )
+             VALUES ('default', '{}', {attempt}, '{kind}', 'x', '2026-11-01T00:00:00.000Z')",
+            id.as_str()
+        ))
     };
     for kind in ["completed", "failed", "cancelled"] {
         let err = insert(kind, 1).expect_err("a second final message for attempt 1");
+        // SQLite: "UNIQUE constraint failed: index 'inbox_run_idx'"; Postgres: "duplicate
+        // key value violates unique constraint \"inbox_run_idx\"".
         assert!(
-            err.to_string()
-                .contains("UNIQUE constraint failed: index 'inbox_run_idx'"),
+            err.contains("inbox_run_idx") && err.to_lowercase().contains("unique"),
             "{kind}: {err}"
         );
     }

@@ -5,6 +5,12 @@
 /// The engine these tests run on (see `support::TestDb`).
 pub const ENGINE: support::Engine = support::Engine::Sqlite;
 
+/// Keeps items in this (SQLite) binary only: tests whose subject is the SQLite file, named
+/// `sqlite_only_*`. `tests/postgres/main.rs` defines it to drop them.
+macro_rules! sqlite_only {
+    ($($item:item)*) => { $($item)* };
+}
+
 #[allow(dead_code, reason = "shared helpers; each test module uses a subset")]
 mod support;
 

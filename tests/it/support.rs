@@ -35,13 +35,14 @@ pub enum Engine {
 pub const ENGINE: Engine = crate::ENGINE;
 
 /// One test's database: `toolq.db` in the test's temp dir on SQLite; a fresh database on the
-/// shared Postgres server (dropped with this value) on Postgres. Pass it wherever `--db` or
-/// `db_path` goes (`&db` is an `OsStr`); read it with plain SQL through [`TestDb::count`],
+/// shared Postgres server (dropped with the last clone) on Postgres. Pass it wherever `--db`
+/// or `db_path` goes (`&db` is an `OsStr`); read it with plain SQL through [`TestDb::count`],
 /// [`TestDb::rows`] and [`TestDb::exec`] on either engine.
+#[derive(Clone)]
 pub struct TestDb {
     /// The path (SQLite) or URL (Postgres).
     pub url: String,
-    pg_name: Option<String>,
+    pg: Option<Arc<pg::Database>>,
 }
 
 impl TestDb {
@@ -50,45 +51,48 @@ impl TestDb {
         match ENGINE {
             Engine::Sqlite => TestDb {
                 url: dir.join("toolq.db").display().to_string(),
-                pg_name: None,
+                pg: None,
             },
             Engine::Postgres => {
-                let name = pg::create_database();
+                let db = pg::Database::create();
                 TestDb {
-                    url: pg::server().url(&name),
-                    pg_name: Some(name),
+                    url: db.url.clone(),
+                    pg: Some(Arc::new(db)),
                 }
+            }
+        }
+    }
+
+    /// The SQLite file (for `sqlite_only_*` tests).
+    pub fn file(&self) -> &std::path::Path {
+        assert_eq!(
+            ENGINE,
+            Engine::Sqlite,
+            "a SQLite-only test runs on {ENGINE:?}"
+        );
+        std::path::Path::new(&self.url)
+    }
+
+    /// Whether toolq created its schema here (on SQLite: the file exists).
+    pub fn has_schema(&self) -> bool {
+        match ENGINE {
+            Engine::Sqlite => self.file().exists(),
+            Engine::Postgres => {
+                self.count("SELECT count(*) FROM pg_tables WHERE schemaname = 'public'") > 0
             }
         }
     }
 
     /// The rows of `sql`, every value as text (NULL as None).
     pub fn rows(&self, sql: &str) -> Vec<Vec<Option<String>>> {
+        self.try_rows(sql).unwrap_or_else(|e| panic!("{sql}: {e}"))
+    }
+
+    /// The rows of `sql`, or the engine's error (a table not created yet, say).
+    pub fn try_rows(&self, sql: &str) -> Result<Vec<Vec<Option<String>>>, String> {
         match ENGINE {
-            Engine::Sqlite => {
-                let c = rusqlite::Connection::open(&self.url).unwrap();
-                let mut st = c.prepare(sql).unwrap_or_else(|e| panic!("{sql}: {e}"));
-                let n = st.column_count();
-                st.query_map([], |r| {
-                    (0..n)
-                        .map(|i| {
-                            Ok(match r.get::<_, rusqlite::types::Value>(i)? {
-                                rusqlite::types::Value::Null => None,
-                                rusqlite::types::Value::Integer(v) => Some(v.to_string()),
-                                rusqlite::types::Value::Real(v) => Some(v.to_string()),
-                                rusqlite::types::Value::Text(v) => Some(v),
-                                rusqlite::types::Value::Blob(v) => {
-                                    Some(String::from_utf8_lossy(&v).into_owned())
-                                }
-                            })
-                        })
-                        .collect()
-                })
-                .unwrap()
-                .collect::<Result<_, _>>()
-                .unwrap()
-            }
-            Engine::Postgres => pg::rows(&self.url, sql).unwrap_or_else(|e| panic!("{sql}: {e}")),
+            Engine::Sqlite => sqlite_rows(&self.url, sql).map_err(|e| e.to_string()),
+            Engine::Postgres => self.pg_db().rows(sql),
         }
     }
 
@@ -119,27 +123,49 @@ impl TestDb {
             .collect()
     }
 
+    fn pg_db(&self) -> &pg::Database {
+        self.pg.as_deref().expect("a Postgres database")
+    }
+
     /// Runs statements that return nothing.
     pub fn exec(&self, sql: &str) {
+        self.try_exec(sql).unwrap_or_else(|e| panic!("{sql}: {e}"));
+    }
+
+    /// Runs statements that return nothing, giving the engine's error message.
+    pub fn try_exec(&self, sql: &str) -> Result<(), String> {
         match ENGINE {
             Engine::Sqlite => {
-                let c = rusqlite::Connection::open(&self.url).unwrap();
-                c.execute_batch(sql)
-                    .unwrap_or_else(|e| panic!("{sql}: {e}"));
+                let c = rusqlite::Connection::open(&self.url).map_err(|e| e.to_string())?;
+                c.busy_timeout(std::time::Duration::from_secs(10))
+                    .map_err(|e| e.to_string())?;
+                c.execute_batch(sql).map_err(|e| e.to_string())
             }
-            Engine::Postgres => {
-                pg::rows(&self.url, sql).unwrap_or_else(|e| panic!("{sql}: {e}"));
-            }
+            Engine::Postgres => self.pg_db().rows(sql).map(drop),
         }
     }
 }
 
-impl Drop for TestDb {
-    fn drop(&mut self) {
-        if let Some(name) = &self.pg_name {
-            pg::drop_database(name);
-        }
-    }
+fn sqlite_rows(path: &str, sql: &str) -> rusqlite::Result<Vec<Vec<Option<String>>>> {
+    use rusqlite::types::Value;
+    let c = rusqlite::Connection::open(path)?;
+    c.busy_timeout(std::time::Duration::from_secs(10))?;
+    let mut st = c.prepare(sql)?;
+    let n = st.column_count();
+    st.query_map([], |r| {
+        (0..n)
+            .map(|i| {
+                Ok(match r.get::<_, Value>(i)? {
+                    Value::Null => None,
+                    Value::Integer(v) => Some(v.to_string()),
+                    Value::Real(v) => Some(v.to_string()),
+                    Value::Text(v) => Some(v),
+                    Value::Blob(v) => Some(String::from_utf8_lossy(&v).into_owned()),
+                })
+            })
+            .collect()
+    })?
+    .collect()
 }
 
 impl AsRef<std::ffi::OsStr> for TestDb {

@@ -79,17 +79,10 @@ async fn claims_made_while_recording_ends_never_exceed_the_concurrency() {
     let stop = Arc::new(AtomicBool::new(false));
     let max_running = Arc::new(AtomicI64::new(0));
     let sampler = {
-        let (stop, max_running, path) = (stop.clone(), max_running.clone(), env.db_path());
+        let (stop, max_running, db) = (stop.clone(), max_running.clone(), env.db.clone());
         std::thread::spawn(move || {
-            let c = rusqlite::Connection::open(path).unwrap();
             while !stop.load(Ordering::Relaxed) {
-                let n: i64 = c
-                    .query_row(
-                        "SELECT count(*) FROM runs WHERE state = 'running'",
-                        [],
-                        |r| r.get(0),
-                    )
-                    .unwrap();
+                let n = db.count("SELECT count(*) FROM runs WHERE state = 'running'");
                 max_running.fetch_max(n, Ordering::Relaxed);
                 std::thread::sleep(Duration::from_millis(1));
             }

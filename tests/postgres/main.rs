@@ -12,6 +12,11 @@
 /// The engine these tests run on (see `support::TestDb`).
 pub const ENGINE: support::Engine = support::Engine::Postgres;
 
+/// Drops the SQLite-only items (see `tests/it/main.rs`).
+macro_rules! sqlite_only {
+    ($($item:item)*) => {};
+}
+
 #[allow(dead_code, reason = "shared helpers; each test module uses a subset")]
 #[path = "../it/support.rs"]
 mod support;
@@ -20,5 +25,63 @@ mod harness;
 
 #[path = "../it/approvals.rs"]
 mod approvals;
+#[path = "../it/async_ops.rs"]
+mod async_ops;
+#[path = "../it/async_tool.rs"]
+mod async_tool;
+#[path = "../it/bulk.rs"]
+mod bulk;
+#[path = "../it/cli.rs"]
+mod cli;
+#[path = "../it/cli_output.rs"]
+mod cli_output;
+#[path = "../it/cli_tools.rs"]
+mod cli_tools;
+#[path = "../it/config.rs"]
+mod config;
+#[path = "../it/crash.rs"]
+mod crash;
+#[path = "../it/ends.rs"]
+mod ends;
+#[path = "../it/enqueue.rs"]
+mod enqueue;
+#[path = "../it/examples.rs"]
+mod examples;
+#[path = "../it/executor.rs"]
+mod executor;
+#[path = "../it/finish.rs"]
+mod finish;
+#[path = "../it/flow.rs"]
+mod flow;
+#[path = "../it/http.rs"]
+mod http;
+#[path = "../it/leases.rs"]
+mod leases;
+#[path = "../it/limits.rs"]
+mod limits;
+#[path = "../it/open.rs"]
+mod open;
+#[path = "../it/output.rs"]
+mod output;
+#[path = "../it/retries.rs"]
+mod retries;
+#[path = "../it/routing.rs"]
+mod routing;
+#[path = "../it/run_end_log.rs"]
+mod run_end_log;
+#[path = "../it/schedule_cli.rs"]
+mod schedule_cli;
+#[path = "../it/schedules.rs"]
+mod schedules;
+#[path = "../it/shutdown.rs"]
+mod shutdown;
+#[path = "../it/spawn_background.rs"]
+mod spawn_background;
+#[path = "../it/status.rs"]
+mod status;
 #[path = "../it/tools.rs"]
 mod tools;
+#[path = "../it/wakeup.rs"]
+mod wakeup;
+#[path = "../it/workers.rs"]
+mod workers;

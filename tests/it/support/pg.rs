@@ -272,37 +272,113 @@ pub fn admin(server: &Server, sql: &str) -> Result<(), String> {
 
 static NEXT_DB: AtomicUsize = AtomicUsize::new(0);
 
-/// Creates a fresh, empty database and returns its name.
-pub fn create_database() -> String {
-    let server = server();
-    let name = format!("t{}", NEXT_DB.fetch_add(1, Ordering::Relaxed));
-    admin(server, &format!("CREATE DATABASE {name}")).unwrap_or_else(|e| panic!("{e}"));
-    name
+/// Rows as text, NULL as None.
+pub type Rows = Vec<Vec<Option<String>>>;
+
+type Job = (String, std::sync::mpsc::Sender<Result<Rows, String>>);
+
+/// A fresh, empty database with one connection kept open on its own thread for the test's
+/// reads (so a sampler polling every millisecond does not connect every time); dropped with
+/// the last handle.
+pub struct Database {
+    pub name: String,
+    pub url: String,
+    conn: std::sync::Mutex<Option<std::sync::mpsc::Sender<Job>>>,
 }
 
-/// Drops a test's database (and the connections still on it).
-pub fn drop_database(name: &str) {
-    if let Some(Ok(server)) = SERVER.get() {
-        let _ = admin(
-            server,
-            &format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"),
-        );
+impl Database {
+    /// Creates a database on the shared server.
+    pub fn create() -> Database {
+        let server = server();
+        let name = format!("t{}", NEXT_DB.fetch_add(1, Ordering::Relaxed));
+        admin(server, &format!("CREATE DATABASE {name}")).unwrap_or_else(|e| panic!("{e}"));
+        let url = server.url(&name);
+        Database {
+            name,
+            url,
+            conn: std::sync::Mutex::new(None),
+        }
+    }
+
+    /// The rows of `sql` (several statements allowed; rows of all of them), every value as
+    /// text (the simple protocol).
+    pub fn rows(&self, sql: &str) -> Result<Rows, String> {
+        let tx = {
+            let mut conn = self.conn.lock().unwrap_or_else(|e| e.into_inner());
+            conn.get_or_insert_with(|| connection(self.url.clone()))
+                .clone()
+        };
+        let (reply, answer) = std::sync::mpsc::channel();
+        tx.send((sql.to_string(), reply))
+            .map_err(|_| "the SQL connection thread ended".to_string())?;
+        answer
+            .recv()
+            .map_err(|_| "the SQL connection thread ended".to_string())?
     }
 }
 
-/// Rows of `sql` as text (the simple protocol returns every value as text).
-pub fn rows(url: &str, sql: &str) -> Result<Vec<Vec<Option<String>>>, String> {
-    let sql = sql.to_string();
-    with_client(url, async move |c| {
-        let msgs = c.simple_query(&sql).await?;
-        Ok(msgs
-            .into_iter()
-            .filter_map(|m| match m {
-                tokio_postgres::SimpleQueryMessage::Row(r) => {
-                    Some((0..r.len()).map(|i| r.get(i).map(str::to_string)).collect())
+impl Drop for Database {
+    fn drop(&mut self) {
+        // Close our connection first; FORCE ends those toolq left (a killed worker's).
+        drop(self.conn.lock().unwrap_or_else(|e| e.into_inner()).take());
+        if let Some(Ok(server)) = SERVER.get() {
+            let _ = admin(
+                server,
+                &format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name),
+            );
+        }
+    }
+}
+
+/// A thread holding one connection to `url`, answering queries sent to it until every sender
+/// is gone (a lost connection is opened again on the next query).
+fn connection(url: String) -> std::sync::mpsc::Sender<Job> {
+    let (tx, jobs) = std::sync::mpsc::channel::<Job>();
+    std::thread::spawn(move || {
+        let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        else {
+            return;
+        };
+        rt.block_on(async move {
+            let mut client: Option<tokio_postgres::Client> = None;
+            while let Ok((sql, reply)) = jobs.recv() {
+                if client.as_ref().is_none_or(|c| c.is_closed()) {
+                    match tokio_postgres::connect(&url, tokio_postgres::NoTls).await {
+                        Ok((c, conn)) => {
+                            tokio::spawn(conn);
+                            client = Some(c);
+                        }
+                        Err(e) => {
+                            let _ = reply.send(Err(format!("connect {url}: {}", describe(&e))));
+                            continue;
+                        }
+                    }
                 }
-                _ => None,
-            })
-            .collect())
-    })
+                let Some(c) = client.as_ref() else { continue };
+                let _ = reply.send(simple(c, &sql).await.map_err(|e| describe(&e)));
+            }
+        });
+    });
+    tx
+}
+
+async fn simple(c: &tokio_postgres::Client, sql: &str) -> Result<Rows, tokio_postgres::Error> {
+    Ok(c.simple_query(sql)
+        .await?
+        .into_iter()
+        .filter_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(r) => {
+                Some((0..r.len()).map(|i| r.get(i).map(str::to_string)).collect())
+            }
+            _ => None,
+        })
+        .collect())
+}
+
+/// Rows of `sql` on a one-off connection to `url` (any database or role).
+pub fn rows(url: &str, sql: &str) -> Result<Rows, String> {
+    let sql = sql.to_string();
+    with_client(url, async move |c| simple(c, &sql).await)
 }
