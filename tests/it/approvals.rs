@@ -217,8 +217,9 @@ impl Tool for Guarded {
 #[tokio::test]
 async fn a_tool_policy_and_formatter_shape_the_messages() {
     let dir = tempfile::tempdir().unwrap();
+    let db = crate::support::TestDb::at(dir.path());
     let mut config = toolq::Config {
-        db_path: dir.path().join("t.db").display().to_string(),
+        db_path: db.url.clone(),
         ..Default::default()
     };
     config.worker.poll_interval = Duration::from_millis(20);

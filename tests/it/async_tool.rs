@@ -119,6 +119,7 @@ impl AsyncTool for Scripted {
 
 struct Env {
     _dir: tempfile::TempDir,
+    _db: crate::support::TestDb,
     clock: ManualClock,
     client: Client,
     executes: Arc<AtomicUsize>,
@@ -127,8 +128,9 @@ struct Env {
 
 fn env() -> Env {
     let dir = tempfile::tempdir().unwrap();
+    let db = crate::support::TestDb::at(dir.path());
     let mut config = Config {
-        db_path: dir.path().join("toolq.db").display().to_string(),
+        db_path: db.url.clone(),
         ..Config::default()
     };
     config.worker.poll_interval = Duration::from_millis(20);
@@ -144,6 +146,7 @@ fn env() -> Env {
     let client = Client::open_with_clock(config, registry, Arc::new(clock.clone())).unwrap();
     Env {
         _dir: dir,
+        _db: db,
         clock,
         client,
         executes,

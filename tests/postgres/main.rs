@@ -5,8 +5,10 @@
 //! Left out, SQLite-only by nature (so named, or their whole subject is the file):
 //! `migrate` (upgrades SQLite files of older schemas), `faults` (`toolq check` and storage
 //! faults on the file), `checkpoints` and `ops::wal` (the WAL), `deploy`, `manifest`,
-//! `readme`, `custom_cli` and `typed_tools` (no database, or SQLite as the README's default:
-//! engine-independent, they run once in `tests/it`).
+//! `readme`, `custom_cli`, `typed_tools` and `config` (no database, or the default file of the
+//! working directory: engine-independent, they run once in `tests/it`); `ops` until its fixture
+//! and the OPS.md queries have a Postgres form. Within shared modules, tests about the SQLite
+//! file are `sqlite_only_*` and dropped here by the `sqlite_only!` macro.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 /// The engine these tests run on (see `support::TestDb`).
@@ -37,8 +39,6 @@ mod cli;
 mod cli_output;
 #[path = "../it/cli_tools.rs"]
 mod cli_tools;
-#[path = "../it/config.rs"]
-mod config;
 #[path = "../it/crash.rs"]
 mod crash;
 #[path = "../it/ends.rs"]
