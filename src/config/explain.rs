@@ -54,10 +54,17 @@ fn walk(layers: &Layers, path: &mut Vec<String>, v: &Value, out: &mut Vec<Entry>
                 path.pop();
             }
         }
-        _ => out.push(Entry {
-            key: path.join("."),
-            value: serde_json::to_value(v).unwrap_or(serde_json::Value::Null),
-            origin: layers.origin_of(path),
-        }),
+        _ => {
+            let mut value = serde_json::to_value(v).unwrap_or(serde_json::Value::Null);
+            // A database URL may carry a password: it is never shown.
+            if let serde_json::Value::String(s) = &value {
+                value = serde_json::Value::String(crate::db_url::redact(s));
+            }
+            out.push(Entry {
+                key: path.join("."),
+                value,
+                origin: layers.origin_of(path),
+            })
+        }
     }
 }
