@@ -71,7 +71,7 @@ fn db_message(e: &tokio_postgres::Error) -> String {
         .map_or_else(|| e.to_string(), |d| d.message().to_string())
 }
 
-async fn inspect(client: &tokio_postgres::Client, location: &str) -> Result<Found, StoreError> {
+async fn inspect(client: &tokio_postgres::Transaction<'_>, location: &str) -> Result<Found, StoreError> {
     let pg = |what: &str| {
         let what = what.to_string();
         move |e| StoreError::pg(what, e)
@@ -126,7 +126,24 @@ async fn apply(
     location: &str,
     mode: OpenMode,
 ) -> Result<(), StoreError> {
-    let from = match inspect(client, location).await? {
+    // One snapshot for every read of the inspection: another process may commit a new
+    // schema between two of them.
+    let found = {
+        let snapshot = client
+            .build_transaction()
+            .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
+            .read_only(true)
+            .start()
+            .await
+            .map_err(|e| StoreError::pg("begin reading the schema", e))?;
+        let found = inspect(&snapshot, location).await;
+        snapshot
+            .commit()
+            .await
+            .map_err(|e| StoreError::pg("end reading the schema", e))?;
+        found?
+    };
+    let from = match found {
         Found::Version(v) if v == SCHEMA_VERSION => return Ok(()),
         Found::Version(v) => v,
         Found::Empty if mode != OpenMode::Create => {
