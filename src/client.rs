@@ -248,8 +248,10 @@ impl Client {
         self.inner.store.is_none()
     }
 
-    /// The engine: every store operation ([`Engine`]).
-    pub(crate) fn engine(&self) -> &dyn Engine {
+    /// The engine: every store operation ([`Engine`]). Test support outside the crate
+    /// (tests stage races through the contract, on either engine).
+    #[doc(hidden)]
+    pub fn engine(&self) -> &dyn Engine {
         &*self.inner.engine
     }
 

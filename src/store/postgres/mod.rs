@@ -68,13 +68,32 @@ impl std::fmt::Debug for PgStore {
     }
 }
 
+/// A tokio-postgres error shown whole: its own text ("db error", "error connecting to
+/// server") is followed by its cause (the server's message, the I/O error).
+#[derive(Debug)]
+pub(crate) struct PgError(pub(crate) tokio_postgres::Error);
+
+impl std::fmt::Display for PgError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)?;
+        let mut source = std::error::Error::source(&self.0);
+        while let Some(s) = source {
+            write!(f, ": {s}")?;
+            source = s.source();
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for PgError {}
+
 impl StoreError {
     /// Wraps a tokio-postgres error with the action that failed.
     pub(crate) fn pg(action: impl Into<String>, source: tokio_postgres::Error) -> Self {
         let fault = pg_fault(&source);
         Self::Sqlite {
             action: action.into(),
-            source: crate::store::EngineError::new(source, fault),
+            source: crate::store::EngineError::new(PgError(source), fault),
         }
     }
 }
@@ -116,8 +135,8 @@ fn retryable(e: &StoreError) -> bool {
         return false;
     };
     source
-        .downcast_ref::<tokio_postgres::Error>()
-        .and_then(|e| e.code())
+        .downcast_ref::<PgError>()
+        .and_then(|e| e.0.code())
         .is_some_and(|c| {
             *c == SqlState::T_R_SERIALIZATION_FAILURE || *c == SqlState::T_R_DEADLOCK_DETECTED
         })
