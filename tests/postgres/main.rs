@@ -24,6 +24,7 @@ macro_rules! sqlite_only {
 mod support;
 
 mod harness;
+mod postgres_open;
 
 #[path = "../it/approvals.rs"]
 mod approvals;
