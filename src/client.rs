@@ -206,10 +206,9 @@ impl Client {
         mode: OpenMode,
     ) -> Result<Client> {
         // A URL in `database.url`, or in place of the path (a library caller's `db_path`).
-        let url = config
-            .db_url
-            .clone()
-            .or_else(|| crate::db_url::is_postgres(&config.db_path).then(|| config.db_path.clone()));
+        let url = config.db_url.clone().or_else(|| {
+            crate::db_url::is_postgres(&config.db_path).then(|| config.db_path.clone())
+        });
         let (engine, store): (Arc<dyn Engine>, Option<Store>) = match &url {
             Some(url) => (Arc::new(crate::store::PgStore::open(url, mode)?), None),
             None => {

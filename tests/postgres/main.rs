@@ -25,6 +25,7 @@ mod support;
 
 mod harness;
 mod postgres_open;
+mod postgres_outage;
 
 #[path = "../it/approvals.rs"]
 mod approvals;

@@ -33,14 +33,22 @@ fn closed_port() -> u16 {
 fn a_url_that_does_not_parse_is_exit_2_without_its_password() {
     let out = toolq("postgres://ann:hunter2@127.0.0.1:notaport/db", &["runs"]);
     let e = refused(&out, 2, "is not valid", "hunter2");
-    assert!(e.contains("postgres://ann:***@127.0.0.1:notaport/db"), "{e}");
+    assert!(
+        e.contains("postgres://ann:***@127.0.0.1:notaport/db"),
+        "{e}"
+    );
 }
 
 #[test]
 fn a_refused_connection_is_exit_1_naming_the_server_without_the_password() {
     let url = format!("postgres://ann:hunter2@127.0.0.1:{}/toolq", closed_port());
     let out = toolq(&url, &["enqueue", "echo", "--args", r#"{"message":"hi"}"#]);
-    let e = refused(&out, 1, "cannot connect to database postgres://ann:***@127.0.0.1", "hunter2");
+    let e = refused(
+        &out,
+        1,
+        "cannot connect to database postgres://ann:***@127.0.0.1",
+        "hunter2",
+    );
     assert!(e.to_lowercase().contains("refused"), "{e}");
 }
 
@@ -52,7 +60,12 @@ fn a_wrong_password_is_exit_1_saying_so_without_showing_it() {
         pg::PASSWORD_ROLE,
         s.port
     );
-    refused(&toolq(&url, &["runs"]), 1, "password authentication failed", "wr0ng-Pa55");
+    refused(
+        &toolq(&url, &["runs"]),
+        1,
+        "password authentication failed",
+        "wr0ng-Pa55",
+    );
 }
 
 #[test]
@@ -66,7 +79,12 @@ fn a_database_holding_other_tables_is_refused_before_any_write() {
     let dir = tempfile::tempdir().unwrap();
     let db = TestDb::at(dir.path());
     db.exec("CREATE TABLE invoices (id bigint PRIMARY KEY)");
-    refused(&toolq(&db.url, &["init"]), 2, "no toolq schema_version table", "\u{0}");
+    refused(
+        &toolq(&db.url, &["init"]),
+        2,
+        "no toolq schema_version table",
+        "\u{0}",
+    );
     assert_eq!(
         db.count("SELECT count(*) FROM pg_tables WHERE schemaname = 'public'"),
         1,
@@ -80,8 +98,16 @@ fn a_newer_schema_is_refused_before_any_write() {
     let db = TestDb::at(dir.path());
     assert!(toolq(&db.url, &["init"]).status.success());
     db.exec("INSERT INTO schema_version (version, applied_at) VALUES (99, 'later')");
-    let out = toolq(&db.url, &["enqueue", "echo", "--args", r#"{"message":"hi"}"#]);
-    refused(&out, 2, "schema version 99, newer than this toolq supports", "\u{0}");
+    let out = toolq(
+        &db.url,
+        &["enqueue", "echo", "--args", r#"{"message":"hi"}"#],
+    );
+    refused(
+        &out,
+        2,
+        "schema version 99, newer than this toolq supports",
+        "\u{0}",
+    );
     assert_eq!(db.count("SELECT count(*) FROM runs"), 0);
 }
 
@@ -100,14 +126,22 @@ fn read_commands_leave_an_empty_database_empty() {
 fn init_config_stats_and_worker_logs_show_the_url_without_its_password() {
     let s = pg::server();
     let name = format!("pw_{}", std::process::id());
-    pg::admin(s, &format!("CREATE DATABASE {name} OWNER {}", pg::PASSWORD_ROLE)).unwrap();
+    pg::admin(
+        s,
+        &format!("CREATE DATABASE {name} OWNER {}", pg::PASSWORD_ROLE),
+    )
+    .unwrap();
     let url = format!(
         "postgres://{}:{}@127.0.0.1:{}/{name}",
         pg::PASSWORD_ROLE,
         pg::PASSWORD,
         s.port
     );
-    let shown = format!("postgres://{}:***@127.0.0.1:{}/{name}", pg::PASSWORD_ROLE, s.port);
+    let shown = format!(
+        "postgres://{}:***@127.0.0.1:{}/{name}",
+        pg::PASSWORD_ROLE,
+        s.port
+    );
     for args in [
         &["init"][..],
         &["enqueue", "echo", "--args", r#"{"message":"hi"}"#],
@@ -120,7 +154,10 @@ fn init_config_stats_and_worker_logs_show_the_url_without_its_password() {
         let out = toolq(&url, args);
         let all = format!("{}{}", stdout(&out), stderr(&out));
         assert!(out.status.success(), "{args:?}: {all}");
-        assert!(!all.contains(pg::PASSWORD), "{args:?} shows the password: {all}");
+        assert!(
+            !all.contains(pg::PASSWORD),
+            "{args:?} shows the password: {all}"
+        );
         if args != ["enqueue", "echo", "--args", r#"{"message":"hi"}"#] {
             assert!(all.contains(&shown), "{args:?}: {all}");
         }

@@ -3,7 +3,7 @@
 //! with more to do (the finisher's settle, a rescue) writes the messages last, holding the
 //! inbox lock (see [`super::locks::INBOX`]) only from there to its commit.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use chrono::{DateTime, Utc};
 use deadpool_postgres::GenericClient;
@@ -77,7 +77,7 @@ pub(crate) async fn apply_states<C: GenericClient>(
     if !leased.is_empty() {
         let ids = finish_many(c, leased.iter().map(|&i| records[i]), now).await?;
         for &i in &leased {
-            applied[i] = ids.get(&records[i].id).is_some();
+            applied[i] = ids.contains(&records[i].id);
         }
     }
     for (i, r) in records.iter().enumerate() {
@@ -92,7 +92,7 @@ async fn finish_many<'a, C: GenericClient>(
     c: &C,
     records: impl Iterator<Item = &'a FinishRecord>,
     now: DateTime<Utc>,
-) -> Result<HashMap<String, ()>, StoreError> {
+) -> Result<HashSet<String>, StoreError> {
     let mut cols: [Vec<Option<String>>; 12] = Default::default();
     let mut attempts: Vec<i64> = Vec::new();
     let mut tokens: Vec<String> = Vec::new();
@@ -136,9 +136,7 @@ async fn finish_many<'a, C: GenericClient>(
     params.push(&attempts);
     params.push(&tokens);
     let rows = query(c, FINISH_MANY, &params, "finish runs").await?;
-    rows.iter()
-        .map(|r| Ok((get::<String>(r, 0)?, ())))
-        .collect()
+    rows.iter().map(|r| get::<String>(r, 0)).collect()
 }
 
 async fn end_waiting<C: GenericClient>(

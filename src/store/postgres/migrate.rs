@@ -71,7 +71,10 @@ fn db_message(e: &tokio_postgres::Error) -> String {
         .map_or_else(|| e.to_string(), |d| d.message().to_string())
 }
 
-async fn inspect(client: &tokio_postgres::Transaction<'_>, location: &str) -> Result<Found, StoreError> {
+async fn inspect(
+    client: &tokio_postgres::Transaction<'_>,
+    location: &str,
+) -> Result<Found, StoreError> {
     let pg = |what: &str| {
         let what = what.to_string();
         move |e| StoreError::pg(what, e)

@@ -188,7 +188,7 @@ impl PgStore {
         let location = crate::db_url::redact(url);
         let mut config = tokio_postgres::Config::from_str(url).map_err(|e| StoreError::BadUrl {
             url: location.clone(),
-            reason: e.to_string(),
+            reason: PgError(e).to_string(),
         })?;
         config.connect_timeout(CONNECT_TIMEOUT);
         config.keepalives_idle(Duration::from_secs(15));
