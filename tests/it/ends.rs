@@ -11,8 +11,8 @@ use toolq::inbox::{InboxFilter, Message};
 use toolq::store::Engine;
 use toolq::worker::rescue::rescue_tick;
 use toolq::{
-    Client, Config, EnqueueRequest, ManualClock, RegistryBuilder, RunId, RunState, Tool,
-    ToolContext, ToolDef, ToolOutcome,
+    Client, EnqueueRequest, ManualClock, RegistryBuilder, RunId, RunState, Tool, ToolContext,
+    ToolDef, ToolOutcome,
 };
 
 use crate::support::{t, toolq, wait_for};
@@ -121,10 +121,7 @@ impl Env {
     fn new() -> Self {
         let dir = tempfile::tempdir().unwrap();
         let db = crate::support::TestDb::at(dir.path());
-        let mut config = Config {
-            db_path: db.url.clone(),
-            ..Config::default()
-        };
+        let mut config = db.config();
         config.worker.poll_interval = Duration::from_millis(20);
         config.worker.heartbeat_interval = Duration::from_millis(50);
         config.worker.flush_interval = Duration::from_millis(20);

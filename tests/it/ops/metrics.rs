@@ -120,15 +120,11 @@ async fn metrics_endpoint_serves_counters_and_database_gauges() {
     running.await.unwrap().unwrap();
     // An enabled schedule due 90 s ago: schedule lag.
     let due = toolq::store::codec::ts(env.clock.now() - chrono::Duration::seconds(90));
-    rusqlite::Connection::open(env.db_path())
-        .unwrap()
-        .execute(
-            "INSERT INTO schedules (id, session_id, tool, args, title, cron_expression, \
-             next_trigger_at, created_at, updated_at) \
-             VALUES ('sch_lag', 's2', 'echo', '{}', 'lag', '* * * * *', ?1, ?1, ?1)",
-            [&due],
-        )
-        .unwrap();
+    env.db.exec(&format!(
+        "INSERT INTO schedules (id, session_id, tool, args, title, cron_expression, \
+         next_trigger_at, created_at, updated_at) \
+         VALUES ('sch_lag', 's2', 'echo', '{{}}', 'lag', '* * * * *', '{due}', '{due}', '{due}')"
+    ));
     let (_, body) = get(addr, "/metrics").await;
     assert_eq!(sample(&body, "toolq_schedule_lag_seconds"), 90.0);
     assert_eq!(sample(&body, "toolq_claims_total"), 4.0);
