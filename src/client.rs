@@ -243,8 +243,10 @@ impl Client {
         self.inner.store.is_none()
     }
 
-    /// The engine: every store operation ([`Engine`]).
-    pub(crate) fn engine(&self) -> &dyn Engine {
+    /// The engine: every store operation ([`Engine`]). Public for tests, which stage races
+    /// through the engine contract on either engine; not a stable API.
+    #[doc(hidden)]
+    pub fn engine(&self) -> &dyn Engine {
         &*self.inner.engine
     }
 

@@ -8,7 +8,6 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde_json::{Value, json};
 use toolq::inbox::{InboxFilter, Message};
-use toolq::store::Engine;
 use toolq::worker::rescue::rescue_tick;
 use toolq::{
     Client, EnqueueRequest, ManualClock, RegistryBuilder, RunId, RunState, Tool, ToolContext,
@@ -252,7 +251,7 @@ impl Env {
                     tools: self.client.registry().names().into(),
                     limits: Default::default(),
                 };
-                let claimed = self.client.store().attempt_claim(claim).await.unwrap();
+                let claimed = self.client.engine().attempt_claim(claim).await.unwrap();
                 assert_eq!(claimed.len(), 1);
                 assert_eq!(rescue_tick(&self.client).await.unwrap().failed, 1);
                 RunState::Failed

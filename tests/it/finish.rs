@@ -207,7 +207,6 @@ async fn huge_output_keeps_the_cap_and_the_tail_moves_on() {
 #[tokio::test]
 async fn a_large_batch_of_ends_writes_each_runs_artifacts_once() {
     use toolq::run::{Fence, FinishRecord};
-    use toolq::store::finish::record_ends;
     use toolq::tool::ToolSuccess;
     use toolq::tool::sink::SinkSnapshot;
     use toolq::worker::finish::{AttemptEnd, decide};
@@ -224,22 +223,18 @@ async fn a_large_batch_of_ends_writes_each_runs_artifacts_once() {
     let now = env.client.now();
     let runs: Vec<Run> = env
         .client
-        .store()
-        .write(|tx| {
-            toolq::store::claim::claim(
-                tx,
-                &toolq::store::claim::ClaimParams {
-                    worker: "wk_test",
-                    now,
-                    lease_until: now + chrono::Duration::seconds(30),
-                    max: N,
-                    per_session: N as i64,
-                    after_session: None,
-                    tools: &env.client.registry().names(),
-                    limits: &Default::default(),
-                },
-            )
+        .engine()
+        .attempt_claim(toolq::store::Claim {
+            worker: "wk_test".into(),
+            now,
+            lease_until: now + chrono::Duration::seconds(30),
+            max: N,
+            per_session: N as i64,
+            after_session: None,
+            tools: env.client.registry().names().into(),
+            limits: Default::default(),
         })
+        .await
         .unwrap();
     assert_eq!(runs.len(), N);
     let records: Vec<FinishRecord> = runs
@@ -271,11 +266,7 @@ async fn a_large_batch_of_ends_writes_each_runs_artifacts_once() {
             rec
         })
         .collect();
-    let applied = env
-        .client
-        .store()
-        .write(|tx| record_ends(tx, &records.iter().collect::<Vec<_>>(), now))
-        .unwrap();
+    let applied = env.client.engine().run_end(records, now).await.unwrap();
     assert_eq!(applied.iter().filter(|ok| !**ok).count(), 1);
     assert!(!applied[5]);
     let count = |sql: String| env.count(&sql);

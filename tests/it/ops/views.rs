@@ -107,7 +107,7 @@ fn run_stages_lists_each_stage_of_an_operation_in_order() {
         rows(
             &c,
             "SELECT run_id, operation_id, attempt, seq, stage, coalesce(message, '-'), \
-             coalesce(progress, '-') FROM run_stages ORDER BY run_id, seq"
+             coalesce(CAST(progress AS TEXT), '-') FROM run_stages ORDER BY run_id, seq"
         ),
         vec![
             vec![
