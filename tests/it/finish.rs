@@ -124,7 +124,10 @@ async fn panic_is_contained_and_internal_error_is_hidden() {
         0
     );
     assert_eq!(
-        env.count("SELECT count(*) FROM blobs WHERE CAST(content AS TEXT) LIKE '%password%'"),
+        env.count(&format!(
+            "SELECT count(*) FROM blobs WHERE {} LIKE '%password%'",
+            env.db.blob_as_text("content")
+        )),
         0
     );
     assert_eq!(
@@ -300,18 +303,19 @@ async fn a_large_batch_of_ends_writes_each_runs_artifacts_once() {
             ),
         }
     }
-    let raw = count(format!(
-        "SELECT count(*) FROM blobs WHERE path = '/.background/{}/raw_output.txt' \
-         AND CAST(content AS TEXT) = 'raw seven'",
-        runs[7].id.as_str()
-    ));
-    assert_eq!(raw, 1);
-    let log = count(format!(
-        "SELECT count(*) FROM blobs WHERE path = '/.background/{}/output.log' \
-         AND CAST(content AS TEXT) = '[stdout] line 44' || char(10)",
-        runs[44].id.as_str()
-    ));
-    assert_eq!(log, 1, "each log row holds its own run's bytes");
+    let content = |run: &Run, name: &str| {
+        env.db.column(&format!(
+            "SELECT {} FROM blobs WHERE path = '/.background/{}/{name}'",
+            env.db.blob_as_text("content"),
+            run.id.as_str()
+        ))
+    };
+    assert_eq!(content(&runs[7], "raw_output.txt"), ["raw seven"]);
+    assert_eq!(
+        content(&runs[44], "output.log"),
+        ["[stdout] line 44\n"],
+        "each log row holds its own run's bytes"
+    );
     // Messages are numbered in the batch's order, and each names its own run and result.
     let inbox = env
         .client

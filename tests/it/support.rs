@@ -78,6 +78,14 @@ impl TestDb {
         c
     }
 
+    /// SQL reading the blob column `col` as UTF-8 text.
+    pub fn blob_as_text(&self, col: &str) -> String {
+        match ENGINE {
+            Engine::Sqlite => format!("CAST({col} AS TEXT)"),
+            Engine::Postgres => format!("convert_from({col}, 'UTF8')"),
+        }
+    }
+
     /// The SQLite file (for `sqlite_only_*` tests).
     pub fn file(&self) -> &std::path::Path {
         assert_eq!(
