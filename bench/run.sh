@@ -5,7 +5,10 @@
 #   bench/run.sh [N] [SAMPLES] [RUNS]      (defaults: 20000 200 3)
 #   BENCH_DIR=... to put the files elsewhere (default bench/out, must not be tmpfs)
 #   BENCH_BIG=1000000 to add the flat-claim check (drain with that many queued)
-#   BENCH_PEERS=0 to skip the peers (plainjob, via node and npm: bench/peers/plainjob)
+#   BENCH_PEERS=0 to skip the peers (plainjob, via node and npm: bench/peers/plainjob; Graphile
+#   Worker: bench/peers/graphile-worker)
+#   BENCH_PG=0 to skip the Postgres half (bench/pg.sh: a throwaway server, the raw Postgres
+#   limit, the workload on a postgres:// URL, 1 vs 4 worker processes, Graphile Worker)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${1:-20000}
@@ -106,3 +109,6 @@ if big:
     small = med("drain", "rate")
     print(f"{'drain (big queue)':<22} {big:>12,.1f} jobs/s  ({big/small:.2f}x the 20k drain)")
 PY
+if [ "${BENCH_PG:-1}" != 0 ]; then
+  bench/pg.sh "$N" "$SAMPLES" "$RUNS"
+fi

@@ -247,8 +247,8 @@ impl Client {
         self.inner.store.is_none()
     }
 
-    /// The engine: every store operation ([`Engine`]). Test support outside the crate
-    /// (tests stage races through the contract, on either engine).
+    /// The engine: every store operation ([`Engine`]). Public for tests, which stage races
+    /// through the engine contract on either engine; not a stable API.
     #[doc(hidden)]
     pub fn engine(&self) -> &dyn Engine {
         &*self.inner.engine

@@ -77,10 +77,7 @@ async fn an_approved_run_executes_once_after_a_worker_restart() {
     assert!(msgs[0].body.contains("toolq approve"), "{}", msgs[0].body);
 
     // "Restart": a new client and worker on the same database file.
-    let mut config = toolq::Config {
-        db_path: env.db_path().display().to_string(),
-        ..Default::default()
-    };
+    let mut config = env.db.config();
     config.worker.poll_interval = Duration::from_millis(20);
     setup(&mut config);
     let registry = RegistryBuilder::new()
@@ -218,10 +215,7 @@ impl Tool for Guarded {
 async fn a_tool_policy_and_formatter_shape_the_messages() {
     let dir = tempfile::tempdir().unwrap();
     let db = crate::support::TestDb::at(dir.path());
-    let mut config = toolq::Config {
-        db_path: db.url.clone(),
-        ..Default::default()
-    };
+    let mut config = db.config();
     config.worker.poll_interval = Duration::from_millis(20);
     let registry = RegistryBuilder::new()
         .with_builtins()

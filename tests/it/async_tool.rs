@@ -12,8 +12,7 @@ use tokio_util::sync::CancellationToken;
 use toolq::tool::async_tool::AsyncError;
 use toolq::tool::{AsyncOutcome, AsyncTool, ProgressStage, ToolStatus};
 use toolq::{
-    Client, Config, EnqueueRequest, ManualClock, RegistryBuilder, RunId, RunState, ToolContext,
-    ToolDef,
+    Client, EnqueueRequest, ManualClock, RegistryBuilder, RunId, RunState, ToolContext, ToolDef,
 };
 
 use crate::support::{t, wait_for};
@@ -129,10 +128,7 @@ struct Env {
 fn env() -> Env {
     let dir = tempfile::tempdir().unwrap();
     let db = crate::support::TestDb::at(dir.path());
-    let mut config = Config {
-        db_path: db.url.clone(),
-        ..Config::default()
-    };
+    let mut config = db.config();
     config.worker.poll_interval = Duration::from_millis(20);
     config.worker.heartbeat_interval = Duration::from_millis(100);
     config.worker.flush_interval = Duration::from_millis(50);

@@ -385,7 +385,7 @@ fn a_bulk_retry_of_10000_failed_runs_while_two_workers_drain() {
         one(
             &c,
             "SELECT count(*) FROM (SELECT run_id FROM inbox GROUP BY run_id \
-             HAVING count(*) <> 2 OR count(DISTINCT attempt) <> 2 OR min(attempt) <> 1)"
+             HAVING count(*) <> 2 OR count(DISTINCT attempt) <> 2 OR min(attempt) <> 1) r"
         ),
         0,
         "attempts 1 and 2 each ended once"
@@ -396,13 +396,13 @@ fn a_bulk_retry_of_10000_failed_runs_while_two_workers_drain() {
 /// left as it is and reported as not applied (the library counts it as skipped).
 #[tokio::test]
 async fn a_batch_leaves_runs_that_changed_state_since_the_page_was_read() {
-    use toolq::store::{Engine, RunCancelMany, RunRetryMany, RunSelect};
+    use toolq::store::{RunCancelMany, RunRetryMany, RunSelect};
     let env = TestEnv::new();
     let (a, b) = (
         enqueue(&env, "echo", "s1", 1).await,
         enqueue(&env, "echo", "s1", 1).await,
     );
-    let store = env.client.store();
+    let store = env.client.engine();
     let page = store
         .run_select(RunSelect {
             filter: RunFilter::default(),

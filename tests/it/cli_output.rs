@@ -6,7 +6,7 @@ use std::process::{Command, Output, Stdio};
 use std::sync::Arc;
 
 use serde_json::{Value, json};
-use toolq::{Client, Config, ManualClock, Registry};
+use toolq::{Client, ManualClock, Registry};
 
 use crate::support::{t, toolq};
 
@@ -134,10 +134,7 @@ fn schedule_add_prints_only_the_id_and_its_runs_carry_the_run_flags() {
     assert!(shown.contains("timeout") && shown.contains("2m"), "{shown}");
 
     // Fire it with a client whose clock stands at the one-shot instant.
-    let config = Config {
-        db_path: db.url.clone(),
-        ..Config::default()
-    };
+    let config = db.config();
     let clock = ManualClock::new(t("2099-01-01T00:00:00Z"));
     let client = Client::open_with_clock(config, Registry::builtins(), Arc::new(clock)).unwrap();
     let rt = tokio::runtime::Runtime::new().unwrap();

@@ -50,7 +50,7 @@ pub(crate) fn enqueue_with(db: &TestDb, config_file: Option<&Path>, reqs: Vec<En
         Some(f) => Config::load(f).unwrap(),
         None => Config::default(),
     };
-    config.db_path = db.url.clone();
+    db.configure(&mut config);
     let registry = RegistryBuilder::new()
         .with_builtins()
         .with_config_tools(&config)
@@ -69,7 +69,16 @@ pub(crate) fn enqueue_with(db: &TestDb, config_file: Option<&Path>, reqs: Vec<En
 /// `worker-PID.log` at debug level for `toolq::worker`: an append-only record, outside the
 /// database, of every attempt it started (see [`executions`]).
 pub(crate) fn spawn_worker(s: &Setup, drain: bool) -> Child {
+    spawn_worker_on(s, drain, None)
+}
+
+/// [`spawn_worker`] with the host identity `host` (`worker.host_id`) when given: a worker
+/// "on another machine" as far as rescue is concerned.
+pub(crate) fn spawn_worker_on(s: &Setup, drain: bool, host: Option<&str>) -> Child {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_toolq"));
+    if let Some(host) = host {
+        cmd.env("TOOLQ_WORKER__HOST_ID", host);
+    }
     cmd.arg("--db")
         .arg(&s.db)
         .arg("--config")

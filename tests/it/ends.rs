@@ -8,11 +8,10 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde_json::{Value, json};
 use toolq::inbox::{InboxFilter, Message};
-use toolq::store::Engine;
 use toolq::worker::rescue::rescue_tick;
 use toolq::{
-    Client, Config, EnqueueRequest, ManualClock, RegistryBuilder, RunId, RunState, Tool,
-    ToolContext, ToolDef, ToolOutcome,
+    Client, EnqueueRequest, ManualClock, RegistryBuilder, RunId, RunState, Tool, ToolContext,
+    ToolDef, ToolOutcome,
 };
 
 use crate::support::{t, toolq, wait_for};
@@ -121,10 +120,7 @@ impl Env {
     fn new() -> Self {
         let dir = tempfile::tempdir().unwrap();
         let db = crate::support::TestDb::at(dir.path());
-        let mut config = Config {
-            db_path: db.url.clone(),
-            ..Config::default()
-        };
+        let mut config = db.config();
         config.worker.poll_interval = Duration::from_millis(20);
         config.worker.heartbeat_interval = Duration::from_millis(50);
         config.worker.flush_interval = Duration::from_millis(20);
@@ -255,7 +251,7 @@ impl Env {
                     tools: self.client.registry().names().into(),
                     limits: Default::default(),
                 };
-                let claimed = self.client.store().attempt_claim(claim).await.unwrap();
+                let claimed = self.client.engine().attempt_claim(claim).await.unwrap();
                 assert_eq!(claimed.len(), 1);
                 assert_eq!(rescue_tick(&self.client).await.unwrap().failed, 1);
                 RunState::Failed

@@ -67,10 +67,7 @@ struct Host {
 fn host(config: impl FnOnce(&mut Config)) -> Host {
     let dir = tempfile::tempdir().unwrap();
     let db = crate::support::TestDb::at(dir.path());
-    let mut c = Config {
-        db_path: db.url.clone(),
-        ..Config::default()
-    };
+    let mut c = db.config();
     c.worker.poll_interval = Duration::from_millis(20);
     config(&mut c);
     let registry = RegistryBuilder::new()

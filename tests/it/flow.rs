@@ -9,7 +9,6 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use serde_json::json;
 use toolq::flow::{PauseScope, Rate, ToolLimit};
-use toolq::store::Engine;
 use toolq::{EnqueueRequest, RunState, ScheduleRequest};
 
 use crate::crash::{Setup, enqueue_with, one, setup, spawn_worker, wait_exit};
@@ -292,7 +291,7 @@ async fn claim(
 ) -> Vec<toolq::Run> {
     let now = env.client.now();
     env.client
-        .store()
+        .engine()
         .attempt_claim(toolq::store::Claim {
             worker: worker.into(),
             now,

@@ -6,7 +6,7 @@ use std::sync::Mutex;
 
 use async_trait::async_trait;
 use serde_json::{Value, json};
-use toolq::{Client, Config, RegistryBuilder, Tool, ToolContext, ToolDef, ToolOutcome};
+use toolq::{Client, RegistryBuilder, Tool, ToolContext, ToolDef, ToolOutcome};
 
 /// Takes its own run's lease away (as a rescue elsewhere would), then returns success.
 struct LosesLease(crate::support::TestDb);
@@ -55,10 +55,7 @@ async fn a_fenced_out_end_logs_the_warning_and_no_run_ended_line() {
 
     let dir = tempfile::tempdir().unwrap();
     let db = crate::support::TestDb::at(dir.path());
-    let config = Config {
-        db_path: db.url.clone(),
-        ..Config::default()
-    };
+    let config = db.config();
     let registry = RegistryBuilder::new()
         .with_builtins()
         .tool(LosesLease(db.clone()))

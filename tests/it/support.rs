@@ -63,6 +63,29 @@ impl TestDb {
         }
     }
 
+    /// `config` pointed at this database: `db_path` on SQLite, `db_url` on Postgres.
+    pub fn configure(&self, config: &mut Config) {
+        match ENGINE {
+            Engine::Sqlite => config.db_path = self.url.clone(),
+            Engine::Postgres => config.db_url = Some(self.url.clone()),
+        }
+    }
+
+    /// The default configuration on this database.
+    pub fn config(&self) -> Config {
+        let mut c = Config::default();
+        self.configure(&mut c);
+        c
+    }
+
+    /// SQL reading the blob column `col` as UTF-8 text.
+    pub fn blob_as_text(&self, col: &str) -> String {
+        match ENGINE {
+            Engine::Sqlite => format!("CAST({col} AS TEXT)"),
+            Engine::Postgres => format!("convert_from({col}, 'UTF8')"),
+        }
+    }
+
     /// The SQLite file (for `sqlite_only_*` tests).
     pub fn file(&self) -> &std::path::Path {
         assert_eq!(
@@ -197,10 +220,7 @@ impl TestEnv {
     pub fn with_config(f: impl FnOnce(&mut Config)) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let db = TestDb::at(dir.path());
-        let mut config = Config {
-            db_path: db.url.clone(),
-            ..Config::default()
-        };
+        let mut config = db.config();
         config.worker.poll_interval = Duration::from_millis(20);
         config.worker.heartbeat_interval = Duration::from_millis(200);
         config.worker.flush_interval = Duration::from_millis(50);
@@ -230,7 +250,7 @@ impl TestEnv {
         }
     }
 
-    /// The SQLite file (SQLite-only tests; others use [`TestEnv::db`]).
+    /// The database location: the SQLite file, or the Postgres URL (`--db` takes both).
     pub fn db_path(&self) -> PathBuf {
         PathBuf::from(&self.db.url)
     }

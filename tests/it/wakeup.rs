@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
-use toolq::{Client, Config, EnqueueRequest, RegistryBuilder, RunState, WorkerOptions};
+use toolq::{Client, EnqueueRequest, RegistryBuilder, RunState, WorkerOptions};
 
 use crate::support::{TestEnv, wait_for};
 
@@ -35,10 +35,7 @@ async fn a_run_enqueued_by_another_connection_wakes_an_idle_worker() {
     );
     // A second client on the same file: its enqueues never touch the first one's in-process
     // notification, as if another process made them.
-    let mut config = Config {
-        db_path: env.db_path().display().to_string(),
-        ..Config::default()
-    };
+    let mut config = env.db.config();
     config.worker.poll_interval = Duration::from_secs(3600);
     let other = Client::open_with_clock(
         config,

@@ -4,11 +4,11 @@
 //!
 //! Left out, SQLite-only by nature (so named, or their whole subject is the file):
 //! `migrate` (upgrades SQLite files of older schemas), `faults` (`toolq check` and storage
-//! faults on the file), `checkpoints` and `ops::wal` (the WAL), `deploy`, `manifest`,
+//! faults on the file), `checkpoints` (the WAL), `deploy`, `manifest`,
 //! `readme`, `custom_cli`, `typed_tools` and `config` (no database, or the default file of the
-//! working directory: engine-independent, they run once in `tests/it`); `ops` until its fixture
-//! and the OPS.md queries have a Postgres form. Within shared modules, tests about the SQLite
-//! file are `sqlite_only_*` and dropped here by the `sqlite_only!` macro.
+//! working directory: engine-independent, they run once in `tests/it`). Within shared modules,
+//! tests about the SQLite file are `sqlite_only_*` (and `ops::wal`), dropped here by the
+//! `sqlite_only!` macro.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 /// The engine these tests run on (see `support::TestDb`).
@@ -23,9 +23,12 @@ macro_rules! sqlite_only {
 #[path = "../it/support.rs"]
 mod support;
 
+mod bad_input;
 mod harness;
+mod hosts;
 mod postgres_open;
 mod postgres_outage;
+mod ticks;
 
 #[path = "../it/approvals.rs"]
 mod approvals;
@@ -63,6 +66,8 @@ mod leases;
 mod limits;
 #[path = "../it/open.rs"]
 mod open;
+#[path = "../it/ops/mod.rs"]
+mod ops;
 #[path = "../it/output.rs"]
 mod output;
 #[path = "../it/retries.rs"]
