@@ -1,6 +1,6 @@
-//! Opening a Postgres database: what each bad URL, unreachable server, wrong login or foreign
-//! database gives (exit code and one `toolq:` line), that a newer schema is refused before any
-//! write, and that no output ever shows the password.
+//! Opening a Postgres database, beyond `bad_input`: a missing database, read commands on an
+//! empty one, `check`, and no output of init, enqueue, worker, stats or config ever showing
+//! the password.
 
 use crate::support::{TestDb, pg, toolq};
 
@@ -23,92 +23,10 @@ fn refused(out: &std::process::Output, code: i32, what: &str, secret: &str) -> S
     e
 }
 
-/// A local port nothing listens on.
-fn closed_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().port()
-}
-
-#[test]
-fn a_url_that_does_not_parse_is_exit_2_without_its_password() {
-    let out = toolq("postgres://ann:hunter2@127.0.0.1:notaport/db", &["runs"]);
-    let e = refused(&out, 2, "is not valid", "hunter2");
-    assert!(
-        e.contains("postgres://ann:***@127.0.0.1:notaport/db"),
-        "{e}"
-    );
-}
-
-#[test]
-fn a_refused_connection_is_exit_1_naming_the_server_without_the_password() {
-    let url = format!("postgres://ann:hunter2@127.0.0.1:{}/toolq", closed_port());
-    let out = toolq(&url, &["enqueue", "echo", "--args", r#"{"message":"hi"}"#]);
-    let e = refused(
-        &out,
-        1,
-        "cannot connect to database postgres://ann:***@127.0.0.1",
-        "hunter2",
-    );
-    assert!(e.to_lowercase().contains("refused"), "{e}");
-}
-
-#[test]
-fn a_wrong_password_is_exit_1_saying_so_without_showing_it() {
-    let s = pg::server();
-    let url = format!(
-        "postgres://{}:wr0ng-Pa55@127.0.0.1:{}/postgres",
-        pg::PASSWORD_ROLE,
-        s.port
-    );
-    refused(
-        &toolq(&url, &["runs"]),
-        1,
-        "password authentication failed",
-        "wr0ng-Pa55",
-    );
-}
-
 #[test]
 fn a_missing_database_is_exit_1_saying_to_create_it() {
     let url = pg::server().url("no_such_db");
     refused(&toolq(&url, &["init"]), 1, "createdb", "\u{0}");
-}
-
-#[test]
-fn a_database_holding_other_tables_is_refused_before_any_write() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = TestDb::at(dir.path());
-    db.exec("CREATE TABLE invoices (id bigint PRIMARY KEY)");
-    refused(
-        &toolq(&db.url, &["init"]),
-        2,
-        "no toolq schema_version table",
-        "\u{0}",
-    );
-    assert_eq!(
-        db.count("SELECT count(*) FROM pg_tables WHERE schemaname = 'public'"),
-        1,
-        "nothing was created"
-    );
-}
-
-#[test]
-fn a_newer_schema_is_refused_before_any_write() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = TestDb::at(dir.path());
-    assert!(toolq(&db.url, &["init"]).status.success());
-    db.exec("INSERT INTO schema_version (version, applied_at) VALUES (99, 'later')");
-    let out = toolq(
-        &db.url,
-        &["enqueue", "echo", "--args", r#"{"message":"hi"}"#],
-    );
-    refused(
-        &out,
-        2,
-        "schema version 99, newer than this toolq supports",
-        "\u{0}",
-    );
-    assert_eq!(db.count("SELECT count(*) FROM runs"), 0);
 }
 
 #[test]
