@@ -26,6 +26,7 @@ mod support;
 mod bad_input;
 mod harness;
 mod hosts;
+mod postgres_inbox;
 mod postgres_open;
 mod postgres_outage;
 mod ticks;

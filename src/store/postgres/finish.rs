@@ -9,7 +9,7 @@ use chrono::{DateTime, Utc};
 use deadpool_postgres::GenericClient;
 use serde_json::Value;
 
-use super::{P, exec, get, locks, query};
+use super::{P, exec, get, query};
 use crate::clock::ts;
 use crate::error::StoreError;
 use crate::run::{Fence, FinishRecord, Outcome, RunState};
@@ -284,9 +284,4 @@ pub(crate) async fn write_artifacts<C: GenericClient>(
         })
         .collect();
     super::inbox::insert_many(c, &messages, now).await
-}
-
-/// Takes the inbox lock (ids become visible in order) and inserts messages in one statement.
-pub(crate) async fn lock_inbox<C: GenericClient>(c: &C) -> Result<(), StoreError> {
-    locks::take(c, locks::INBOX).await
 }

@@ -34,8 +34,9 @@ fn messages(rows: &[Row]) -> Result<Vec<Message>, StoreError> {
     rows.iter().map(message_row).collect()
 }
 
-/// Inserts messages (each with its data encoded) in one statement, after taking the inbox
-/// lock: ids follow `msgs`' order and become visible in increasing order.
+/// Inserts messages (each with its data encoded) in one statement that first takes the inbox
+/// lock (see [`super::locks::INBOX`]): ids follow `msgs`' order and become visible in
+/// increasing order.
 pub(crate) async fn insert_many<C: GenericClient>(
     c: &C,
     msgs: &[(&NewMessage, &str)],
@@ -44,7 +45,6 @@ pub(crate) async fn insert_many<C: GenericClient>(
     if msgs.is_empty() {
         return Ok(());
     }
-    super::finish::lock_inbox(c).await?;
     let session: Vec<&str> = msgs.iter().map(|(m, _)| m.session_id.as_str()).collect();
     let run: Vec<&str> = msgs.iter().map(|(m, _)| m.run_id.as_str()).collect();
     let attempt: Vec<i64> = msgs.iter().map(|(m, _)| m.attempt).collect();
@@ -54,11 +54,24 @@ pub(crate) async fn insert_many<C: GenericClient>(
     let delivery: Vec<&str> = msgs.iter().map(|(m, _)| m.delivery.as_str()).collect();
     exec(
         c,
-        "INSERT INTO inbox (session_id, run_id, attempt, kind, body, data, delivery, created_at) \
-         SELECT s, r, a, k, b, d, v, $8 FROM unnest($1::text[], $2::text[], $3::bigint[], \
+        // The inbox lock first (a volatile CTE is evaluated before any row is made), in the
+        // same round trip.
+        "WITH lock AS MATERIALIZED (SELECT pg_advisory_xact_lock($9)) \
+         INSERT INTO inbox (session_id, run_id, attempt, kind, body, data, delivery, created_at) \
+         SELECT s, r, a, k, b, d, v, $8 FROM lock, unnest($1::text[], $2::text[], $3::bigint[], \
          $4::text[], $5::text[], $6::text[], $7::text[]) WITH ORDINALITY AS u(s, r, a, k, b, d, v, n) \
          ORDER BY n",
-        &[&session, &run, &attempt, &kind, &body, &data, &delivery, &ts(now)],
+        &[
+            &session,
+            &run,
+            &attempt,
+            &kind,
+            &body,
+            &data,
+            &delivery,
+            &ts(now),
+            &super::locks::INBOX,
+        ],
         "insert messages",
     )
     .await?;
