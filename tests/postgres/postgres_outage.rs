@@ -77,9 +77,15 @@ impl Proxy {
     }
 }
 
+/// Points `c` (a test database on the server) at the proxy.
+fn proxied(proxy: &Proxy, c: &mut Config) {
+    c.db_path = proxy.url(&c.db_path);
+    c.db_url = c.db_url.as_deref().map(|u| proxy.url(u));
+}
+
 fn env_through(proxy: &Proxy) -> TestEnv {
     TestEnv::with_config(|c| {
-        c.db_path = proxy.url(&c.db_path);
+        proxied(proxy, c);
         c.worker.lease = Duration::from_secs(30);
         // The manual clock jumps past a lease during the outage; a draining worker must not
         // give up on the database for that.
@@ -188,7 +194,7 @@ async fn a_dropped_listening_connection_is_replaced_and_other_hosts_enqueues_sti
     let proxy = Proxy::start();
     // An hour-long poll: only the change feed (or its polling fallback) wakes the worker.
     let env = TestEnv::with_config(|c| {
-        c.db_path = proxy.url(&c.db_path);
+        proxied(&proxy, c);
         c.worker.poll_interval = Duration::from_secs(3600);
         c.schedules.late_after = Duration::from_secs(7200);
     });
