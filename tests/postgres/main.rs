@@ -9,6 +9,12 @@
 //! working directory: engine-independent, they run once in `tests/it`). Within shared modules,
 //! tests about the SQLite file are `sqlite_only_*` (and `ops::wal`), dropped here by the
 //! `sqlite_only!` macro.
+//!
+//! Postgres-only: `harness` (the throwaway server itself), `bad_input` (bad URL, refused
+//! connection, wrong credentials, a foreign database, a newer schema), `hosts` (three worker
+//! processes with different host ids on one database; a host that stops heartbeating),
+//! `ticks` (three workers, one cron schedule, 20 ticks), `postgres_open` and
+//! `postgres_outage` (a lost connection). The kill -9 crash tests are the shared `crash`.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 /// The engine these tests run on (see `support::TestDb`).
