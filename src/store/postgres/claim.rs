@@ -57,7 +57,24 @@ pub(crate) async fn claim<C: GenericClient>(c: &C, p: &Claim) -> Result<Vec<Run>
     if p.max == 0 {
         return Ok(Vec::new());
     }
-    let paused = super::flow::paused(c).await?;
+    // Pipelined: the pauses, the lock, then (each statement's snapshot taken when it starts,
+    // after the lock is held: every earlier claim has committed or rolled back) the running
+    // counts and the sessions with queued runs, in one round trip.
+    let max_sessions = (p.max * 4).max(64) as i64;
+    let start = p.after_session.clone().unwrap_or_default();
+    let session_params: [super::P<'_>; 2] = [&start, &max_sessions];
+    let (paused, (), running_rows, session_rows) = tokio::try_join!(
+        super::flow::paused(c),
+        locks::take(c, locks::CLAIM),
+        query(
+            c,
+            "SELECT session_id, tool, count(*) FROM runs WHERE state = 'running' \
+             GROUP BY session_id, tool",
+            &[],
+            "count running",
+        ),
+        query(c, SESSIONS, &session_params, "next sessions"),
+    )?;
     if paused.all {
         return Ok(Vec::new());
     }
@@ -72,27 +89,16 @@ pub(crate) async fn claim<C: GenericClient>(c: &C, p: &Claim) -> Result<Vec<Run>
     if wanted.is_empty() {
         return Ok(Vec::new());
     }
-    locks::take(c, locks::CLAIM).await?;
-    // Counted after taking the lock: every earlier claim has committed or rolled back.
     let mut running: HashMap<String, i64> = HashMap::new();
     let mut running_tool: HashMap<String, i64> = HashMap::new();
-    for r in &query(
-        c,
-        "SELECT session_id, tool, count(*) FROM runs WHERE state = 'running' GROUP BY session_id, tool",
-        &[],
-        "count running",
-    )
-    .await?
-    {
+    for r in &running_rows {
         let (s, t, n): (String, String, i64) = (get(r, 0)?, get(r, 1)?, get(r, 2)?);
         *running.entry(s).or_default() += n;
         *running_tool.entry(t).or_default() += n;
     }
     let now = ts(p.now);
-    let max_sessions = (p.max * 4).max(64) as i64;
-    let start = p.after_session.clone().unwrap_or_default();
     let mut sessions: Vec<String> = Vec::new();
-    for r in &query(c, SESSIONS, &[&start, &max_sessions], "next sessions").await? {
+    for r in &session_rows {
         sessions.push(get(r, 0)?);
     }
     if (sessions.len() as i64) < max_sessions && !start.is_empty() {

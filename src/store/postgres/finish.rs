@@ -256,18 +256,6 @@ pub(crate) async fn write_artifacts<C: GenericClient>(
             blobs.push((&r.session_id, path.clone(), &r.id, content, false));
         }
     }
-    if !empty_paths.is_empty() {
-        exec(
-            c,
-            "INSERT INTO blobs (session_id, path, run_id, content, size, truncated, created_at, updated_at) \
-             SELECT s, p, r, '\\x'::bytea, 0, 0, $4, $4 FROM unnest($1::text[], $2::text[], $3::text[]) \
-             AS u(s, p, r) ON CONFLICT (session_id, path) DO NOTHING",
-            &[&empty_sessions, &empty_paths, &empty_runs, &ts(now)],
-            "ensure logs",
-        )
-        .await?;
-    }
-    put_blobs(c, &blobs, now).await?;
     let encoded: Vec<Option<String>> = records
         .iter()
         .map(|r| match (&r.message, &r.message_data) {
@@ -283,5 +271,26 @@ pub(crate) async fn write_artifacts<C: GenericClient>(
             Some((m, r.message_data.as_deref().or(late.as_deref())?))
         })
         .collect();
-    super::inbox::insert_many(c, &messages, now).await
+    // The three writes are independent: pipelined, one round trip.
+    let ensure = async {
+        if empty_paths.is_empty() {
+            return Ok(());
+        }
+        exec(
+            c,
+            "INSERT INTO blobs (session_id, path, run_id, content, size, truncated, created_at, updated_at) \
+             SELECT s, p, r, '\\x'::bytea, 0, 0, $4, $4 FROM unnest($1::text[], $2::text[], $3::text[]) \
+             AS u(s, p, r) ON CONFLICT (session_id, path) DO NOTHING",
+            &[&empty_sessions, &empty_paths, &empty_runs, &ts(now)],
+            "ensure logs",
+        )
+        .await
+        .map(|_| ())
+    };
+    tokio::try_join!(
+        ensure,
+        put_blobs(c, &blobs, now),
+        super::inbox::insert_many(c, &messages, now)
+    )?;
+    Ok(())
 }

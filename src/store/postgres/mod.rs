@@ -151,10 +151,16 @@ macro_rules! write_tx {
         loop {
             let mut conn = store.conn().await?;
             let t0 = std::time::Instant::now();
-            let $tx = conn
-                .transaction()
-                .await
-                .map_err(|e| $crate::error::StoreError::pg("begin", e))?;
+            let $tx = match conn.transaction().await {
+                Ok(tx) => tx,
+                // A pooled connection that died since it was handed out (a restarted server,
+                // a runtime that owned it gone): nothing was sent; take another.
+                Err(e) if e.is_closed() && tries < 3 => {
+                    tries += 1;
+                    continue;
+                }
+                Err(e) => return Err($crate::error::StoreError::pg("begin", e)),
+            };
             let out: Result<_, $crate::error::StoreError> = async { $body }.await;
             let out = match out {
                 Ok(v) => {
@@ -242,6 +248,14 @@ impl PgStore {
 
     /// A pooled connection.
     pub(crate) async fn conn(&self) -> Result<deadpool_postgres::Object, StoreError> {
+        // A closed connection (its server or its driver task gone) is dropped, not used.
+        for _ in 0..POOL_SIZE {
+            let conn = self.inner.pool.get().await.map_err(pool_error)?;
+            if !conn.is_closed() {
+                return Ok(conn);
+            }
+            drop(deadpool_postgres::Object::take(conn));
+        }
         self.inner.pool.get().await.map_err(pool_error)
     }
 
