@@ -173,6 +173,14 @@ macro_rules! write_tx {
                     store.count_write(t0, t1);
                     done
                 }
+                // Not committed: a connection that broke under it (a stale pooled one) is
+                // replaced and the transaction run again. A failed commit is never rerun
+                // here: it may have committed; the caller's fences decide.
+                Err(e) if e.fault() == $crate::error::Fault::Storage && tries < 3 => {
+                    tries += 1;
+                    tracing::debug!(error = %e, "database connection lost mid-transaction; retrying");
+                    continue;
+                }
                 Err(e) => Err(e),
             };
             match out {
