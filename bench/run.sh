@@ -6,7 +6,10 @@
 #   BENCH_DIR=... to put the files elsewhere (default bench/out, must not be tmpfs)
 #   BENCH_BIG=N: the flat-claim check drains N queued runs (default 1000000, seeded by
 #     enqueue-batch, 1,000 per call, ~10 s); BENCH_BIG=0 skips it
-#   BENCH_PEERS=0 to skip the peers (plainjob, via node and npm: bench/peers/plainjob)
+#   BENCH_PEERS=0 to skip the peers (plainjob, via node and npm: bench/peers/plainjob; Graphile
+#   Worker: bench/peers/graphile-worker)
+#   BENCH_PG=0 to skip the Postgres half (bench/pg.sh: a throwaway server, the raw Postgres
+#   limit, the workload on a postgres:// URL, 1 vs 4 worker processes, Graphile Worker)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${1:-20000}
@@ -139,3 +142,6 @@ for name, v, op, goal in targets:
     met = v >= goal if op == ">=" else v <= goal
     print(f"{name:<30} {v:>10.2f}   target {op} {goal:<5} {'met' if met else 'NOT MET'}")
 PY
+if [ "${BENCH_PG:-1}" != 0 ]; then
+  bench/pg.sh "$N" "$SAMPLES" "$RUNS"
+fi

@@ -170,10 +170,14 @@ impl AsyncTool for Transfer {
 }
 
 fn client(db: &Path, service: &Path) -> Result<Client, Box<dyn std::error::Error>> {
-    let mut config = Config {
-        db_path: db.display().to_string(),
-        ..Config::default()
-    };
+    let mut config = Config::default();
+    // A postgres:// URL in place of the file runs the example on Postgres.
+    let location = db.display().to_string();
+    if toolq::db_url::is_postgres(&location) {
+        config.db_url = Some(location);
+    } else {
+        config.db_path = location;
+    }
     config.worker.poll_interval = Duration::from_millis(50);
     config.worker.heartbeat_interval = Duration::from_millis(200);
     config.worker.flush_interval = Duration::from_millis(100);

@@ -132,8 +132,8 @@ impl Serialize for Enqueued {
 pub(crate) struct Inner {
     /// The engine every operation goes through.
     pub engine: Arc<dyn Engine>,
-    /// The same engine as SQLite, for test support and SQLite-only upkeep.
-    pub store: Store,
+    /// The same engine as SQLite (None on Postgres), for test support.
+    pub store: Option<Store>,
     pub registry: Arc<Registry>,
     pub config: Config,
     pub clock: SharedClock,
@@ -181,7 +181,8 @@ impl std::fmt::Debug for Client {
 }
 
 impl Client {
-    /// Opens `config.db_path` with the real clock.
+    /// Opens the database the config names (`database.url` when set, else the file
+    /// `database.path`) with the real clock.
     pub fn open(config: Config, registry: Registry) -> Result<Client> {
         Self::open_with_clock(config, registry, Arc::new(SystemClock))
     }
@@ -196,17 +197,29 @@ impl Client {
     }
 
     /// Opens as `mode` allows (see [`Store::open_with`]): the CLI's read commands neither
-    /// create a missing file nor need to write one.
+    /// create a missing file nor need to write one. The engine follows the location: a
+    /// `postgres://` URL (`database.url`) opens Postgres ([`crate::store::PgStore`]), a path
+    /// the SQLite file.
     pub fn open_as(
         config: Config,
         registry: Registry,
         clock: SharedClock,
         mode: OpenMode,
     ) -> Result<Client> {
-        let store = Store::open_with(&config.db_path, mode)?;
+        // A URL in `database.url`, or in place of the path (a library caller's `db_path`).
+        let url = config.db_url.clone().or_else(|| {
+            crate::db_url::is_postgres(&config.db_path).then(|| config.db_path.clone())
+        });
+        let (engine, store): (Arc<dyn Engine>, Option<Store>) = match &url {
+            Some(url) => (Arc::new(crate::store::PgStore::open(url, mode)?), None),
+            None => {
+                let store = Store::open_with(&config.db_path, mode)?;
+                (Arc::new(store.clone()), Some(store))
+            }
+        };
         Ok(Client {
             inner: Arc::new(Inner {
-                engine: Arc::new(store.clone()),
+                engine,
                 store,
                 registry: Arc::new(registry),
                 config,
@@ -218,13 +231,27 @@ impl Client {
 
     /// The SQLite store under this client (test support: tests reach below the engine
     /// contract to stage races; the crate itself goes through [`Client::engine`]).
+    ///
+    /// # Panics
+    /// On a client of the Postgres engine: a test that stages a race below the contract is
+    /// a SQLite test, and says so in its name.
     #[doc(hidden)]
     pub fn store(&self) -> &Store {
-        &self.inner.store
+        self.inner
+            .store
+            .as_ref()
+            .expect("Client::store is the SQLite store; this client uses Postgres")
     }
 
-    /// The engine: every store operation ([`Engine`]).
-    pub(crate) fn engine(&self) -> &dyn Engine {
+    /// Whether this client's engine is Postgres.
+    pub fn is_postgres(&self) -> bool {
+        self.inner.store.is_none()
+    }
+
+    /// The engine: every store operation ([`Engine`]). Public for tests, which stage races
+    /// through the engine contract on either engine; not a stable API.
+    #[doc(hidden)]
+    pub fn engine(&self) -> &dyn Engine {
         &*self.inner.engine
     }
 

@@ -20,8 +20,11 @@ pub(crate) use report::suggest;
 /// Validated configuration with typed values.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
-    /// Database file.
+    /// Database file (SQLite).
     pub db_path: String,
+    /// A Postgres URL (`postgres://user@host/db`): when set, the Postgres engine is used
+    /// instead of the file (`database.url`, or `--db`/`TOOLQ_DB` given a URL).
+    pub db_url: Option<String>,
     /// Worker loop settings.
     pub worker: WorkerConfig,
     /// Defaults for runs.
@@ -159,6 +162,10 @@ pub struct WorkerConfig {
     /// How long writes may fail with a storage error (disk full, I/O error) without progress
     /// before a draining worker gives up and exits 1.
     pub stall_timeout: Duration,
+    /// The host name a worker records and compares to rescue runs of dead processes at once
+    /// (None: the machine's). For tests and containers that share a machine but must act as
+    /// separate hosts; see config.toml.
+    pub host_id: Option<String>,
 }
 
 /// Defaults applied to runs that do not set their own.
@@ -207,6 +214,7 @@ impl Default for Config {
     fn default() -> Self {
         Self {
             db_path: "./toolq.db".into(),
+            db_url: None,
             worker: WorkerConfig {
                 concurrency: 64,
                 per_session: 5,
@@ -217,6 +225,7 @@ impl Default for Config {
                 shutdown_grace: Duration::from_secs(30),
                 cancel_grace: Duration::from_secs(5),
                 stall_timeout: Duration::from_secs(300),
+                host_id: None,
             },
             runs: RunDefaults {
                 max_attempts: 3,
@@ -312,6 +321,7 @@ struct FileWal {
 #[serde(deny_unknown_fields)]
 struct FileDatabase {
     path: Option<String>,
+    url: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -326,6 +336,7 @@ struct FileWorker {
     shutdown_grace: Option<String>,
     cancel_grace: Option<String>,
     stall_timeout: Option<String>,
+    host_id: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -455,9 +466,21 @@ impl Config {
         let s = file.sessions.unwrap_or_default();
         let (retention, wal) = parse_maintenance(&c, &d, file.retention, file.wal)?;
         let sc = file.schedules.unwrap_or_default();
-        let db_path = file.database.and_then(|d| d.path).unwrap_or(d.db_path);
+        let database = file.database.unwrap_or_default();
+        let db_path = database.path.unwrap_or(d.db_path);
         if db_path.trim().is_empty() {
             return Err(c.bad("database.path", "\"\"", "must not be empty"));
+        }
+        // An empty url means none: `--db PATH` sets it so, to win over a url in the file.
+        let db_url = database.url.filter(|u| !u.trim().is_empty());
+        if let Some(u) = &db_url
+            && !crate::db_url::is_postgres(u)
+        {
+            return Err(c.bad(
+                "database.url",
+                format!("{:?}", crate::db_url::redact(u)),
+                "must be a Postgres URL: postgres://user@host:port/dbname",
+            ));
         }
         let worker = WorkerConfig {
             concurrency: c.int(
@@ -505,6 +528,12 @@ impl Config {
                 w.stall_timeout,
                 d.worker.stall_timeout,
             )?,
+            host_id: match w.host_id {
+                Some(h) if h.trim().is_empty() => {
+                    return Err(c.bad("worker.host_id", "\"\"", "must not be empty"));
+                }
+                h => h,
+            },
         };
         if worker.heartbeat_interval * 2 > worker.lease {
             return Err(c.bad(
@@ -602,6 +631,7 @@ impl Config {
             web: file.web,
             limits,
             db_path,
+            db_url,
             worker,
             runs,
             sessions,

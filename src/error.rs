@@ -171,6 +171,29 @@ pub enum StoreError {
         /// What differs, with both values (`different args: stored {...}, given {...}`).
         what: String,
     },
+    /// The database URL does not parse (exit code 2). The URL is shown without its password.
+    #[error("database URL {url} is not valid: {reason}")]
+    BadUrl {
+        /// The URL, password hidden.
+        url: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The database server could not be reached or refused the login (exit code 1). The URL
+    /// is shown without its password.
+    #[error("cannot connect to database {url}: {reason}")]
+    Connect {
+        /// The URL, password hidden.
+        url: String,
+        /// Why (refused, timed out, authentication failed, no such database).
+        reason: String,
+    },
+    /// The command only makes sense for another engine (exit code 2).
+    #[error("{what}")]
+    Unsupported {
+        /// What is not available, and what to do instead.
+        what: String,
+    },
     /// A blocking database task panicked or was cancelled.
     #[error("database task failed: {0}")]
     Task(String),
@@ -228,7 +251,7 @@ impl StoreError {
     pub fn fault(&self) -> Fault {
         match self {
             StoreError::Damaged { .. } => Fault::Damaged,
-            StoreError::Stalled { .. } => Fault::Storage,
+            StoreError::Stalled { .. } | StoreError::Connect { .. } => Fault::Storage,
             StoreError::Sqlite { source, .. } => source.fault(),
             _ => Fault::Other,
         }
@@ -293,7 +316,9 @@ impl Error {
             Error::Store(
                 StoreError::SchemaTooNew { .. }
                 | StoreError::NotToolq { .. }
-                | StoreError::Missing { .. },
+                | StoreError::Missing { .. }
+                | StoreError::BadUrl { .. }
+                | StoreError::Unsupported { .. },
             ) => 2,
             _ => 1,
         }

@@ -193,7 +193,7 @@ pub async fn status(client: &Client, include_stopped: bool) -> Result<StatusRepo
     );
     let now = client.now();
     let (host, boot_id, pid_ns) = (
-        identity::host(),
+        identity::host_of(&client.config().worker),
         identity::boot_id(),
         identity::pid_namespace(),
     );

@@ -46,7 +46,7 @@ async fn warm_worker(
     CancellationToken,
     tokio::task::JoinHandle<toolq::Result<toolq::WorkerReport>>,
 )> {
-    fresh(db)?;
+    fresh(db).await?;
     let client = open(db, concurrency, recorder)?;
     let shutdown = CancellationToken::new();
     let task = tokio::spawn(
@@ -85,7 +85,7 @@ pub async fn same_process(db: &Path, samples: usize, concurrency: usize) -> anyh
     }
     shutdown.cancel();
     task.await??;
-    with_info(&client, summary("latency", &mut lat))
+    with_info(&client, summary("latency", &mut lat)).await
 }
 
 /// How far in the future `latency-delayed` schedules each run (the issue's `--in 100ms`).
@@ -112,7 +112,7 @@ pub async fn delayed(db: &Path, samples: usize, concurrency: usize) -> anyhow::R
     task.await??;
     let mut v = summary("latency-delayed", &mut late);
     v["delay_ms"] = json!(DELAY.as_millis() as u64);
-    with_info(&client, v)
+    with_info(&client, v).await
 }
 
 /// `latency-xproc`: the worker runs here; a child process enqueues, one job at a time after an
@@ -154,7 +154,7 @@ pub async fn cross_process(db: &Path, samples: usize, concurrency: usize) -> any
     anyhow::ensure!(status.success(), "the enqueuing child failed: {status}");
     shutdown.cancel();
     task.await??;
-    with_info(&client, summary("latency-xproc", &mut lat))
+    with_info(&client, summary("latency-xproc", &mut lat)).await
 }
 
 /// The child of `latency-xproc`: after each gap, enqueue job k, print "k t0", wait for a line.
@@ -178,9 +178,16 @@ pub async fn enqueue_child(db: &Path, samples: usize) -> anyhow::Result<()> {
 /// CPU time of the whole process and how much it appended to the WAL (its commits).
 pub async fn idle(db: &Path, secs: usize, concurrency: usize) -> anyhow::Result<Value> {
     let (client, shutdown, task) = warm_worker(db, concurrency, Recorder::counting()).await?;
+    // On Postgres there is no WAL file of ours to watch: 0 appended, reported as null.
+    let on_pg = crate::pg::url(db).is_some();
     let mut wal = db.as_os_str().to_owned();
     wal.push("-wal");
-    let wal_size = || std::fs::metadata(&wal).map(|m| m.len()).unwrap_or(0);
+    let wal_size = || {
+        if on_pg {
+            return 0;
+        }
+        std::fs::metadata(&wal).map(|m| m.len()).unwrap_or(0)
+    };
     let (cpu0, wal0, t0) = (cpu_secs()?, wal_size(), mono_ns());
     tokio::time::sleep(Duration::from_secs(secs as u64)).await;
     let (cpu1, wal1, t1) = (cpu_secs()?, wal_size(), mono_ns());
@@ -190,11 +197,11 @@ pub async fn idle(db: &Path, secs: usize, concurrency: usize) -> anyhow::Result<
     let v = json!({
         "mode": "idle", "secs": round(wall, 3),
         "cpu_pct": round((cpu1 - cpu0) / wall * 100.0, 3),
-        "wal_bytes_appended": wal1.saturating_sub(wal0),
+        "wal_bytes_appended": (!on_pg).then(|| wal1.saturating_sub(wal0)),
         // One WAL frame is a 24-byte header plus a 4096-byte page.
-        "wal_frames_appended": wal1.saturating_sub(wal0) / 4120,
+        "wal_frames_appended": (!on_pg).then(|| wal1.saturating_sub(wal0) / 4120),
     });
-    with_info(&client, v)
+    with_info(&client, v).await
 }
 
 /// User plus system CPU time of this process, in seconds.

@@ -2,6 +2,9 @@
 //!
 //! `cargo run --release --example workload -- <mode> <db-path> <count> <concurrency>`
 //!
+//! `<db-path>` may be a `postgres://` URL: the same modes on Postgres, each on an emptied
+//! database (see [`pg`]); `idle` then reports no WAL figures (the server keeps its own).
+//!
 //! Modes: enqueue | enqueue-batch | drain | drain-limited | latency | latency-xproc |
 //! latency-delayed | idle | drain-procs-P.
 //! Prints exactly one JSON line on stdout; everything else goes to stderr. `idle` (toolq's own)
@@ -15,6 +18,7 @@
 
 mod latency;
 mod noop;
+mod pg;
 mod procs;
 mod throughput;
 
@@ -130,10 +134,11 @@ fn open_with(
     recorder: Recorder,
     limited: bool,
 ) -> anyhow::Result<Client> {
-    let mut config = Config {
-        db_path: db.to_string_lossy().into_owned(),
-        ..Config::default()
-    };
+    let mut config = Config::default();
+    match pg::url(db) {
+        Some(url) => config.db_url = Some(url.to_string()),
+        None => config.db_path = db.to_string_lossy().into_owned(),
+    }
     config.worker.concurrency = concurrency.max(1);
     // Every benchmark job is in one session: let it use every slot.
     config.worker.per_session = concurrency.max(1) as i64;
@@ -145,8 +150,12 @@ fn open_with(
     Ok(Client::open(config, registry)?)
 }
 
-/// Removes the database and its WAL and shared-memory files, so a measurement starts fresh.
-fn fresh(db: &Path) -> anyhow::Result<()> {
+/// Removes the database and its WAL and shared-memory files, so a measurement starts fresh
+/// (on Postgres: empties the database).
+async fn fresh(db: &Path) -> anyhow::Result<()> {
+    if let Some(url) = pg::url(db) {
+        return pg::reset(url).await;
+    }
     for suffix in ["", "-wal", "-shm", "-journal"] {
         let mut p = db.as_os_str().to_owned();
         p.push(suffix);
@@ -164,8 +173,14 @@ fn request(i: usize) -> EnqueueRequest {
     EnqueueRequest::new("noop", json!({"kind": "noop", "i": i, "pad": PAD}))
 }
 
-/// The fields every line carries: durability settings read back from the database.
-fn with_info(client: &Client, mut v: Value) -> anyhow::Result<Value> {
+/// The fields every line carries: durability settings read back from the database (on
+/// Postgres: the engine and the server's version).
+async fn with_info(client: &Client, mut v: Value) -> anyhow::Result<Value> {
+    if let Some(url) = client.config().db_url.as_deref() {
+        v["engine"] = json!("postgres");
+        v["postgres"] = json!(pg::Sql::connect(url).await?.version().await?);
+        return Ok(v);
+    }
     let info = client.store().info()?;
     v["journal_mode"] = json!(info.journal_mode);
     v["synchronous"] = json!(info.synchronous);

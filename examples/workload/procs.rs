@@ -86,7 +86,7 @@ pub async fn drain(db: &Path, n: usize, concurrency: usize, procs: usize) -> any
         "concurrency": concurrency, "secs": round(secs, 4), "rate": round(n as f64 / secs, 1),
         "handled": handled, "peak_rss_kib": peak_rss,
     });
-    with_info(&client, v)
+    with_info(&client, v).await
 }
 
 /// A child: opens the database, says `ready`, runs a worker from `go` until stdin closes,

@@ -8,11 +8,11 @@ use tokio_util::sync::CancellationToken;
 use toolq::WorkerOptions;
 use toolq::error::StoreError;
 
-use crate::{Recorder, fresh, open, open_with, peak_rss_kib, request, with_info};
+use crate::{Recorder, fresh, open, open_with, peak_rss_kib, pg, request, with_info};
 
 /// `enqueue` (batch = 1) and `enqueue-batch` (batch = 1000) on a fresh file.
 pub async fn enqueue(db: &Path, n: usize, batch: usize) -> anyhow::Result<Value> {
-    fresh(db)?;
+    fresh(db).await?;
     let client = open(db, 1, Recorder::counting())?;
     let started = Instant::now();
     if batch == 1 {
@@ -36,7 +36,7 @@ pub async fn enqueue(db: &Path, n: usize, batch: usize) -> anyhow::Result<Value>
     }
     v["secs"] = json!(round(secs, 4));
     v["rate"] = json!(round(n as f64 / secs, 1));
-    with_info(&client, v)
+    with_info(&client, v).await
 }
 
 /// `drain`: a new process on the file `enqueue` left; the clock runs from starting the worker
@@ -49,9 +49,13 @@ pub async fn drain(
     concurrency: usize,
     limited: bool,
 ) -> anyhow::Result<Value> {
-    if !db.exists() {
-        anyhow::bail!("{}: no such file; run the enqueue mode first", db.display());
-    }
+    let sql = match pg::url(db) {
+        Some(url) => Some(pg::Sql::connect(url).await?),
+        None if !db.exists() => {
+            anyhow::bail!("{}: no such file; run the enqueue mode first", db.display())
+        }
+        None => None,
+    };
     let recorder = Recorder::counting();
     let client = open_with(db, concurrency, recorder.clone(), limited)?;
     let shutdown = CancellationToken::new();
@@ -60,12 +64,22 @@ pub async fn drain(
     let task = tokio::spawn(worker.run(shutdown.clone()));
     recorder.wait_handled(n as u64).await;
     loop {
-        let now = client.now();
-        let (runnable, running) = client
-            .store()
-            .read_async(move |c| toolq::store::runs::has_unfinished(c, now))
-            .await?;
-        if !runnable && !running {
+        let unfinished = match &sql {
+            Some(sql) => {
+                sql.ints("SELECT count(*) FROM runs WHERE state IN ('queued', 'running')")
+                    .await?[0]
+                    > 0
+            }
+            None => {
+                let now = client.now();
+                let (runnable, running) = client
+                    .store()
+                    .read_async(move |c| toolq::store::runs::has_unfinished(c, now))
+                    .await?;
+                runnable || running
+            }
+        };
+        if !unfinished {
             break;
         }
         tokio::time::sleep(Duration::from_millis(1)).await;
@@ -74,24 +88,33 @@ pub async fn drain(
     shutdown.cancel();
     let report = task.await??;
     let handled = recorder.handled();
-    let done = verify(&client).await?;
+    let done = match &sql {
+        Some(sql) => {
+            let v = sql.ints(VERIFY).await?;
+            [v[0], v[1], v[2], v[3]]
+        }
+        None => verify(&client).await?,
+    };
     if handled != n as u64 || done.iter().any(|&c| c != n as i64) {
         anyhow::bail!(
             "drain incomplete: handled {handled}, completed/log/result/inbox {done:?}, expected {n}"
         );
     }
-    eprintln!(
-        "worker report: {report:?}\nwriter: {:?}",
-        client.store().write_stats()
-    );
+    eprintln!("worker report: {report:?}");
     // The limits were counted: the starts of the last second are in the ledger.
-    let starts: i64 = client
-        .store()
-        .read_async(|c| {
-            c.query_row("SELECT count(*) FROM tool_starts", [], |r| r.get(0))
-                .map_err(|e| StoreError::Task(format!("count starts: {e}")))
-        })
-        .await?;
+    let starts: i64 = match &sql {
+        Some(sql) => sql.ints("SELECT count(*) FROM tool_starts").await?[0],
+        None => {
+            eprintln!("writer: {:?}", client.store().write_stats());
+            client
+                .store()
+                .read_async(|c| {
+                    c.query_row("SELECT count(*) FROM tool_starts", [], |r| r.get(0))
+                        .map_err(|e| StoreError::Task(format!("count starts: {e}")))
+                })
+                .await?
+        }
+    };
     if limited && starts == 0 {
         anyhow::bail!("drain-limited recorded no starts: the rate was not counted");
     }
@@ -100,22 +123,23 @@ pub async fn drain(
         "rate": round(n as f64 / secs, 1), "handled": handled,
         "peak_rss_kib": peak_rss_kib(),
     });
-    with_info(&client, v)
+    with_info(&client, v).await
 }
 
 /// Completed runs, log blobs, result blobs and completion messages in the database.
+const VERIFY: &str = "SELECT (SELECT count(*) FROM runs WHERE state = 'completed'), \
+     (SELECT count(*) FROM blobs WHERE path LIKE '/.background/%/output.log'), \
+     (SELECT count(*) FROM blobs WHERE path LIKE '/.background/%/result.json'), \
+     (SELECT count(*) FROM inbox WHERE kind = 'completed')";
+
+/// [`VERIFY`] on the SQLite file.
 pub async fn verify(client: &toolq::Client) -> anyhow::Result<[i64; 4]> {
     let counts = client
         .store()
         .read_async(|c| {
-            c.query_row(
-                "SELECT (SELECT count(*) FROM runs WHERE state = 'completed'), \
-                 (SELECT count(*) FROM blobs WHERE path LIKE '/.background/%/output.log'), \
-                 (SELECT count(*) FROM blobs WHERE path LIKE '/.background/%/result.json'), \
-                 (SELECT count(*) FROM inbox WHERE kind = 'completed')",
-                [],
-                |r| Ok([r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?]),
-            )
+            c.query_row(VERIFY, [], |r| {
+                Ok([r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?])
+            })
             .map_err(|e| StoreError::Task(format!("verify counts: {e}")))
         })
         .await?;

@@ -14,14 +14,19 @@ pub struct Args {}
 pub async fn run(ctx: &Ctx, _args: Args) -> Result<()> {
     let info = ctx.client.engine().info().await?;
     let path = ctx.client.engine().location();
+    let version = if ctx.client.is_postgres() {
+        crate::store::postgres::SCHEMA_VERSION
+    } else {
+        SCHEMA_VERSION
+    };
     if ctx.json {
         render::json(
-            &json!({"db": path, "schema_version": SCHEMA_VERSION, "journal_mode": info.journal_mode,
+            &json!({"db": path, "schema_version": version, "journal_mode": info.journal_mode,
             "synchronous": info.synchronous, "sqlite": info.sqlite_version}),
         );
     } else {
         render::line(&format!(
-            "database {path} ready (schema version {SCHEMA_VERSION}, journal_mode {}, synchronous {})",
+            "database {path} ready (schema version {version}, journal_mode {}, synchronous {})",
             info.journal_mode, info.synchronous
         ));
     }

@@ -46,8 +46,9 @@ const GLOBAL: &str = "Global options";
 #[derive(Debug, Parser)]
 #[command(name = "toolq", version, about, long_about = None)]
 pub struct Cli {
-    /// The database file [default: database.path from the config, else ./toolq.db].
-    #[arg(long, global = true, env = "TOOLQ_DB", value_name = "PATH", help_heading = GLOBAL)]
+    /// The database: a SQLite file, or a Postgres URL (postgres://user@host/db) [default:
+    /// database.url, else database.path from the config, else ./toolq.db].
+    #[arg(long, global = true, env = "TOOLQ_DB", value_name = "PATH|URL", help_heading = GLOBAL)]
     pub db: Option<PathBuf>,
     /// A config file (see config.toml for every key and its default) [default: TOOLQ_CONFIG,
     /// else ./toolq.toml if present, else built-in defaults]. Any key can also be set by an
@@ -187,11 +188,14 @@ pub fn load_config(cli: &Cli, db_from_env: bool) -> Result<(Config, Layers)> {
     let mut overrides = Vec::new();
     if let Some(db) = &cli.db {
         let flag = if db_from_env { "TOOLQ_DB" } else { "--db" };
-        overrides.push(Override::new(
-            "database.path",
-            db.display().to_string(),
-            flag,
-        ));
+        let db = db.display().to_string();
+        if crate::db_url::is_postgres(&db) {
+            overrides.push(Override::new("database.url", db, flag));
+        } else {
+            // A path given here wins over a url in the config file.
+            overrides.push(Override::new("database.path", db, flag));
+            overrides.push(Override::new("database.url", String::new(), flag));
+        }
     }
     if let Command::Worker(a) = &cli.command {
         overrides.extend(a.overrides());

@@ -72,17 +72,33 @@ pub async fn run(ctx: &Ctx, _args: Args) -> Result<()> {
     ));
     pairs.push(("busy retries", busy.to_string()));
     pairs.push(("live workers", live.to_string()));
-    pairs.push((
-        "database",
-        format!(
-            "{} ({size} bytes, journal {}, synchronous {}, sqlite {})",
-            v["db"].as_str().unwrap_or(""),
-            info.journal_mode,
-            info.synchronous,
-            info.sqlite_version
-        ),
-    ));
-    pairs.push(("wal", format!("{} bytes", wal.wal_bytes)));
+    if ctx.client.is_postgres() {
+        // A server: no file size, no WAL file of ours; its version and commit setting.
+        pairs.push((
+            "database",
+            format!(
+                "{} ({}, {})",
+                v["db"].as_str().unwrap_or(""),
+                info.sqlite_version
+                    .strip_prefix("n/a (")
+                    .and_then(|v| v.strip_suffix(')'))
+                    .unwrap_or(&info.sqlite_version),
+                info.synchronous
+            ),
+        ));
+    } else {
+        pairs.push((
+            "database",
+            format!(
+                "{} ({size} bytes, journal {}, synchronous {}, sqlite {})",
+                v["db"].as_str().unwrap_or(""),
+                info.journal_mode,
+                info.synchronous,
+                info.sqlite_version
+            ),
+        ));
+        pairs.push(("wal", format!("{} bytes", wal.wal_bytes)));
+    }
     let lines: Vec<String> = unserved.iter().map(|u| u.message()).collect();
     for line in &lines {
         pairs.push(("unserved", line.clone()));

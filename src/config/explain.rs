@@ -59,11 +59,17 @@ fn walk(layers: &Layers, path: &mut Vec<String>, v: &Value, out: &mut Vec<Entry>
         }
         _ => {
             let key = path.join(".");
-            // A secret is shown as set, never as itself: `toolq config` output gets pasted.
+            // A secret is shown as set, never as itself, and a database URL never shows its
+            // password: `toolq config` output gets pasted.
             let value = if SECRETS.contains(&key.as_str()) {
                 serde_json::Value::String("(set, hidden)".into())
             } else {
-                serde_json::to_value(v).unwrap_or(serde_json::Value::Null)
+                match serde_json::to_value(v).unwrap_or(serde_json::Value::Null) {
+                    serde_json::Value::String(s) => {
+                        serde_json::Value::String(crate::db_url::redact(&s))
+                    }
+                    other => other,
+                }
             };
             out.push(Entry {
                 key,

@@ -1,10 +1,14 @@
-//! The store: every SQL statement lives under this module. Today's engine is SQLite
-//! ([`sqlite`]); its items are re-exported here while callers move to the engine contract.
+//! The store: every SQL statement lives under this module. Two engines fill the contract
+//! ([`Engine`]): SQLite ([`sqlite`], the default, one file) and Postgres ([`postgres`], a
+//! server many hosts share). SQLite's items are re-exported here while callers move to the
+//! engine contract.
 
 pub mod engine;
+pub mod postgres;
 pub mod sqlite;
 mod types;
 
 pub use engine::*;
+pub use postgres::PgStore;
 pub use sqlite::*;
 pub use types::*;

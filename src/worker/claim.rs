@@ -26,6 +26,12 @@ pub(super) async fn next_due(sh: &Shared) -> Option<chrono::DateTime<chrono::Utc
     let now = sh.client.now();
     match sh.client.engine().run_next_due(now, sh.tools.clone()).await {
         Ok(at) => at,
+        // A storage fault (a lost database connection) is logged once by the health
+        // state machine when writes fail; this read fails with it at every poll.
+        Err(e) if e.fault() == crate::error::Fault::Storage => {
+            tracing::debug!(error = %e, "could not read the next due run; polling");
+            None
+        }
         Err(e) => {
             tracing::warn!(error = %e, "could not read the next due run; polling");
             None

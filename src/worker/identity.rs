@@ -26,6 +26,12 @@ pub fn host() -> String {
         .unwrap_or_else(|| "unknown".into())
 }
 
+/// The host name a worker records: `worker.host_id` when set (tests and containers that
+/// share a machine but act as separate hosts), else the machine's.
+pub fn host_of(cfg: &crate::config::WorkerConfig) -> String {
+    cfg.host_id.clone().unwrap_or_else(host)
+}
+
 /// Start time of process `pid` in clock ticks since boot (field 22 of `/proc/PID/stat`),
 /// or None when the process does not exist or has exited (a zombie waiting to be reaped).
 pub fn process_start_time(pid: u32) -> Option<String> {

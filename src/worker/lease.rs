@@ -17,7 +17,7 @@ pub(super) async fn register(sh: &Arc<Shared>) -> Result<()> {
     let cfg = &sh.client.config().worker;
     let row = store::WorkerRow {
         id: sh.id.to_string(),
-        host: super::identity::host(),
+        host: super::identity::host_of(cfg),
         boot_id: super::identity::boot_id(),
         pid_namespace: super::identity::pid_namespace(),
         pid: pid as i64,

@@ -86,7 +86,7 @@ pub fn decide_rescue(
 pub async fn rescue_tick(client: &Client) -> Result<RescueReport> {
     let now = client.now();
     let params = Rescue {
-        host: identity::host(),
+        host: identity::host_of(&client.config().worker),
         boot_id: identity::boot_id(),
         pid_namespace: identity::pid_namespace(),
         now,

@@ -77,10 +77,7 @@ async fn an_approved_run_executes_once_after_a_worker_restart() {
     assert!(msgs[0].body.contains("toolq approve"), "{}", msgs[0].body);
 
     // "Restart": a new client and worker on the same database file.
-    let mut config = toolq::Config {
-        db_path: env.db_path().display().to_string(),
-        ..Default::default()
-    };
+    let mut config = env.db.config();
     config.worker.poll_interval = Duration::from_millis(20);
     setup(&mut config);
     let registry = RegistryBuilder::new()
@@ -217,10 +214,8 @@ impl Tool for Guarded {
 #[tokio::test]
 async fn a_tool_policy_and_formatter_shape_the_messages() {
     let dir = tempfile::tempdir().unwrap();
-    let mut config = toolq::Config {
-        db_path: dir.path().join("t.db").display().to_string(),
-        ..Default::default()
-    };
+    let db = crate::support::TestDb::at(dir.path());
+    let mut config = db.config();
     config.worker.poll_interval = Duration::from_millis(20);
     let registry = RegistryBuilder::new()
         .with_builtins()

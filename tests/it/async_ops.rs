@@ -3,9 +3,11 @@
 //! resumes watching the same operation instead of starting the command again.
 
 use std::path::Path;
+use std::sync::Arc;
 
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
+use toolq::store::{Claim, Release, Settle, Settlement};
 use toolq::{EnqueueRequest, RunState};
 
 use crate::support::{TestEnv, wait_for};
@@ -84,12 +86,29 @@ async fn a_detached_operation_is_resumed_after_the_worker_dies() {
         run.lease_token.clone().unwrap(),
     );
     let now = env.client.now();
-    let released = env
+    let settled = env
         .client
-        .store()
-        .write(|tx| toolq::store::claim::release(tx, &rid, attempt, &token, now))
+        .engine()
+        .attempt_settle(Settle {
+            batch: Arc::new(vec![Settlement::Release(Release {
+                id: rid,
+                attempt,
+                token,
+            })]),
+            claim: Claim {
+                worker: "wk_test".into(),
+                now,
+                lease_until: now,
+                max: 0,
+                per_session: 0,
+                after_session: None,
+                tools: Vec::new().into(),
+                limits: Default::default(),
+            },
+        })
+        .await
         .unwrap();
-    assert!(released);
+    assert_eq!(settled.applied, [true]);
     std::fs::write(dir.path().join("go"), "").unwrap();
     env.drain().await;
 

@@ -12,8 +12,7 @@ use tokio_util::sync::CancellationToken;
 use toolq::tool::async_tool::AsyncError;
 use toolq::tool::{AsyncOutcome, AsyncTool, ProgressStage, ToolStatus};
 use toolq::{
-    Client, Config, EnqueueRequest, ManualClock, RegistryBuilder, RunId, RunState, ToolContext,
-    ToolDef,
+    Client, EnqueueRequest, ManualClock, RegistryBuilder, RunId, RunState, ToolContext, ToolDef,
 };
 
 use crate::support::{t, wait_for};
@@ -119,6 +118,7 @@ impl AsyncTool for Scripted {
 
 struct Env {
     _dir: tempfile::TempDir,
+    _db: crate::support::TestDb,
     clock: ManualClock,
     client: Client,
     executes: Arc<AtomicUsize>,
@@ -127,10 +127,8 @@ struct Env {
 
 fn env() -> Env {
     let dir = tempfile::tempdir().unwrap();
-    let mut config = Config {
-        db_path: dir.path().join("toolq.db").display().to_string(),
-        ..Config::default()
-    };
+    let db = crate::support::TestDb::at(dir.path());
+    let mut config = db.config();
     config.worker.poll_interval = Duration::from_millis(20);
     config.worker.heartbeat_interval = Duration::from_millis(100);
     config.worker.flush_interval = Duration::from_millis(50);
@@ -144,6 +142,7 @@ fn env() -> Env {
     let client = Client::open_with_clock(config, registry, Arc::new(clock.clone())).unwrap();
     Env {
         _dir: dir,
+        _db: db,
         clock,
         client,
         executes,

@@ -4,7 +4,6 @@
 use std::process::{Child, Command, Stdio};
 use std::time::Instant;
 
-use rusqlite::Connection;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 use toolq::inbox::InboxFilter;
@@ -191,7 +190,7 @@ async fn bulk_retry_requeues_each_matching_run_once_in_batches() {
 
     // Each retried run's second attempt ends once more: one message per attempt.
     env.drain().await;
-    let db = Connection::open(env.db_path()).unwrap();
+    let db = env.db.clone();
     assert_eq!(
         one(
             &db,
@@ -220,7 +219,7 @@ fn out(o: &std::process::Output) -> (i32, Value, String) {
 #[test]
 fn bulk_cli_refuses_an_empty_or_mixed_call_and_keeps_the_single_id_form() {
     let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("toolq.db");
+    let db = crate::support::TestDb::at(dir.path());
     let ids: Vec<String> = (0..3)
         .map(|i| {
             let o = toolq(
@@ -313,7 +312,7 @@ impl Drop for Worker {
     }
 }
 
-fn worker(db: &std::path::Path) -> Worker {
+fn worker(db: &crate::support::TestDb) -> Worker {
     Worker(
         Command::new(env!("CARGO_BIN_EXE_toolq"))
             .arg("--db")
@@ -334,7 +333,7 @@ fn worker(db: &std::path::Path) -> Worker {
 fn a_bulk_retry_of_10000_failed_runs_while_two_workers_drain() {
     const N: i64 = 10_000;
     let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("toolq.db");
+    let db = crate::support::TestDb::at(dir.path());
     let file = dir.path().join("runs.jsonl");
     // Spread over sessions so the per-session limit does not serialise the drain.
     let lines: Vec<String> = (0..N)
@@ -349,7 +348,7 @@ fn a_bulk_retry_of_10000_failed_runs_while_two_workers_drain() {
     assert!(o.status.success(), "{o:?}");
 
     let workers = [worker(&db), worker(&db)];
-    let c = Connection::open(&db).unwrap();
+    let c = db.clone();
     let failed = || one(&c, "SELECT count(*) FROM runs WHERE state = 'failed'");
     wait_until("the first attempts to fail", || failed() == N);
 
@@ -386,7 +385,7 @@ fn a_bulk_retry_of_10000_failed_runs_while_two_workers_drain() {
         one(
             &c,
             "SELECT count(*) FROM (SELECT run_id FROM inbox GROUP BY run_id \
-             HAVING count(*) <> 2 OR count(DISTINCT attempt) <> 2 OR min(attempt) <> 1)"
+             HAVING count(*) <> 2 OR count(DISTINCT attempt) <> 2 OR min(attempt) <> 1) r"
         ),
         0,
         "attempts 1 and 2 each ended once"
@@ -397,13 +396,13 @@ fn a_bulk_retry_of_10000_failed_runs_while_two_workers_drain() {
 /// left as it is and reported as not applied (the library counts it as skipped).
 #[tokio::test]
 async fn a_batch_leaves_runs_that_changed_state_since_the_page_was_read() {
-    use toolq::store::{Engine, RunCancelMany, RunRetryMany, RunSelect};
+    use toolq::store::{RunCancelMany, RunRetryMany, RunSelect};
     let env = TestEnv::new();
     let (a, b) = (
         enqueue(&env, "echo", "s1", 1).await,
         enqueue(&env, "echo", "s1", 1).await,
     );
-    let store = env.client.store();
+    let store = env.client.engine();
     let page = store
         .run_select(RunSelect {
             filter: RunFilter::default(),

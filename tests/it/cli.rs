@@ -1,7 +1,6 @@
 //! The `toolq` binary: the happy path and the bad-input matrix (exit code, message, nothing written).
 
 use crate::support::toolq;
-use std::path::Path;
 use std::process::Output;
 
 use serde_json::Value;
@@ -14,16 +13,14 @@ fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
-fn rows(db: &Path) -> i64 {
-    let c = rusqlite::Connection::open(db).unwrap();
-    c.query_row("SELECT (SELECT count(*) FROM runs) + (SELECT count(*) FROM inbox) + (SELECT count(*) FROM blobs)", [], |r| r.get(0))
-        .unwrap()
+fn rows(db: &crate::support::TestDb) -> i64 {
+    db.count("SELECT (SELECT count(*) FROM runs) + (SELECT count(*) FROM inbox) + (SELECT count(*) FROM blobs)")
 }
 
 #[test]
 fn enqueue_drain_and_read_back() {
     let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("t.db");
+    let db = crate::support::TestDb::at(dir.path());
     let o = toolq(
         &db,
         &[
@@ -71,7 +68,9 @@ fn enqueue_drain_and_read_back() {
     let o = toolq(&db, &["--json", "stats"]);
     let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
     assert_eq!(v["runs"]["completed"], 1);
-    assert_eq!(v["journal_mode"], "wal");
+    if crate::support::ENGINE == crate::support::Engine::Sqlite {
+        assert_eq!(v["journal_mode"], "wal");
+    }
     let o = toolq(
         &db,
         &[
@@ -94,7 +93,7 @@ fn enqueue_drain_and_read_back() {
 #[test]
 fn bad_input_is_refused_with_exit_2_and_writes_nothing() {
     let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("t.db");
+    let db = crate::support::TestDb::at(dir.path());
     assert!(toolq(&db, &["init"]).status.success());
     let lines = dir.path().join("runs.jsonl");
     std::fs::write(&lines, "{\"tool\":\"get_current_time\"}\n\n{\"tool\":\"add\",\"args\":{\"a\":1,\"b\":2}}\n{\"tool\":\"add\",\"args\":{\"a\":1}}\n").unwrap();
@@ -183,7 +182,7 @@ fn bad_input_is_refused_with_exit_2_and_writes_nothing() {
 #[test]
 fn a_batch_file_is_all_or_nothing_and_then_all() {
     let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("t.db");
+    let db = crate::support::TestDb::at(dir.path());
     let f = dir.path().join("ok.jsonl");
     std::fs::write(&f, "{\"tool\":\"echo\",\"args\":{\"message\":\"a\"},\"session\":\"s1\"}\n{\"tool\":\"add\",\"args\":{\"a\":1,\"b\":2},\"priority\":5,\"in\":\"1m\"}\n").unwrap();
     let o = toolq(
@@ -199,57 +198,62 @@ fn a_batch_file_is_all_or_nothing_and_then_all() {
 #[test]
 fn bad_config_is_refused_naming_the_key() {
     let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("t.db");
+    let db = crate::support::TestDb::at(dir.path());
     let cfg = dir.path().join("c.toml");
     std::fs::write(&cfg, "[worker]\nconcurrency = -1\n").unwrap();
     let o = toolq(&db, &["--config", &cfg.display().to_string(), "stats"]);
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("worker.concurrency"), "{}", stderr(&o));
-    assert!(!db.exists(), "a bad config must not create the database");
+    assert!(
+        !db.has_schema(),
+        "a bad config must not create the database"
+    );
 }
 
-#[test]
-fn a_newer_schema_or_a_foreign_file_is_refused_untouched() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("t.db");
-    assert!(toolq(&db, &["init"]).status.success());
-    {
-        let c = rusqlite::Connection::open(&db).unwrap();
-        c.execute_batch("PRAGMA wal_checkpoint(TRUNCATE); PRAGMA journal_mode = DELETE; PRAGMA user_version = 99;").unwrap();
-    }
-    let before = std::fs::read(&db).unwrap();
-    let o = toolq(&db, &["runs"]);
-    assert_eq!(o.status.code(), Some(2));
-    let e = stderr(&o);
-    assert!(e.contains("99") && e.contains("newer"), "{e}");
-    assert_eq!(
-        std::fs::read(&db).unwrap(),
-        before,
-        "the newer file was modified"
-    );
+sqlite_only! {
+    #[test]
+    fn sqlite_only_a_newer_schema_or_a_foreign_file_is_refused_untouched() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("t.db");
+        assert!(toolq(&db, &["init"]).status.success());
+        {
+            let c = rusqlite::Connection::open(&db).unwrap();
+            c.execute_batch("PRAGMA wal_checkpoint(TRUNCATE); PRAGMA journal_mode = DELETE; PRAGMA user_version = 99;").unwrap();
+        }
+        let before = std::fs::read(&db).unwrap();
+        let o = toolq(&db, &["runs"]);
+        assert_eq!(o.status.code(), Some(2));
+        let e = stderr(&o);
+        assert!(e.contains("99") && e.contains("newer"), "{e}");
+        assert_eq!(
+            std::fs::read(&db).unwrap(),
+            before,
+            "the newer file was modified"
+        );
 
-    let junk = dir.path().join("junk.db");
-    std::fs::write(
-        &junk,
-        b"this is not a database at all, just some text that is long enough",
-    )
-    .unwrap();
-    let before = std::fs::read(&junk).unwrap();
-    let o = toolq(&junk, &["runs"]);
-    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
-    assert!(
-        stderr(&o).contains("not a SQLite database"),
-        "{}",
-        stderr(&o)
-    );
-    assert_eq!(std::fs::read(&junk).unwrap(), before);
-
-    let other = dir.path().join("other.db");
-    rusqlite::Connection::open(&other)
-        .unwrap()
-        .execute_batch("CREATE TABLE notes (x);")
+        let junk = dir.path().join("junk.db");
+        std::fs::write(
+            &junk,
+            b"this is not a database at all, just some text that is long enough",
+        )
         .unwrap();
-    let o = toolq(&other, &["runs"]);
-    assert_eq!(o.status.code(), Some(2));
-    assert!(stderr(&o).contains("no toolq schema"), "{}", stderr(&o));
+        let before = std::fs::read(&junk).unwrap();
+        let o = toolq(&junk, &["runs"]);
+        assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+        assert!(
+            stderr(&o).contains("not a SQLite database"),
+            "{}",
+            stderr(&o)
+        );
+        assert_eq!(std::fs::read(&junk).unwrap(), before);
+
+        let other = dir.path().join("other.db");
+        rusqlite::Connection::open(&other)
+            .unwrap()
+            .execute_batch("CREATE TABLE notes (x);")
+            .unwrap();
+        let o = toolq(&other, &["runs"]);
+        assert_eq!(o.status.code(), Some(2));
+        assert!(stderr(&o).contains("no toolq schema"), "{}", stderr(&o));
+    }
 }

@@ -2,12 +2,11 @@
 //! ids on stdout for `enqueue --file` and `schedule add`, flags (not columns) in errors,
 //! `wait`, inbox paging, the run_at and duration columns, help layout, completions and man.
 
-use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::sync::Arc;
 
 use serde_json::{Value, json};
-use toolq::{Client, Config, ManualClock, Registry};
+use toolq::{Client, ManualClock, Registry};
 
 use crate::support::{t, toolq};
 
@@ -19,30 +18,30 @@ fn err(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
-fn ok(db: &Path, args: &[&str]) -> String {
+fn ok(db: &crate::support::TestDb, args: &[&str]) -> String {
     let o = toolq(db, args);
     assert!(o.status.success(), "{args:?}: {}", err(&o));
     out(&o)
 }
 
-fn ok_json(db: &Path, args: &[&str]) -> Value {
+fn ok_json(db: &crate::support::TestDb, args: &[&str]) -> Value {
     serde_json::from_str(&ok(db, args)).unwrap()
 }
 
-fn enqueue(db: &Path, tool: &str, args: &str) -> String {
+fn enqueue(db: &crate::support::TestDb, tool: &str, args: &str) -> String {
     ok(db, &["enqueue", tool, "--args", args])
         .trim()
         .to_string()
 }
 
-fn drain(db: &Path) {
+fn drain(db: &crate::support::TestDb) {
     ok(db, &["worker", "--drain"]);
 }
 
 #[test]
 fn json_answers_name_the_run_id_field_id_and_keep_run_id() {
     let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("t.db");
+    let db = crate::support::TestDb::at(dir.path());
     let v = ok_json(
         &db,
         &["--json", "enqueue", "echo", "--args", r#"{"message":"a"}"#],
@@ -69,7 +68,7 @@ fn json_answers_name_the_run_id_field_id_and_keep_run_id() {
 #[test]
 fn enqueue_file_prints_the_ids_in_file_order() {
     let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("t.db");
+    let db = crate::support::TestDb::at(dir.path());
     let f = dir.path().join("runs.jsonl");
     std::fs::write(
         &f,
@@ -102,7 +101,7 @@ fn enqueue_file_prints_the_ids_in_file_order() {
 #[test]
 fn schedule_add_prints_only_the_id_and_its_runs_carry_the_run_flags() {
     let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("t.db");
+    let db = crate::support::TestDb::at(dir.path());
     let o = toolq(
         &db,
         &[
@@ -135,10 +134,7 @@ fn schedule_add_prints_only_the_id_and_its_runs_carry_the_run_flags() {
     assert!(shown.contains("timeout") && shown.contains("2m"), "{shown}");
 
     // Fire it with a client whose clock stands at the one-shot instant.
-    let config = Config {
-        db_path: db.display().to_string(),
-        ..Config::default()
-    };
+    let config = db.config();
     let clock = ManualClock::new(t("2099-01-01T00:00:00Z"));
     let client = Client::open_with_clock(config, Registry::builtins(), Arc::new(clock)).unwrap();
     let rt = tokio::runtime::Runtime::new().unwrap();
@@ -155,7 +151,7 @@ fn schedule_add_prints_only_the_id_and_its_runs_carry_the_run_flags() {
 #[test]
 fn wait_blocks_until_the_runs_end_and_exits_by_outcome() {
     let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("t.db");
+    let db = crate::support::TestDb::at(dir.path());
     let good = enqueue(&db, "echo", r#"{"message":"x"}"#);
     let bad = enqueue(&db, "divide", r#"{"a":1,"b":0}"#);
     // The waiter starts before any worker exists, so it can only succeed by blocking.
@@ -211,7 +207,7 @@ fn wait_blocks_until_the_runs_end_and_exits_by_outcome() {
     assert!(err(&o).contains("--timeout \"soon\""), "{}", err(&o));
 }
 
-fn inbox_ids(db: &Path, extra: &[&str]) -> Vec<i64> {
+fn inbox_ids(db: &crate::support::TestDb, extra: &[&str]) -> Vec<i64> {
     let mut args = vec!["--json", "inbox", "demo"];
     args.extend_from_slice(extra);
     ok_json(db, &args)
@@ -225,7 +221,7 @@ fn inbox_ids(db: &Path, extra: &[&str]) -> Vec<i64> {
 #[test]
 fn inbox_pages_newest_first_by_message_id() {
     let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("t.db");
+    let db = crate::support::TestDb::at(dir.path());
     for i in 0..5 {
         ok(
             &db,
@@ -277,7 +273,7 @@ fn inbox_pages_newest_first_by_message_id() {
 #[test]
 fn runs_shows_run_at_and_duration_and_show_reads_like_people_write() {
     let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("t.db");
+    let db = crate::support::TestDb::at(dir.path());
     let done = enqueue(&db, "divide", r#"{"a":1,"b":0}"#);
     drain(&db);
     let ready = enqueue(&db, "echo", r#"{"message":"r"}"#);
@@ -334,7 +330,7 @@ fn runs_shows_run_at_and_duration_and_show_reads_like_people_write() {
 #[test]
 fn every_subcommand_help_lists_its_own_options_first_and_an_example() {
     let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("t.db");
+    let db = crate::support::TestDb::at(dir.path());
     // Every command `toolq --help` lists, so a new command needs its example too.
     let top = ok(&db, &["--help"]);
     let subs: Vec<&str> = top
@@ -368,13 +364,13 @@ fn every_subcommand_help_lists_its_own_options_first_and_an_example() {
     }
     let help = ok(&db, &["schedule", "add", "--help"]);
     assert!(help.contains("--max-attempts"), "{help}");
-    assert!(!db.exists(), "help opens no database");
+    assert!(!db.has_schema(), "help opens no database");
 }
 
 #[test]
 fn completions_and_man_page_cover_the_subcommands() {
     let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("t.db");
+    let db = crate::support::TestDb::at(dir.path());
     for shell in ["bash", "zsh", "fish"] {
         let text = ok(&db, &["completions", shell]);
         for sub in ["enqueue", "wait", "schedule", "inbox"] {
@@ -397,5 +393,5 @@ fn completions_and_man_page_cover_the_subcommands() {
     }
     let o = toolq(&db, &["completions", "tcsh"]);
     assert_eq!(o.status.code(), Some(2));
-    assert!(!db.exists(), "completions and man open no database");
+    assert!(!db.has_schema(), "completions and man open no database");
 }

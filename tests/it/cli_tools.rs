@@ -10,7 +10,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 struct Cli {
-    db: PathBuf,
+    db: crate::support::TestDb,
     config: PathBuf,
 }
 
@@ -19,7 +19,7 @@ impl Cli {
         let cfg = dir.join("config.toml");
         std::fs::write(&cfg, config).unwrap();
         Cli {
-            db: dir.join("t.db"),
+            db: crate::support::TestDb::at(dir),
             config: cfg,
         }
     }

@@ -4,23 +4,24 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+
+use crate::support::TestDb;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
-use rusqlite::Connection;
 use serde_json::json;
 use toolq::{Client, Config, EnqueueRequest, RegistryBuilder};
 
 pub(crate) struct Setup {
     pub dir: tempfile::TempDir,
-    pub db: PathBuf,
+    pub db: TestDb,
     pub config: PathBuf,
 }
 
 pub(crate) fn setup(config: &str) -> Setup {
     let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("toolq.db");
+    let db = crate::support::TestDb::at(dir.path());
     let cfg = dir.path().join("config.toml");
     std::fs::write(&cfg, config).unwrap();
     Setup {
@@ -31,7 +32,7 @@ pub(crate) fn setup(config: &str) -> Setup {
 }
 
 /// Enqueues `sleep` runs through the library: (session, ms, max_attempts) each.
-pub(crate) fn enqueue_sleeps(db: &Path, runs: Vec<(String, u64, Option<i64>)>) {
+pub(crate) fn enqueue_sleeps(db: &TestDb, runs: Vec<(String, u64, Option<i64>)>) {
     let reqs = runs
         .into_iter()
         .map(|(session, ms, max_attempts)| {
@@ -44,12 +45,12 @@ pub(crate) fn enqueue_sleeps(db: &Path, runs: Vec<(String, u64, Option<i64>)>) {
 }
 
 /// Enqueues requests through the library, with the command tools of `config_file` if given.
-pub(crate) fn enqueue_with(db: &Path, config_file: Option<&Path>, reqs: Vec<EnqueueRequest>) {
+pub(crate) fn enqueue_with(db: &TestDb, config_file: Option<&Path>, reqs: Vec<EnqueueRequest>) {
     let mut config = match config_file {
         Some(f) => Config::load(f).unwrap(),
         None => Config::default(),
     };
-    config.db_path = db.display().to_string();
+    db.configure(&mut config);
     let registry = RegistryBuilder::new()
         .with_builtins()
         .with_config_tools(&config)
@@ -68,7 +69,16 @@ pub(crate) fn enqueue_with(db: &Path, config_file: Option<&Path>, reqs: Vec<Enqu
 /// `worker-PID.log` at debug level for `toolq::worker`: an append-only record, outside the
 /// database, of every attempt it started (see [`executions`]).
 pub(crate) fn spawn_worker(s: &Setup, drain: bool) -> Child {
+    spawn_worker_on(s, drain, None)
+}
+
+/// [`spawn_worker`] with the host identity `host` (`worker.host_id`) when given: a worker
+/// "on another machine" as far as rescue is concerned.
+pub(crate) fn spawn_worker_on(s: &Setup, drain: bool, host: Option<&str>) -> Child {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_toolq"));
+    if let Some(host) = host {
+        cmd.env("TOOLQ_WORKER__HOST_ID", host);
+    }
     cmd.arg("--db")
         .arg(&s.db)
         .arg("--config")
@@ -134,16 +144,23 @@ pub(crate) fn wait_exit(child: &mut Child, within: Duration) -> std::process::Ex
     }
 }
 
-pub(crate) fn one(c: &Connection, sql: &str) -> i64 {
-    c.query_row(sql, [], |r| r.get(0)).unwrap()
+pub(crate) fn one(db: &TestDb, sql: &str) -> i64 {
+    db.count(sql)
 }
 
+/// A stored timestamp: toolq's text format on SQLite, `timestamptz` as text on Postgres.
 pub(crate) fn parse(ts: &str) -> DateTime<Utc> {
-    toolq::store::codec::parse_ts(ts).unwrap()
+    toolq::store::codec::parse_ts(ts)
+        .or_else(|| {
+            DateTime::parse_from_str(ts, "%Y-%m-%d %H:%M:%S%.f%#z")
+                .ok()
+                .map(|t| t.with_timezone(&Utc))
+        })
+        .unwrap_or_else(|| panic!("not a timestamp: {ts}"))
 }
 
 /// The invariants every run must satisfy once the queue is drained.
-pub(crate) fn assert_recorded_exactly_once(c: &Connection) {
+pub(crate) fn assert_recorded_exactly_once(c: &TestDb) {
     assert_eq!(
         one(
             c,
@@ -175,10 +192,9 @@ pub(crate) fn assert_recorded_exactly_once(c: &Connection) {
         0,
         "each finished run has exactly one final inbox row"
     );
-    let ok: String = c
-        .query_row("PRAGMA integrity_check", [], |r| r.get(0))
-        .unwrap();
-    assert_eq!(ok, "ok");
+    if crate::support::ENGINE == crate::support::Engine::Sqlite {
+        assert_eq!(c.text("PRAGMA integrity_check").as_deref(), Some("ok"));
+    }
 }
 
 #[test]
@@ -201,7 +217,7 @@ fn kill_9_at_random_moments_loses_nothing_and_records_each_run_once() {
         })
         .collect();
     enqueue_sleeps(&s.db, runs);
-    let reader = Connection::open(&s.db).unwrap();
+    let reader = &s.db;
     let started = Instant::now();
     let mut kills = 0;
     let mut lost_in_flight = 0;
@@ -215,7 +231,7 @@ fn kill_9_at_random_moments_loses_nothing_and_records_each_run_once() {
         if kills % 4 != 3 {
             let deadline = Instant::now() + Duration::from_secs(20);
             while one(
-                &reader,
+                reader,
                 &format!("SELECT count(*) FROM workers WHERE pid = {pid}"),
             ) == 0
             {
@@ -230,16 +246,19 @@ fn kill_9_at_random_moments_loses_nothing_and_records_each_run_once() {
         kills += 1;
         // The runs it held at the moment of death.
         let held: Vec<(String, i64)> = {
-            let mut st = reader
-                .prepare(
+            reader
+                .rows(&format!(
                     "SELECT r.id, r.attempt FROM runs r JOIN workers w ON w.id = r.lease_owner \
-                     WHERE r.state = 'running' AND w.pid = ?1",
-                )
-                .unwrap();
-            st.query_map([pid], |r| Ok((r.get(0)?, r.get(1)?)))
-                .unwrap()
-                .collect::<Result<_, _>>()
-                .unwrap()
+                     WHERE r.state = 'running' AND w.pid = {pid}"
+                ))
+                .into_iter()
+                .map(|r| {
+                    (
+                        r[0].clone().unwrap(),
+                        r[1].as_ref().unwrap().parse().unwrap(),
+                    )
+                })
+                .collect()
         };
         lost_in_flight += held.len();
         child = spawn_worker(&s, false);
@@ -248,11 +267,8 @@ fn kill_9_at_random_moments_loses_nothing_and_records_each_run_once() {
         let deadline = Instant::now() + Duration::from_secs(20);
         for (id, attempt) in &held {
             loop {
-                let (state, errors): (String, String) = reader
-                    .query_row("SELECT state, errors FROM runs WHERE id = ?1", [id], |r| {
-                        Ok((r.get(0)?, r.get(1)?))
-                    })
-                    .unwrap();
+                let row = reader.rows(&format!("SELECT state, errors FROM runs WHERE id = '{id}'"));
+                let (state, errors) = (row[0][0].clone().unwrap(), row[0][1].clone().unwrap());
                 let errors: serde_json::Value = serde_json::from_str(&errors).unwrap();
                 let rescued_at = errors.as_array().unwrap().iter().find(|e| {
                     e["attempt"] == *attempt
@@ -278,27 +294,27 @@ fn kill_9_at_random_moments_loses_nothing_and_records_each_run_once() {
     assert!(wait_exit(&mut drain, Duration::from_secs(60)).success());
     let elapsed = started.elapsed();
 
-    assert_recorded_exactly_once(&reader);
+    assert_recorded_exactly_once(reader);
     let completed = one(
-        &reader,
+        reader,
         "SELECT count(*) FROM runs WHERE state = 'completed'",
     );
     let worker_lost = one(
-        &reader,
+        reader,
         "SELECT count(*) FROM runs WHERE state = 'failed' AND error LIKE 'worker lost%'",
     );
     let other_failed = one(
-        &reader,
+        reader,
         "SELECT count(*) FROM runs WHERE state = 'failed' AND error NOT LIKE 'worker lost%'",
     );
-    let reexecuted = one(&reader, "SELECT count(*) FROM runs WHERE attempt > 1");
+    let reexecuted = one(reader, "SELECT count(*) FROM runs WHERE attempt > 1");
     let duplicate_inbox = one(
-        &reader,
+        reader,
         "SELECT coalesce(sum(n - 1), 0) FROM (SELECT count(*) n FROM inbox \
-         WHERE kind IN ('completed', 'failed', 'cancelled') GROUP BY run_id HAVING n > 1)",
+         WHERE kind IN ('completed', 'failed', 'cancelled') GROUP BY run_id HAVING count(*) > 1) d",
     );
     let lost = one(
-        &reader,
+        reader,
         "SELECT count(*) FROM runs WHERE state NOT IN ('completed', 'failed', 'cancelled')",
     );
     // The next start of a lost attempt, where that next attempt was the last one (a later
@@ -306,13 +322,11 @@ fn kill_9_at_random_moments_loses_nothing_and_records_each_run_once() {
     let mut restart_ms: Vec<i64> = lost_attempts
         .iter()
         .filter_map(|(id, attempt, killed_at)| {
-            let (att, st): (i64, String) = reader
-                .query_row(
-                    "SELECT attempt, started_at FROM runs WHERE id = ?1",
-                    [id],
-                    |r| Ok((r.get(0)?, r.get(1)?)),
-                )
-                .unwrap();
+            let row = reader.rows(&format!(
+                "SELECT attempt, started_at FROM runs WHERE id = '{id}'"
+            ));
+            let att: i64 = row[0][0].as_ref().unwrap().parse().unwrap();
+            let st = row[0][1].clone().unwrap();
             (att == attempt + 1).then(|| (parse(&st) - *killed_at).num_milliseconds())
         })
         .collect();
@@ -321,11 +335,16 @@ fn kill_9_at_random_moments_loses_nothing_and_records_each_run_once() {
     // Executions from the workers' own logs: never more than the attempts the database counts.
     let execs = executions(&s);
     let attempts: HashMap<String, i64> = {
-        let mut st = reader.prepare("SELECT id, attempt FROM runs").unwrap();
-        st.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
-            .unwrap()
-            .collect::<Result<_, _>>()
-            .unwrap()
+        reader
+            .rows("SELECT id, attempt FROM runs")
+            .into_iter()
+            .map(|r| {
+                (
+                    r[0].clone().unwrap(),
+                    r[1].as_ref().unwrap().parse().unwrap(),
+                )
+            })
+            .collect()
     };
     for (id, n) in &execs {
         assert!(
@@ -372,7 +391,7 @@ fn kill_9_at_random_moments_loses_nothing_and_records_each_run_once() {
     // Every dead worker was noticed and marked stopped by a successor.
     assert_eq!(
         one(
-            &reader,
+            reader,
             "SELECT count(*) FROM workers WHERE stopped_at IS NULL"
         ),
         0
@@ -380,8 +399,8 @@ fn kill_9_at_random_moments_loses_nothing_and_records_each_run_once() {
     // (A worker killed before it registered left no row.)
     assert_eq!(
         one(
-            &reader,
-            "SELECT count(*) FROM workers WHERE stop_reason IS NOT 'died'"
+            reader,
+            "SELECT count(*) FROM workers WHERE stop_reason IS DISTINCT FROM 'died'"
         ),
         1,
         "only the draining worker exited cleanly"
@@ -399,18 +418,14 @@ fn a_surviving_worker_takes_back_a_killed_workers_runs_within_a_poll() {
         &s.db,
         (0..4).map(|_| ("s".to_string(), 1500, None)).collect(),
     );
-    let reader = Connection::open(&s.db).unwrap();
+    let reader = &s.db;
     let mut a = spawn_worker(&s, false);
     let mut b = spawn_worker(&s, false);
     let running_of = |pid: u32| -> i64 {
-        reader
-            .query_row(
-                "SELECT count(*) FROM runs r JOIN workers w ON w.id = r.lease_owner \
-                 WHERE r.state = 'running' AND w.pid = ?1",
-                [pid],
-                |r| r.get(0),
-            )
-            .unwrap()
+        reader.count(&format!(
+            "SELECT count(*) FROM runs r JOIN workers w ON w.id = r.lease_owner \
+             WHERE r.state = 'running' AND w.pid = {pid}"
+        ))
     };
     let deadline = Instant::now() + Duration::from_secs(20);
     while running_of(a.id()) != 2 || running_of(b.id()) != 2 {
@@ -425,24 +440,17 @@ fn a_surviving_worker_takes_back_a_killed_workers_runs_within_a_poll() {
     a.wait().unwrap();
     let deadline = Instant::now() + Duration::from_secs(20);
     let rescued_at = loop {
-        let at: Option<String> = reader
-            .query_row(
-                "SELECT max(json_extract(e.value, '$.at')) FROM runs, json_each(runs.errors) e \
-                 WHERE json_extract(e.value, '$.error') LIKE 'worker lost%'",
-                [],
-                |r| r.get(0),
-            )
-            .unwrap();
-        let n = one(&reader, "SELECT count(*) FROM runs WHERE errors != '[]'");
+        let at = worker_lost_at(reader).into_iter().max();
+        let n = one(reader, "SELECT count(*) FROM runs WHERE errors != '[]'");
         if let (2, Some(at)) = (n, at) {
-            break parse(&at);
+            break at;
         }
         assert!(Instant::now() < deadline, "survivor never rescued the runs");
         std::thread::sleep(Duration::from_millis(5));
     };
     let deadline = Instant::now() + Duration::from_secs(20);
     while one(
-        &reader,
+        reader,
         "SELECT count(*) FROM runs WHERE state = 'completed'",
     ) != 4
     {
@@ -462,16 +470,33 @@ fn a_surviving_worker_takes_back_a_killed_workers_runs_within_a_poll() {
         "survivor rescue: kill -9 to rescue by the other worker {} ms (poll interval 50 ms)",
         (rescued_at - killed_at).num_milliseconds()
     );
-    assert_recorded_exactly_once(&reader);
+    assert_recorded_exactly_once(reader);
     assert_eq!(
-        one(&reader, "SELECT count(*) FROM runs WHERE attempt = 2"),
+        one(reader, "SELECT count(*) FROM runs WHERE attempt = 2"),
         2
     );
     assert_eq!(
         one(
-            &reader,
+            reader,
             "SELECT count(*) FROM workers WHERE stop_reason = 'died'"
         ),
         1
     );
+}
+
+/// When each "worker lost" entry in the runs' errors was written.
+fn worker_lost_at(db: &TestDb) -> Vec<DateTime<Utc>> {
+    db.column("SELECT errors FROM runs")
+        .iter()
+        .flat_map(|e| {
+            let v: serde_json::Value = serde_json::from_str(e).unwrap();
+            v.as_array().cloned().unwrap_or_default()
+        })
+        .filter(|e| {
+            e["error"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("worker lost"))
+        })
+        .map(|e| parse(e["at"].as_str().unwrap()))
+        .collect()
 }

@@ -2,18 +2,16 @@
 //! far, or an empty one), a result.json and exactly one final inbox message for the attempt
 //! that ended. A retry starts a new attempt, so ending it again never collides with the last.
 
-use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use serde_json::{Value, json};
 use toolq::inbox::{InboxFilter, Message};
-use toolq::store::Engine;
 use toolq::worker::rescue::rescue_tick;
 use toolq::{
-    Client, Config, EnqueueRequest, ManualClock, RegistryBuilder, RunId, RunState, Tool,
-    ToolContext, ToolDef, ToolOutcome,
+    Client, EnqueueRequest, ManualClock, RegistryBuilder, RunId, RunState, Tool, ToolContext,
+    ToolDef, ToolOutcome,
 };
 
 use crate::support::{t, toolq, wait_for};
@@ -27,7 +25,7 @@ fn out(o: &std::process::Output) -> String {
     )
 }
 
-fn ok(db: &Path, args: &[&str]) -> String {
+fn ok(db: &crate::support::TestDb, args: &[&str]) -> String {
     let o = toolq(db, args);
     assert!(o.status.success(), "toolq {args:?}: {}", out(&o));
     String::from_utf8_lossy(&o.stdout).into_owned()
@@ -36,7 +34,7 @@ fn ok(db: &Path, args: &[&str]) -> String {
 #[test]
 fn cancel_retry_cancel_of_a_delayed_run() {
     let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("t.db");
+    let db = crate::support::TestDb::at(dir.path());
     let v: Value = serde_json::from_str(&ok(
         &db,
         &[
@@ -59,14 +57,18 @@ fn cancel_retry_cancel_of_a_delayed_run() {
     ok(&db, &["logs", &id]);
     let v: Value = serde_json::from_str(&ok(&db, &["result", &id])).unwrap();
     assert_eq!(v["status"], "cancelled");
-    let c = rusqlite::Connection::open(&db).unwrap();
-    let attempts: Vec<(i64, String)> = c
-        .prepare("SELECT attempt, kind FROM inbox WHERE run_id = ?1 ORDER BY id")
-        .unwrap()
-        .query_map([&id], |r| Ok((r.get(0)?, r.get(1)?)))
-        .unwrap()
-        .collect::<Result<_, _>>()
-        .unwrap();
+    let attempts: Vec<(i64, String)> = db
+        .rows(&format!(
+            "SELECT attempt, kind FROM inbox WHERE run_id = '{id}' ORDER BY id"
+        ))
+        .into_iter()
+        .map(|r| {
+            (
+                r[0].as_ref().unwrap().parse().unwrap(),
+                r[1].clone().unwrap(),
+            )
+        })
+        .collect();
     assert_eq!(
         attempts,
         [(1, "cancelled".to_string()), (2, "cancelled".to_string())],
@@ -108,7 +110,7 @@ impl Tool for Modal {
 
 struct Env {
     _dir: tempfile::TempDir,
-    db: std::path::PathBuf,
+    db: crate::support::TestDb,
     clock: ManualClock,
     client: Client,
     mode: Arc<Mutex<&'static str>>,
@@ -117,11 +119,8 @@ struct Env {
 impl Env {
     fn new() -> Self {
         let dir = tempfile::tempdir().unwrap();
-        let db = dir.path().join("t.db");
-        let mut config = Config {
-            db_path: db.display().to_string(),
-            ..Config::default()
-        };
+        let db = crate::support::TestDb::at(dir.path());
+        let mut config = db.config();
         config.worker.poll_interval = Duration::from_millis(20);
         config.worker.heartbeat_interval = Duration::from_millis(50);
         config.worker.flush_interval = Duration::from_millis(20);
@@ -202,17 +201,11 @@ impl Env {
         assert_eq!(result["status"], run.state.as_str(), "{path}: {result}");
         let finals = self.finals(id).await;
         assert_eq!(finals.len(), ends, "{path}: {finals:?}");
-        let c = rusqlite::Connection::open(&self.db).unwrap();
-        let mine: Vec<String> = c
-            .prepare(
-                "SELECT kind FROM inbox WHERE run_id = ?1 AND attempt = ?2 \
-                 AND kind <> 'approval_request'",
-            )
-            .unwrap()
-            .query_map(rusqlite::params![id.as_str(), run.attempt], |r| r.get(0))
-            .unwrap()
-            .collect::<Result<_, _>>()
-            .unwrap();
+        let mine = self.db.column(&format!(
+            "SELECT kind FROM inbox WHERE run_id = '{id}' AND attempt = {} \
+             AND kind <> 'approval_request'",
+            run.attempt
+        ));
         assert_eq!(
             mine,
             [run.state.as_str()],
@@ -258,7 +251,7 @@ impl Env {
                     tools: self.client.registry().names().into(),
                     limits: Default::default(),
                 };
-                let claimed = self.client.store().attempt_claim(claim).await.unwrap();
+                let claimed = self.client.engine().attempt_claim(claim).await.unwrap();
                 assert_eq!(claimed.len(), 1);
                 assert_eq!(rescue_tick(&self.client).await.unwrap().failed, 1);
                 RunState::Failed

@@ -226,7 +226,7 @@ async fn unique_runs_return_the_matching_run_within_their_states_and_period() {
 fn unique_enqueues_from_several_processes_make_one_run() {
     use crate::support::toolq;
     let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("toolq.db");
+    let db = crate::support::TestDb::at(dir.path());
     assert!(toolq(&db, &["init"]).status.success());
     let children: Vec<_> = (0..6)
         .map(|_| {

@@ -5,9 +5,9 @@
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
-use rusqlite::Connection;
 use serde_json::Value;
 
+use crate::support::TestDb;
 use crate::support::{toolq, wait_for};
 
 /// The example's binary, built now: `cargo test` builds the examples, but a filtered run
@@ -72,7 +72,7 @@ fn the_async_tool_example_runs() {
 struct Worker(Child);
 
 impl Worker {
-    fn spawn(bin: &Path, db: &Path, service: &Path, log: &Path) -> Worker {
+    fn spawn(bin: &Path, db: &TestDb, service: &Path, log: &Path) -> Worker {
         let log = std::fs::File::create(log).unwrap();
         Worker(
             Command::new(bin)
@@ -96,22 +96,18 @@ impl Drop for Worker {
 }
 
 /// (state, attempt, operation_id, stages) of the only run.
-fn the_run(db: &Path) -> Option<(String, i64, Option<String>, Value)> {
-    let c = Connection::open(db).ok()?;
-    c.query_row(
-        "SELECT state, attempt, operation_id, stages FROM runs",
-        [],
-        |r| {
-            let stages: String = r.get(3)?;
-            Ok((
-                r.get(0)?,
-                r.get(1)?,
-                r.get(2)?,
-                serde_json::from_str(&stages).unwrap_or_default(),
-            ))
-        },
-    )
-    .ok()
+fn the_run(db: &TestDb) -> Option<(String, i64, Option<String>, Value)> {
+    let r = db
+        .try_rows("SELECT state, attempt, operation_id, stages FROM runs")
+        .ok()?
+        .into_iter()
+        .next()?;
+    Some((
+        r[0].clone()?,
+        r[1].as_ref()?.parse().ok()?,
+        r[2].clone(),
+        serde_json::from_str(r[3].as_deref()?).unwrap_or_default(),
+    ))
 }
 
 fn names(stages: &Value) -> Vec<(String, i64)> {
@@ -132,7 +128,7 @@ fn names(stages: &Value) -> Vec<(String, i64)> {
 async fn an_async_operation_survives_kill_9_of_its_worker() {
     let bin = example("async_tool");
     let dir = tempfile::tempdir().unwrap();
-    let (db, service) = (dir.path().join("toolq.db"), dir.path().join("service"));
+    let (db, service) = (TestDb::at(dir.path()), dir.path().join("service"));
     std::fs::create_dir_all(&service).unwrap();
     // The service holds the transfer in `sending` until the first worker is dead.
     std::fs::write(service.join("hold"), "").unwrap();
@@ -215,14 +211,9 @@ async fn an_async_operation_survives_kill_9_of_its_worker() {
     let v: Value = serde_json::from_slice(&json.stdout).unwrap();
     assert_eq!(v["operation_id"], op.as_str());
     assert_eq!(v["stages"].as_array().unwrap().len(), names.len());
-    let c = Connection::open(&db).unwrap();
-    let started: i64 = c
-        .query_row(
-            "SELECT count(*) FROM run_stages WHERE run_id = ?1 AND stage = 'started'",
-            [&run_id],
-            |r| r.get(0),
-        )
-        .unwrap();
+    let started = db.count(&format!(
+        "SELECT count(*) FROM run_stages WHERE run_id = '{run_id}' AND stage = 'started'"
+    ));
     assert_eq!(started, 1);
 }
 

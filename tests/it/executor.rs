@@ -60,17 +60,14 @@ impl ResultFormatter for Shout {
 
 struct Host {
     _dir: tempfile::TempDir,
-    db: std::path::PathBuf,
+    db: crate::support::TestDb,
     client: Client,
 }
 
 fn host(config: impl FnOnce(&mut Config)) -> Host {
     let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("toolq.db");
-    let mut c = Config {
-        db_path: db.display().to_string(),
-        ..Config::default()
-    };
+    let db = crate::support::TestDb::at(dir.path());
+    let mut c = db.config();
     c.worker.poll_interval = Duration::from_millis(20);
     config(&mut c);
     let registry = RegistryBuilder::new()
@@ -102,8 +99,7 @@ fn host(config: impl FnOnce(&mut Config)) -> Host {
 
 impl Host {
     fn count(&self, sql: &str) -> i64 {
-        let c = rusqlite::Connection::open(&self.db).unwrap();
-        c.query_row(sql, [], |r| r.get(0)).unwrap()
+        self.db.count(sql)
     }
     async fn drain(&self) {
         let w = self.client.worker(toolq::WorkerOptions { drain: true });
@@ -320,7 +316,7 @@ async fn deliverable_follows_interrupt_when_idle_and_silent() {
 #[test]
 fn cli_inbox_deliverable_by_mode() {
     let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("t.db");
+    let db = crate::support::TestDb::at(dir.path());
     let run = |args: &[&str]| crate::support::toolq(&db, args);
     for (delivery, a) in [("when_idle", "1"), ("interrupt", "2"), ("silent", "3")] {
         let args = format!(r#"{{"a":{a},"b":0}}"#);

@@ -3,7 +3,6 @@
 //! lease warnings of a plain drain.
 
 use std::io::{Seek, SeekFrom, Write};
-use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
@@ -11,10 +10,15 @@ use rusqlite::Connection;
 use serde_json::json;
 use toolq::EnqueueRequest;
 
-use crate::crash::{Setup, enqueue_sleeps, enqueue_with, one, setup, spawn_worker, wait_exit};
+use crate::crash::{Setup, enqueue_sleeps, enqueue_with, setup, spawn_worker, wait_exit};
+use crate::support::TestDb;
+
+fn one(c: &Connection, sql: &str) -> i64 {
+    c.query_row(sql, [], |r| r.get(0)).unwrap()
+}
 
 /// `n` queued `sleep 0` runs over a few sessions.
-fn queue(db: &Path, n: usize) {
+fn queue(db: &TestDb, n: usize) {
     enqueue_sleeps(
         db,
         (0..n).map(|i| (format!("s{}", i % 50), 0, None)).collect(),
@@ -36,7 +40,8 @@ fn worker_logs(s: &Setup) -> String {
 
 /// Overwrites one page in the middle of the runs table's b-tree with random bytes, as
 /// `dd if=/dev/urandom of=q.db bs=4096 seek=N count=1 conv=notrunc` does.
-fn corrupt_a_runs_page(db: &Path) -> i64 {
+fn corrupt_a_runs_page(db: &TestDb) -> i64 {
+    let db = db.file();
     let (page, size) = {
         let c = Connection::open(db).unwrap();
         // Everything in the main file, nothing left in the WAL to cover the damage.
@@ -75,7 +80,7 @@ fn a_damaged_runs_page_stops_the_drain_with_exit_1_naming_the_file() {
     assert_eq!(status.code(), Some(1), "{logs}");
     let last = logs.lines().last().unwrap_or_default();
     assert!(last.starts_with("toolq: "), "{logs}");
-    assert!(last.contains(&s.db.display().to_string()), "{last}");
+    assert!(last.contains(&s.db.url), "{last}");
     assert!(
         last.contains("toolq --db") && last.contains("check"),
         "{last}"
@@ -105,7 +110,7 @@ fn check_reports_ok_on_a_good_file_and_each_problem_on_a_damaged_one() {
         assert!(out.lines().count() >= 1, "{out}");
         let err = String::from_utf8_lossy(&bad.stderr);
         assert!(
-            err.starts_with("toolq: ") && err.contains(&s.db.display().to_string()),
+            err.starts_with("toolq: ") && err.contains(&s.db.url),
             "{err}"
         );
     }
@@ -132,7 +137,7 @@ fn a_database_that_cannot_grow_ends_the_drain_with_exit_1_and_logs_the_state_onc
         .collect();
     enqueue_with(&s.db, None, reqs);
     let pages = {
-        let c = Connection::open(&s.db).unwrap();
+        let c = Connection::open(s.db.file()).unwrap();
         c.execute_batch("PRAGMA wal_checkpoint(TRUNCATE)").unwrap();
         one(&c, "PRAGMA page_count")
     };
@@ -172,7 +177,7 @@ fn a_database_that_cannot_grow_ends_the_drain_with_exit_1_and_logs_the_state_onc
     assert!(!logs.contains("heartbeat failed"), "{logs}");
     let last = logs.lines().last().unwrap_or_default();
     assert!(
-        last.starts_with("toolq: ") && last.contains(&s.db.display().to_string()),
+        last.starts_with("toolq: ") && last.contains(&s.db.url),
         "{last}"
     );
     assert!(last.contains("full"), "{last}");
@@ -186,7 +191,7 @@ fn a_plain_drain_with_fast_heartbeats_warns_of_no_lost_lease() {
     let status = wait_exit(&mut w, Duration::from_secs(120));
     let logs = worker_logs(&s);
     assert_eq!(status.code(), Some(0), "{logs}");
-    let c = Connection::open(&s.db).unwrap();
+    let c = Connection::open(s.db.file()).unwrap();
     assert_eq!(
         one(&c, "SELECT count(*) FROM runs WHERE state = 'completed'"),
         2000
@@ -205,7 +210,7 @@ fn a_run_taken_over_elsewhere_still_warns_lease_lost() {
     let s = setup("[worker]\nheartbeat_interval = \"20ms\"\npoll_interval = \"20ms\"\n");
     enqueue_sleeps(&s.db, vec![("s".into(), 60_000, None)]);
     let mut w = spawn_worker(&s, false);
-    let c = Connection::open(&s.db).unwrap();
+    let c = Connection::open(s.db.file()).unwrap();
     c.busy_timeout(Duration::from_secs(5)).unwrap();
     let deadline = Instant::now() + Duration::from_secs(20);
     while one(&c, "SELECT count(*) FROM runs WHERE state = 'running'") == 0 {

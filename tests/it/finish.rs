@@ -65,19 +65,19 @@ async fn the_database_refuses_a_second_final_message_for_an_attempt() {
         .unwrap()
         .run_id;
     env.drain().await;
-    let c = rusqlite::Connection::open(env.db_path()).unwrap();
     let insert = |kind: &str, attempt: i64| {
-        c.execute(
+        env.db.try_exec(&format!(
             "INSERT INTO inbox (session_id, run_id, attempt, kind, body, created_at) \
-             VALUES ('default', ?1, ?2, ?3, 'x', '2026-11-01T00:00:00.000Z')",
-            rusqlite::params![id.as_str(), attempt, kind],
-        )
+             VALUES ('default', '{}', {attempt}, '{kind}', 'x', '2026-11-01T00:00:00.000Z')",
+            id.as_str()
+        ))
     };
     for kind in ["completed", "failed", "cancelled"] {
         let err = insert(kind, 1).expect_err("a second final message for attempt 1");
+        // SQLite: "UNIQUE constraint failed: index 'inbox_run_idx'"; Postgres: "duplicate
+        // key value violates unique constraint \"inbox_run_idx\"".
         assert!(
-            err.to_string()
-                .contains("UNIQUE constraint failed: index 'inbox_run_idx'"),
+            err.contains("inbox_run_idx") && err.to_lowercase().contains("unique"),
             "{kind}: {err}"
         );
     }
@@ -124,7 +124,10 @@ async fn panic_is_contained_and_internal_error_is_hidden() {
         0
     );
     assert_eq!(
-        env.count("SELECT count(*) FROM blobs WHERE CAST(content AS TEXT) LIKE '%password%'"),
+        env.count(&format!(
+            "SELECT count(*) FROM blobs WHERE {} LIKE '%password%'",
+            env.db.blob_as_text("content")
+        )),
         0
     );
     assert_eq!(
@@ -207,7 +210,6 @@ async fn huge_output_keeps_the_cap_and_the_tail_moves_on() {
 #[tokio::test]
 async fn a_large_batch_of_ends_writes_each_runs_artifacts_once() {
     use toolq::run::{Fence, FinishRecord};
-    use toolq::store::finish::record_ends;
     use toolq::tool::ToolSuccess;
     use toolq::tool::sink::SinkSnapshot;
     use toolq::worker::finish::{AttemptEnd, decide};
@@ -224,22 +226,18 @@ async fn a_large_batch_of_ends_writes_each_runs_artifacts_once() {
     let now = env.client.now();
     let runs: Vec<Run> = env
         .client
-        .store()
-        .write(|tx| {
-            toolq::store::claim::claim(
-                tx,
-                &toolq::store::claim::ClaimParams {
-                    worker: "wk_test",
-                    now,
-                    lease_until: now + chrono::Duration::seconds(30),
-                    max: N,
-                    per_session: N as i64,
-                    after_session: None,
-                    tools: &env.client.registry().names(),
-                    limits: &Default::default(),
-                },
-            )
+        .engine()
+        .attempt_claim(toolq::store::Claim {
+            worker: "wk_test".into(),
+            now,
+            lease_until: now + chrono::Duration::seconds(30),
+            max: N,
+            per_session: N as i64,
+            after_session: None,
+            tools: env.client.registry().names().into(),
+            limits: Default::default(),
         })
+        .await
         .unwrap();
     assert_eq!(runs.len(), N);
     let records: Vec<FinishRecord> = runs
@@ -271,11 +269,7 @@ async fn a_large_batch_of_ends_writes_each_runs_artifacts_once() {
             rec
         })
         .collect();
-    let applied = env
-        .client
-        .store()
-        .write(|tx| record_ends(tx, &records.iter().collect::<Vec<_>>(), now))
-        .unwrap();
+    let applied = env.client.engine().run_end(records, now).await.unwrap();
     assert_eq!(applied.iter().filter(|ok| !**ok).count(), 1);
     assert!(!applied[5]);
     let count = |sql: String| env.count(&sql);
@@ -309,18 +303,19 @@ async fn a_large_batch_of_ends_writes_each_runs_artifacts_once() {
             ),
         }
     }
-    let raw = count(format!(
-        "SELECT count(*) FROM blobs WHERE path = '/.background/{}/raw_output.txt' \
-         AND CAST(content AS TEXT) = 'raw seven'",
-        runs[7].id.as_str()
-    ));
-    assert_eq!(raw, 1);
-    let log = count(format!(
-        "SELECT count(*) FROM blobs WHERE path = '/.background/{}/output.log' \
-         AND CAST(content AS TEXT) = '[stdout] line 44' || char(10)",
-        runs[44].id.as_str()
-    ));
-    assert_eq!(log, 1, "each log row holds its own run's bytes");
+    let content = |run: &Run, name: &str| {
+        env.db.column(&format!(
+            "SELECT {} FROM blobs WHERE path = '/.background/{}/{name}'",
+            env.db.blob_as_text("content"),
+            run.id.as_str()
+        ))
+    };
+    assert_eq!(content(&runs[7], "raw_output.txt"), ["raw seven"]);
+    assert_eq!(
+        content(&runs[44], "output.log"),
+        ["[stdout] line 44\n"],
+        "each log row holds its own run's bytes"
+    );
     // Messages are numbered in the batch's order, and each names its own run and result.
     let inbox = env
         .client

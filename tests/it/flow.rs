@@ -7,10 +7,8 @@ use std::process::Command;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use rusqlite::Connection;
 use serde_json::json;
 use toolq::flow::{PauseScope, Rate, ToolLimit};
-use toolq::store::Engine;
 use toolq::{EnqueueRequest, RunState, ScheduleRequest};
 
 use crate::crash::{Setup, enqueue_with, one, setup, spawn_worker, wait_exit};
@@ -52,11 +50,10 @@ fn workers_that_started_runs(s: &Setup) -> usize {
         .count()
 }
 
-fn times(c: &Connection, sql: &str) -> Vec<DateTime<Utc>> {
-    let mut stmt = c.prepare(sql).unwrap();
-    stmt.query_map([], |r| r.get::<_, String>(0))
-        .unwrap()
-        .map(|s| toolq::clock::parse_ts(&s.unwrap()).unwrap())
+fn times(c: &crate::support::TestDb, sql: &str) -> Vec<DateTime<Utc>> {
+    c.column(sql)
+        .iter()
+        .map(|s| crate::crash::parse(s))
         .collect()
 }
 
@@ -77,7 +74,7 @@ fn a_per_tool_limit_holds_across_worker_processes() {
         .collect();
     enqueue_with(&s.db, Some(&s.config), reqs);
     let mut workers: Vec<Killed> = (0..3).map(|_| Killed(spawn_worker(&s, true))).collect();
-    let c = Connection::open(&s.db).unwrap();
+    let c = s.db.clone();
     let (mut most, mut samples) = (0, 0);
     wait_until("24 sleep runs complete", || {
         let n = one(
@@ -149,7 +146,7 @@ fn a_rate_holds_across_worker_processes() {
         .collect();
     enqueue_with(&s.db, Some(&s.config), reqs);
     let mut workers: Vec<Killed> = (0..3).map(|_| Killed(spawn_worker(&s, true))).collect();
-    let c = Connection::open(&s.db).unwrap();
+    let c = s.db.clone();
     wait_until("12 echo runs complete", || {
         one(&c, "SELECT count(*) FROM runs WHERE state = 'completed'") == 12
     });
@@ -204,7 +201,7 @@ fn pause_and_resume_hold_across_a_worker_restart() {
     let echo =
         |i: i32| EnqueueRequest::new("echo", json!({"message": format!("m{i}")})).session("ops");
     enqueue_with(&s.db, Some(&s.config), (0..3).map(echo).collect());
-    let c = Connection::open(&s.db).unwrap();
+    let c = s.db.clone();
     let completed = |tool: &str| {
         one(
             &c,
@@ -239,10 +236,8 @@ fn pause_and_resume_hold_across_a_worker_restart() {
             out.contains("tool echo since") && out.contains("by alice: API down"),
             "{out}"
         );
-        let id: String = c
-            .query_row("SELECT id FROM runs WHERE tool = 'echo' LIMIT 1", [], |r| {
-                r.get(0)
-            })
+        let id = c
+            .text("SELECT id FROM runs WHERE tool = 'echo' LIMIT 1")
             .unwrap();
         let (_, out, _) = cli(&s, &["show", &id]);
         assert!(out.contains("paused (tool echo)"), "{out}");
@@ -296,7 +291,7 @@ async fn claim(
 ) -> Vec<toolq::Run> {
     let now = env.client.now();
     env.client
-        .store()
+        .engine()
         .attempt_claim(toolq::store::Claim {
             worker: worker.into(),
             now,

@@ -3,8 +3,8 @@
 use serde_json::{Value, json};
 use toolq::inbox::InboxFilter;
 use toolq::run::FinishRecord;
-use toolq::store::WorkerRow;
 use toolq::store::codec::ts;
+use toolq::store::{Claim, Flush, Heartbeat, WorkerRow};
 use toolq::tool::sink::SinkSnapshot;
 use toolq::worker::finish::{AttemptEnd, decide};
 use toolq::worker::identity;
@@ -13,7 +13,7 @@ use toolq::{EnqueueRequest, Run, RunId, RunState, ToolOutcome};
 
 use crate::support::TestEnv;
 
-fn register(env: &TestEnv, id: &str, host: &str, pid: i64, start: &str) {
+async fn register(env: &TestEnv, id: &str, host: &str, pid: i64, start: &str) {
     let now = ts(env.client.now());
     let row = WorkerRow {
         id: id.into(),
@@ -35,35 +35,29 @@ fn register(env: &TestEnv, id: &str, host: &str, pid: i64, start: &str) {
         version: "test".into(),
         tools: Vec::new(),
     };
-    env.client
-        .store()
-        .write(|tx| toolq::store::workers::register(tx, &row))
-        .unwrap();
+    env.client.engine().worker_register(row).await.unwrap();
 }
 
-fn claim_as(env: &TestEnv, worker: &str) -> Vec<Run> {
-    claim_tools(env, worker, &env.client.registry().names())
+async fn claim_as(env: &TestEnv, worker: &str) -> Vec<Run> {
+    claim_tools(env, worker, &env.client.registry().names()).await
 }
 
-fn claim_tools(env: &TestEnv, worker: &str, tools: &[String]) -> Vec<Run> {
+/// A claim through the engine contract, as a worker's claim loop makes it.
+async fn claim_tools(env: &TestEnv, worker: &str, tools: &[String]) -> Vec<Run> {
     let now = env.client.now();
     env.client
-        .store()
-        .write(|tx| {
-            toolq::store::claim::claim(
-                tx,
-                &toolq::store::claim::ClaimParams {
-                    worker,
-                    now,
-                    lease_until: now + chrono::Duration::seconds(30),
-                    max: 10,
-                    per_session: 5,
-                    after_session: None,
-                    tools,
-                    limits: &Default::default(),
-                },
-            )
+        .engine()
+        .attempt_claim(Claim {
+            worker: worker.into(),
+            now,
+            lease_until: now + chrono::Duration::seconds(30),
+            max: 10,
+            per_session: 5,
+            after_session: None,
+            tools: tools.into(),
+            limits: Default::default(),
         })
+        .await
         .unwrap()
 }
 
@@ -78,13 +72,14 @@ fn success_record(env: &TestEnv, run: &Run) -> FinishRecord {
     )
 }
 
-fn finish(env: &TestEnv, rec: &FinishRecord) -> bool {
+async fn finish(env: &TestEnv, rec: &FinishRecord) -> bool {
     let now = env.client.now();
     env.client
-        .store()
-        .write(|tx| toolq::store::finish::record_ends(tx, &[rec], now))
-        .map(|applied| applied == [true])
+        .engine()
+        .run_end(vec![rec.clone()], now)
+        .await
         .unwrap()
+        == [true]
 }
 
 pub(crate) async fn enqueue(
@@ -120,9 +115,9 @@ async fn stale_attempt_is_fenced_out_after_a_lease_rescue() {
     let id = enqueue(&env, "echo", json!({"message": "hi"}), None).await;
     assert_eq!(env.client.get(&id).await.unwrap().max_attempts, 3);
     // Two workers on another host: their pids cannot be checked, only their leases.
-    register(&env, "wk_a", "elsewhere", 1, "1");
-    register(&env, "wk_b", "elsewhere", 2, "2");
-    let first = claim_as(&env, "wk_a").remove(0);
+    register(&env, "wk_a", "elsewhere", 1, "1").await;
+    register(&env, "wk_b", "elsewhere", 2, "2").await;
+    let first = claim_as(&env, "wk_a").await.remove(0);
     assert_eq!(first.attempt, 1);
     assert_eq!(rescue_tick(&env.client).await.unwrap().rescued(), 0);
 
@@ -146,12 +141,12 @@ async fn stale_attempt_is_fenced_out_after_a_lease_rescue() {
     );
 
     env.clock.advance(chrono::Duration::seconds(2));
-    let second = claim_as(&env, "wk_b").remove(0);
+    let second = claim_as(&env, "wk_b").await.remove(0);
     assert_eq!(second.attempt, 2);
     assert_ne!(second.lease_token, first.lease_token);
 
     // The first attempt comes back late: nothing of it is written.
-    assert!(!finish(&env, &success_record(&env, &first)));
+    assert!(!finish(&env, &success_record(&env, &first)).await);
     let progress = toolq::store::ProgressWrite {
         id: first.id.to_string(),
         session_id: first.session_id.clone(),
@@ -165,10 +160,15 @@ async fn stale_attempt_is_fenced_out_after_a_lease_rescue() {
     let now = env.client.now();
     let wrote = env
         .client
-        .store()
-        .write(|tx| toolq::store::claim::write_progress(tx, &progress, now))
+        .engine()
+        .attempt_flush(Flush {
+            operations: Vec::new(),
+            progress: vec![progress],
+            now,
+        })
+        .await
         .unwrap();
-    assert!(!wrote);
+    assert_eq!(wrote.progress, [false]);
     let run = env.client.get(&id).await.unwrap();
     assert_eq!((run.state, run.attempt), (RunState::Running, 2));
     assert_eq!(run.lease_owner.as_deref(), Some("wk_b"));
@@ -177,8 +177,8 @@ async fn stale_attempt_is_fenced_out_after_a_lease_rescue() {
     assert!(inbox(&env).await.is_empty());
 
     // The current attempt finishes normally, exactly once.
-    assert!(finish(&env, &success_record(&env, &second)));
-    assert!(!finish(&env, &success_record(&env, &second)));
+    assert!(finish(&env, &success_record(&env, &second)).await);
+    assert!(!finish(&env, &success_record(&env, &second)).await);
     let run = env.client.get(&id).await.unwrap();
     assert_eq!(run.state, RunState::Completed);
     let result = env.client.result(&run).await.unwrap().unwrap();
@@ -193,24 +193,24 @@ async fn stale_attempt_is_fenced_out_after_a_lease_rescue() {
 async fn a_heartbeating_owner_is_never_rescued() {
     let env = TestEnv::new();
     let id = enqueue(&env, "echo", json!({"message": "hi"}), None).await;
-    register(&env, "wk_a", "elsewhere", 1, "1");
-    let run = claim_as(&env, "wk_a").remove(0);
+    register(&env, "wk_a", "elsewhere", 1, "1").await;
+    let run = claim_as(&env, "wk_a").await.remove(0);
     let held = vec![(id.to_string(), run.lease_token.clone().unwrap())];
     for _ in 0..30 {
         env.clock.advance(chrono::Duration::seconds(10));
         let now = env.client.now();
         let alive = env
             .client
-            .store()
-            .write(|tx| {
-                toolq::store::claim::heartbeat(
-                    tx,
-                    "wk_a",
-                    &held,
-                    now,
-                    now + chrono::Duration::seconds(30),
-                )
+            .engine()
+            .attempt_heartbeat(Heartbeat {
+                worker: "wk_a".into(),
+                held: held.clone(),
+                now,
+                until: now + chrono::Duration::seconds(30),
+                last_poll: None,
+                busy_retries: 0,
             })
+            .await
             .unwrap();
         assert_eq!(alive, vec![(id.to_string(), false)]);
         assert_eq!(rescue_tick(&env.client).await.unwrap().rescued(), 0);
@@ -228,12 +228,12 @@ async fn runs_of_a_dead_local_process_are_rescued_without_waiting_for_the_lease(
     let last = enqueue(&env, "echo", json!({"message": "hi"}), Some(1)).await;
     let me = std::process::id();
     let my_start = identity::process_start_time(me).unwrap();
-    register(&env, "wk_dead", &identity::host(), gone_pid(), "12345");
-    register(&env, "wk_live", &identity::host(), me as i64, &my_start);
-    let claimed = claim_as(&env, "wk_dead");
+    register(&env, "wk_dead", &identity::host(), gone_pid(), "12345").await;
+    register(&env, "wk_live", &identity::host(), me as i64, &my_start).await;
+    let claimed = claim_as(&env, "wk_dead").await;
     assert_eq!(claimed.len(), 2);
     let live_run = enqueue(&env, "echo", json!({"message": "hi"}), None).await;
-    assert_eq!(claim_as(&env, "wk_live").len(), 1);
+    assert_eq!(claim_as(&env, "wk_live").await.len(), 1);
 
     // Same instant: no lease has expired, yet the dead owner's runs come back.
     let report = rescue_tick(&env.client).await.unwrap();
@@ -303,7 +303,7 @@ async fn runs_of_a_dead_local_process_are_rescued_without_waiting_for_the_lease(
 async fn a_run_whose_owner_has_no_row_or_stopped_is_rescued_at_once() {
     let env = TestEnv::new();
     let a = enqueue(&env, "echo", json!({"message": "hi"}), None).await;
-    claim_as(&env, "wk_unregistered");
+    claim_as(&env, "wk_unregistered").await;
     let report = rescue_tick(&env.client).await.unwrap();
     assert_eq!(report.requeued, 1);
     let r = env.client.get(&a).await.unwrap();
@@ -312,13 +312,14 @@ async fn a_run_whose_owner_has_no_row_or_stopped_is_rescued_at_once() {
         "worker lost: the worker running it is not registered"
     );
 
-    register(&env, "wk_gone", "elsewhere", 1, "1");
+    register(&env, "wk_gone", "elsewhere", 1, "1").await;
     env.clock.advance(chrono::Duration::seconds(5));
-    claim_as(&env, "wk_gone");
+    claim_as(&env, "wk_gone").await;
     let now = env.client.now();
     env.client
-        .store()
-        .write(|tx| toolq::store::workers::deregister(tx, "wk_gone", now, 0))
+        .engine()
+        .worker_deregister("wk_gone".into(), now, 0)
+        .await
         .unwrap();
     assert_eq!(rescue_tick(&env.client).await.unwrap().requeued, 1);
     let r = env.client.get(&a).await.unwrap();
@@ -345,13 +346,13 @@ async fn a_claim_takes_runs_of_its_tools_only_in_priority_order_across_them() {
         req.priority = priority;
         ids.push(env.client.enqueue(req).await.unwrap().run_id);
     }
-    let claimed = claim_tools(&env, "wk_a", &["add".to_string(), "echo".to_string()]);
+    let claimed = claim_tools(&env, "wk_a", &["add".to_string(), "echo".to_string()]).await;
     let got: Vec<&RunId> = claimed.iter().map(|r| &r.id).collect();
     assert_eq!(got, [&ids[1], &ids[0]]);
     let sleep = env.client.get(&ids[2]).await.unwrap();
     assert_eq!((sleep.state, sleep.attempt), (RunState::Queued, 0));
     // A worker that has it takes it.
-    let claimed = claim_tools(&env, "wk_b", &["sleep".to_string()]);
+    let claimed = claim_tools(&env, "wk_b", &["sleep".to_string()]).await;
     assert_eq!(claimed.len(), 1);
     assert_eq!(claimed[0].id, ids[2]);
 }

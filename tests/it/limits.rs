@@ -33,24 +33,22 @@ async fn a_busy_session_stays_within_its_limit_and_others_still_get_slots() {
     let max_busy = Arc::new(AtomicI64::new(0));
     let other_served_early = Arc::new(AtomicBool::new(false));
     let sampler = {
-        let (stop, max_busy, early, path) = (
+        let (stop, max_busy, early, db) = (
             stop.clone(),
             max_busy.clone(),
             other_served_early.clone(),
-            env.db_path(),
+            env.db.clone(),
         );
         std::thread::spawn(move || {
-            let c = rusqlite::Connection::open(path).unwrap();
             while !stop.load(Ordering::Relaxed) {
-                let (n, other_started, busy_queued): (i64, i64, i64) = c
-                    .query_row(
-                        "SELECT sum(session_id = 'busy' AND state = 'running'), \
-                         sum(session_id = 'other' AND state IN ('running', 'completed')), \
-                         sum(session_id = 'busy' AND state = 'queued') FROM runs",
-                        [],
-                        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
-                    )
-                    .unwrap();
+                let row = &db.rows(
+                    "SELECT count(*) FILTER (WHERE session_id = 'busy' AND state = 'running'), \
+                     count(*) FILTER (WHERE session_id = 'other' \
+                     AND state IN ('running', 'completed')), \
+                     count(*) FILTER (WHERE session_id = 'busy' AND state = 'queued') FROM runs",
+                )[0];
+                let [n, other_started, busy_queued]: [i64; 3] =
+                    std::array::from_fn(|i| row[i].as_ref().unwrap().parse().unwrap());
                 max_busy.fetch_max(n, Ordering::Relaxed);
                 if other_started > 0 && busy_queued > 0 {
                     early.store(true, Ordering::Relaxed);
@@ -89,17 +87,10 @@ async fn worker_concurrency_caps_running_runs() {
     let stop = Arc::new(AtomicBool::new(false));
     let max_running = Arc::new(AtomicI64::new(0));
     let sampler = {
-        let (stop, max_running, path) = (stop.clone(), max_running.clone(), env.db_path());
+        let (stop, max_running, db) = (stop.clone(), max_running.clone(), env.db.clone());
         std::thread::spawn(move || {
-            let c = rusqlite::Connection::open(path).unwrap();
             while !stop.load(Ordering::Relaxed) {
-                let n: i64 = c
-                    .query_row(
-                        "SELECT count(*) FROM runs WHERE state = 'running'",
-                        [],
-                        |r| r.get(0),
-                    )
-                    .unwrap();
+                let n = db.count("SELECT count(*) FROM runs WHERE state = 'running'");
                 max_running.fetch_max(n, Ordering::Relaxed);
                 std::thread::sleep(std::time::Duration::from_millis(2));
             }

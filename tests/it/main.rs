@@ -1,5 +1,15 @@
 //! Integration tests: real SQLite files in temp dirs, real workers, real child processes.
+//! `tests/postgres` runs the same modules (all but the SQLite-only ones) on Postgres.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+/// The engine these tests run on (see `support::TestDb`).
+pub const ENGINE: support::Engine = support::Engine::Sqlite;
+
+/// Keeps items in this (SQLite) binary only: tests whose subject is the SQLite file, named
+/// `sqlite_only_*`. `tests/postgres/main.rs` defines it to drop them.
+macro_rules! sqlite_only {
+    ($($item:item)*) => { $($item)* };
+}
 
 #[allow(dead_code, reason = "shared helpers; each test module uses a subset")]
 mod support;

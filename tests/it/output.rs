@@ -4,7 +4,6 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader};
-use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
@@ -17,7 +16,7 @@ fn dev_full() -> File {
     OpenOptions::new().write(true).open("/dev/full").unwrap()
 }
 
-fn cmd(db: &Path, args: &[&str]) -> Command {
+fn cmd(db: &crate::support::TestDb, args: &[&str]) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_toolq"));
     c.arg("--db")
         .arg(db)
@@ -28,15 +27,14 @@ fn cmd(db: &Path, args: &[&str]) -> Command {
     c
 }
 
-fn enqueue_echo(db: &Path) -> String {
+fn enqueue_echo(db: &crate::support::TestDb) -> String {
     let o = toolq(db, &["enqueue", "echo", "--args", r#"{"message":"hi"}"#]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     String::from_utf8(o.stdout).unwrap().trim().to_string()
 }
 
-fn state(db: &Path, id: &str) -> String {
-    let c = rusqlite::Connection::open(db).unwrap();
-    c.query_row("SELECT state FROM runs WHERE id = ?1", [id], |r| r.get(0))
+fn state(db: &crate::support::TestDb, id: &str) -> String {
+    db.text(&format!("SELECT state FROM runs WHERE id = '{id}'"))
         .unwrap()
 }
 
@@ -69,7 +67,7 @@ fn terminate(mut child: Child) -> ExitStatus {
 #[test]
 fn a_worker_with_stderr_on_dev_full_works_and_stops_cleanly_on_sigterm() {
     let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("t.db");
+    let db = crate::support::TestDb::at(dir.path());
     let id = enqueue_echo(&db);
     let mut worker = cmd(&db, &["worker", "--log", "toolq=debug"])
         .stdout(Stdio::null())
@@ -91,7 +89,7 @@ fn a_worker_with_stderr_on_dev_full_works_and_stops_cleanly_on_sigterm() {
 #[test]
 fn a_draining_worker_with_stderr_on_dev_full_exits_0() {
     let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("t.db");
+    let db = crate::support::TestDb::at(dir.path());
     let id = enqueue_echo(&db);
     let status = cmd(&db, &["worker", "--drain"])
         .stdout(Stdio::null())
@@ -105,7 +103,7 @@ fn a_draining_worker_with_stderr_on_dev_full_exits_0() {
 #[test]
 fn a_worker_whose_stderr_pipe_closes_counts_the_lost_lines_and_stops_on_sigterm() {
     let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("t.db");
+    let db = crate::support::TestDb::at(dir.path());
     enqueue_echo(&db);
     let mut worker = cmd(
         &db,
@@ -150,7 +148,7 @@ fn a_worker_whose_stderr_pipe_closes_counts_the_lost_lines_and_stops_on_sigterm(
 #[test]
 fn a_command_that_cannot_write_its_output_exits_1_with_a_message() {
     let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("t.db");
+    let db = crate::support::TestDb::at(dir.path());
     let id = enqueue_echo(&db);
     let cases: [&[&str]; 4] = [
         &["enqueue", "echo", "--args", r#"{"message":"lost"}"#],
@@ -176,7 +174,7 @@ fn a_command_that_cannot_write_its_output_exits_1_with_a_message() {
 #[test]
 fn a_command_with_stderr_on_dev_full_does_not_panic() {
     let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("t.db");
+    let db = crate::support::TestDb::at(dir.path());
     let args = [
         "enqueue",
         "echo",
@@ -201,7 +199,7 @@ fn a_command_with_stderr_on_dev_full_does_not_panic() {
 #[test]
 fn stdout_closed_by_the_reader_is_a_quiet_exit_0() {
     let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("t.db");
+    let db = crate::support::TestDb::at(dir.path());
     for _ in 0..3 {
         enqueue_echo(&db);
     }
@@ -220,7 +218,7 @@ fn stdout_closed_by_the_reader_is_a_quiet_exit_0() {
 #[test]
 fn following_into_a_closed_pipe_stops() {
     let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("t.db");
+    let db = crate::support::TestDb::at(dir.path());
     let id = enqueue_echo(&db);
     assert!(toolq(&db, &["worker", "--drain"]).status.success());
     for args in [

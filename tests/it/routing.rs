@@ -4,7 +4,6 @@
 
 use std::process::Command;
 
-use rusqlite::Connection;
 use serde_json::json;
 use toolq::EnqueueRequest;
 
@@ -50,7 +49,7 @@ fn a_worker_without_a_tool_leaves_its_runs_queued_for_one_that_has_it() {
     };
 
     let lacking = Killed(spawn_worker(&without, false));
-    let c = Connection::open(db).unwrap();
+    let c = db.clone();
     wait_until("the echo run completes", || {
         one(
             &c,
@@ -66,12 +65,11 @@ fn a_worker_without_a_tool_leaves_its_runs_queued_for_one_that_has_it() {
         "the worker without disk_check claimed its run"
     );
     // The worker's row lists what it can run.
-    let tools: String = c
-        .query_row(
-            "SELECT tools FROM workers WHERE pid = ?1",
-            [lacking.0.id()],
-            |r| r.get(0),
-        )
+    let tools = c
+        .text(&format!(
+            "SELECT tools FROM workers WHERE pid = {}",
+            lacking.0.id()
+        ))
         .unwrap();
     let tools: Vec<String> = serde_json::from_str(&tools).unwrap();
     assert!(tools.iter().any(|t| t == "echo"), "{tools:?}");

@@ -6,10 +6,10 @@ use std::sync::Mutex;
 
 use async_trait::async_trait;
 use serde_json::{Value, json};
-use toolq::{Client, Config, RegistryBuilder, Tool, ToolContext, ToolDef, ToolOutcome};
+use toolq::{Client, RegistryBuilder, Tool, ToolContext, ToolDef, ToolOutcome};
 
 /// Takes its own run's lease away (as a rescue elsewhere would), then returns success.
-struct LosesLease(std::path::PathBuf);
+struct LosesLease(crate::support::TestDb);
 
 #[async_trait]
 impl Tool for LosesLease {
@@ -17,13 +17,10 @@ impl Tool for LosesLease {
         ToolDef::new("loses_lease", "loses its lease", json!({"type": "object"}))
     }
     async fn call(&self, ctx: ToolContext) -> ToolOutcome {
-        let c = rusqlite::Connection::open(&self.0).unwrap();
-        c.busy_timeout(std::time::Duration::from_secs(5)).unwrap();
-        c.execute(
-            "UPDATE runs SET lease_token = 'stolen' WHERE id = ?1",
-            [ctx.run_id.to_string()],
-        )
-        .unwrap();
+        self.0.exec(&format!(
+            "UPDATE runs SET lease_token = 'stolen' WHERE id = '{}'",
+            ctx.run_id
+        ));
         ToolOutcome::ok(Value::Null)
     }
 }
@@ -57,11 +54,8 @@ async fn a_fenced_out_end_logs_the_warning_and_no_run_ended_line() {
         .expect("no other test sets a global subscriber");
 
     let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("toolq.db");
-    let config = Config {
-        db_path: db.display().to_string(),
-        ..Config::default()
-    };
+    let db = crate::support::TestDb::at(dir.path());
+    let config = db.config();
     let registry = RegistryBuilder::new()
         .with_builtins()
         .tool(LosesLease(db.clone()))

@@ -2,11 +2,10 @@
 //! bad input (exit 2, a message naming the value, nothing written).
 
 use crate::support::toolq;
-use std::path::Path;
 
 use serde_json::Value;
 
-fn ok_json(db: &Path, args: &[&str]) -> Value {
+fn ok_json(db: &crate::support::TestDb, args: &[&str]) -> Value {
     let o = toolq(db, args);
     assert!(
         o.status.success(),
@@ -16,16 +15,14 @@ fn ok_json(db: &Path, args: &[&str]) -> Value {
     serde_json::from_slice(&o.stdout).unwrap()
 }
 
-fn schedules(db: &Path) -> i64 {
-    let c = rusqlite::Connection::open(db).unwrap();
-    c.query_row("SELECT count(*) FROM schedules", [], |r| r.get(0))
-        .unwrap()
+fn schedules(db: &crate::support::TestDb) -> i64 {
+    db.count("SELECT count(*) FROM schedules")
 }
 
 #[test]
 fn preview_prints_utc_and_local_fires_across_dst() {
     let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("t.db");
+    let db = crate::support::TestDb::at(dir.path());
     let v = ok_json(
         &db,
         &[
@@ -77,7 +74,7 @@ fn preview_prints_utc_and_local_fires_across_dst() {
 #[test]
 fn add_list_show_cancel_enable() {
     let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("t.db");
+    let db = crate::support::TestDb::at(dir.path());
     let s = ok_json(
         &db,
         &[
@@ -145,7 +142,7 @@ fn add_list_show_cancel_enable() {
 #[test]
 fn bad_schedules_exit_2_and_write_nothing() {
     let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("t.db");
+    let db = crate::support::TestDb::at(dir.path());
     let cases: &[(&[&str], &str)] = &[
         (
             &["--cron", "61 * * * *"],

@@ -44,25 +44,15 @@ pub fn second_client(env: &TestEnv, f: impl FnOnce(&mut Config)) -> Client {
 }
 
 pub fn rows(env: &TestEnv, sql: &str) -> Vec<Vec<String>> {
-    let c = rusqlite::Connection::open(env.db_path()).unwrap();
-    let mut stmt = c.prepare(sql).unwrap();
-    let n = stmt.column_count();
-    stmt.query_map([], |r| {
-        (0..n)
-            .map(|i| {
-                let v: rusqlite::types::Value = r.get(i)?;
-                Ok(match v {
-                    rusqlite::types::Value::Null => "NULL".into(),
-                    rusqlite::types::Value::Integer(i) => i.to_string(),
-                    rusqlite::types::Value::Text(s) => s,
-                    other => format!("{other:?}"),
-                })
-            })
-            .collect()
-    })
-    .unwrap()
-    .map(Result::unwrap)
-    .collect()
+    env.db
+        .rows(sql)
+        .into_iter()
+        .map(|r| {
+            r.into_iter()
+                .map(|v| v.unwrap_or_else(|| "NULL".into()))
+                .collect()
+        })
+        .collect()
 }
 
 fn every_ten() -> ScheduleRequest {

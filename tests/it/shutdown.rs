@@ -9,7 +9,7 @@ use crate::support::wait_until;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
-fn spawn_worker(db: &Path, config: &Path) -> Child {
+fn spawn_worker(db: &crate::support::TestDb, config: &Path) -> Child {
     Command::new(env!("CARGO_BIN_EXE_toolq"))
         .arg("--db")
         .arg(db)
@@ -22,7 +22,7 @@ fn spawn_worker(db: &Path, config: &Path) -> Child {
         .expect("worker starts")
 }
 
-fn enqueue(db: &Path, ms: u64) -> String {
+fn enqueue(db: &crate::support::TestDb, ms: u64) -> String {
     let o = Command::new(env!("CARGO_BIN_EXE_toolq"))
         .arg("--db")
         .arg(db)
@@ -33,12 +33,14 @@ fn enqueue(db: &Path, ms: u64) -> String {
     String::from_utf8(o.stdout).unwrap().trim().to_string()
 }
 
-fn state_of(db: &Path, id: &str) -> (String, i64) {
-    let c = rusqlite::Connection::open(db).unwrap();
-    c.query_row("SELECT state, attempt FROM runs WHERE id = ?1", [id], |r| {
-        Ok((r.get(0)?, r.get(1)?))
-    })
-    .unwrap()
+fn state_of(db: &crate::support::TestDb, id: &str) -> (String, i64) {
+    let row = &db.rows(&format!(
+        "SELECT state, attempt FROM runs WHERE id = '{id}'"
+    ))[0];
+    (
+        row[0].clone().unwrap(),
+        row[1].as_ref().unwrap().parse().unwrap(),
+    )
 }
 
 fn terminate_and_wait(mut child: Child) -> std::process::ExitStatus {
@@ -59,7 +61,7 @@ fn terminate_and_wait(mut child: Child) -> std::process::ExitStatus {
 #[test]
 fn sigterm_lets_in_flight_runs_finish_then_exits_0() {
     let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("t.db");
+    let db = crate::support::TestDb::at(dir.path());
     let cfg = dir.path().join("c.toml");
     std::fs::write(
         &cfg,
@@ -85,7 +87,7 @@ fn sigterm_lets_in_flight_runs_finish_then_exits_0() {
 #[test]
 fn runs_past_the_grace_are_handed_back_without_using_an_attempt() {
     let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("t.db");
+    let db = crate::support::TestDb::at(dir.path());
     let cfg = dir.path().join("c.toml");
     std::fs::write(&cfg, "[worker]\npoll_interval = \"20ms\"\nshutdown_grace = \"200ms\"\ncancel_grace = \"200ms\"\n").unwrap();
     let id = enqueue(&db, 60_000);
@@ -94,9 +96,6 @@ fn runs_past_the_grace_are_handed_back_without_using_an_attempt() {
     let status = terminate_and_wait(child);
     assert!(status.success(), "exit status {status:?}");
     assert_eq!(state_of(&db, &id), ("queued".to_string(), 0));
-    let c = rusqlite::Connection::open(&db).unwrap();
-    let stopped: Option<String> = c
-        .query_row("SELECT stopped_at FROM workers", [], |r| r.get(0))
-        .unwrap();
+    let stopped = db.text("SELECT stopped_at FROM workers");
     assert!(stopped.is_some(), "a clean exit marks the worker stopped");
 }

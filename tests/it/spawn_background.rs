@@ -251,11 +251,18 @@ async fn spawn_background_in_a_worker_runs_the_target_and_signals_the_session() 
     );
     // One background run, one message: the spawn_background run's own result is the
     // acknowledgement, not a second completion.
-    let msgs = rows(
+    let msgs: Vec<(String, serde_json::Value)> = rows(
         &env,
-        "SELECT kind, json_extract(data, '$.tool') FROM inbox WHERE session_id = 'agent'",
+        "SELECT kind, data FROM inbox WHERE session_id = 'agent'",
+    )
+    .into_iter()
+    .map(|r| (r[0].clone(), serde_json::from_str(&r[1]).unwrap()))
+    .collect();
+    assert_eq!(msgs.len(), 1, "{msgs:?}");
+    assert_eq!(
+        (msgs[0].0.as_str(), &msgs[0].1["tool"]),
+        ("completed", &json!("counter"))
     );
-    assert_eq!(msgs, vec![vec!["completed".to_string(), "counter".into()]]);
 }
 
 #[tokio::test]

@@ -4,7 +4,6 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
-use rusqlite::Connection;
 
 use crate::crash::{Setup, setup, spawn_worker};
 
@@ -44,16 +43,14 @@ fn status_lists_workers_and_exits_1_when_a_live_loop_is_stale() {
     let reader = {
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
-            if let Ok(c) = Connection::open(&s.db)
-                && c.query_row(
-                    "SELECT count(*) FROM workers WHERE pid = ?1 AND last_poll_at IS NOT NULL",
-                    [pid],
-                    |r| r.get::<_, i64>(0),
-                )
-                .unwrap_or(0)
-                    == 1
+            // Tolerant: the worker may not have created the schema yet.
+            if s.db
+                .try_rows(&format!(
+                    "SELECT count(*) FROM workers WHERE pid = {pid} AND last_poll_at IS NOT NULL"
+                ))
+                .is_ok_and(|r| r[0][0].as_deref() == Some("1"))
             {
-                break c;
+                break s.db.clone();
             }
             assert!(Instant::now() < deadline, "worker never polled");
             std::thread::sleep(Duration::from_millis(10));
@@ -87,10 +84,27 @@ fn status_lists_workers_and_exits_1_when_a_live_loop_is_stale() {
         version: "test".into(),
         tools: Vec::new(),
     };
-    toolq::Store::open(&s.db)
-        .unwrap()
-        .write(|tx| toolq::store::workers::register(tx, &row))
-        .unwrap();
+    // Plain SQL: the same table and columns on both engines.
+    s.db.exec(&format!(
+        "INSERT INTO workers (id, host, boot_id, pid_namespace, pid, process_start_time, \
+         started_at, heartbeat_at, last_poll_at, concurrency, poll_interval_ms, \
+         heartbeat_interval_ms, lease_ms, version, tools) VALUES ('{}', '{}', '{}', '{}', {}, \
+         '{}', '{}', '{}', '{}', {}, {}, {}, {}, '{}', '[]')",
+        row.id,
+        row.host,
+        row.boot_id,
+        row.pid_namespace,
+        row.pid,
+        row.process_start_time,
+        row.started_at,
+        row.heartbeat_at,
+        row.last_poll_at.as_deref().unwrap(),
+        row.concurrency,
+        row.poll_interval_ms,
+        row.heartbeat_interval_ms,
+        row.lease_ms,
+        row.version
+    ));
     let (code, v, err) = status(&s);
     assert_eq!(code, 1, "{v}");
     assert!(err.contains("1 live worker(s) stale"), "{err}");
@@ -102,12 +116,7 @@ fn status_lists_workers_and_exits_1_when_a_live_loop_is_stale() {
     hung.wait().unwrap();
     let deadline = Instant::now() + Duration::from_secs(20);
     while reader
-        .query_row(
-            "SELECT stop_reason FROM workers WHERE id = 'wk_hung'",
-            [],
-            |r| r.get::<_, Option<String>>(0),
-        )
-        .unwrap()
+        .text("SELECT stop_reason FROM workers WHERE id = 'wk_hung'")
         .is_none()
     {
         assert!(Instant::now() < deadline, "dead row never marked");

@@ -1,4 +1,9 @@
-//! Test environment: a temp dir with a real database file, a manual clock, test tools.
+//! Test environment: a temp dir with a real database (a SQLite file, or a fresh database on
+//! the throwaway Postgres server of [`pg`], as the test binary's `crate::ENGINE` says), a
+//! manual clock, test tools.
+
+#[path = "support/pg.rs"]
+pub mod pg;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -18,8 +23,189 @@ pub fn t(s: &str) -> DateTime<Utc> {
     DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)
 }
 
-/// A temp dir holding `toolq.db`, a manual clock and a client with built-ins + test tools.
+/// The engine a test binary runs its tests on: `tests/it` on SQLite, `tests/postgres` (the
+/// same modules) on Postgres.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Engine {
+    Sqlite,
+    Postgres,
+}
+
+/// This binary's engine.
+pub const ENGINE: Engine = crate::ENGINE;
+
+/// One test's database: `toolq.db` in the test's temp dir on SQLite; a fresh database on the
+/// shared Postgres server (dropped with the last clone) on Postgres. Pass it wherever `--db`
+/// or `db_path` goes (`&db` is an `OsStr`); read it with plain SQL through [`TestDb::count`],
+/// [`TestDb::rows`] and [`TestDb::exec`] on either engine.
+#[derive(Clone)]
+pub struct TestDb {
+    /// The path (SQLite) or URL (Postgres).
+    pub url: String,
+    pg: Option<Arc<pg::Database>>,
+}
+
+impl TestDb {
+    /// A fresh database for a test whose files live in `dir`.
+    pub fn at(dir: &std::path::Path) -> Self {
+        match ENGINE {
+            Engine::Sqlite => TestDb {
+                url: dir.join("toolq.db").display().to_string(),
+                pg: None,
+            },
+            Engine::Postgres => {
+                let db = pg::Database::create();
+                TestDb {
+                    url: db.url.clone(),
+                    pg: Some(Arc::new(db)),
+                }
+            }
+        }
+    }
+
+    /// `config` pointed at this database: `db_path` on SQLite, `db_url` on Postgres.
+    pub fn configure(&self, config: &mut Config) {
+        match ENGINE {
+            Engine::Sqlite => config.db_path = self.url.clone(),
+            Engine::Postgres => config.db_url = Some(self.url.clone()),
+        }
+    }
+
+    /// The default configuration on this database.
+    pub fn config(&self) -> Config {
+        let mut c = Config::default();
+        self.configure(&mut c);
+        c
+    }
+
+    /// SQL reading the blob column `col` as UTF-8 text.
+    pub fn blob_as_text(&self, col: &str) -> String {
+        match ENGINE {
+            Engine::Sqlite => format!("CAST({col} AS TEXT)"),
+            Engine::Postgres => format!("convert_from({col}, 'UTF8')"),
+        }
+    }
+
+    /// The SQLite file (for `sqlite_only_*` tests).
+    pub fn file(&self) -> &std::path::Path {
+        assert_eq!(
+            ENGINE,
+            Engine::Sqlite,
+            "a SQLite-only test runs on {ENGINE:?}"
+        );
+        std::path::Path::new(&self.url)
+    }
+
+    /// Whether toolq created its schema here (on SQLite: the file exists).
+    pub fn has_schema(&self) -> bool {
+        match ENGINE {
+            Engine::Sqlite => self.file().exists(),
+            Engine::Postgres => {
+                self.count("SELECT count(*) FROM pg_tables WHERE schemaname = 'public'") > 0
+            }
+        }
+    }
+
+    /// The rows of `sql`, every value as text (NULL as None).
+    pub fn rows(&self, sql: &str) -> Vec<Vec<Option<String>>> {
+        self.try_rows(sql).unwrap_or_else(|e| panic!("{sql}: {e}"))
+    }
+
+    /// The rows of `sql`, or the engine's error (a table not created yet, say).
+    pub fn try_rows(&self, sql: &str) -> Result<Vec<Vec<Option<String>>>, String> {
+        match ENGINE {
+            Engine::Sqlite => sqlite_rows(&self.url, sql).map_err(|e| e.to_string()),
+            Engine::Postgres => self.pg_db().rows(sql),
+        }
+    }
+
+    /// The first column of the first row of `sql`, as text (panics if there is no row).
+    pub fn text(&self, sql: &str) -> Option<String> {
+        let rows = self.rows(sql);
+        let row = rows.first().unwrap_or_else(|| panic!("no row from {sql}"));
+        row.first().cloned().flatten()
+    }
+
+    /// Runs one query returning a single integer.
+    pub fn count(&self, sql: &str) -> i64 {
+        let v = self.text(sql).unwrap_or_else(|| panic!("NULL from {sql}"));
+        v.parse()
+            .unwrap_or_else(|e| panic!("{sql} gave {v:?}, not an integer: {e}"))
+    }
+
+    /// The first column of every row of `sql`, as text (NULL as "NULL").
+    pub fn column(&self, sql: &str) -> Vec<String> {
+        self.rows(sql)
+            .into_iter()
+            .map(|r| {
+                r.into_iter()
+                    .next()
+                    .flatten()
+                    .unwrap_or_else(|| "NULL".into())
+            })
+            .collect()
+    }
+
+    fn pg_db(&self) -> &pg::Database {
+        self.pg.as_deref().expect("a Postgres database")
+    }
+
+    /// Runs statements that return nothing.
+    pub fn exec(&self, sql: &str) {
+        self.try_exec(sql).unwrap_or_else(|e| panic!("{sql}: {e}"));
+    }
+
+    /// Runs statements that return nothing, giving the engine's error message.
+    pub fn try_exec(&self, sql: &str) -> Result<(), String> {
+        match ENGINE {
+            Engine::Sqlite => {
+                let c = rusqlite::Connection::open(&self.url).map_err(|e| e.to_string())?;
+                c.busy_timeout(std::time::Duration::from_secs(10))
+                    .map_err(|e| e.to_string())?;
+                c.execute_batch(sql).map_err(|e| e.to_string())
+            }
+            Engine::Postgres => self.pg_db().rows(sql).map(drop),
+        }
+    }
+}
+
+fn sqlite_rows(path: &str, sql: &str) -> rusqlite::Result<Vec<Vec<Option<String>>>> {
+    use rusqlite::types::Value;
+    let c = rusqlite::Connection::open(path)?;
+    c.busy_timeout(std::time::Duration::from_secs(10))?;
+    let mut st = c.prepare(sql)?;
+    let n = st.column_count();
+    st.query_map([], |r| {
+        (0..n)
+            .map(|i| {
+                Ok(match r.get::<_, Value>(i)? {
+                    Value::Null => None,
+                    Value::Integer(v) => Some(v.to_string()),
+                    Value::Real(v) => Some(v.to_string()),
+                    Value::Text(v) => Some(v),
+                    Value::Blob(v) => Some(String::from_utf8_lossy(&v).into_owned()),
+                })
+            })
+            .collect()
+    })?
+    .collect()
+}
+
+impl AsRef<std::ffi::OsStr> for TestDb {
+    fn as_ref(&self) -> &std::ffi::OsStr {
+        self.url.as_ref()
+    }
+}
+
+impl std::fmt::Display for TestDb {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.url)
+    }
+}
+
+/// A temp dir holding the database, a manual clock and a client with built-ins + test tools.
 pub struct TestEnv {
+    pub db: TestDb,
     pub dir: TempDir,
     pub clock: ManualClock,
     pub client: Client,
@@ -33,10 +219,8 @@ impl TestEnv {
 
     pub fn with_config(f: impl FnOnce(&mut Config)) -> Self {
         let dir = tempfile::tempdir().unwrap();
-        let mut config = Config {
-            db_path: dir.path().join("toolq.db").display().to_string(),
-            ..Config::default()
-        };
+        let db = TestDb::at(dir.path());
+        let mut config = db.config();
         config.worker.poll_interval = Duration::from_millis(20);
         config.worker.heartbeat_interval = Duration::from_millis(200);
         config.worker.flush_interval = Duration::from_millis(50);
@@ -58,6 +242,7 @@ impl TestEnv {
             .unwrap();
         let client = Client::open_with_clock(config, registry, Arc::new(clock.clone())).unwrap();
         TestEnv {
+            db,
             dir,
             clock,
             client,
@@ -65,14 +250,14 @@ impl TestEnv {
         }
     }
 
+    /// The database location: the SQLite file, or the Postgres URL (`--db` takes both).
     pub fn db_path(&self) -> PathBuf {
-        self.dir.path().join("toolq.db")
+        PathBuf::from(&self.db.url)
     }
 
-    /// Runs one query returning a single integer.
+    /// Runs one query returning a single integer, on either engine.
     pub fn count(&self, sql: &str) -> i64 {
-        let c = rusqlite::Connection::open(self.db_path()).unwrap();
-        c.query_row(sql, [], |r| r.get(0)).unwrap()
+        self.db.count(sql)
     }
 
     /// Runs a worker in drain mode until nothing is left.
@@ -192,9 +377,9 @@ impl Tool for Chatty {
     }
 }
 
-/// Runs the `toolq` binary on `db` with `args` (no config, `TOOLQ_*` override or log filter
-/// from the environment).
-pub fn toolq(db: &std::path::Path, args: &[&str]) -> std::process::Output {
+/// Runs the `toolq` binary on `db` (a path, URL or [`TestDb`]) with `args` (no config,
+/// `TOOLQ_*` override or log filter from the environment).
+pub fn toolq(db: impl AsRef<std::ffi::OsStr>, args: &[&str]) -> std::process::Output {
     let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_toolq"));
     cmd.arg("--db").arg(db).args(args).env_remove("RUST_LOG");
     for (k, _) in std::env::vars_os() {

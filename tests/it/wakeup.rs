@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
-use toolq::{Client, Config, EnqueueRequest, RegistryBuilder, RunState, WorkerOptions};
+use toolq::{Client, EnqueueRequest, RegistryBuilder, RunState, WorkerOptions};
 
 use crate::support::{TestEnv, wait_for};
 
@@ -35,10 +35,7 @@ async fn a_run_enqueued_by_another_connection_wakes_an_idle_worker() {
     );
     // A second client on the same file: its enqueues never touch the first one's in-process
     // notification, as if another process made them.
-    let mut config = Config {
-        db_path: env.db_path().display().to_string(),
-        ..Config::default()
-    };
+    let mut config = env.db.config();
     config.worker.poll_interval = Duration::from_secs(3600);
     let other = Client::open_with_clock(
         config,
@@ -79,17 +76,10 @@ async fn claims_made_while_recording_ends_never_exceed_the_concurrency() {
     let stop = Arc::new(AtomicBool::new(false));
     let max_running = Arc::new(AtomicI64::new(0));
     let sampler = {
-        let (stop, max_running, path) = (stop.clone(), max_running.clone(), env.db_path());
+        let (stop, max_running, db) = (stop.clone(), max_running.clone(), env.db.clone());
         std::thread::spawn(move || {
-            let c = rusqlite::Connection::open(path).unwrap();
             while !stop.load(Ordering::Relaxed) {
-                let n: i64 = c
-                    .query_row(
-                        "SELECT count(*) FROM runs WHERE state = 'running'",
-                        [],
-                        |r| r.get(0),
-                    )
-                    .unwrap();
+                let n = db.count("SELECT count(*) FROM runs WHERE state = 'running'");
                 max_running.fetch_max(n, Ordering::Relaxed);
                 std::thread::sleep(Duration::from_millis(1));
             }

@@ -7,8 +7,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::time::{Duration, Instant};
 
-use rusqlite::Connection;
-
 use serde_json::json;
 use toolq::EnqueueRequest;
 
@@ -44,17 +42,11 @@ fn many_workers(workers: usize, runs: usize) {
             s.db.clone(),
         );
         std::thread::spawn(move || {
-            let c = Connection::open(db).unwrap();
-            c.busy_timeout(Duration::from_secs(5)).unwrap();
             while !stop.load(Ordering::Relaxed) {
-                let n: i64 = c
-                    .query_row(
-                        "SELECT coalesce(max(n), 0) FROM (SELECT count(*) n FROM runs \
-                         WHERE state = 'running' GROUP BY session_id)",
-                        [],
-                        |r| r.get(0),
-                    )
-                    .unwrap();
+                let n = db.count(
+                    "SELECT coalesce(max(n), 0) FROM (SELECT count(*) n FROM runs \
+                     WHERE state = 'running' GROUP BY session_id) per_session",
+                );
                 max_running.fetch_max(n, Ordering::Relaxed);
                 samples.fetch_add(1, Ordering::Relaxed);
                 std::thread::sleep(Duration::from_millis(1));
@@ -70,17 +62,18 @@ fn many_workers(workers: usize, runs: usize) {
     stop.store(true, Ordering::Relaxed);
     sampler.join().unwrap();
 
-    let c = Connection::open(&s.db).unwrap();
+    let c = s.db.clone();
     assert_recorded_exactly_once(&c);
-    let by_state: HashMap<String, i64> = {
-        let mut st = c
-            .prepare("SELECT state, count(*) FROM runs GROUP BY state")
-            .unwrap();
-        st.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
-            .unwrap()
-            .collect::<Result<_, _>>()
-            .unwrap()
-    };
+    let by_state: HashMap<String, i64> = c
+        .rows("SELECT state, count(*) FROM runs GROUP BY state")
+        .into_iter()
+        .map(|r| {
+            (
+                r[0].clone().unwrap(),
+                r[1].as_ref().unwrap().parse().unwrap(),
+            )
+        })
+        .collect();
     let busy = one(&c, "SELECT coalesce(sum(busy_retries), 0) FROM workers");
     let owners = one(
         &c,

@@ -1,8 +1,8 @@
 //! A prepared database for the ops views and the OPS.md queries: rows with timestamps relative
 //! to the real clock, because the views read strftime('now').
 
+use crate::support::{ENGINE, Engine, TestDb};
 use chrono::{Duration, Utc};
-use rusqlite::{Connection, params};
 
 /// Fixed-width UTC text for now + `secs` (negative = in the past), by the real clock.
 pub fn ago(secs: i64) -> String {
@@ -12,35 +12,46 @@ pub fn ago(secs: i64) -> String {
 }
 
 /// Inserts a run with the given state; `set` is extra `col = value` assignments.
-pub fn run(c: &Connection, id: &str, session: &str, tool: &str, state: &str, set: &str) {
-    c.execute(
+pub fn run(c: &TestDb, id: &str, session: &str, tool: &str, state: &str, set: &str) {
+    let at = ago(3600);
+    c.exec(&format!(
         "INSERT INTO runs (id, session_id, tool, args, title, state, run_at, created_at) \
-         VALUES (?1, ?2, ?3, '{}', ?1, ?4, ?5, ?5)",
-        params![id, session, tool, state, ago(3600)],
-    )
-    .unwrap();
+         VALUES ('{id}', '{session}', '{tool}', '{{}}', '{id}', '{state}', '{at}', '{at}')"
+    ));
     if !set.is_empty() {
-        c.execute(&format!("UPDATE runs SET {set} WHERE id = ?1"), [id])
-            .unwrap();
+        c.exec(&format!("UPDATE runs SET {set} WHERE id = '{id}'"));
     }
 }
 
+/// A blob column's value from text, in the engine's SQL.
+fn bytes(text: &str) -> String {
+    match ENGINE {
+        Engine::Sqlite => format!("CAST('{text}' AS BLOB)"),
+        Engine::Postgres => format!("convert_to('{text}', 'UTF8')"),
+    }
+}
+
+fn opt(v: Option<&str>) -> String {
+    v.map_or("NULL".into(), |v| format!("'{v}'"))
+}
+
 /// Fills an (empty, migrated) database with one row for every case the views tell apart.
-pub fn prepare(c: &Connection) {
-    c.execute_batch("PRAGMA foreign_keys = ON").unwrap();
+pub fn prepare(c: &TestDb) {
     // Schedules: two enabled (in fire order: hourly, then daily), one disabled.
     for (id, cron, enabled, next) in [
         ("sch_daily", "0 9 * * *", 1, Some(ago(-7200))),
         ("sch_hourly", "0 * * * *", 1, Some(ago(-600))),
         ("sch_off", "*/5 * * * *", 0, None),
     ] {
-        c.execute(
+        c.exec(&format!(
             "INSERT INTO schedules (id, session_id, tool, args, title, cron_expression, timezone, \
              enabled, next_trigger_at, last_triggered_at, trigger_count, created_at, updated_at) \
-             VALUES (?1, 's2', 'echo', '{}', ?1, ?2, 'America/Chicago', ?3, ?4, ?5, 3, ?6, ?6)",
-            params![id, cron, enabled, next, ago(3610), ago(10 * 86400)],
-        )
-        .unwrap();
+             VALUES ('{id}', 's2', 'echo', '{{}}', '{id}', '{cron}', 'America/Chicago', {enabled}, \
+             {}, '{}', 3, '{created}', '{created}')",
+            opt(next.as_deref()),
+            ago(3610),
+            created = ago(10 * 86400)
+        ));
     }
     let lease_gone = ago(60);
     let lease_ok = ago(-60);
@@ -158,55 +169,53 @@ pub fn prepare(c: &Connection) {
     // Blobs and inbox rows of the finished runs.
     for (run, session) in [("bg_completed", "s2"), ("bg_failed_recent", "s1")] {
         for (name, body) in [("output.log", "[stdout] hello\n"), ("result.json", "{}")] {
-            c.execute(
+            c.exec(&format!(
                 "INSERT INTO blobs (session_id, path, run_id, content, size, created_at, updated_at) \
-                 VALUES (?1, ?2, ?3, CAST(?4 AS BLOB), length(?4), ?5, ?5)",
-                params![session, format!("/.background/{run}/{name}"), run, body, ago(3600)],
-            )
-            .unwrap();
+                 VALUES ('{session}', '/.background/{run}/{name}', '{run}', {}, {}, '{at}', '{at}')",
+                bytes(body),
+                body.len(),
+                at = ago(3600)
+            ));
         }
     }
-    c.execute(
+    c.exec(&format!(
         "INSERT INTO inbox (session_id, run_id, attempt, kind, body, created_at) VALUES \
-         ('s2', 'bg_completed', 1, 'completed', 'Background run completed.', ?1), \
-         ('s1', 'bg_failed_recent', 3, 'failed', 'Background run failed.', ?1), \
-         ('s2', 'bg_awaiting', 0, 'approval_request', 'Approve shell?', ?1)",
-        [ago(3600)],
-    )
-    .unwrap();
-    c.execute(
-        "UPDATE inbox SET read_at = ?1, acked_at = ?1 WHERE run_id = 'bg_completed'",
-        [ago(1800)],
-    )
-    .unwrap();
+         ('s2', 'bg_completed', 1, 'completed', 'Background run completed.', '{at}'), \
+         ('s1', 'bg_failed_recent', 3, 'failed', 'Background run failed.', '{at}'), \
+         ('s2', 'bg_awaiting', 0, 'approval_request', 'Approve shell?', '{at}')",
+        at = ago(3600)
+    ));
+    c.exec(&format!(
+        "UPDATE inbox SET read_at = '{at}', acked_at = '{at}' WHERE run_id = 'bg_completed'",
+        at = ago(1800)
+    ));
     for (sched, fire, outcome, run) in [
         ("sch_daily", ago(3610), "fired", Some("bg_completed")),
         ("sch_daily", ago(86400 + 3610), "skipped_overlap", None),
         ("sch_daily", ago(9 * 86400), "fired", None),
         ("sch_hourly", ago(1200), "coalesced", None),
     ] {
-        c.execute(
+        c.exec(&format!(
             "INSERT INTO schedule_occurrences (schedule_id, fire_at, outcome, run_id, recorded_at) \
-             VALUES (?1, ?2, ?3, ?4, ?2)",
-            params![sched, fire, outcome, run],
-        )
-        .unwrap();
+             VALUES ('{sched}', '{fire}', '{outcome}', {}, '{fire}')",
+            opt(run)
+        ));
     }
-    c.execute(
+    c.exec(&format!(
         "INSERT INTO workers (id, host, boot_id, pid, process_start_time, started_at, heartbeat_at, \
-         concurrency, version) VALUES ('wk_live', 'host1', 'boot', 42, '123', ?1, ?2, 64, '0.1.0')",
-        params![ago(86400), ago(1)],
-    )
-    .unwrap();
+         concurrency, version) VALUES ('wk_live', 'host1', 'boot', 42, '123', '{}', '{}', 64, '0.1.0')",
+        ago(86400),
+        ago(1)
+    ));
     // An async operation: started on attempt 1, resumed by attempt 2 after a rescue.
-    c.execute(
-        "UPDATE runs SET operation_id = 'op_1', attempt = 2, stages = json_array( \
-         json_object('stage', 'started', 'message', 'transfer of 5 started', 'at', ?1, 'attempt', 1), \
-         json_object('stage', 'transferring', 'message', 'sending', 'progress', 0.5, 'at', ?2, 'attempt', 1), \
-         json_object('stage', 'resumed', 'at', ?3, 'attempt', 2), \
-         json_object('stage', 'completed', 'at', ?4, 'attempt', 2)) \
-         WHERE id = 'bg_completed'",
-        params![ago(3500), ago(3400), ago(3300), ago(3200)],
-    )
-    .unwrap();
+    let stages = serde_json::json!([
+        {"stage": "started", "message": "transfer of 5 started", "at": ago(3500), "attempt": 1},
+        {"stage": "transferring", "message": "sending", "progress": 0.5, "at": ago(3400), "attempt": 1},
+        {"stage": "resumed", "at": ago(3300), "attempt": 2},
+        {"stage": "completed", "at": ago(3200), "attempt": 2},
+    ]);
+    c.exec(&format!(
+        "UPDATE runs SET operation_id = 'op_1', attempt = 2, stages = '{stages}' \
+         WHERE id = 'bg_completed'"
+    ));
 }

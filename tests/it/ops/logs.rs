@@ -144,45 +144,47 @@ fn progress_bars_stay_off_when_piped() {
     );
 }
 
-#[tokio::test]
-async fn stats_shows_wal_size_and_warns_about_a_pinned_wal() {
-    let env = TestEnv::new();
-    let config = env.dir.path().join("config.toml");
-    std::fs::write(&config, "[wal]\nwarn_frames = 1\n").unwrap();
-    let stats = || {
-        let out = toolq(&env)
-            .arg("--config")
-            .arg(&config)
-            .args(["--json", "stats"])
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{out:?}");
-        serde_json::from_slice::<Value>(&out.stdout).unwrap()
-    };
-    let v = stats();
-    assert!(v["wal_bytes"].is_u64(), "{v}");
-    assert!(v["wal_warning"].is_null(), "{v}");
+sqlite_only! {
+    #[tokio::test]
+    async fn sqlite_only_stats_shows_wal_size_and_warns_about_a_pinned_wal() {
+        let env = TestEnv::new();
+        let config = env.dir.path().join("config.toml");
+        std::fs::write(&config, "[wal]\nwarn_frames = 1\n").unwrap();
+        let stats = || {
+            let out = toolq(&env)
+                .arg("--config")
+                .arg(&config)
+                .args(["--json", "stats"])
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{out:?}");
+            serde_json::from_slice::<Value>(&out.stdout).unwrap()
+        };
+        let v = stats();
+        assert!(v["wal_bytes"].is_u64(), "{v}");
+        assert!(v["wal_warning"].is_null(), "{v}");
 
-    // An open read transaction (a sqlite3 shell left in BEGIN) while runs are written.
-    let reader = rusqlite::Connection::open(env.db_path()).unwrap();
-    reader.execute_batch("BEGIN").unwrap();
-    let _: i64 = reader
-        .query_row("SELECT count(*) FROM runs", [], |r| r.get(0))
-        .unwrap();
-    let reqs = (0..200)
-        .map(|i| toolq::EnqueueRequest::new("echo", serde_json::json!({"message": i.to_string()})))
-        .collect();
-    env.client.enqueue_batch(reqs).await.unwrap();
-    let v = stats();
-    assert!(v["wal_bytes"].as_u64().unwrap() > 0, "{v}");
-    assert!(v["wal_backlog_frames"].as_i64().unwrap() > 0, "{v}");
-    assert!(
-        v["wal_warning"]
-            .as_str()
-            .is_some_and(|w| w.contains("long-lived reader")),
-        "{v}"
-    );
-    reader.execute_batch("COMMIT").unwrap();
-    let v = stats();
-    assert!(v["wal_warning"].is_null(), "{v}");
+        // An open read transaction (a sqlite3 shell left in BEGIN) while runs are written.
+        let reader = rusqlite::Connection::open(env.db_path()).unwrap();
+        reader.execute_batch("BEGIN").unwrap();
+        let _: i64 = reader
+            .query_row("SELECT count(*) FROM runs", [], |r| r.get(0))
+            .unwrap();
+        let reqs = (0..200)
+            .map(|i| toolq::EnqueueRequest::new("echo", serde_json::json!({"message": i.to_string()})))
+            .collect();
+        env.client.enqueue_batch(reqs).await.unwrap();
+        let v = stats();
+        assert!(v["wal_bytes"].as_u64().unwrap() > 0, "{v}");
+        assert!(v["wal_backlog_frames"].as_i64().unwrap() > 0, "{v}");
+        assert!(
+            v["wal_warning"]
+                .as_str()
+                .is_some_and(|w| w.contains("long-lived reader")),
+            "{v}"
+        );
+        reader.execute_batch("COMMIT").unwrap();
+        let v = stats();
+        assert!(v["wal_warning"].is_null(), "{v}");
+    }
 }

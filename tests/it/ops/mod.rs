@@ -5,4 +5,6 @@ mod logs;
 mod metrics;
 mod prune;
 mod views;
-mod wal;
+sqlite_only! {
+    mod wal;
+}

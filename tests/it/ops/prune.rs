@@ -2,7 +2,6 @@
 
 use std::time::Duration;
 
-use rusqlite::{Connection, params};
 use serde_json::json;
 use toolq::inbox::InboxFilter;
 use toolq::retention::PruneOptions;
@@ -79,29 +78,23 @@ async fn prune_removes_old_finished_work_and_keeps_what_it_must() {
     env.drain().await;
     ack_all_but(&env, &[&unacked]).await;
 
-    let c = Connection::open(env.db_path()).unwrap();
-    c.execute_batch("PRAGMA foreign_keys = ON").unwrap();
     for (id, title) in [("sch_on", "on"), ("sch_off", "off")] {
-        c.execute(
+        env.db.exec(&format!(
             "INSERT INTO schedules (id, session_id, tool, args, title, cron_expression, enabled, \
              next_trigger_at, created_at, updated_at) \
-             VALUES (?1, 'default', 'echo', '{}', ?2, '0 * * * *', ?3, ?4, ?5, ?5)",
-            params![
-                id,
-                title,
-                (id == "sch_on") as i64,
-                ts(t0 + chrono::Duration::days(9)),
-                ts(t0 - chrono::Duration::days(60))
-            ],
-        )
-        .unwrap();
+             VALUES ('{id}', 'default', 'echo', '{{}}', '{title}', '0 * * * *', {}, '{}', \
+             '{created}', '{created}')",
+            (id == "sch_on") as i64,
+            ts(t0 + chrono::Duration::days(9)),
+            created = ts(t0 - chrono::Duration::days(60))
+        ));
     }
     for (run, hours) in [(&s1, 3), (&s2, 2), (&s3, 1)] {
-        c.execute(
-            "UPDATE runs SET schedule_id = 'sch_on', fire_at = ?2 WHERE id = ?1",
-            params![run.as_str(), ts(t0 - chrono::Duration::hours(hours))],
-        )
-        .unwrap();
+        env.db.exec(&format!(
+            "UPDATE runs SET schedule_id = 'sch_on', fire_at = '{}' WHERE id = '{}'",
+            ts(t0 - chrono::Duration::hours(hours)),
+            run.as_str()
+        ));
     }
     // Now is t0 + 8 days: runs finished at t0 are past the 7-day retention.
     env.clock.advance(chrono::Duration::days(8));
@@ -110,16 +103,13 @@ async fn prune_removes_old_finished_work_and_keeps_what_it_must() {
     env.drain().await;
     ack_all_but(&env, &[&unacked]).await;
     // Made running by hand after the drains (a worker elsewhere holds it), long ago.
-    c.execute(
+    env.db.exec(&format!(
         "UPDATE runs SET state = 'running', attempt = 1, lease_owner = 'wk_x', lease_token = 't', \
-         lease_expires_at = ?2, started_at = ?3 WHERE id = ?1",
-        params![
-            running.as_str(),
-            ts(now + chrono::Duration::days(1)),
-            ts(t0)
-        ],
-    )
-    .unwrap();
+         lease_expires_at = '{}', started_at = '{}' WHERE id = '{}'",
+        ts(now + chrono::Duration::days(1)),
+        ts(t0),
+        running.as_str()
+    ));
     for (sched, fire, run) in [
         ("sch_on", now - chrono::Duration::days(40), None),
         ("sch_on", now - chrono::Duration::days(35), None),
@@ -130,22 +120,20 @@ async fn prune_removes_old_finished_work_and_keeps_what_it_must() {
         ),
         ("sch_off", now - chrono::Duration::days(40), None),
     ] {
-        c.execute(
+        env.db.exec(&format!(
             "INSERT INTO schedule_occurrences (schedule_id, fire_at, outcome, run_id, recorded_at) \
-             VALUES (?1, ?2, 'fired', ?3, ?2)",
-            params![sched, ts(fire), run],
-        )
-        .unwrap();
+             VALUES ('{sched}', '{fire}', 'fired', {}, '{fire}')",
+            run.map_or("NULL".into(), |r| format!("'{r}'")),
+            fire = ts(fire)
+        ));
     }
     let blobs_of = |ids: &[&RunId]| -> u64 {
         ids.iter()
             .map(|id| {
-                c.query_row(
-                    "SELECT count(*) FROM blobs WHERE run_id = ?1",
-                    [id.as_str()],
-                    |r| r.get::<_, i64>(0),
-                )
-                .unwrap() as u64
+                env.db.count(&format!(
+                    "SELECT count(*) FROM blobs WHERE run_id = '{}'",
+                    id.as_str()
+                )) as u64
             })
             .sum()
     };

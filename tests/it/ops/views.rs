@@ -1,36 +1,23 @@
 //! Every ops view in schema.sql returns the right rows on a prepared database, and every
 //! ```sql block in OPS.md runs.
 
-use rusqlite::Connection;
-
 use super::fixture;
-use crate::support::TestEnv;
+use crate::support::{ENGINE, Engine, TestDb, TestEnv};
 
-fn rows(c: &Connection, sql: &str) -> Vec<Vec<String>> {
-    let mut stmt = c.prepare(sql).unwrap();
-    let n = stmt.column_count();
-    stmt.query_map([], |r| {
-        (0..n)
-            .map(|i| {
-                let v: rusqlite::types::Value = r.get(i)?;
-                Ok(match v {
-                    rusqlite::types::Value::Null => "NULL".to_string(),
-                    rusqlite::types::Value::Integer(i) => i.to_string(),
-                    rusqlite::types::Value::Real(f) => f.to_string(),
-                    rusqlite::types::Value::Text(t) => t,
-                    rusqlite::types::Value::Blob(b) => format!("<{} bytes>", b.len()),
-                })
-            })
-            .collect()
-    })
-    .unwrap()
-    .collect::<Result<_, _>>()
-    .unwrap()
+fn rows(c: &TestDb, sql: &str) -> Vec<Vec<String>> {
+    c.rows(sql)
+        .into_iter()
+        .map(|r| {
+            r.into_iter()
+                .map(|v| v.unwrap_or_else(|| "NULL".to_string()))
+                .collect()
+        })
+        .collect()
 }
 
-fn prepared() -> (TestEnv, Connection) {
+fn prepared() -> (TestEnv, TestDb) {
     let env = TestEnv::new();
-    let c = Connection::open(env.db_path()).unwrap();
+    let c = env.db.clone();
     fixture::prepare(&c);
     (env, c)
 }
@@ -63,19 +50,11 @@ fn failures_24h_lists_only_the_last_day() {
 #[test]
 fn queue_depth_groups_unfinished_runs_by_session_and_tool() {
     let (_env, c) = prepared();
-    let fresh: String = c
-        .query_row(
-            "SELECT run_at FROM runs WHERE id = 'bg_queued_fresh'",
-            [],
-            |r| r.get(0),
-        )
+    let fresh = c
+        .text("SELECT run_at FROM runs WHERE id = 'bg_queued_fresh'")
         .unwrap();
-    let overdue: String = c
-        .query_row(
-            "SELECT run_at FROM runs WHERE id = 'bg_queued_overdue'",
-            [],
-            |r| r.get(0),
-        )
+    let overdue = c
+        .text("SELECT run_at FROM runs WHERE id = 'bg_queued_overdue'")
         .unwrap();
     assert_eq!(
         rows(
@@ -128,7 +107,7 @@ fn run_stages_lists_each_stage_of_an_operation_in_order() {
         rows(
             &c,
             "SELECT run_id, operation_id, attempt, seq, stage, coalesce(message, '-'), \
-             coalesce(progress, '-') FROM run_stages ORDER BY run_id, seq"
+             coalesce(CAST(progress AS TEXT), '-') FROM run_stages ORDER BY run_id, seq"
         ),
         vec![
             vec![
@@ -155,13 +134,14 @@ fn run_stages_lists_each_stage_of_an_operation_in_order() {
     );
 }
 
-/// The ```sql blocks of a markdown text.
-fn sql_blocks(md: &str) -> Vec<String> {
+/// The blocks fenced as ````lang` of a markdown text.
+fn blocks(md: &str, lang: &str) -> Vec<String> {
+    let fence = format!("```{lang}");
     let mut out = Vec::new();
     let mut cur: Option<String> = None;
     for line in md.lines() {
         match (&mut cur, line.trim_start()) {
-            (None, l) if l.starts_with("```sql") => cur = Some(String::new()),
+            (None, l) if l == fence => cur = Some(String::new()),
             (Some(_), l) if l.starts_with("```") => out.extend(cur.take()),
             (Some(b), _) => {
                 b.push_str(line);
@@ -170,59 +150,88 @@ fn sql_blocks(md: &str) -> Vec<String> {
             (None, _) => {}
         }
     }
-    assert!(cur.is_none(), "an unclosed ```sql block in OPS.md");
+    assert!(cur.is_none(), "an unclosed {fence} block in OPS.md");
     out
 }
 
+/// Every query of OPS.md for this engine (```sql for SQLite, ```psql for Postgres) runs on a
+/// prepared database, and most return rows: the queries are not vacuous.
 #[test]
 fn every_query_in_ops_md_runs_on_a_prepared_database() {
     let md = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/OPS.md")).unwrap();
-    let blocks = sql_blocks(&md);
-    assert!(blocks.len() >= 10, "OPS.md has {} sql blocks", blocks.len());
+    let (lang, run): (_, fn(&TestDb, usize, &str) -> bool) = match ENGINE {
+        Engine::Sqlite => ("sql", sqlite_block_has_rows),
+        Engine::Postgres => ("psql", psql_block_has_rows),
+    };
+    let blocks = blocks(&md, lang);
+    assert!(
+        blocks.len() >= 10,
+        "OPS.md has {} {lang} blocks",
+        blocks.len()
+    );
     let (_env, c) = prepared();
-    let mut with_rows = 0;
-    for (i, block) in blocks.iter().enumerate() {
-        // A block may hold several statements; run each and read every row.
-        let mut rest = block.trim();
-        while !rest.is_empty() {
-            let tail_at = stmt_len(rest);
-            let mut stmt = c
-                .prepare(&rest[..tail_at])
-                .unwrap_or_else(|e| panic!("OPS.md sql block {}: {e}\n{block}", i + 1));
-            // The `.param set` values a reader would use, pointing at the prepared rows.
-            for (name, value) in [
-                (":run_id", "bg_completed"),
-                (":schedule_id", "sch_daily"),
-                (":session", "s2"),
-            ] {
-                if let Some(idx) = stmt.parameter_index(name).unwrap() {
-                    stmt.raw_bind_parameter(idx, value).unwrap();
-                }
-            }
-            let n = stmt.column_count();
-            let mut q = stmt.raw_query();
-            let mut got = 0;
-            while let Some(row) = q
-                .next()
-                .unwrap_or_else(|e| panic!("OPS.md sql block {}: {e}\n{block}", i + 1))
-            {
-                for col in 0..n {
-                    let _: rusqlite::types::Value = row.get(col).unwrap();
-                }
-                got += 1;
-            }
-            if got > 0 {
-                with_rows += 1;
-            }
-            rest = rest[tail_at..].trim();
-        }
-    }
-    // The prepared database has a row for most questions: the queries are not vacuous.
+    let with_rows = blocks
+        .iter()
+        .enumerate()
+        .filter(|(i, block)| run(&c, *i, block))
+        .count();
     assert!(
         with_rows * 3 >= blocks.len() * 2,
         "only {with_rows} of {} blocks returned rows",
         blocks.len()
     );
+}
+
+/// The psql variables a reader would `\\set`, pointing at the prepared rows.
+const PARAMS: [(&str, &str); 3] = [
+    ("run_id", "bg_completed"),
+    ("schedule_id", "sch_daily"),
+    ("session", "s2"),
+];
+
+/// Runs a ```psql block (several statements at once, as psql would) with its `:'name'`
+/// variables set; whether any statement returned rows.
+fn psql_block_has_rows(c: &TestDb, i: usize, block: &str) -> bool {
+    let mut sql = block.to_string();
+    for (name, value) in PARAMS {
+        sql = sql.replace(&format!(":'{name}'"), &format!("'{value}'"));
+    }
+    let rows = c
+        .try_rows(&sql)
+        .unwrap_or_else(|e| panic!("OPS.md psql block {}: {e}\n{block}", i + 1));
+    !rows.is_empty()
+}
+
+/// Runs each statement of a ```sql block with the `.param set` values bound; whether any
+/// returned rows.
+fn sqlite_block_has_rows(c: &TestDb, i: usize, block: &str) -> bool {
+    let c = rusqlite::Connection::open(c.file()).unwrap();
+    let mut with_rows = false;
+    let mut rest = block.trim();
+    while !rest.is_empty() {
+        let tail_at = stmt_len(rest);
+        let mut stmt = c
+            .prepare(&rest[..tail_at])
+            .unwrap_or_else(|e| panic!("OPS.md sql block {}: {e}\n{block}", i + 1));
+        for (name, value) in PARAMS {
+            if let Some(idx) = stmt.parameter_index(&format!(":{name}")).unwrap() {
+                stmt.raw_bind_parameter(idx, value).unwrap();
+            }
+        }
+        let n = stmt.column_count();
+        let mut q = stmt.raw_query();
+        while let Some(row) = q
+            .next()
+            .unwrap_or_else(|e| panic!("OPS.md sql block {}: {e}\n{block}", i + 1))
+        {
+            for col in 0..n {
+                let _: rusqlite::types::Value = row.get(col).unwrap();
+            }
+            with_rows = true;
+        }
+        rest = rest[tail_at..].trim();
+    }
+    with_rows
 }
 
 /// Length of the first statement of `sql` (through its `;`), skipping quoted text and `--` comments.

@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# The Postgres half of bench/run.sh (sourced by it, or run alone): a throwaway server on a free
+# port in $DIR/pg with the server's default durability (fsync, synchronous_commit on), stopped on
+# exit; then per round the raw Postgres limit, toolq's workload modes on a postgres:// URL, 1 and
+# 4 `toolq worker --drain` processes on one queue, and the Graphile Worker peer.
+#
+#   bench/pg.sh [N] [SAMPLES] [RUNS]      (BENCH_DIR, BENCH_PEERS=0 as for run.sh)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+N=${1:-20000}
+SAMPLES=${2:-200}
+RUNS=${3:-3}
+CONC=16
+DIR=${BENCH_DIR:-bench/out}
+RAW=${PG_RAW:-$DIR/pg.jsonl}
+mkdir -p "$DIR"
+: > "$RAW"
+
+BIN=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)
+[ -n "$BIN" ] || BIN=$(dirname "$(command -v initdb 2>/dev/null || echo /nonexistent/initdb)")
+if [ ! -x "$BIN/initdb" ]; then echo "bench: install Debian package postgresql (or set BENCH_PG=0)" >&2; exit 2; fi
+as_pg() { if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi; }
+PGDIR=$(cd "$DIR" && pwd)/pg
+rm -rf "$PGDIR"
+mkdir -p "$PGDIR"
+[ "$(id -u)" = 0 ] && chown postgres "$PGDIR"
+PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+(cd "$PGDIR" && as_pg "$BIN/initdb" -D "$PGDIR/data" -U postgres --auth=trust -E UTF8 --locale=C >/dev/null)
+(cd "$PGDIR" && as_pg "$BIN/pg_ctl" -D "$PGDIR/data" -l "$PGDIR/server.log" -w \
+  -o "-p $PORT -k $PGDIR -c listen_addresses=127.0.0.1 -c max_connections=200" start >/dev/null)
+trap '(cd "$PGDIR" && as_pg "$BIN/pg_ctl" -D "$PGDIR/data" -m fast stop >/dev/null 2>&1) || true' EXIT
+URL="postgres://postgres@127.0.0.1:$PORT"
+psql_admin() { "$BIN/psql" -qAt "$URL/postgres" -c "$1"; }
+psql_admin "CREATE DATABASE toolq" && psql_admin "CREATE DATABASE graphile"
+echo "# postgres $("$BIN/postgres" --version | awk '{print $3}') on $PGDIR, port $PORT; fsync and synchronous_commit at their defaults"
+
+cargo build --release --quiet --example workload --example pg_limit --bin toolq
+W=target/release/examples/workload
+L=target/release/examples/pg_limit
+T=target/release/toolq
+GW=""
+if [ "${BENCH_PEERS:-1}" != 0 ] && command -v node >/dev/null && command -v npm >/dev/null; then
+  if [ -d bench/peers/graphile-worker/node_modules ] || (cd bench/peers/graphile-worker && npm ci --no-audit --no-fund >&2); then
+    GW="node bench/peers/graphile-worker/adapter.mjs"
+  else
+    echo "bench: graphile-worker did not install; measuring without it" >&2
+  fi
+fi
+
+# `toolq worker --drain` in P processes on one queue of N echo runs (enqueued in one batch file).
+drain_procs() {
+  local p=$1 jobs="$PGDIR/jobs.jsonl"
+  python3 -c "
+import json,sys
+for i in range($N): print(json.dumps({'tool':'echo','args':{'message':'noop %d' % i}}))" > "$jobs"
+  psql_admin "DROP DATABASE IF EXISTS procs WITH (FORCE)" && psql_admin "CREATE DATABASE procs"
+  "$T" --db "$URL/procs" enqueue --file "$jobs" >/dev/null
+  local t0 t1
+  t0=$(date +%s.%N)
+  for _ in $(seq "$p"); do
+    TOOLQ_WORKER__CONCURRENCY=$CONC TOOLQ_WORKER__PER_SESSION=$CONC TOOLQ_RETENTION__ENABLED=false \
+      "$T" --db "$URL/procs" worker --drain 2>/dev/null &
+  done
+  wait
+  t1=$(date +%s.%N)
+  local done
+  done=$("$BIN/psql" -qAt "$URL/procs" -c "SELECT count(*) FROM runs WHERE state = 'completed'")
+  python3 -c "import json; s=$t1-$t0; print(json.dumps({'mode':'pg-drain-procs','procs':$p,'n':$N,'completed':$done,'secs':round(s,3),'rate':round($N/s,1)}))"
+}
+
+for r in $(seq "$RUNS"); do
+  $L "$URL/toolq" "$N" | tee -a "$RAW"
+  for m in enqueue drain enqueue-batch; do
+    $W $m "$URL/toolq" "$N" "$CONC" | sed 's/"mode":"/"mode":"pg-/' | tee -a "$RAW"
+  done
+  $W latency "$URL/toolq" "$SAMPLES" "$CONC" | sed 's/"mode":"/"mode":"pg-/' | tee -a "$RAW"
+  $W latency-xproc "$URL/toolq" "$SAMPLES" "$CONC" | sed 's/"mode":"/"mode":"pg-/' | tee -a "$RAW"
+  drain_procs 1 | tee -a "$RAW"
+  drain_procs 4 | tee -a "$RAW"
+  if [ -n "$GW" ]; then
+    for m in enqueue drain enqueue-batch; do
+      $GW $m "$URL/graphile" "$N" "$CONC" | sed 's/"mode":"/"mode":"graphile-/' | tee -a "$RAW"
+    done
+    $GW latency "$URL/graphile" "$SAMPLES" "$CONC" | sed 's/"mode":"/"mode":"graphile-/' | tee -a "$RAW"
+  fi
+done
+
+python3 - "$RAW" <<'PY'
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+def med(mode, key, **match):
+    xs = [r[key] for r in rows if r.get("mode") == mode and r.get(key) is not None
+          and all(r.get(k) == v for k, v in match.items())]
+    return statistics.median(xs) if xs else None
+ins, life, batch = (med("pg-limit", k) for k in ("insert_commits_per_s", "lifecycle_per_s", "batched_lifecycle_per_s"))
+print("\n## Postgres medians")
+print(f"raw Postgres: insert commits/s {ins:,.0f}; lifecycle/s {life:,.0f}; batched lifecycle/s {batch:,.0f}")
+def line(label, v, unit, ref=None, refname=""):
+    if v is None: return
+    ratio = f"  ({v/ref:.2f}x {refname})" if ref else ""
+    print(f"{label:<26} {v:>12,.1f} {unit}{ratio}")
+line("enqueue", med("pg-enqueue", "rate"), "jobs/s", ins, "insert limit")
+line("enqueue-batch", med("pg-enqueue-batch", "rate"), "jobs/s", batch, "batched lifecycle")
+line("drain", med("pg-drain", "rate"), "jobs/s", batch, "batched lifecycle")
+line("drain peak RSS", med("pg-drain", "peak_rss_kib"), "KiB")
+line("latency p50", med("pg-latency", "p50_ms"), "ms")
+line("latency p99", med("pg-latency", "p99_ms"), "ms")
+line("latency-xproc p50", med("pg-latency-xproc", "p50_ms"), "ms")
+line("latency-xproc p99", med("pg-latency-xproc", "p99_ms"), "ms")
+one, four = med("pg-drain-procs", "rate", procs=1), med("pg-drain-procs", "rate", procs=4)
+line("CLI drain, 1 process", one, "runs/s")
+line("CLI drain, 4 processes", four, "runs/s", one, "1 process")
+for m in ("enqueue", "enqueue-batch", "drain"):
+    g, t = med("graphile-" + m, "rate"), med("pg-" + m, "rate")
+    if g: print(f"{'graphile-worker ' + m:<26} {g:>12,.1f} jobs/s  (toolq {t/g:.2f}x graphile-worker)")
+line("graphile-worker latency p50", med("graphile-latency", "p50_ms"), "ms")
+line("graphile-worker drain RSS", med("graphile-drain", "peak_rss_kib"), "KiB")
+PY

@@ -1,0 +1,609 @@
+//! The Postgres engine's side of the contract: each [`Engine`] operation is one transaction
+//! (writes, retried on a serialization failure or deadlock) or one read, composed from the
+//! statements of the sibling modules.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use tokio_util::sync::CancellationToken;
+
+use super::{
+    PgStore, claim, finish, flow, inbox, locks, notify, read_tx, retention, runs, schedules,
+    workers, write_tx,
+};
+use crate::error::StoreError;
+use crate::ids::RunId;
+use crate::inbox::{InboxFilter, InboxPage, Message};
+use crate::run::{Blob, FinishRecord, Inserted, ListFilter, NewRun, Run, RunFilter};
+use crate::schedule::model::{NewSchedule, Occurrence, Schedule};
+use crate::store::engine::*;
+use crate::store::types::*;
+
+#[async_trait]
+impl Engine for PgStore {
+    async fn run_insert(&self, rows: Vec<NewRun>) -> EngineResult<Vec<Inserted>> {
+        write_tx!(self, |tx| {
+            let done = runs::insert_many(&tx, &rows).await?;
+            notify(&tx).await?;
+            Ok(done)
+        })
+    }
+
+    async fn run_insert_within_limit(&self, p: RunInsertLimited) -> EngineResult<LimitedInsert> {
+        write_tx!(self, |tx| {
+            let except = p.except.as_deref();
+            if let Some((all, session)) = p.limits {
+                locks::take(&tx, locks::LIMITED_INSERT).await?;
+                if runs::count_queued_or_running(&tx, None, except, all).await? >= all {
+                    return Ok(LimitedInsert::OverAll(all));
+                }
+                let own = Some(p.run.session_id.as_str());
+                if runs::count_queued_or_running(&tx, own, except, session).await? >= session {
+                    return Ok(LimitedInsert::OverSession(session));
+                }
+            }
+            let done = runs::insert(&tx, &p.run).await?;
+            notify(&tx).await?;
+            Ok(LimitedInsert::Inserted(done))
+        })
+    }
+
+    async fn run_insert_preapproved(
+        &self,
+        run: NewRun,
+        approval: Option<RunApprove>,
+    ) -> EngineResult<()> {
+        write_tx!(self, |tx| {
+            runs::insert(&tx, &run).await?;
+            if let Some(a) = &approval {
+                runs::preapprove(&tx, a.id.as_str(), &a.by, a.note.as_deref(), a.now).await?;
+            }
+            notify(&tx).await?;
+            Ok(())
+        })
+    }
+
+    async fn run_get(&self, id: RunId) -> EngineResult<Option<Run>> {
+        runs::get_run(&self.conn().await?, id.as_str()).await
+    }
+
+    async fn run_list(&self, filter: ListFilter) -> EngineResult<Vec<Run>> {
+        runs::list(&self.conn().await?, &filter).await
+    }
+
+    async fn run_cancel_request(&self, id: RunId, now: DateTime<Utc>) -> EngineResult<bool> {
+        write_tx!(self, |tx| runs::request_cancel(&tx, id.as_str(), now).await)
+    }
+
+    async fn run_retry(&self, p: RunRetry) -> EngineResult<bool> {
+        write_tx!(self, |tx| {
+            let ok = runs::requeue_finished(&tx, p.id.as_str(), p.expected, p.now).await?;
+            if ok {
+                notify(&tx).await?;
+            }
+            Ok(ok)
+        })
+    }
+
+    async fn run_select(&self, p: RunSelect) -> EngineResult<Vec<Run>> {
+        runs::select(&self.conn().await?, &p.filter, &p.after, p.limit).await
+    }
+
+    async fn run_page(&self, p: RunPage) -> EngineResult<Vec<Run>> {
+        runs::page(&self.conn().await?, &p).await
+    }
+
+    async fn run_finished_buckets(
+        &self,
+        since: DateTime<Utc>,
+        bucket_secs: i64,
+    ) -> EngineResult<Vec<FinishedBucket>> {
+        runs::finished_buckets(&self.conn().await?, since, bucket_secs).await
+    }
+
+    async fn run_count_where(&self, filter: RunFilter) -> EngineResult<i64> {
+        runs::count(&self.conn().await?, &filter).await
+    }
+
+    async fn run_cancel_many(&self, p: RunCancelMany) -> EngineResult<CancelledMany> {
+        write_tx!(self, |tx| {
+            let refs: Vec<&FinishRecord> = p.ends.iter().collect();
+            let ended = finish::record_ends(&tx, &refs, p.now).await?;
+            let mut requested = Vec::with_capacity(p.requests.len());
+            for id in &p.requests {
+                requested.push(runs::request_cancel(&tx, id.as_str(), p.now).await?);
+            }
+            Ok(CancelledMany { ended, requested })
+        })
+    }
+
+    async fn run_retry_many(&self, p: RunRetryMany) -> EngineResult<Vec<bool>> {
+        write_tx!(self, |tx| {
+            let mut done = Vec::with_capacity(p.runs.len());
+            for (id, state) in &p.runs {
+                done.push(runs::requeue_finished(&tx, id.as_str(), *state, p.now).await?);
+            }
+            if done.contains(&true) {
+                notify(&tx).await?;
+            }
+            Ok(done)
+        })
+    }
+
+    async fn run_approve(&self, p: RunApprove) -> EngineResult<bool> {
+        write_tx!(self, |tx| {
+            let ok = runs::approve(&tx, p.id.as_str(), &p.by, p.note.as_deref(), p.now).await?;
+            if ok {
+                notify(&tx).await?;
+            }
+            Ok(ok)
+        })
+    }
+
+    async fn run_list_overdue_approvals(
+        &self,
+        now: DateTime<Utc>,
+        limit: i64,
+    ) -> EngineResult<Vec<Run>> {
+        runs::overdue(&self.conn().await?, now, limit).await
+    }
+
+    async fn run_end(
+        &self,
+        ends: Vec<FinishRecord>,
+        now: DateTime<Utc>,
+    ) -> EngineResult<Vec<bool>> {
+        write_tx!(self, |tx| {
+            let refs: Vec<&FinishRecord> = ends.iter().collect();
+            let applied = finish::record_ends(&tx, &refs, now).await?;
+            if applied.contains(&true) {
+                notify(&tx).await?;
+            }
+            Ok(applied)
+        })
+    }
+
+    async fn run_pending(&self, now: DateTime<Utc>, tools: Arc<[String]>) -> EngineResult<bool> {
+        runs::has_work_for(&self.conn().await?, now, &tools).await
+    }
+
+    async fn run_next_due(
+        &self,
+        now: DateTime<Utc>,
+        tools: Arc<[String]>,
+    ) -> EngineResult<Option<DateTime<Utc>>> {
+        runs::next_due(&self.conn().await?, now, &tools).await
+    }
+
+    async fn run_count_unfinished(&self) -> EngineResult<i64> {
+        runs::unfinished(&self.conn().await?).await
+    }
+
+    async fn attempt_claim(&self, p: Claim) -> EngineResult<Vec<Run>> {
+        write_tx!(self, |tx| claim::claim(&tx, &p).await)
+    }
+
+    async fn attempt_settle(&self, p: Settle) -> EngineResult<Settled> {
+        write_tx!(self, |tx| {
+            let now = p.claim.now;
+            let ends: Vec<&FinishRecord> = p
+                .batch
+                .iter()
+                .filter_map(|s| match s {
+                    Settlement::End(r) => Some(&**r),
+                    Settlement::Release(_) => None,
+                })
+                .collect();
+            let ended = finish::apply_states(&tx, &ends, now).await?;
+            let mut freed = ended.contains(&true);
+            let mut ended_iter = ended.iter().copied();
+            let mut applied = Vec::with_capacity(p.batch.len());
+            for s in p.batch.iter() {
+                applied.push(match s {
+                    Settlement::End(_) => ended_iter.next().unwrap_or(false),
+                    Settlement::Release(r) => {
+                        let ok = claim::release(&tx, &r.id, r.attempt, &r.token, now).await?;
+                        freed |= ok;
+                        ok
+                    }
+                });
+            }
+            let done: Vec<&FinishRecord> = ends
+                .iter()
+                .zip(&ended)
+                .filter_map(|(r, &ok)| ok.then_some(*r))
+                .collect();
+            // Messages before the claim: the inbox lock is always taken before the claim lock.
+            finish::write_artifacts(&tx, &done, now).await?;
+            let claimed = claim::claim(&tx, &p.claim).await?;
+            if freed {
+                notify(&tx).await?;
+            }
+            Ok(Settled { applied, claimed })
+        })
+    }
+
+    async fn attempt_heartbeat(&self, p: Heartbeat) -> EngineResult<Vec<(String, bool)>> {
+        write_tx!(self, |tx| {
+            workers::heartbeat(&tx, &p.worker, p.now, p.last_poll, p.busy_retries).await?;
+            claim::heartbeat(&tx, &p.worker, &p.held, p.now, p.until).await
+        })
+    }
+
+    async fn attempt_flush(&self, p: Flush) -> EngineResult<Flushed> {
+        write_tx!(self, |tx| {
+            let mut operations = Vec::with_capacity(p.operations.len());
+            for o in &p.operations {
+                operations.push(
+                    claim::set_operation_stages(
+                        &tx,
+                        &o.id,
+                        o.attempt,
+                        &o.token,
+                        &o.operation_id,
+                        &o.stages,
+                    )
+                    .await?,
+                );
+            }
+            let mut progress = Vec::with_capacity(p.progress.len());
+            for w in &p.progress {
+                progress.push(claim::write_progress(&tx, w, p.now).await?);
+            }
+            Ok(Flushed {
+                operations,
+                progress,
+            })
+        })
+    }
+
+    async fn attempt_rescue(&self, p: Rescue, decide: DecideRescue) -> EngineResult<Rescued> {
+        let (dead, pending) = {
+            let c = self.conn().await?;
+            let live = claim::live_workers_on(&c, &p.host, &p.boot_id, &p.pid_namespace).await?;
+            let dead: Vec<String> = live
+                .into_iter()
+                .filter(|(_, pid, start)| (p.is_dead)(*pid, start))
+                .map(|(id, _, _)| id)
+                .collect();
+            let pending = !claim::rescuable(&c, p.now).await?.is_empty();
+            (dead, pending)
+        };
+        if dead.is_empty() && !pending {
+            return Ok(Rescued::default());
+        }
+        // Looks again inside the write: every write in it is fenced anyway.
+        write_tx!(self, |tx| {
+            let mut done = Rescued {
+                workers_died: claim::mark_died(&tx, &dead, p.now).await?,
+                runs: Vec::new(),
+            };
+            let mut records = Vec::new();
+            for (run, reason) in claim::rescuable(&tx, p.now).await? {
+                let record = decide(&run, reason);
+                if finish::apply_states(&tx, &[&record], p.now).await? == [true] {
+                    done.runs.push(RescuedRun {
+                        run,
+                        reason,
+                        outcome: record.outcome.clone(),
+                    });
+                    records.push(record);
+                }
+            }
+            let refs: Vec<&FinishRecord> = records.iter().collect();
+            finish::write_artifacts(&tx, &refs, p.now).await?;
+            if !done.runs.is_empty() {
+                notify(&tx).await?;
+            }
+            Ok(done)
+        })
+    }
+
+    async fn pause_set(&self, pause: crate::flow::Pause) -> EngineResult<bool> {
+        write_tx!(self, |tx| flow::pause(&tx, &pause).await)
+    }
+
+    async fn pause_clear(
+        &self,
+        scope: crate::flow::PauseScope,
+    ) -> EngineResult<Option<crate::flow::Pause>> {
+        write_tx!(self, |tx| {
+            let found = flow::resume(&tx, &scope).await?;
+            if found.is_some() {
+                notify(&tx).await?;
+            }
+            Ok(found)
+        })
+    }
+
+    async fn pause_list(&self) -> EngineResult<Vec<crate::flow::Pause>> {
+        flow::list(&self.conn().await?).await
+    }
+
+    async fn limit_next_open(
+        &self,
+        now: DateTime<Utc>,
+        rates: Vec<(String, crate::flow::Rate)>,
+    ) -> EngineResult<Option<DateTime<Utc>>> {
+        flow::next_open(&self.conn().await?, now, &rates).await
+    }
+
+    async fn limit_room(
+        &self,
+        tool: String,
+        rate: crate::flow::Rate,
+        now: DateTime<Utc>,
+    ) -> EngineResult<crate::flow::Room> {
+        flow::room(&self.conn().await?, &tool, rate, now).await
+    }
+
+    async fn limit_running(&self, tool: String) -> EngineResult<i64> {
+        flow::running(&self.conn().await?, &tool).await
+    }
+
+    async fn worker_register(&self, row: WorkerRow) -> EngineResult<()> {
+        write_tx!(self, |tx| workers::register(&tx, &row).await)
+    }
+
+    async fn worker_deregister(
+        &self,
+        id: String,
+        now: DateTime<Utc>,
+        busy_retries: u64,
+    ) -> EngineResult<()> {
+        write_tx!(self, |tx| workers::deregister(&tx, &id, now, busy_retries)
+            .await)
+    }
+
+    async fn worker_list(&self, include_stopped: bool) -> EngineResult<Vec<WorkerRow>> {
+        workers::list(&self.conn().await?, include_stopped).await
+    }
+
+    async fn worker_overview(&self, include_stopped: bool) -> EngineResult<WorkerOverview> {
+        read_tx!(self, |tx| {
+            Ok(WorkerOverview {
+                workers: workers::list(&tx, include_stopped).await?,
+                queued_by_tool: runs::queued_by_tool(&tx).await?,
+                enabled_schedules: schedules::enabled_count(&tx).await?,
+            })
+        })
+    }
+
+    async fn inbox_list(&self, session: String, filter: InboxFilter) -> EngineResult<Vec<Message>> {
+        inbox::list(&self.conn().await?, &session, &filter).await
+    }
+
+    async fn inbox_page(&self, session: String, page: InboxPage) -> EngineResult<Vec<Message>> {
+        inbox::page(&self.conn().await?, &session, &page).await
+    }
+
+    async fn inbox_deliverable(
+        &self,
+        session: String,
+        modes: &'static [&'static str],
+        limit: i64,
+        now: DateTime<Utc>,
+    ) -> EngineResult<Vec<Message>> {
+        write_tx!(self, |tx| inbox::deliverable(
+            &tx, &session, modes, limit, now
+        )
+        .await)
+    }
+
+    async fn inbox_mark(&self, p: InboxMark) -> EngineResult<usize> {
+        write_tx!(self, |tx| inbox::mark(
+            &tx, &p.session, &p.ids, p.ack, p.now
+        )
+        .await)
+    }
+
+    async fn inbox_of_run(&self, run: RunId, limit: i64) -> EngineResult<Vec<Message>> {
+        inbox::of_run(&self.conn().await?, run.as_str(), limit).await
+    }
+
+    async fn blob_get(&self, session: String, path: String) -> EngineResult<Option<Blob>> {
+        inbox::blob(&self.conn().await?, &session, &path).await
+    }
+
+    async fn schedule_insert_within_limit(
+        &self,
+        new: NewSchedule,
+        max_active: i64,
+    ) -> EngineResult<bool> {
+        write_tx!(self, |tx| {
+            if schedules::count_active(&tx, &new.session_id).await? >= max_active {
+                return Ok(false);
+            }
+            schedules::insert(&tx, &new).await?;
+            notify(&tx).await?;
+            Ok(true)
+        })
+    }
+
+    async fn schedule_get(&self, id: String) -> EngineResult<Option<Schedule>> {
+        schedules::get_one(&self.conn().await?, &id).await
+    }
+
+    async fn schedule_list(
+        &self,
+        session: Option<String>,
+        limit: i64,
+    ) -> EngineResult<Vec<Schedule>> {
+        schedules::list(&self.conn().await?, session.as_deref(), limit).await
+    }
+
+    async fn schedule_occurrences(&self, id: String, limit: i64) -> EngineResult<Vec<Occurrence>> {
+        schedules::occurrences(&self.conn().await?, &id, limit).await
+    }
+
+    async fn schedule_cancel(&self, id: String, now: DateTime<Utc>) -> EngineResult<bool> {
+        write_tx!(self, |tx| schedules::cancel(&tx, &id, now).await)
+    }
+
+    async fn schedule_enable_within_limit(&self, p: ScheduleEnable) -> EngineResult<Option<bool>> {
+        write_tx!(self, |tx| {
+            if schedules::count_active(&tx, &p.session).await? >= p.max_active {
+                return Ok(None);
+            }
+            let ok = schedules::enable(&tx, &p.id, p.next, p.now).await?;
+            if ok {
+                notify(&tx).await?;
+            }
+            Ok(Some(ok))
+        })
+    }
+
+    async fn schedule_next_due(&self) -> EngineResult<Option<DateTime<Utc>>> {
+        schedules::next_due(&self.conn().await?).await
+    }
+
+    async fn schedule_claim_due(&self, p: ClaimDue) -> EngineResult<ClaimReport> {
+        write_tx!(self, |tx| schedules::claim_due(&tx, &p).await)
+    }
+
+    async fn prune_count(&self, cutoffs: PruneCutoffs) -> EngineResult<Removed> {
+        read_tx!(self, |tx| retention::count_prunable(&tx, &cutoffs).await)
+    }
+
+    async fn prune_batch(&self, p: PruneBatch) -> EngineResult<(Removed, RunsCursor)> {
+        write_tx!(self, |tx| {
+            // A retried transaction starts from the same cursor.
+            let mut cur = p.cursor.clone();
+            let (c, batch) = (&p.cutoffs, p.batch);
+            let removed = match p.step {
+                PruneStep::Runs => retention::prune_runs_batch(&tx, c, batch, &mut cur).await?,
+                PruneStep::AckedInbox => Removed {
+                    inbox: retention::prune_acked_inbox_batch(&tx, c, batch).await?,
+                    ..Removed::default()
+                },
+                PruneStep::Occurrences => Removed {
+                    occurrences: retention::prune_occurrences_batch(&tx, c, batch).await?,
+                    ..Removed::default()
+                },
+                PruneStep::Workers => Removed {
+                    workers: retention::prune_workers_batch(&tx, c, batch).await?,
+                    ..Removed::default()
+                },
+            };
+            Ok((removed, cur))
+        })
+    }
+
+    async fn stats_read(&self, now: DateTime<Utc>) -> EngineResult<StoreStats> {
+        read_tx!(self, |tx| {
+            Ok(StoreStats {
+                by_state: runs::count_by_state(&tx).await?,
+                oldest_queued: runs::oldest_queued(&tx, now).await?,
+                busy_retries: workers::total_busy_retries(&tx).await?,
+                live_workers: workers::list(&tx, false).await?.len(),
+            })
+        })
+    }
+
+    async fn gauges_read(&self, now: DateTime<Utc>) -> EngineResult<Gauges> {
+        read_tx!(self, |tx| {
+            let depth = super::query(
+                &tx,
+                "SELECT session_id, tool, queued, awaiting_approval, running FROM queue_depth \
+                 ORDER BY session_id, tool",
+                &[],
+                "queue depth",
+            )
+            .await?
+            .iter()
+            .map(|r| {
+                Ok(QueueDepth {
+                    session_id: super::get(r, 0)?,
+                    tool: super::get(r, 1)?,
+                    queued: super::get(r, 2)?,
+                    awaiting_approval: super::get(r, 3)?,
+                    running: super::get(r, 4)?,
+                })
+            })
+            .collect::<Result<Vec<_>, StoreError>>()?;
+            Ok(Gauges {
+                by_state: runs::count_by_state(&tx).await?,
+                queue_depth: depth,
+                schedule_lag_secs: schedules::lag_secs(&tx, now).await?,
+            })
+        })
+    }
+
+    async fn check(&self, _quick: bool) -> EngineResult<Vec<String>> {
+        Err(StoreError::Unsupported {
+            what: format!(
+                "toolq check runs SQLite's integrity check; {} is a Postgres database: check it \
+                 with the server's own tools (pg_amcheck)",
+                self.location()
+            ),
+        })
+    }
+
+    async fn info(&self) -> EngineResult<DbInfo> {
+        let c = self.conn().await?;
+        let row = super::query_one(
+            &c,
+            "SELECT current_setting('synchronous_commit'), current_setting('server_version')",
+            &[],
+            "read server settings",
+        )
+        .await?;
+        let sync: String = super::get(&row, 0)?;
+        let version: String = super::get(&row, 1)?;
+        Ok(DbInfo {
+            journal_mode: "postgres".into(),
+            synchronous: format!("synchronous_commit={sync}"),
+            sqlite_version: format!("n/a (postgres {version})"),
+        })
+    }
+
+    fn location(&self) -> String {
+        PgStore::location(self).to_string()
+    }
+
+    fn size_bytes(&self) -> Option<u64> {
+        None
+    }
+
+    fn busy_retries(&self) -> u64 {
+        PgStore::busy_retries(self)
+    }
+
+    fn write_stats(&self) -> WriteStats {
+        PgStore::write_stats(self)
+    }
+
+    async fn wal_health(&self, _warn_frames: i64) -> EngineResult<WalHealth> {
+        Ok(WalHealth {
+            wal_bytes: 0,
+            checkpoint: Checkpoint {
+                busy: false,
+                log_frames: 0,
+                checkpointed_frames: 0,
+            },
+            warning: None,
+        })
+    }
+
+    fn wal_bytes(&self) -> u64 {
+        0
+    }
+
+    async fn checkpoint(&self, _idle: bool) -> EngineResult<CheckpointTick> {
+        // The server checkpoints its own WAL.
+        Ok(CheckpointTick {
+            mode: CheckpointMode::Passive,
+            checkpoint: Checkpoint {
+                busy: false,
+                log_frames: 0,
+                checkpointed_frames: 0,
+            },
+            wal_bytes: 0,
+        })
+    }
+
+    async fn change_feed(&self, on_change: OnChange, stop: CancellationToken) {
+        super::change_feed::listen(self.clone(), on_change, stop).await;
+    }
+}

@@ -1,0 +1,215 @@
+//! The `inbox` and `blobs` tables: messages in id order, acknowledgements, blob reads.
+
+use chrono::{DateTime, Utc};
+use deadpool_postgres::GenericClient;
+use serde_json::Value;
+use tokio_postgres::Row;
+
+use super::{exec, get, query, query_opt};
+use crate::clock::ts;
+use crate::error::StoreError;
+use crate::inbox::{InboxFilter, InboxPage, Message, NewMessage};
+use crate::run::Blob;
+
+const MESSAGE_COLUMNS: &str =
+    "id, session_id, run_id, kind, body, data, delivery, created_at, read_at, acked_at";
+
+fn message_row(r: &Row) -> Result<Message, StoreError> {
+    let data: String = get(r, 5)?;
+    Ok(Message {
+        id: get(r, 0)?,
+        session_id: get(r, 1)?,
+        run_id: get(r, 2)?,
+        kind: get(r, 3)?,
+        body: get(r, 4)?,
+        data: serde_json::from_str(&data).unwrap_or(Value::Null),
+        delivery: get(r, 6)?,
+        created_at: get(r, 7)?,
+        read_at: get(r, 8)?,
+        acked_at: get(r, 9)?,
+    })
+}
+
+fn messages(rows: &[Row]) -> Result<Vec<Message>, StoreError> {
+    rows.iter().map(message_row).collect()
+}
+
+/// Inserts messages (each with its data encoded) in one statement that first takes the inbox
+/// lock (see [`super::locks::INBOX`]): ids follow `msgs`' order and become visible in
+/// increasing order.
+pub(crate) async fn insert_many<C: GenericClient>(
+    c: &C,
+    msgs: &[(&NewMessage, &str)],
+    now: DateTime<Utc>,
+) -> Result<(), StoreError> {
+    if msgs.is_empty() {
+        return Ok(());
+    }
+    let session: Vec<&str> = msgs.iter().map(|(m, _)| m.session_id.as_str()).collect();
+    let run: Vec<&str> = msgs.iter().map(|(m, _)| m.run_id.as_str()).collect();
+    let attempt: Vec<i64> = msgs.iter().map(|(m, _)| m.attempt).collect();
+    let kind: Vec<&str> = msgs.iter().map(|(m, _)| m.kind).collect();
+    let body: Vec<&str> = msgs.iter().map(|(m, _)| m.body.as_str()).collect();
+    let data: Vec<&str> = msgs.iter().map(|(_, d)| *d).collect();
+    let delivery: Vec<&str> = msgs.iter().map(|(m, _)| m.delivery.as_str()).collect();
+    exec(
+        c,
+        // The inbox lock first (a volatile CTE is evaluated before any row is made), in the
+        // same round trip.
+        "WITH lock AS MATERIALIZED (SELECT pg_advisory_xact_lock($9)) \
+         INSERT INTO inbox (session_id, run_id, attempt, kind, body, data, delivery, created_at) \
+         SELECT s, r, a, k, b, d, v, $8 FROM lock, unnest($1::text[], $2::text[], $3::bigint[], \
+         $4::text[], $5::text[], $6::text[], $7::text[]) WITH ORDINALITY AS u(s, r, a, k, b, d, v, n) \
+         ORDER BY n",
+        &[
+            &session,
+            &run,
+            &attempt,
+            &kind,
+            &body,
+            &data,
+            &delivery,
+            &ts(now),
+            &super::locks::INBOX,
+        ],
+        "insert messages",
+    )
+    .await?;
+    Ok(())
+}
+
+/// A session's messages in id order.
+pub(crate) async fn list<C: GenericClient>(
+    c: &C,
+    session: &str,
+    f: &InboxFilter,
+) -> Result<Vec<Message>, StoreError> {
+    let sql = format!(
+        "SELECT {MESSAGE_COLUMNS} FROM inbox WHERE session_id = $1 AND id > $2 \
+         AND (NOT $3 OR acked_at IS NULL) ORDER BY id LIMIT $4"
+    );
+    let rows = query(
+        c,
+        &sql,
+        &[&session, &f.after_id, &f.unacked_only, &f.limit],
+        "list inbox",
+    )
+    .await?;
+    messages(&rows)
+}
+
+/// A page of a session's messages, newest first.
+pub(crate) async fn page<C: GenericClient>(
+    c: &C,
+    session: &str,
+    p: &InboxPage,
+) -> Result<Vec<Message>, StoreError> {
+    let order = if p.after_id.is_some() { "ASC" } else { "DESC" };
+    let sql = format!(
+        "SELECT {MESSAGE_COLUMNS} FROM inbox WHERE session_id = $1 AND id > $2 AND id < $3 \
+         AND (NOT $4 OR acked_at IS NULL) ORDER BY id {order} LIMIT $5"
+    );
+    let rows = query(
+        c,
+        &sql,
+        &[
+            &session,
+            &p.after_id.unwrap_or(0),
+            &p.before_id.unwrap_or(i64::MAX),
+            &p.unacked_only,
+            &p.limit,
+        ],
+        "inbox page",
+    )
+    .await?;
+    let mut page = messages(&rows)?;
+    if p.after_id.is_some() {
+        page.reverse();
+    }
+    Ok(page)
+}
+
+/// Marks messages read (the first read time is kept), or acknowledges them (and marks read).
+pub(crate) async fn mark<C: GenericClient>(
+    c: &C,
+    session: &str,
+    ids: &[i64],
+    ack: bool,
+    now: DateTime<Utc>,
+) -> Result<usize, StoreError> {
+    let sql = if ack {
+        "UPDATE inbox SET acked_at = $1, read_at = coalesce(read_at, $1) \
+         WHERE session_id = $2 AND acked_at IS NULL AND id = ANY($3)"
+    } else {
+        "UPDATE inbox SET read_at = $1 WHERE session_id = $2 AND read_at IS NULL AND id = ANY($3)"
+    };
+    let ids = ids.to_vec();
+    Ok(exec(c, sql, &[&ts(now), &session, &ids], "mark messages").await? as usize)
+}
+
+/// Acknowledges a session's silent messages, then returns its unacknowledged ones of
+/// `deliveries`, oldest first.
+pub(crate) async fn deliverable<C: GenericClient>(
+    c: &C,
+    session: &str,
+    deliveries: &[&str],
+    limit: i64,
+    now: DateTime<Utc>,
+) -> Result<Vec<Message>, StoreError> {
+    exec(
+        c,
+        "UPDATE inbox SET acked_at = $1, read_at = coalesce(read_at, $1) \
+         WHERE session_id = $2 AND acked_at IS NULL AND delivery = 'silent'",
+        &[&ts(now), &session],
+        "ack silent messages",
+    )
+    .await?;
+    let sql = format!(
+        "SELECT {MESSAGE_COLUMNS} FROM inbox WHERE session_id = $1 AND acked_at IS NULL \
+         AND delivery = ANY($2) ORDER BY id LIMIT $3"
+    );
+    let deliveries = deliveries.to_vec();
+    let rows = query(
+        c,
+        &sql,
+        &[&session, &deliveries, &limit],
+        "list deliverable inbox",
+    )
+    .await?;
+    messages(&rows)
+}
+
+/// A blob by session and path.
+pub(crate) async fn blob<C: GenericClient>(
+    c: &C,
+    session: &str,
+    path: &str,
+) -> Result<Option<Blob>, StoreError> {
+    let row = query_opt(
+        c,
+        "SELECT path, content, size, truncated, updated_at FROM blobs WHERE session_id = $1 AND path = $2",
+        &[&session, &path],
+        "get blob",
+    )
+    .await?;
+    row.map(|r| {
+        Ok(Blob {
+            path: get(&r, 0)?,
+            content: get(&r, 1)?,
+            size: get(&r, 2)?,
+            truncated: get::<i64>(&r, 3)? != 0,
+            updated_at: get(&r, 4)?,
+        })
+    })
+    .transpose()
+}
+
+/// The inbox messages about one run, oldest first (at most `limit`).
+pub(crate) async fn of_run<C: GenericClient>(
+    c: &C,
+    run_id: &str,
+    limit: i64,
+) -> Result<Vec<Message>, StoreError> {
+    let sql = format!("SELECT {MESSAGE_COLUMNS} FROM inbox WHERE run_id = $1 ORDER BY id LIMIT $2");
+    messages(&query(c, &sql, &[&run_id, &limit], "run messages").await?)
+}

@@ -1,0 +1,406 @@
+//! The Postgres engine: the same contract as the SQLite one ([`crate::store::Engine`]) on a
+//! server that many worker hosts share. A deadpool of tokio-postgres connections; every write
+//! operation is one transaction (retried on a serialization failure or deadlock), reads are
+//! single statements or one read transaction. What SQLite gets from its single writer,
+//! Postgres gets from row locks and transaction-scoped advisory locks (see [`locks`]).
+
+mod change_feed;
+mod claim;
+mod codec;
+mod engine;
+mod finish;
+mod flow;
+mod inbox;
+mod locks;
+pub(crate) mod migrate;
+mod retention;
+mod runs;
+mod schedules;
+mod workers;
+
+use std::str::FromStr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use deadpool_postgres::{GenericClient, Manager, ManagerConfig, Pool, RecyclingMethod};
+use tokio_postgres::error::SqlState;
+use tokio_postgres::types::ToSql;
+use tokio_postgres::{NoTls, Row};
+
+pub use migrate::SCHEMA_VERSION;
+
+use crate::error::{Fault, StoreError};
+use crate::store::{OpenMode, WriteStats};
+
+/// One statement parameter.
+pub(crate) type P<'a> = &'a (dyn ToSql + Sync);
+
+/// Connections per process: the worker's finisher, claim loop and ticks, and readers.
+const POOL_SIZE: usize = 8;
+/// How long connecting may take before it counts as a failure.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// A write that meets a serialization failure or deadlock is retried this many times.
+const MAX_TX_RETRIES: u32 = 30;
+
+struct Inner {
+    /// The URL with its password hidden: the only form that is shown anywhere.
+    location: String,
+    config: tokio_postgres::Config,
+    pool: Pool,
+    retries: AtomicU64,
+    transactions: AtomicU64,
+    statement_ns: AtomicU64,
+    commit_ns: AtomicU64,
+}
+
+/// A handle to one toolq database on a Postgres server. Cheap to clone.
+#[derive(Clone)]
+pub struct PgStore {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for PgStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgStore")
+            .field("location", &self.inner.location)
+            .finish()
+    }
+}
+
+/// A tokio-postgres error shown whole: its own text ("db error", "error connecting to
+/// server") is followed by its cause (the server's message, the I/O error).
+#[derive(Debug)]
+pub(crate) struct PgError(pub(crate) tokio_postgres::Error);
+
+impl std::fmt::Display for PgError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)?;
+        let mut source = std::error::Error::source(&self.0);
+        while let Some(s) = source {
+            write!(f, ": {s}")?;
+            source = s.source();
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for PgError {}
+
+impl StoreError {
+    /// Wraps a tokio-postgres error with the action that failed.
+    pub(crate) fn pg(action: impl Into<String>, source: tokio_postgres::Error) -> Self {
+        let fault = pg_fault(&source);
+        Self::Sqlite {
+            action: action.into(),
+            source: crate::store::EngineError::new(PgError(source), fault),
+        }
+    }
+}
+
+/// Postgres's verdict on an error, by its SQLSTATE class: a lost or refused connection and
+/// a server out of resources are storage faults (the worker backs off and keeps its tools
+/// running); data the server reports corrupted is damage.
+pub(crate) fn pg_fault(e: &tokio_postgres::Error) -> Fault {
+    let Some(code) = e.code() else {
+        // No SQLSTATE: the connection closed, an I/O error, a timeout.
+        return Fault::Storage;
+    };
+    let c = code.code();
+    if *code == SqlState::DATA_CORRUPTED || *code == SqlState::INDEX_CORRUPTED {
+        Fault::Damaged
+    } else if c.starts_with("08")
+        || c.starts_with("53")
+        || c.starts_with("58")
+        || c.starts_with("57P")
+        || *code == SqlState::READ_ONLY_SQL_TRANSACTION
+    {
+        Fault::Storage
+    } else {
+        Fault::Other
+    }
+}
+
+fn pool_error(e: deadpool_postgres::PoolError) -> StoreError {
+    use deadpool_postgres::PoolError;
+    match e {
+        PoolError::Backend(e) => StoreError::pg("connect", e),
+        other => StoreError::Pool(crate::store::EngineError::new(other, Fault::Storage)),
+    }
+}
+
+/// Whether a transaction failed only because another one got in its way (retry it).
+fn retryable(e: &StoreError) -> bool {
+    let StoreError::Sqlite { source, .. } = e else {
+        return false;
+    };
+    source
+        .downcast_ref::<PgError>()
+        .and_then(|e| e.0.code())
+        .is_some_and(|c| {
+            *c == SqlState::T_R_SERIALIZATION_FAILURE || *c == SqlState::T_R_DEADLOCK_DETECTED
+        })
+}
+
+/// Runs `$body` in one transaction on a pooled connection, with `$tx` bound to it, and
+/// commits; a serialization failure or deadlock rolls back and starts over.
+macro_rules! write_tx {
+    ($store:expr, |$tx:ident| $body:expr) => {{
+        let store: &$crate::store::postgres::PgStore = $store;
+        let mut tries = 0u32;
+        loop {
+            let mut conn = store.conn().await?;
+            let t0 = std::time::Instant::now();
+            let $tx = match conn.transaction().await {
+                Ok(tx) => tx,
+                // A pooled connection that died since it was handed out (a restarted server,
+                // a runtime that owned it gone): nothing was sent; take another.
+                Err(e) if e.is_closed() && tries < 3 => {
+                    tries += 1;
+                    continue;
+                }
+                Err(e) => return Err($crate::error::StoreError::pg("begin", e)),
+            };
+            let out: Result<_, $crate::error::StoreError> = async { $body }.await;
+            let out = match out {
+                Ok(v) => {
+                    let t1 = std::time::Instant::now();
+                    let done = $tx
+                        .commit()
+                        .await
+                        .map(|()| v)
+                        .map_err(|e| $crate::error::StoreError::pg("commit", e));
+                    store.count_write(t0, t1);
+                    done
+                }
+                // Not committed: a connection that broke under it (a stale pooled one) is
+                // replaced and the transaction run again. A failed commit is never rerun
+                // here: it may have committed; the caller's fences decide.
+                Err(e) if e.fault() == $crate::error::Fault::Storage && tries < 3 => {
+                    tries += 1;
+                    tracing::debug!(error = %e, "database connection lost mid-transaction; retrying");
+                    continue;
+                }
+                Err(e) => Err(e),
+            };
+            match out {
+                Err(e) if store.should_retry(&e, &mut tries).await => continue,
+                other => break other,
+            }
+        }
+    }};
+}
+pub(crate) use write_tx;
+
+impl PgStore {
+    /// Opens the toolq database at a `postgres://` URL as `mode` allows: creates the schema
+    /// in an empty database under [`OpenMode::Create`] (and refuses to under the others),
+    /// migrates an older one, and refuses a newer schema or a database holding other tables
+    /// before anything is written. Blocking: it connects on a runtime of its own, so it can be
+    /// called from sync and async code alike.
+    pub fn open(url: &str, mode: OpenMode) -> Result<PgStore, StoreError> {
+        let location = crate::db_url::redact(url);
+        let mut config = tokio_postgres::Config::from_str(url).map_err(|e| StoreError::BadUrl {
+            url: location.clone(),
+            reason: PgError(e).to_string(),
+        })?;
+        config.connect_timeout(CONNECT_TIMEOUT);
+        config.keepalives_idle(Duration::from_secs(15));
+        if config.get_application_name().is_none() {
+            config.application_name("toolq");
+        }
+        let setup = config.clone();
+        let loc = location.clone();
+        std::thread::scope(|s| {
+            s.spawn(move || {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .map_err(|e| StoreError::Task(format!("start a runtime to connect: {e}")))?;
+                rt.block_on(migrate::setup(&setup, &loc, mode))
+            })
+            .join()
+            .map_err(|_| StoreError::Task("connecting to Postgres panicked".into()))?
+        })?;
+        let manager = Manager::from_config(
+            config.clone(),
+            NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(POOL_SIZE)
+            .runtime(deadpool_postgres::Runtime::Tokio1)
+            .create_timeout(Some(CONNECT_TIMEOUT))
+            .wait_timeout(Some(Duration::from_secs(60)))
+            .build()
+            .map_err(|e| StoreError::Task(format!("build the connection pool: {e}")))?;
+        Ok(PgStore {
+            inner: Arc::new(Inner {
+                location,
+                config,
+                pool,
+                retries: AtomicU64::new(0),
+                transactions: AtomicU64::new(0),
+                statement_ns: AtomicU64::new(0),
+                commit_ns: AtomicU64::new(0),
+            }),
+        })
+    }
+
+    /// The URL with its password hidden.
+    pub fn location(&self) -> &str {
+        &self.inner.location
+    }
+
+    /// A pooled connection.
+    pub(crate) async fn conn(&self) -> Result<deadpool_postgres::Object, StoreError> {
+        // A closed connection (its server or its driver task gone) is dropped, not used.
+        for _ in 0..POOL_SIZE {
+            let conn = self.inner.pool.get().await.map_err(pool_error)?;
+            if !conn.is_closed() {
+                return Ok(conn);
+            }
+            drop(deadpool_postgres::Object::take(conn));
+        }
+        self.inner.pool.get().await.map_err(pool_error)
+    }
+
+    /// The connection settings (for the change feed's own connection).
+    pub(crate) fn pg_config(&self) -> &tokio_postgres::Config {
+        &self.inner.config
+    }
+
+    /// Whether to start a failed transaction over (after a short sleep); counts the retry.
+    pub(crate) async fn should_retry(&self, e: &StoreError, tries: &mut u32) -> bool {
+        if !retryable(e) || *tries >= MAX_TX_RETRIES {
+            return false;
+        }
+        *tries += 1;
+        self.inner.retries.fetch_add(1, Ordering::Relaxed);
+        let ms = 1u64 << (*tries).min(7);
+        tokio::time::sleep(Duration::from_millis(ms + rand::random::<u64>() % ms)).await;
+        true
+    }
+
+    pub(crate) fn count_write(&self, t0: std::time::Instant, t1: std::time::Instant) {
+        let i = &self.inner;
+        i.statement_ns
+            .fetch_add((t1 - t0).as_nanos() as u64, Ordering::Relaxed);
+        i.commit_ns
+            .fetch_add(t1.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        i.transactions.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Transactions retried after a serialization failure or deadlock.
+    pub fn busy_retries(&self) -> u64 {
+        self.inner.retries.load(Ordering::Relaxed)
+    }
+
+    /// Time spent in write transactions so far.
+    pub fn write_stats(&self) -> WriteStats {
+        let i = &self.inner;
+        WriteStats {
+            transactions: i.transactions.load(Ordering::Relaxed),
+            statement_secs: i.statement_ns.load(Ordering::Relaxed) as f64 / 1e9,
+            commit_secs: i.commit_ns.load(Ordering::Relaxed) as f64 / 1e9,
+        }
+    }
+}
+
+/// Prepares (cached per connection) and runs a query; errors name `what`.
+pub(crate) async fn query<C: GenericClient>(
+    c: &C,
+    sql: &str,
+    params: &[P<'_>],
+    what: &str,
+) -> Result<Vec<Row>, StoreError> {
+    let st = c
+        .prepare_cached(sql)
+        .await
+        .map_err(|e| StoreError::pg(format!("prepare {what}"), e))?;
+    c.query(&st, params)
+        .await
+        .map_err(|e| StoreError::pg(what, e))
+}
+
+/// [`query`] for at most one row.
+pub(crate) async fn query_opt<C: GenericClient>(
+    c: &C,
+    sql: &str,
+    params: &[P<'_>],
+    what: &str,
+) -> Result<Option<Row>, StoreError> {
+    Ok(query(c, sql, params, what).await?.into_iter().next())
+}
+
+/// [`query`] for exactly one row.
+pub(crate) async fn query_one<C: GenericClient>(
+    c: &C,
+    sql: &str,
+    params: &[P<'_>],
+    what: &str,
+) -> Result<Row, StoreError> {
+    query_opt(c, sql, params, what)
+        .await?
+        .ok_or_else(|| StoreError::Invalid(format!("{what}: no row")))
+}
+
+/// Prepares (cached) and executes a statement; the rows it changed.
+pub(crate) async fn exec<C: GenericClient>(
+    c: &C,
+    sql: &str,
+    params: &[P<'_>],
+    what: &str,
+) -> Result<u64, StoreError> {
+    let st = c
+        .prepare_cached(sql)
+        .await
+        .map_err(|e| StoreError::pg(format!("prepare {what}"), e))?;
+    c.execute(&st, params)
+        .await
+        .map_err(|e| StoreError::pg(what, e))
+}
+
+/// Reads a column; a type mismatch is an error naming the column.
+pub(crate) fn get<'a, T: tokio_postgres::types::FromSql<'a>>(
+    row: &'a Row,
+    idx: usize,
+) -> Result<T, StoreError> {
+    row.try_get(idx)
+        .map_err(|e| StoreError::pg(format!("read column {idx}"), e))
+}
+
+/// Wakes every listening worker when this transaction commits (work was added or a limit
+/// slot freed). Postgres folds the notifications of one transaction into one.
+pub(crate) async fn notify<C: GenericClient>(c: &C) -> Result<(), StoreError> {
+    exec(c, "SELECT pg_notify('toolq_changes', '')", &[], "notify").await?;
+    Ok(())
+}
+
+/// Runs `$body` in one read-only REPEATABLE READ transaction (one snapshot for every read in
+/// it), with `$tx` bound to it.
+macro_rules! read_tx {
+    ($store:expr, |$tx:ident| $body:expr) => {{
+        let store: &$crate::store::postgres::PgStore = $store;
+        let mut conn = store.conn().await?;
+        let $tx = conn
+            .build_transaction()
+            .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
+            .read_only(true)
+            .start()
+            .await
+            .map_err(|e| $crate::error::StoreError::pg("begin read", e))?;
+        let out: Result<_, $crate::error::StoreError> = async { $body }.await;
+        match out {
+            Ok(v) => $tx
+                .commit()
+                .await
+                .map(|()| v)
+                .map_err(|e| $crate::error::StoreError::pg("end read", e)),
+            Err(e) => Err(e),
+        }
+    }};
+}
+pub(crate) use read_tx;

@@ -1,0 +1,503 @@
+//! The `schedules` and `schedule_occurrences` tables on Postgres, and `claim_due`: due
+//! schedules are locked with `FOR UPDATE SKIP LOCKED`, so however many workers on however
+//! many hosts poll, each schedule's due tick is fired by exactly one of them; its runs are
+//! keyed by (schedule, tick) (`runs_schedule_tick_idx`) and its ledger rows by (schedule,
+//! tick) too.
+
+use chrono::{DateTime, Duration, Utc};
+use deadpool_postgres::GenericClient;
+use tokio_postgres::Row;
+
+use super::{exec, get, query, query_one, query_opt};
+use crate::clock::{parse_ts, ts};
+use crate::error::StoreError;
+use crate::ids::{RunId, ScheduleId};
+use crate::run::NewRun;
+use crate::schedule::OverlapPolicy;
+use crate::schedule::fire::{Fire, Plan, PlanInput, plan};
+use crate::schedule::model::{NewSchedule, Occurrence, Schedule};
+use crate::schedule::spec::ScheduleSpec;
+use crate::store::{ClaimDue, ClaimReport};
+
+const COLUMNS: &str = "id, session_id, tool, args, title, cron_expression, scheduled_at, timezone, \
+    enabled, next_trigger_at, last_triggered_at, trigger_count, missed_policy, catchup_window_ms, \
+    overlap_policy, priority, max_attempts, timeout_ms, signal_on_completion, delivery, created_at, \
+    updated_at, cancelled_at";
+
+fn ts_col(r: &Row, i: usize) -> Result<Option<DateTime<Utc>>, StoreError> {
+    super::codec::ts_opt(r, i)
+}
+
+fn schedule_from_row(r: &Row) -> Result<Schedule, StoreError> {
+    let cron: Option<String> = get(r, 5)?;
+    let args: String = get(r, 3)?;
+    Ok(Schedule {
+        id: ScheduleId::from_db(get(r, 0)?),
+        session_id: get(r, 1)?,
+        tool: get(r, 2)?,
+        args: serde_json::from_str(&args).unwrap_or(serde_json::Value::Null),
+        title: get(r, 4)?,
+        schedule_type: if cron.is_some() {
+            "recurring"
+        } else {
+            "oneshot"
+        },
+        cron_expression: cron,
+        scheduled_at: ts_col(r, 6)?,
+        timezone: get(r, 7)?,
+        enabled: get::<i64>(r, 8)? != 0,
+        next_trigger_at: ts_col(r, 9)?,
+        last_triggered_at: ts_col(r, 10)?,
+        trigger_count: get(r, 11)?,
+        missed_policy: get::<String>(r, 12)?.parse().unwrap_or_default(),
+        catchup_window_ms: get(r, 13)?,
+        overlap_policy: get::<String>(r, 14)?.parse().unwrap_or_default(),
+        priority: get(r, 15)?,
+        max_attempts: get(r, 16)?,
+        timeout_ms: get(r, 17)?,
+        signal_on_completion: get::<i64>(r, 18)? != 0,
+        delivery: get::<String>(r, 19)?.parse().unwrap_or_default(),
+        created_at: super::codec::ts_req(r, 20)?,
+        updated_at: super::codec::ts_req(r, 21)?,
+        cancelled_at: ts_col(r, 22)?,
+    })
+}
+
+/// Inserts an enabled schedule.
+pub(crate) async fn insert<C: GenericClient>(c: &C, s: &NewSchedule) -> Result<(), StoreError> {
+    exec(
+        c,
+        "INSERT INTO schedules (id, session_id, tool, args, title, cron_expression, scheduled_at, \
+         timezone, enabled, next_trigger_at, missed_policy, catchup_window_ms, overlap_policy, \
+         priority, max_attempts, timeout_ms, signal_on_completion, delivery, created_at, updated_at) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 1, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $18)",
+        &[
+            &s.id.as_str(),
+            &s.session_id,
+            &s.tool,
+            &s.args.to_string(),
+            &s.title,
+            &s.cron_expression,
+            &s.scheduled_at.map(ts),
+            &s.timezone,
+            &s.next_trigger_at.map(ts),
+            &s.missed_policy.as_str(),
+            &s.catchup_window_ms,
+            &s.overlap_policy.as_str(),
+            &s.priority,
+            &s.max_attempts,
+            &s.timeout_ms,
+            &(s.signal_on_completion as i64),
+            &s.delivery.as_str(),
+            &ts(s.created_at),
+        ],
+        "insert schedule",
+    )
+    .await?;
+    Ok(())
+}
+
+/// Enabled schedules of a session, its row locks taken so the count holds until commit.
+pub(crate) async fn count_active<C: GenericClient>(
+    c: &C,
+    session: &str,
+) -> Result<i64, StoreError> {
+    super::locks::take_named(c, "schedules", session).await?;
+    get(
+        &query_one(
+            c,
+            "SELECT count(*) FROM schedules WHERE session_id = $1 AND enabled = 1",
+            &[&session],
+            "count schedules",
+        )
+        .await?,
+        0,
+    )
+}
+
+/// Reads one schedule.
+pub(crate) async fn get_one<C: GenericClient>(
+    c: &C,
+    id: &str,
+) -> Result<Option<Schedule>, StoreError> {
+    let sql = format!("SELECT {COLUMNS} FROM schedules WHERE id = $1");
+    query_opt(c, &sql, &[&id], "get schedule")
+        .await?
+        .as_ref()
+        .map(schedule_from_row)
+        .transpose()
+}
+
+/// Schedules (of one session, or all), newest first.
+pub(crate) async fn list<C: GenericClient>(
+    c: &C,
+    session: Option<&str>,
+    limit: i64,
+) -> Result<Vec<Schedule>, StoreError> {
+    let sql = format!(
+        "SELECT {COLUMNS} FROM schedules WHERE ($1::text IS NULL OR session_id = $1) \
+         ORDER BY created_at DESC, id DESC LIMIT $2"
+    );
+    query(c, &sql, &[&session, &limit], "list schedules")
+        .await?
+        .iter()
+        .map(schedule_from_row)
+        .collect()
+}
+
+/// Cancels an enabled schedule.
+pub(crate) async fn cancel<C: GenericClient>(
+    c: &C,
+    id: &str,
+    now: DateTime<Utc>,
+) -> Result<bool, StoreError> {
+    let n = exec(
+        c,
+        "UPDATE schedules SET enabled = 0, next_trigger_at = NULL, cancelled_at = $1, \
+         updated_at = $1 WHERE id = $2 AND enabled = 1",
+        &[&ts(now), &id],
+        "cancel schedule",
+    )
+    .await?;
+    Ok(n == 1)
+}
+
+async fn disable<C: GenericClient>(
+    c: &C,
+    id: &str,
+    now: DateTime<Utc>,
+) -> Result<bool, StoreError> {
+    let n = exec(
+        c,
+        "UPDATE schedules SET enabled = 0, next_trigger_at = NULL, updated_at = $1 \
+         WHERE id = $2 AND enabled = 1",
+        &[&ts(now), &id],
+        "disable schedule",
+    )
+    .await?;
+    Ok(n == 1)
+}
+
+/// Enables a disabled schedule with its next tick.
+pub(crate) async fn enable<C: GenericClient>(
+    c: &C,
+    id: &str,
+    next: DateTime<Utc>,
+    now: DateTime<Utc>,
+) -> Result<bool, StoreError> {
+    let n = exec(
+        c,
+        "UPDATE schedules SET enabled = 1, next_trigger_at = $1, cancelled_at = NULL, \
+         updated_at = $2 WHERE id = $3 AND enabled = 0",
+        &[&ts(next), &ts(now), &id],
+        "enable schedule",
+    )
+    .await?;
+    Ok(n == 1)
+}
+
+/// The earliest next tick of an enabled schedule.
+pub(crate) async fn next_due<C: GenericClient>(c: &C) -> Result<Option<DateTime<Utc>>, StoreError> {
+    let row = query_one(
+        c,
+        "SELECT min(next_trigger_at) FROM schedules WHERE enabled = 1 AND next_trigger_at IS NOT NULL",
+        &[],
+        "next due",
+    )
+    .await?;
+    Ok(get::<Option<String>>(&row, 0)?
+        .as_deref()
+        .and_then(parse_ts))
+}
+
+/// Enabled schedules that will fire again.
+pub(crate) async fn enabled_count<C: GenericClient>(c: &C) -> Result<i64, StoreError> {
+    get(
+        &query_one(
+            c,
+            "SELECT count(*) FROM schedules WHERE enabled = 1 AND next_trigger_at IS NOT NULL",
+            &[],
+            "count enabled schedules",
+        )
+        .await?,
+        0,
+    )
+}
+
+/// How late the most overdue enabled schedule is, in seconds.
+pub(crate) async fn lag_secs<C: GenericClient>(
+    c: &C,
+    now: DateTime<Utc>,
+) -> Result<f64, StoreError> {
+    let row = query_one(
+        c,
+        "SELECT min(next_trigger_at) FROM schedules \
+         WHERE enabled = 1 AND next_trigger_at IS NOT NULL AND next_trigger_at <= $1",
+        &[&ts(now)],
+        "schedule lag",
+    )
+    .await?;
+    Ok(get::<Option<String>>(&row, 0)?
+        .as_deref()
+        .and_then(parse_ts)
+        .map_or(0.0, |t| (now - t).num_milliseconds().max(0) as f64 / 1000.0))
+}
+
+/// A schedule's ledger, newest tick first.
+pub(crate) async fn occurrences<C: GenericClient>(
+    c: &C,
+    id: &str,
+    limit: i64,
+) -> Result<Vec<Occurrence>, StoreError> {
+    let rows = query(
+        c,
+        "SELECT o.schedule_id, o.fire_at, o.outcome, o.run_id, r.state, o.detail, o.recorded_at \
+         FROM schedule_occurrences o LEFT JOIN runs r ON r.id = o.run_id \
+         WHERE o.schedule_id = $1 ORDER BY o.fire_at DESC LIMIT $2",
+        &[&id, &limit],
+        "occurrences",
+    )
+    .await?;
+    rows.iter()
+        .map(|r| {
+            Ok(Occurrence {
+                schedule_id: ScheduleId::from_db(get(r, 0)?),
+                fire_at: super::codec::ts_req(r, 1)?,
+                outcome: get(r, 2)?,
+                run_id: get::<Option<String>>(r, 3)?.map(RunId::from_db),
+                run_state: get(r, 4)?,
+                detail: get(r, 5)?,
+                recorded_at: super::codec::ts_req(r, 6)?,
+            })
+        })
+        .collect()
+}
+
+/// Records ticks of one outcome (each with its detail) in one statement; a tick already
+/// recorded keeps its row. How many ticks were given.
+async fn record<C: GenericClient>(
+    c: &C,
+    id: &ScheduleId,
+    outcome: &str,
+    run: Option<&RunId>,
+    rows: &[(DateTime<Utc>, &str)],
+    now: DateTime<Utc>,
+) -> Result<usize, StoreError> {
+    if rows.is_empty() {
+        return Ok(0);
+    }
+    let fire: Vec<String> = rows.iter().map(|(t, _)| ts(*t)).collect();
+    let detail: Vec<&str> = rows.iter().map(|(_, d)| *d).collect();
+    exec(
+        c,
+        "INSERT INTO schedule_occurrences (schedule_id, fire_at, outcome, run_id, detail, recorded_at) \
+         SELECT $1, f, $2, $3, d, $4 FROM unnest($5::text[], $6::text[]) AS u(f, d) \
+         ON CONFLICT (schedule_id, fire_at) DO NOTHING",
+        &[&id.as_str(), &outcome, &run.map(RunId::as_str), &ts(now), &fire, &detail],
+        "record occurrences",
+    )
+    .await?;
+    Ok(rows.len())
+}
+
+/// Fires due schedules in the caller's transaction (see the module docs).
+pub(crate) async fn claim_due<C: GenericClient>(
+    c: &C,
+    p: &ClaimDue,
+) -> Result<ClaimReport, StoreError> {
+    let now = p.now;
+    let sql = format!(
+        "SELECT {COLUMNS} FROM schedules WHERE enabled = 1 AND next_trigger_at IS NOT NULL \
+         AND next_trigger_at <= $1 ORDER BY next_trigger_at LIMIT $2 FOR UPDATE SKIP LOCKED"
+    );
+    let mut due: Vec<Schedule> =
+        query(c, &sql, &[&ts(now), &(p.limit as i64 + 1)], "due schedules")
+            .await?
+            .iter()
+            .map(schedule_from_row)
+            .collect::<Result<_, _>>()?;
+    let mut report = ClaimReport {
+        more: due.len() > p.limit,
+        ..Default::default()
+    };
+    due.truncate(p.limit);
+    if due.is_empty() {
+        return Ok(report);
+    }
+    let last_slot = query_opt(
+        c,
+        "SELECT run_at FROM runs WHERE state = 'queued' AND schedule_id IS NOT NULL \
+         ORDER BY run_at DESC LIMIT 1",
+        &[],
+        "catch-up slot",
+    )
+    .await?;
+    let mut slot = match last_slot {
+        Some(r) => parse_ts(&get::<String>(&r, 0)?),
+        None => None,
+    };
+    let paused = super::flow::paused(c).await?;
+    for s in due {
+        report.schedules += 1;
+        let held = paused.holds(&s.tool, &s.session_id);
+        fire_one(c, p, &s, held, &mut slot, &mut report).await?;
+    }
+    if !report.runs.is_empty() {
+        super::notify(c).await?;
+    }
+    Ok(report)
+}
+
+async fn fire_one<C: GenericClient>(
+    c: &C,
+    p: &ClaimDue,
+    s: &Schedule,
+    paused: bool,
+    slot: &mut Option<DateTime<Utc>>,
+    report: &mut ClaimReport,
+) -> Result<(), StoreError> {
+    let now = p.now;
+    let Some(due) = s.next_trigger_at else {
+        return Ok(());
+    };
+    let spec = match ScheduleSpec::from_stored(
+        s.cron_expression.as_deref(),
+        s.scheduled_at,
+        &s.timezone,
+        due - Duration::seconds(1),
+    ) {
+        Ok(spec) => spec,
+        Err(e) => {
+            disable(c, s.id.as_str(), now).await?;
+            report.broken.push((s.id.to_string(), e.to_string()));
+            return Ok(());
+        }
+    };
+    let plan: Plan = plan(
+        &spec,
+        PlanInput {
+            due,
+            now,
+            policy: s.missed_policy,
+            window: s.catchup_window_ms.map(Duration::milliseconds),
+            late_after: p.late_after,
+        },
+    );
+    let busy = s.overlap_policy == OverlapPolicy::Skip
+        && get::<bool>(
+            &query_one(
+                c,
+                "SELECT EXISTS (SELECT 1 FROM runs WHERE schedule_id = $1 \
+                 AND (state = 'queued' OR state = 'awaiting_approval' OR state = 'running'))",
+                &[&s.id.as_str()],
+                "overlap check",
+            )
+            .await?,
+            0,
+        )?;
+    let mut runs = 0i64;
+    let mut last = None;
+    for fire in &plan.fires {
+        if paused {
+            let why = "paused: the schedule's tool or session (or everything) was paused";
+            let mut rows: Vec<_> = fire.coalesced.iter().map(|&t| (t, why)).collect();
+            rows.push((fire.fire_at, why));
+            report.paused += record(c, &s.id, "paused", None, &rows, now).await?;
+            continue;
+        }
+        if busy {
+            let why = "the previous run was still active";
+            report.skipped_overlap += record(
+                c,
+                &s.id,
+                "skipped_overlap",
+                None,
+                &[(fire.fire_at, why)],
+                now,
+            )
+            .await?;
+            let why = "missed: its catch-up was skipped because the previous run was still active";
+            let rows: Vec<_> = fire.coalesced.iter().map(|&t| (t, why)).collect();
+            report.missed += record(c, &s.id, "missed", None, &rows, now).await?;
+            continue;
+        }
+        let run_at = if fire.catch_up {
+            let at = slot.map_or(now, |s| (s + p.catchup_spacing).max(now));
+            *slot = Some(at);
+            at
+        } else {
+            fire.fire_at.min(now)
+        };
+        start_run(c, s, fire, run_at, now, report).await?;
+        runs += 1;
+        last = Some(fire.fire_at);
+    }
+    let rows: Vec<_> = plan
+        .missed
+        .iter()
+        .map(|(t, why)| (*t, why.as_str()))
+        .collect();
+    report.missed += record(c, &s.id, "missed", None, &rows, now).await?;
+    let n = exec(
+        c,
+        "UPDATE schedules SET next_trigger_at = $1, \
+         last_triggered_at = coalesce($2, last_triggered_at), trigger_count = trigger_count + $3, \
+         enabled = CASE WHEN $1::text IS NULL THEN 0 ELSE enabled END, updated_at = $4 \
+         WHERE id = $5 AND enabled = 1 AND next_trigger_at = $6",
+        &[
+            &plan.next.map(ts),
+            &last.map(ts),
+            &runs,
+            &ts(now),
+            &s.id.as_str(),
+            &ts(due),
+        ],
+        "advance schedule",
+    )
+    .await?;
+    if n != 1 {
+        // The row is locked by this transaction: a mismatch is a bug.
+        return Err(StoreError::Invalid(format!(
+            "advance schedule {}: changed {n} rows",
+            s.id
+        )));
+    }
+    Ok(())
+}
+
+async fn start_run<C: GenericClient>(
+    c: &C,
+    s: &Schedule,
+    fire: &Fire,
+    run_at: DateTime<Utc>,
+    now: DateTime<Utc>,
+    report: &mut ClaimReport,
+) -> Result<(), StoreError> {
+    let row = NewRun {
+        id: RunId::generate(),
+        session_id: s.session_id.clone(),
+        tool: s.tool.clone(),
+        args: s.args.clone(),
+        title: s.title.clone(),
+        priority: s.priority,
+        max_attempts: s.max_attempts,
+        run_at,
+        created_at: now,
+        idempotency_key: None,
+        timeout_ms: s.timeout_ms,
+        signal_on_completion: s.signal_on_completion,
+        delivery: s.delivery,
+        schedule_id: Some(s.id.clone()),
+        fire_at: Some(fire.fire_at),
+        ticks: fire.ticks(),
+        unique: None,
+    };
+    let id = super::runs::insert(c, &row).await?.id().clone();
+    let detail = fire.detail.as_deref().unwrap_or("fired on time");
+    report.fired += record(c, &s.id, "fired", Some(&id), &[(fire.fire_at, detail)], now).await?;
+    let why = "missed: coalesced into the catch-up run";
+    let rows: Vec<_> = fire.coalesced.iter().map(|&t| (t, why)).collect();
+    report.coalesced += record(c, &s.id, "coalesced", Some(&id), &rows, now).await?;
+    report.runs.push(id);
+    Ok(())
+}

@@ -1,0 +1,143 @@
+//! Bad database locations on Postgres, through the real binary: a malformed URL, a refused
+//! connection, wrong credentials, a database that is not toolq's and a newer schema each give
+//! exit 2 or 1, a message that starts `toolq:` and says what is wrong, and never the password.
+
+use std::process::Output;
+
+use crate::support::{TestDb, pg, toolq};
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Runs `args` on `url` and checks the common shape of a refusal: exit `code`, one `toolq:`
+/// message, no password anywhere in the output; returns stderr.
+fn refused(url: &str, args: &[&str], code: i32) -> String {
+    let o = toolq(url, args);
+    let (out, err) = (String::from_utf8_lossy(&o.stdout), stderr(&o));
+    assert_eq!(o.status.code(), Some(code), "{args:?} on {url}: {err}");
+    assert!(err.starts_with("toolq: "), "{args:?}: {err}");
+    for secret in [pg::PASSWORD, "wrong-Pa55"] {
+        assert!(
+            !err.contains(secret) && !out.contains(secret),
+            "{args:?} showed the password: {out}{err}"
+        );
+    }
+    err
+}
+
+const COMMANDS: [&[&str]; 3] = [
+    &["runs"],
+    &["enqueue", "echo", "--args", r#"{"message":"x"}"#],
+    &["worker", "--drain"],
+];
+
+#[test]
+fn a_malformed_url_is_a_usage_error_naming_the_url() {
+    for url in [
+        format!(
+            "postgres://{}:{}@127.0.0.1:notaport/x",
+            pg::PASSWORD_ROLE,
+            pg::PASSWORD
+        ),
+        format!("postgresql://{}:{}@[::1/x", pg::PASSWORD_ROLE, pg::PASSWORD),
+    ] {
+        for args in COMMANDS {
+            let err = refused(&url, args, 2);
+            assert!(err.contains("***"), "the redacted URL is named: {err}");
+        }
+    }
+}
+
+#[test]
+fn a_refused_connection_is_an_operational_error_naming_the_server() {
+    // A port nothing listens on: bound, then closed.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!(
+        "postgres://{}:{}@127.0.0.1:{port}/x",
+        pg::PASSWORD_ROLE,
+        pg::PASSWORD
+    );
+    for args in COMMANDS {
+        let err = refused(&url, args, 1);
+        assert!(err.contains(&format!("127.0.0.1:{port}")), "{err}");
+        assert!(err.to_lowercase().contains("refused"), "{err}");
+    }
+}
+
+#[test]
+fn wrong_credentials_are_refused_without_showing_the_password() {
+    let s = pg::server();
+    for url in [
+        format!(
+            "postgres://{}:wrong-Pa55@127.0.0.1:{}/postgres",
+            pg::PASSWORD_ROLE,
+            s.port
+        ),
+        format!(
+            "postgres://{}@127.0.0.1:{}/postgres?password=wrong-Pa55",
+            pg::PASSWORD_ROLE,
+            s.port
+        ),
+    ] {
+        for args in COMMANDS {
+            let err = refused(&url, args, 1);
+            assert!(err.contains("password authentication failed"), "{err}");
+        }
+    }
+}
+
+#[test]
+fn a_database_holding_other_tables_is_refused_untouched() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = TestDb::at(dir.path());
+    db.exec("CREATE TABLE notes (x text); INSERT INTO notes VALUES ('mine')");
+    // Through the password role too, so a message naming the URL has a password to leak.
+    db.exec(&format!(
+        "GRANT ALL ON SCHEMA public TO {}",
+        pg::PASSWORD_ROLE
+    ));
+    let name = db.url.rsplit('/').next().unwrap().to_string();
+    let with_password = format!(
+        "postgres://{}:{}@127.0.0.1:{}/{name}",
+        pg::PASSWORD_ROLE,
+        pg::PASSWORD,
+        pg::server().port
+    );
+    for url in [db.url.as_str(), with_password.as_str()] {
+        for args in COMMANDS {
+            let err = refused(url, args, 2);
+            assert!(err.contains("no toolq schema"), "{err}");
+        }
+    }
+    assert_eq!(
+        db.column("SELECT tablename FROM pg_tables WHERE schemaname = 'public'"),
+        ["notes"]
+    );
+    assert_eq!(db.text("SELECT x FROM notes").as_deref(), Some("mine"));
+}
+
+#[test]
+fn a_newer_schema_is_refused_before_any_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = TestDb::at(dir.path());
+    assert!(toolq(&db, &["init"]).status.success());
+    db.exec(
+        "INSERT INTO schema_version (version, applied_at) VALUES (99, '2099-01-01T00:00:00.000Z')",
+    );
+    let tables = db.count("SELECT count(*) FROM pg_tables WHERE schemaname = 'public'");
+    for args in COMMANDS {
+        let err = refused(&db.url, args, 2);
+        assert!(err.contains("99") && err.contains("newer"), "{err}");
+    }
+    assert_eq!(db.count("SELECT count(*) FROM runs"), 0);
+    assert_eq!(db.count("SELECT max(version) FROM schema_version"), 99);
+    assert_eq!(
+        db.count("SELECT count(*) FROM pg_tables WHERE schemaname = 'public'"),
+        tables
+    );
+}

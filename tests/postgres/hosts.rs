@@ -1,0 +1,182 @@
+//! Many hosts on one Postgres database: worker processes with different host identities
+//! (`TOOLQ_WORKER__HOST_ID`) share the queue without double claims and with the per-session
+//! limit holding across them; a host that stops heartbeating has its runs rescued by another
+//! once their lease expires (never before: its pid means nothing on another host), and its late
+//! finish is fenced out.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+use crate::crash::{
+    assert_recorded_exactly_once, enqueue_sleeps, executions, parse, setup, spawn_worker_on,
+    wait_exit,
+};
+use crate::support::{Killed, wait_until};
+
+fn signal(child: &std::process::Child, sig: Signal) {
+    kill(Pid::from_raw(child.id() as i32), sig).unwrap();
+}
+
+#[test]
+fn three_hosts_drain_thousands_of_runs_with_no_double_claim_and_one_session_limit() {
+    const RUNS: usize = 3000;
+    const PER_SESSION: i64 = 2;
+    let s = setup(
+        "[worker]\nconcurrency = 8\nper_session = 2\npoll_interval = \"20ms\"\n\
+         heartbeat_interval = \"200ms\"\nlease = \"30s\"\n",
+    );
+    enqueue_sleeps(
+        &s.db,
+        (0..RUNS)
+            .map(|i| (format!("s{}", i % 40), (i % 3) as u64, None))
+            .collect(),
+    );
+    let stop = Arc::new(AtomicBool::new(false));
+    let (most, samples) = (Arc::new(AtomicI64::new(0)), Arc::new(AtomicI64::new(0)));
+    let sampler = {
+        let (stop, most, samples, db) = (stop.clone(), most.clone(), samples.clone(), s.db.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                let n = db.count(
+                    "SELECT coalesce(max(n), 0) FROM (SELECT count(*) n FROM runs \
+                     WHERE state = 'running' GROUP BY session_id) per_session",
+                );
+                most.fetch_max(n, Ordering::Relaxed);
+                samples.fetch_add(1, Ordering::Relaxed);
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        })
+    };
+    let started = Instant::now();
+    let mut workers: Vec<Killed> = ["host-a", "host-b", "host-c"]
+        .into_iter()
+        .map(|h| Killed(spawn_worker_on(&s, true, Some(h))))
+        .collect();
+    for w in &mut workers {
+        assert!(wait_exit(&mut w.0, Duration::from_secs(300)).success());
+    }
+    let elapsed = started.elapsed();
+    stop.store(true, Ordering::Relaxed);
+    sampler.join().unwrap();
+
+    assert_recorded_exactly_once(&s.db);
+    assert_eq!(
+        s.db.count("SELECT count(*) FROM runs WHERE state = 'completed'"),
+        RUNS as i64
+    );
+    // No double claim: one attempt per run in the database, at most one execution per run in
+    // the workers' own logs.
+    assert_eq!(
+        s.db.count("SELECT count(*) FROM runs WHERE attempt <> 1"),
+        0
+    );
+    let execs = executions(&s);
+    let repeated: Vec<_> = execs.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(repeated.is_empty(), "executed more than once: {repeated:?}");
+    // Which host ran how many, from each worker's log (named by pid) and the workers table.
+    let by_host: HashMap<String, usize> =
+        s.db.rows("SELECT host, pid FROM workers")
+            .into_iter()
+            .map(|r| {
+                let log = s
+                    .dir
+                    .path()
+                    .join(format!("worker-{}.log", r[1].as_ref().unwrap()));
+                let started = std::fs::read_to_string(log)
+                    .unwrap_or_default()
+                    .lines()
+                    .filter(|l| l.ends_with("toolq::worker: started"))
+                    .count();
+                (r[0].clone().unwrap(), started)
+            })
+            .collect();
+    let hosts =
+        s.db.column("SELECT DISTINCT host FROM workers ORDER BY host");
+    eprintln!(
+        "many hosts: {RUNS} runs on 3 hosts in {:.1}s; runs by host {by_host:?}; \
+         {} executions logged; most running in one session {} (limit {PER_SESSION}) over {} samples",
+        elapsed.as_secs_f64(),
+        execs.values().sum::<usize>(),
+        most.load(Ordering::Relaxed),
+        samples.load(Ordering::Relaxed)
+    );
+    assert_eq!(hosts, ["host-a", "host-b", "host-c"]);
+    assert!(samples.load(Ordering::Relaxed) > 1);
+    assert!(
+        most.load(Ordering::Relaxed) <= PER_SESSION,
+        "{} runs of one session running at once across hosts (limit {PER_SESSION})",
+        most.load(Ordering::Relaxed)
+    );
+}
+
+#[test]
+fn a_host_that_stops_heartbeating_loses_its_runs_at_lease_expiry_and_its_late_finish_is_fenced() {
+    let s = setup(
+        "[worker]\nconcurrency = 2\nper_session = 2\npoll_interval = \"20ms\"\n\
+         heartbeat_interval = \"100ms\"\nlease = \"2s\"\nshutdown_grace = \"10s\"\n\
+         [runs]\nbackoff_base = \"10ms\"\nbackoff_max = \"50ms\"\n",
+    );
+    enqueue_sleeps(
+        &s.db,
+        (0..2).map(|_| ("s".to_string(), 1500, None)).collect(),
+    );
+    let a = Killed(spawn_worker_on(&s, false, Some("host-a")));
+    wait_until("host-a runs both runs", || {
+        s.db.count("SELECT count(*) FROM runs WHERE state = 'running'") == 2
+    });
+    // Frozen: no heartbeat, no finish, but its pid stays alive.
+    signal(&a.0, Signal::SIGSTOP);
+    let expires: Vec<_> =
+        s.db.column("SELECT lease_expires_at FROM runs ORDER BY id")
+            .iter()
+            .map(|t| parse(t))
+            .collect();
+    let b = Killed(spawn_worker_on(&s, false, Some("host-b")));
+    wait_until("host-b completes both runs", || {
+        s.db.count("SELECT count(*) FROM runs WHERE state = 'completed' AND attempt = 2") == 2
+    });
+    // Each rescue came after the run's lease had expired, not at once.
+    let rescued: Vec<_> =
+        s.db.column("SELECT errors FROM runs ORDER BY id")
+            .iter()
+            .map(|e| {
+                let v: serde_json::Value = serde_json::from_str(e).unwrap();
+                let lost = v
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .find(|e| e["error"].as_str().unwrap().starts_with("worker lost"))
+                    .cloned()
+                    .unwrap_or_else(|| panic!("no worker lost entry: {v}"));
+                parse(lost["at"].as_str().unwrap())
+            })
+            .collect();
+    for (at, expiry) in rescued.iter().zip(&expires) {
+        assert!(
+            at >= expiry,
+            "rescued at {at}, before its lease expired at {expiry}"
+        );
+    }
+    // Thawed, host-a finishes its stale attempts: fenced out, nothing recorded twice.
+    signal(&a.0, Signal::SIGCONT);
+    std::thread::sleep(Duration::from_millis(2500));
+    signal(&a.0, Signal::SIGTERM);
+    signal(&b.0, Signal::SIGTERM);
+    let (mut a, mut b) = (a, b);
+    wait_exit(&mut a.0, Duration::from_secs(30));
+    assert!(wait_exit(&mut b.0, Duration::from_secs(30)).success());
+    assert_recorded_exactly_once(&s.db);
+    assert_eq!(
+        s.db.count("SELECT count(*) FROM runs WHERE state = 'completed' AND attempt = 2"),
+        2
+    );
+    assert_eq!(
+        s.db.count("SELECT count(*) FROM inbox WHERE kind = 'completed'"),
+        2
+    );
+}

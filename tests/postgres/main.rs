@@ -1,0 +1,101 @@
+//! The integration suite of `tests/it` on Postgres: the same modules (by `#[path]`), with
+//! `support::TestDb` and `TestEnv` giving each test a fresh database on a throwaway server
+//! (`support::pg`) instead of a SQLite file, plus the Postgres-only tests in this directory.
+//!
+//! Left out, SQLite-only by nature (so named, or their whole subject is the file):
+//! `migrate` (upgrades SQLite files of older schemas), `faults` (`toolq check` and storage
+//! faults on the file), `checkpoints` (the WAL), `deploy`, `manifest`,
+//! `readme`, `custom_cli`, `typed_tools` and `config` (no database, or the default file of the
+//! working directory: engine-independent, they run once in `tests/it`). Within shared modules,
+//! tests about the SQLite file are `sqlite_only_*` (and `ops::wal`), dropped here by the
+//! `sqlite_only!` macro.
+//!
+//! Postgres-only: `harness` (the throwaway server itself), `bad_input` (bad URL, refused
+//! connection, wrong credentials, a foreign database, a newer schema), `hosts` (three worker
+//! processes with different host ids on one database; a host that stops heartbeating),
+//! `ticks` (three workers, one cron schedule, 20 ticks), `postgres_open` and
+//! `postgres_outage` (a lost connection). The kill -9 crash tests are the shared `crash`.
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+/// The engine these tests run on (see `support::TestDb`).
+pub const ENGINE: support::Engine = support::Engine::Postgres;
+
+/// Drops the SQLite-only items (see `tests/it/main.rs`).
+macro_rules! sqlite_only {
+    ($($item:item)*) => {};
+}
+
+#[allow(dead_code, reason = "shared helpers; each test module uses a subset")]
+#[path = "../it/support.rs"]
+mod support;
+
+mod bad_input;
+mod harness;
+mod hosts;
+mod postgres_inbox;
+mod postgres_open;
+mod postgres_outage;
+mod ticks;
+
+#[path = "../it/approvals.rs"]
+mod approvals;
+#[path = "../it/async_ops.rs"]
+mod async_ops;
+#[path = "../it/async_tool.rs"]
+mod async_tool;
+#[path = "../it/bulk.rs"]
+mod bulk;
+#[path = "../it/cli.rs"]
+mod cli;
+#[path = "../it/cli_output.rs"]
+mod cli_output;
+#[path = "../it/cli_tools.rs"]
+mod cli_tools;
+#[path = "../it/crash.rs"]
+mod crash;
+#[path = "../it/ends.rs"]
+mod ends;
+#[path = "../it/enqueue.rs"]
+mod enqueue;
+#[path = "../it/examples.rs"]
+mod examples;
+#[path = "../it/executor.rs"]
+mod executor;
+#[path = "../it/finish.rs"]
+mod finish;
+#[path = "../it/flow.rs"]
+mod flow;
+#[path = "../it/http.rs"]
+mod http;
+#[path = "../it/leases.rs"]
+mod leases;
+#[path = "../it/limits.rs"]
+mod limits;
+#[path = "../it/open.rs"]
+mod open;
+#[path = "../it/ops/mod.rs"]
+mod ops;
+#[path = "../it/output.rs"]
+mod output;
+#[path = "../it/retries.rs"]
+mod retries;
+#[path = "../it/routing.rs"]
+mod routing;
+#[path = "../it/run_end_log.rs"]
+mod run_end_log;
+#[path = "../it/schedule_cli.rs"]
+mod schedule_cli;
+#[path = "../it/schedules.rs"]
+mod schedules;
+#[path = "../it/shutdown.rs"]
+mod shutdown;
+#[path = "../it/spawn_background.rs"]
+mod spawn_background;
+#[path = "../it/status.rs"]
+mod status;
+#[path = "../it/tools.rs"]
+mod tools;
+#[path = "../it/wakeup.rs"]
+mod wakeup;
+#[path = "../it/workers.rs"]
+mod workers;

@@ -1,0 +1,238 @@
+//! A worker that loses its Postgres connection: its tools keep running, its writes back off
+//! and retry, and each run is recorded once; a run whose lease expired meanwhile (and that
+//! another host took back and ran) is fenced out when the worker comes back. The outage is a
+//! TCP proxy between the worker and the server that the test cuts and restores.
+
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::json;
+use toolq::worker::rescue::rescue_tick;
+use toolq::{Client, Config, EnqueueRequest, RegistryBuilder, RunState, WorkerOptions};
+
+use crate::support::{TestEnv, pg, wait_until};
+
+/// Forwards local connections to the test server until cut: a cut closes every open
+/// connection and refuses new ones until restored.
+struct Proxy {
+    port: u16,
+    up: Arc<AtomicBool>,
+    open: Arc<Mutex<Vec<TcpStream>>>,
+}
+
+impl Proxy {
+    fn start() -> Proxy {
+        let upstream = pg::server().port;
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let up = Arc::new(AtomicBool::new(true));
+        let open: Arc<Mutex<Vec<TcpStream>>> = Arc::default();
+        let (up2, open2) = (up.clone(), open.clone());
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                let Ok(client) = client else { continue };
+                if !up2.load(Ordering::SeqCst) {
+                    let _ = client.shutdown(Shutdown::Both);
+                    continue;
+                }
+                let Ok(server) = TcpStream::connect(("127.0.0.1", upstream)) else {
+                    continue;
+                };
+                let mut list = open2.lock().unwrap();
+                list.push(client.try_clone().unwrap());
+                list.push(server.try_clone().unwrap());
+                for (mut from, mut to) in [
+                    (client.try_clone().unwrap(), server.try_clone().unwrap()),
+                    (server, client),
+                ] {
+                    std::thread::spawn(move || {
+                        let _ = std::io::copy(&mut from, &mut to);
+                        let _ = to.shutdown(Shutdown::Both);
+                    });
+                }
+            }
+        });
+        Proxy { port, up, open }
+    }
+
+    /// `url` (of the test server) through this proxy.
+    fn url(&self, url: &str) -> String {
+        url.replace(
+            &format!(":{}/", pg::server().port),
+            &format!(":{}/", self.port),
+        )
+    }
+
+    fn cut(&self) {
+        self.up.store(false, Ordering::SeqCst);
+        for s in self.open.lock().unwrap().drain(..) {
+            let _ = s.shutdown(Shutdown::Both);
+        }
+    }
+
+    fn restore(&self) {
+        self.up.store(true, Ordering::SeqCst);
+    }
+}
+
+/// Points `c` (a test database on the server) at the proxy.
+fn proxied(proxy: &Proxy, c: &mut Config) {
+    c.db_path = proxy.url(&c.db_path);
+    c.db_url = c.db_url.as_deref().map(|u| proxy.url(u));
+}
+
+fn env_through(proxy: &Proxy) -> TestEnv {
+    TestEnv::with_config(|c| {
+        proxied(proxy, c);
+        c.worker.lease = Duration::from_secs(30);
+        // The manual clock jumps past a lease during the outage; a draining worker must not
+        // give up on the database for that.
+        c.worker.stall_timeout = Duration::from_secs(86_400);
+    })
+}
+
+fn running(env: &TestEnv) -> i64 {
+    env.db
+        .count("SELECT count(*) FROM runs WHERE state = 'running'")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_that_loses_the_database_keeps_its_run_going_and_records_it_once() {
+    let proxy = Proxy::start();
+    let env = env_through(&proxy);
+    let id = env
+        .client
+        .enqueue(EnqueueRequest::new("sleep", json!({"ms": 1500})))
+        .await
+        .unwrap()
+        .run_id;
+    let worker = tokio::spawn(
+        env.client
+            .worker(WorkerOptions { drain: true })
+            .run(Default::default()),
+    );
+    wait_until("the run is running", || running(&env) == 1);
+    // The run ends while the database is unreachable: its end is retried until it commits.
+    proxy.cut();
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert_eq!(running(&env), 1, "nothing was written during the outage");
+    proxy.restore();
+    let report = tokio::time::timeout(Duration::from_secs(60), worker)
+        .await
+        .expect("the worker drains once the database is back")
+        .unwrap()
+        .unwrap();
+    assert_eq!((report.recorded, report.fenced_out), (1, 0), "{report:?}");
+    let run = env.client.get(&id).await.unwrap();
+    assert_eq!((run.state, run.attempt), (RunState::Completed, 1));
+    let messages = format!("SELECT count(*) FROM inbox WHERE run_id = '{id}'");
+    assert_eq!(env.db.count(&messages), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_whose_lease_expired_during_the_outage_is_fenced_out_when_its_worker_returns() {
+    let proxy = Proxy::start();
+    let env = env_through(&proxy);
+    // Another host on the same database, straight to the server.
+    let mut config = Config {
+        db_path: env.db.url.clone(),
+        ..Config::default()
+    };
+    config.worker.poll_interval = Duration::from_millis(20);
+    config.worker.host_id = Some("host-b".into());
+    let registry = RegistryBuilder::new().with_builtins().build().unwrap();
+    let other = Client::open_with_clock(config, registry, Arc::new(env.clock.clone())).unwrap();
+    let id = env
+        .client
+        .enqueue(EnqueueRequest::new("sleep", json!({"ms": 1500})))
+        .await
+        .unwrap()
+        .run_id;
+    let worker = tokio::spawn(
+        env.client
+            .worker(WorkerOptions { drain: true })
+            .run(Default::default()),
+    );
+    wait_until("the run is running", || running(&env) == 1);
+    proxy.cut();
+    // The lease runs out while the worker cannot reach the database: the other host takes
+    // the run back and runs it to the end.
+    env.clock.advance(chrono::Duration::seconds(60));
+    let rescued = rescue_tick(&other).await.unwrap();
+    assert_eq!(rescued.requeued, 1, "{rescued:?}");
+    env.clock.advance(chrono::Duration::minutes(10));
+    let report = tokio::time::timeout(
+        Duration::from_secs(60),
+        other
+            .worker(WorkerOptions { drain: true })
+            .run(Default::default()),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    assert_eq!(report.recorded, 1);
+    // The first worker's attempt ended during the outage; back online, its end is fenced out.
+    proxy.restore();
+    let report = tokio::time::timeout(Duration::from_secs(60), worker)
+        .await
+        .expect("the first worker finishes once the database is back")
+        .unwrap()
+        .unwrap();
+    assert_eq!((report.recorded, report.fenced_out), (0, 1), "{report:?}");
+    let run = env.client.get(&id).await.unwrap();
+    assert_eq!((run.state, run.attempt), (RunState::Completed, 2));
+    let finals =
+        format!("SELECT count(*) FROM inbox WHERE run_id = '{id}' AND kind <> 'approval_request'");
+    assert_eq!(env.db.count(&finals), 1, "one final message, for attempt 2");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_listening_connection_is_replaced_and_other_hosts_enqueues_still_wake_the_worker()
+{
+    let proxy = Proxy::start();
+    // An hour-long poll: only the change feed (or its polling fallback) wakes the worker.
+    let env = TestEnv::with_config(|c| {
+        proxied(&proxy, c);
+        c.worker.poll_interval = Duration::from_secs(3600);
+        c.schedules.late_after = Duration::from_secs(7200);
+    });
+    let other = {
+        let config = Config {
+            db_path: env.db.url.clone(),
+            ..Config::default()
+        };
+        let registry = RegistryBuilder::new().with_builtins().build().unwrap();
+        Client::open_with_clock(config, registry, Arc::new(env.clock.clone())).unwrap()
+    };
+    let listening = "SELECT count(*) FROM pg_stat_activity WHERE query = 'LISTEN toolq_changes'";
+    let stop = tokio_util::sync::CancellationToken::new();
+    let worker = tokio::spawn(
+        env.client
+            .worker(WorkerOptions::default())
+            .run(stop.clone()),
+    );
+    wait_until("the worker listens", || env.db.count(listening) == 1);
+    proxy.cut();
+    wait_until("the listening connection is gone", || {
+        env.db.count(listening) == 0
+    });
+    proxy.restore();
+    wait_until("the worker listens again", || env.db.count(listening) == 1);
+    let id = other
+        .enqueue(EnqueueRequest::new("echo", json!({"message": "hi"})))
+        .await
+        .unwrap()
+        .run_id;
+    crate::support::wait_for("the run completed", async || {
+        let run = env.client.get(&id).await.unwrap();
+        (
+            (run.state == RunState::Completed).then_some(()),
+            run.state.to_string(),
+        )
+    })
+    .await;
+    stop.cancel();
+    worker.await.unwrap().unwrap();
+}
