@@ -3,17 +3,17 @@
 //! The browser tests (tests/it/browser.rs) drive the same process through Chromium.
 
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use tempfile::TempDir;
 
-use crate::support::Killed;
+use crate::support::{ENGINE, Engine, Killed, TestDb};
 
 /// A database with a config (shell tool on, `add` needs approval, fast worker loop), and
 /// helpers to start `toolq web` and a worker on it.
 pub struct Site {
     pub dir: TempDir,
+    db: TestDb,
 }
 
 impl Site {
@@ -34,14 +34,16 @@ impl Site {
             ) + extra,
         )
         .unwrap();
-        let site = Site { dir };
+        let db = TestDb::at(dir.path());
+        let site = Site { dir, db };
         let out = site.toolq(&["init"]);
         assert!(out.status.success(), "init: {out:?}");
         site
     }
 
-    pub fn db(&self) -> PathBuf {
-        self.dir.path().join("toolq.db")
+    /// The database: a file on SQLite, a URL on Postgres (pass it as `--db`).
+    pub fn db(&self) -> &TestDb {
+        &self.db
     }
 
     fn command(&self) -> Command {
@@ -149,10 +151,6 @@ fn csrf(html: &str) -> String {
         .expect("a form with csrf")
         + 19;
     html[at..].split('"').next().unwrap().to_string()
-}
-
-fn path_exists(p: &Path) -> bool {
-    p.exists()
 }
 
 #[test]
@@ -290,7 +288,7 @@ fn web_refuses_a_public_address_without_a_token() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.starts_with("toolq: "), "{err}");
     assert!(err.contains("--token"), "{err}");
-    assert!(path_exists(&site.db()));
+    assert!(site.db().has_schema());
 }
 
 #[test]
@@ -340,12 +338,7 @@ fn web_reads_only_while_nobody_acts() {
     let site = Site::new();
     let id = site.enqueue(&["echo", "--args", r#"{"message":"hi"}"#, "--session", "s1"]);
     let (_web, url) = site.web(&[]);
-    let conn = rusqlite::Connection::open(site.db()).unwrap();
-    let version = |c: &rusqlite::Connection| -> i64 {
-        c.query_row("PRAGMA data_version", [], |r| r.get(0))
-            .unwrap()
-    };
-    let before = version(&conn);
+    let writes = WriteMarker::new(site.db());
     for _ in 0..5 {
         for path in [
             "/",
@@ -363,7 +356,7 @@ fn web_reads_only_while_nobody_acts() {
     // The overview refreshes its figures in the background: still reads only.
     let (status, _) = get(&format!("{url}/"), &[]);
     assert_eq!(status, 200);
-    assert_eq!(version(&conn), before, "the dashboard committed a write");
+    assert_eq!(writes.since(), 0, "the dashboard committed a write");
     // An action does write (and the same check sees it).
     let (_, page) = get(&format!("{url}/runs/{id}"), &[]);
     let (status, _) = post(
@@ -372,7 +365,60 @@ fn web_reads_only_while_nobody_acts() {
         &[("csrf", &csrf(&page))],
     );
     assert_eq!(status, 303);
-    assert_ne!(version(&conn), before);
+    assert_ne!(writes.since(), 0);
+}
+
+/// Tells whether anything committed a write since it was made. SQLite: the file's
+/// `data_version`, which moves only when another connection commits. Postgres: rows of this
+/// database stamped with a transaction id at or past the first one not yet assigned when the
+/// marker was made (other tests' databases share the server, so its counters would not do).
+struct WriteMarker<'a> {
+    db: &'a TestDb,
+    sqlite: Option<(rusqlite::Connection, i64)>,
+    next_xid: i64,
+}
+
+impl<'a> WriteMarker<'a> {
+    fn new(db: &'a TestDb) -> Self {
+        match ENGINE {
+            Engine::Sqlite => {
+                let conn = rusqlite::Connection::open(db.file()).unwrap();
+                let v = Self::data_version(&conn);
+                WriteMarker {
+                    db,
+                    sqlite: Some((conn, v)),
+                    next_xid: 0,
+                }
+            }
+            Engine::Postgres => WriteMarker {
+                db,
+                sqlite: None,
+                next_xid: db.count("SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint"),
+            },
+        }
+    }
+
+    fn data_version(c: &rusqlite::Connection) -> i64 {
+        c.query_row("PRAGMA data_version", [], |r| r.get(0))
+            .unwrap()
+    }
+
+    /// 0 when nothing was written since [`WriteMarker::new`]; else how much.
+    fn since(&self) -> i64 {
+        if let Some((conn, before)) = &self.sqlite {
+            return Self::data_version(conn) - before;
+        }
+        self.db
+            .column("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")
+            .iter()
+            .map(|t| {
+                self.db.count(&format!(
+                    "SELECT count(*) FROM \"{t}\" WHERE xmin::text::bigint >= {}",
+                    self.next_xid
+                ))
+            })
+            .sum()
+    }
 }
 
 #[test]
@@ -489,4 +535,46 @@ async fn runs_pages_visit_every_run_once_newest_first() {
         .await
         .unwrap_err();
     assert_eq!(e.exit_code(), 2);
+}
+
+/// The overview's chart counts: each final state in the bucket its finish falls in, on the
+/// library call the dashboard makes (both engines).
+#[tokio::test]
+async fn finished_buckets_count_each_final_state_in_its_bucket() {
+    use crate::support::TestEnv;
+    use toolq::{Clock, EnqueueRequest};
+    let env = TestEnv::new();
+    for i in 0..3 {
+        let req = EnqueueRequest::new("echo", serde_json::json!({"message": format!("m{i}")}));
+        env.client.enqueue(req).await.unwrap();
+    }
+    env.drain().await;
+    let queued = env
+        .client
+        .enqueue(EnqueueRequest::new(
+            "echo",
+            serde_json::json!({"message": "x"}),
+        ))
+        .await
+        .unwrap()
+        .run_id;
+    env.client.cancel(&queued).await.unwrap();
+    let now = env.clock.now();
+    // Bucket 30 of a minute each holds `now`; nothing finished before `since` counts.
+    let since = now - chrono::Duration::seconds(30 * 60 + 10);
+    let mut rows = env.client.finished_buckets(since, 60).await.unwrap();
+    rows.sort_by(|a, b| a.state.cmp(&b.state));
+    let got: Vec<(String, i64, i64)> = rows
+        .into_iter()
+        .map(|b| (b.state, b.bucket, b.count))
+        .collect();
+    assert_eq!(
+        got,
+        vec![("cancelled".into(), 30, 1), ("completed".into(), 30, 3)]
+    );
+    let later = env
+        .client
+        .finished_buckets(now + chrono::Duration::seconds(1), 60)
+        .await;
+    assert!(later.unwrap().is_empty());
 }

@@ -43,6 +43,8 @@ mod approvals;
 mod async_ops;
 #[path = "../it/async_tool.rs"]
 mod async_tool;
+#[path = "../it/browser.rs"]
+mod browser;
 #[path = "../it/bulk.rs"]
 mod bulk;
 #[path = "../it/cli.rs"]
@@ -97,5 +99,7 @@ mod status;
 mod tools;
 #[path = "../it/wakeup.rs"]
 mod wakeup;
+#[path = "../it/web.rs"]
+mod web;
 #[path = "../it/workers.rs"]
 mod workers;

@@ -556,9 +556,9 @@ pub(crate) async fn finished_buckets<C: GenericClient>(
     let bucket = bucket_secs.max(1);
     let rows = query(
         c,
-        "SELECT state, floor(extract(epoch FROM (finished_at::timestamptz - $1::timestamptz)) \
-         / $2)::bigint AS b, count(*) FROM runs \
-         WHERE state IN ('completed', 'failed', 'cancelled') AND finished_at >= $1 \
+        "SELECT state, floor(extract(epoch FROM (finished_at::timestamptz - $1::text::timestamptz))::float8 \
+         / $2::float8)::bigint AS b, count(*) FROM runs \
+         WHERE state IN ('completed', 'failed', 'cancelled') AND finished_at >= $1::text \
          GROUP BY state, b",
         &[&since, &(bucket as f64)],
         "finished buckets",
