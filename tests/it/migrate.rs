@@ -383,7 +383,10 @@ fn a_version_8_file_loses_the_enqueue_checks_and_keeps_its_rows() {
             |r| r.get(0),
         )
         .unwrap();
-    assert_eq!(index, 1, "the dashboard's session pages read runs_session_created_idx");
+    assert_eq!(
+        index, 1,
+        "the dashboard's session pages read runs_session_created_idx"
+    );
     let check: String = o
         .query_row("PRAGMA integrity_check", [], |r| r.get(0))
         .unwrap();
