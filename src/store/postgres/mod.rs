@@ -2,7 +2,7 @@
 //! server that many worker hosts share. A deadpool of tokio-postgres connections; every write
 //! operation is one transaction (retried on a serialization failure or deadlock), reads are
 //! single statements or one read transaction. What SQLite gets from its single writer,
-//! Postgres gets from row locks and transaction-scoped advisory locks (see [`locks`]).
+//! Postgres gets from row locks and transaction-scoped advisory locks (see `locks.rs`).
 
 mod change_feed;
 mod claim;
