@@ -57,15 +57,17 @@ pub(crate) async fn claim<C: GenericClient>(c: &C, p: &Claim) -> Result<Vec<Run>
     if p.max == 0 {
         return Ok(Vec::new());
     }
-    // Pipelined: the pauses, the lock, then (each statement's snapshot taken when it starts,
-    // after the lock is held: every earlier claim has committed or rolled back) the running
-    // counts and the sessions with queued runs, in one round trip.
+    // The lock first, on its own round trip: the counts below must be read after it is held
+    // (each statement's snapshot is taken when the server starts it, so every earlier claim
+    // has committed or rolled back by then). Pipelining the lock with the counts let a count
+    // run before the lock when their statements were prepared in a different order: a limit
+    // then held in one process but not across processes. The reads after it are pipelined.
+    locks::take(c, locks::CLAIM).await?;
     let max_sessions = (p.max * 4).max(64) as i64;
     let start = p.after_session.clone().unwrap_or_default();
     let session_params: [super::P<'_>; 2] = [&start, &max_sessions];
-    let (paused, (), running_rows, session_rows) = tokio::try_join!(
+    let (paused, running_rows, session_rows) = tokio::try_join!(
         super::flow::paused(c),
-        locks::take(c, locks::CLAIM),
         query(
             c,
             "SELECT session_id, tool, count(*) FROM runs WHERE state = 'running' \
