@@ -38,6 +38,35 @@ impl Fire {
     pub fn ticks(&self) -> i64 {
         1 + self.coalesced.len() as i64
     }
+
+    /// The run this fire of `s` starts (keyed by schedule and tick), due at `run_at`; both
+    /// engines insert exactly this row.
+    pub fn new_run(
+        &self,
+        s: &crate::schedule::model::Schedule,
+        run_at: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> crate::run::NewRun {
+        crate::run::NewRun {
+            id: crate::ids::RunId::generate(),
+            session_id: s.session_id.clone(),
+            tool: s.tool.clone(),
+            args: s.args.clone(),
+            title: s.title.clone(),
+            priority: s.priority,
+            max_attempts: s.max_attempts,
+            run_at,
+            created_at: now,
+            idempotency_key: None,
+            timeout_ms: s.timeout_ms,
+            signal_on_completion: s.signal_on_completion,
+            delivery: s.delivery,
+            schedule_id: Some(s.id.clone()),
+            fire_at: Some(self.fire_at),
+            ticks: self.ticks(),
+            unique: None,
+        }
+    }
 }
 
 /// Inputs to [`plan`] besides the spec.

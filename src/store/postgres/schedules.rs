@@ -12,7 +12,6 @@ use super::{exec, get, query, query_one, query_opt};
 use crate::clock::{parse_ts, ts};
 use crate::error::StoreError;
 use crate::ids::{RunId, ScheduleId};
-use crate::run::NewRun;
 use crate::schedule::OverlapPolicy;
 use crate::schedule::fire::{Fire, Plan, PlanInput, plan};
 use crate::schedule::model::{NewSchedule, Occurrence, Schedule};
@@ -473,25 +472,7 @@ async fn start_run<C: GenericClient>(
     now: DateTime<Utc>,
     report: &mut ClaimReport,
 ) -> Result<(), StoreError> {
-    let row = NewRun {
-        id: RunId::generate(),
-        session_id: s.session_id.clone(),
-        tool: s.tool.clone(),
-        args: s.args.clone(),
-        title: s.title.clone(),
-        priority: s.priority,
-        max_attempts: s.max_attempts,
-        run_at,
-        created_at: now,
-        idempotency_key: None,
-        timeout_ms: s.timeout_ms,
-        signal_on_completion: s.signal_on_completion,
-        delivery: s.delivery,
-        schedule_id: Some(s.id.clone()),
-        fire_at: Some(fire.fire_at),
-        ticks: fire.ticks(),
-        unique: None,
-    };
+    let row = fire.new_run(s, run_at, now);
     let id = super::runs::insert(c, &row).await?.id().clone();
     let detail = fire.detail.as_deref().unwrap_or("fired on time");
     report.fired += record(c, &s.id, "fired", Some(&id), &[(fire.fire_at, detail)], now).await?;

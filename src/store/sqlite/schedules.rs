@@ -8,8 +8,7 @@ use super::Ctx;
 use super::codec::{parse_ts, ts, ts_col, ts_req};
 use super::occurrences::record;
 use crate::error::StoreError;
-use crate::ids::{RunId, ScheduleId};
-use crate::run::NewRun;
+use crate::ids::ScheduleId;
 use crate::schedule::OverlapPolicy;
 use crate::schedule::fire::{Fire, Plan, PlanInput, plan};
 use crate::schedule::model::{NewSchedule, Schedule};
@@ -380,25 +379,7 @@ fn start_run(
     now: DateTime<Utc>,
     report: &mut ClaimReport,
 ) -> Result<(), StoreError> {
-    let row = NewRun {
-        id: RunId::generate(),
-        session_id: s.session_id.clone(),
-        tool: s.tool.clone(),
-        args: s.args.clone(),
-        title: s.title.clone(),
-        priority: s.priority,
-        max_attempts: s.max_attempts,
-        run_at,
-        created_at: now,
-        idempotency_key: None,
-        timeout_ms: s.timeout_ms,
-        signal_on_completion: s.signal_on_completion,
-        delivery: s.delivery,
-        schedule_id: Some(s.id.clone()),
-        fire_at: Some(fire.fire_at),
-        ticks: fire.ticks(),
-        unique: None,
-    };
+    let row = fire.new_run(s, run_at, now);
     let id = super::runs::insert(tx, &row)?.id().clone();
     let detail = fire.detail.as_deref().unwrap_or("fired on time");
     report.fired += record(
