@@ -74,6 +74,18 @@ impl Health {
     }
 }
 
+/// How long the claim loop waits after `failures` failed turns in a row: the poll interval
+/// while healthy; then a doubling retry whose base is the poll interval but at most a second,
+/// so a worker with a long poll (it waits for the change feed) still retries a lost
+/// connection within seconds rather than at its next poll.
+pub fn claim_backoff(poll_interval: std::time::Duration, failures: u32) -> std::time::Duration {
+    if failures == 0 {
+        return poll_interval;
+    }
+    let base = poll_interval.min(std::time::Duration::from_secs(1));
+    base.saturating_mul(2u32.saturating_pow(failures.min(5)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -151,5 +163,16 @@ mod tests {
         h.progressed(clock.now());
         clock.advance(chrono::Duration::seconds(600));
         assert_eq!(h.stalled(clock.now(), timeout), None);
+    }
+
+    #[test]
+    fn claim_backoff_retries_within_seconds_even_with_an_hour_long_poll() {
+        let hour = Duration::from_secs(3600);
+        assert_eq!(claim_backoff(hour, 0), hour);
+        assert_eq!(claim_backoff(hour, 1), Duration::from_secs(2));
+        assert_eq!(claim_backoff(hour, 9), Duration::from_secs(32));
+        let fast = Duration::from_millis(50);
+        assert_eq!(claim_backoff(fast, 0), fast);
+        assert_eq!(claim_backoff(fast, 2), Duration::from_millis(200));
     }
 }

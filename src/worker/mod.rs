@@ -165,7 +165,7 @@ impl Worker {
             if claimed > 0 && claimed == free {
                 continue;
             }
-            let backoff = cfg.poll_interval * 2u32.saturating_pow(failures.min(5));
+            let backoff = health::claim_backoff(cfg.poll_interval, failures);
             // With a slot free, wake when the next delayed run of ours is due, not at the
             // next poll. A commit (an earlier run enqueued here or elsewhere) wakes the loop
             // through `wake`, and the next turn computes the deadline again.
