@@ -22,7 +22,8 @@ pub async fn run(ctx: &Ctx, _args: Args) -> Result<()> {
     if ctx.json {
         render::json(
             &json!({"db": path, "schema_version": version, "journal_mode": info.journal_mode,
-            "synchronous": info.synchronous, "sqlite": info.sqlite_version}),
+            "synchronous": info.synchronous, "sqlite": (!info.sqlite_version.is_empty()).then_some(&info.sqlite_version),
+            "engine": info.engine, "server_version": info.server_version}),
         );
     } else {
         render::line(&format!(

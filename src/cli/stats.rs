@@ -54,7 +54,9 @@ pub async fn run(ctx: &Ctx, _args: Args) -> Result<()> {
         "wal_warning": wal.warning,
         "journal_mode": info.journal_mode,
         "synchronous": info.synchronous,
-        "sqlite": info.sqlite_version,
+        "sqlite": (!info.sqlite_version.is_empty()).then_some(&info.sqlite_version),
+        "engine": info.engine,
+        "server_version": info.server_version,
     });
     if ctx.json {
         render::json(&v);
@@ -79,10 +81,9 @@ pub async fn run(ctx: &Ctx, _args: Args) -> Result<()> {
             format!(
                 "{} ({}, {})",
                 v["db"].as_str().unwrap_or(""),
-                info.sqlite_version
-                    .strip_prefix("n/a (")
-                    .and_then(|v| v.strip_suffix(')'))
-                    .unwrap_or(&info.sqlite_version),
+                info.server_version
+                    .as_deref()
+                    .map_or("postgres".to_string(), |v| format!("postgres {v}")),
                 info.synchronous
             ),
         ));

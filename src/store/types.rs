@@ -234,8 +234,12 @@ pub struct DbInfo {
     pub journal_mode: String,
     /// `PRAGMA synchronous`, as a name.
     pub synchronous: String,
-    /// SQLite library version.
+    /// SQLite library version (empty on Postgres, which reports `server_version`).
     pub sqlite_version: String,
+    /// `sqlite` or `postgres`.
+    pub engine: String,
+    /// The server's version on Postgres; none for the embedded SQLite file.
+    pub server_version: Option<String>,
 }
 
 /// Where the writer connection's time went, summed over this process's write transactions.

@@ -70,6 +70,12 @@ fn enqueue_drain_and_read_back() {
     assert_eq!(v["runs"]["completed"], 1);
     if crate::support::ENGINE == crate::support::Engine::Sqlite {
         assert_eq!(v["journal_mode"], "wal");
+        assert_eq!(v["engine"], "sqlite");
+        assert!(
+            v["sqlite"].as_str().is_some_and(|s| s.starts_with('3')),
+            "{v}"
+        );
+        assert!(v["server_version"].is_null(), "{v}");
     }
     let o = toolq(
         &db,

@@ -85,6 +85,23 @@ fn init_config_stats_and_worker_logs_show_the_url_without_its_password() {
 }
 
 #[test]
+fn stats_json_names_the_engine_and_the_server_version_not_a_sqlite_version() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = TestDb::at(dir.path());
+    assert!(toolq(&db.url, &["init"]).status.success());
+    let out = toolq(&db.url, &["--json", "stats"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(v["engine"], "postgres", "{v}");
+    assert!(v["sqlite"].is_null(), "{v}");
+    let version = v["server_version"].as_str().unwrap_or_default();
+    assert!(
+        version.chars().next().is_some_and(|c| c.is_ascii_digit()),
+        "{v}"
+    );
+}
+
+#[test]
 fn check_is_sqlite_only_and_says_so() {
     let dir = tempfile::tempdir().unwrap();
     let db = TestDb::at(dir.path());

@@ -554,7 +554,9 @@ impl Engine for PgStore {
         Ok(DbInfo {
             journal_mode: "postgres".into(),
             synchronous: format!("synchronous_commit={sync}"),
-            sqlite_version: format!("n/a (postgres {version})"),
+            sqlite_version: String::new(),
+            engine: "postgres".into(),
+            server_version: Some(version),
         })
     }
 

@@ -503,6 +503,8 @@ impl Store {
                 }
                 .to_string(),
                 sqlite_version: rusqlite::version().to_string(),
+                engine: "sqlite".into(),
+                server_version: None,
             })
         })
     }
