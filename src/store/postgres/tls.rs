@@ -21,7 +21,9 @@ use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, Server
 use rustls::crypto::WebPkiSupportedAlgorithms;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
-use rustls::{CertificateError, ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
+use rustls::{
+    CertificateError, ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme,
+};
 use tokio_postgres_rustls::MakeRustlsConnect;
 
 /// The connector every connection of a store uses.
@@ -203,8 +205,9 @@ impl TlsUrl {
                 let pem = std::fs::read(path).map_err(|e| format!("{name} cannot be read: {e}"))?;
                 let mut found = 0;
                 for cert in CertificateDer::pem_slice_iter(&pem) {
-                    let cert =
-                        cert.map_err(|e| format!("{name} is not a PEM certificate file: {e}"))?;
+                    let cert = cert.map_err(|e| {
+                        format!("{name} is not a PEM certificate file: {}", pem_problem(&e))
+                    })?;
                     store
                         .add(cert)
                         .map_err(|e| format!("{name} holds an invalid certificate: {e}"))?;
@@ -232,6 +235,22 @@ impl TlsUrl {
             }
         }
         Ok(store)
+    }
+}
+
+/// A PEM error in words (the crate's own text shows marker lines as byte arrays).
+fn pem_problem(e: &rustls::pki_types::pem::Error) -> String {
+    use rustls::pki_types::pem::Error;
+    match e {
+        Error::MissingSectionEnd { end_marker } => format!(
+            "its {} section has no END line",
+            String::from_utf8_lossy(end_marker)
+        ),
+        Error::IllegalSectionStart { line } => {
+            format!("bad BEGIN line \"{}\"", String::from_utf8_lossy(line))
+        }
+        Error::Base64Decode(why) => format!("bad base64 ({why})"),
+        other => other.to_string(),
     }
 }
 
@@ -338,7 +357,7 @@ pub(crate) fn explain(e: &tokio_postgres::Error, mode: SslMode) -> Option<String
         if s.to_string() == "server does not support TLS" {
             return Some(format!(
                 "the server does not accept TLS connections, which sslmode={} demands (turn \
-                 ssl on in its postgresql.conf, or connect with sslmode=prefer)",
+                 ssl on in the server's postgresql.conf)",
                 mode.name()
             ));
         }
