@@ -47,6 +47,18 @@ fn with_password(db: &pg::Database, query: &str) -> String {
     ) + query
 }
 
+/// The toolq binary with no `TOOLQ_*` override or log filter from the environment.
+fn bin() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_toolq"));
+    c.env_remove("RUST_LOG");
+    for (k, _) in std::env::vars_os() {
+        if k.to_string_lossy().starts_with("TOOLQ_") {
+            c.env_remove(k);
+        }
+    }
+    c
+}
+
 fn enqueue(url: &str, n: usize) {
     for i in 0..n {
         ok(
@@ -77,9 +89,8 @@ fn postgres_tls_require_encrypts_every_session_and_a_worker_drains_runs() {
 
     // A running worker: its pooled and listening connections are all TLS sessions.
     let worker = Killed(
-        Command::new(env!("CARGO_BIN_EXE_toolq"))
+        bin()
             .args(["--db", &url, "worker"])
-            .env_remove("RUST_LOG")
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .spawn()
@@ -104,8 +115,16 @@ fn postgres_tls_require_encrypts_every_session_and_a_worker_drains_runs() {
     }
     drop(worker);
 
+    // TOOLQ_DB carries the options as --db does.
     enqueue(&url, 3);
-    ok(&url, &["worker", "--drain"]);
+    let dir = tempfile::tempdir().unwrap();
+    let o = bin()
+        .args(["worker", "--drain"])
+        .current_dir(dir.path())
+        .env("TOOLQ_DB", &url)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{:?}", text(&o));
     assert_eq!(completed(&db), 6);
 }
 
@@ -145,11 +164,10 @@ fn postgres_tls_verify_full_without_the_ca_fails_naming_the_certificate() {
     let other = rcgen::generate_simple_self_signed(vec!["other.example".to_string()]).unwrap();
     std::fs::write(&roots, other.cert.pem()).unwrap();
     for args in [&["init"][..], &["worker", "--drain"]] {
-        let o = Command::new(env!("CARGO_BIN_EXE_toolq"))
+        let o = bin()
             .arg("--db")
             .arg(&url)
             .args(args)
-            .env_remove("RUST_LOG")
             .env("SSL_CERT_FILE", &roots)
             .env_remove("SSL_CERT_DIR")
             .output()
