@@ -144,11 +144,8 @@ impl TlsUrl {
             }
             (m, _) => m.unwrap_or(SslMode::Prefer),
         };
-        kept.push(match mode.for_driver() {
-            "disable" => "sslmode=disable",
-            "prefer" => "sslmode=prefer",
-            _ => "sslmode=require",
-        });
+        let driver_mode = format!("sslmode={}", mode.for_driver());
+        kept.push(&driver_mode);
         Ok(TlsUrl {
             driver_url: format!("{head}?{}", kept.join("&")),
             mode,
