@@ -14,7 +14,8 @@
 //! connection, wrong credentials, a foreign database, a newer schema), `hosts` (three worker
 //! processes with different host ids on one database; a host that stops heartbeating),
 //! `ticks` (three workers, one cron schedule, 20 ticks), `postgres_open` and
-//! `postgres_outage` (a lost connection). The kill -9 crash tests are the shared `crash`.
+//! `postgres_outage` (a lost connection), `postgres_tls` (sslmode and sslrootcert, on a second
+//! throwaway server with TLS on). The kill -9 crash tests are the shared `crash`.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 /// The engine these tests run on (see `support::TestDb`).
@@ -35,6 +36,7 @@ mod hosts;
 mod postgres_inbox;
 mod postgres_open;
 mod postgres_outage;
+mod postgres_tls;
 mod ticks;
 
 #[path = "../it/approvals.rs"]

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use tokio_postgres::{AsyncMessage, NoTls};
+use tokio_postgres::AsyncMessage;
 use tokio_util::sync::CancellationToken;
 
 use super::PgStore;
@@ -59,7 +59,7 @@ async fn session(
 ) -> Result<(), String> {
     let (client, mut connection) = store
         .pg_config()
-        .connect(NoTls)
+        .connect(store.tls())
         .await
         .map_err(|e| e.to_string())?;
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<()>();

@@ -2,9 +2,9 @@
 //! database gets every step of `migrations/postgres/`, an older one the steps it lacks, and a
 //! newer one (or a database holding other tables) is refused before anything is written.
 
-use tokio_postgres::NoTls;
 use tokio_postgres::error::SqlState;
 
+use super::tls::{self, SslMode};
 use crate::error::StoreError;
 use crate::store::OpenMode;
 
@@ -24,13 +24,15 @@ enum Found {
 /// `mode` allows. `location` is the URL without its password.
 pub(crate) async fn setup(
     config: &tokio_postgres::Config,
+    connector: tls::Connector,
+    ssl_mode: SslMode,
     location: &str,
     mode: OpenMode,
 ) -> Result<(), StoreError> {
     let (mut client, connection) = config
-        .connect(NoTls)
+        .connect(connector)
         .await
-        .map_err(|e| connect_error(location, &e))?;
+        .map_err(|e| connect_error(location, ssl_mode, &e))?;
     let driver = tokio::spawn(connection);
     let done = apply(&mut client, location, mode).await;
     drop(client);
@@ -39,8 +41,13 @@ pub(crate) async fn setup(
 }
 
 /// Says why a connection failed, in words an operator acts on; never the password.
-pub(crate) fn connect_error(location: &str, e: &tokio_postgres::Error) -> StoreError {
+pub(crate) fn connect_error(
+    location: &str,
+    ssl_mode: SslMode,
+    e: &tokio_postgres::Error,
+) -> StoreError {
     let reason = match e.code() {
+        None if let Some(why) = tls::explain(e, ssl_mode) => why,
         Some(c) if *c == SqlState::INVALID_PASSWORD => {
             "password authentication failed (check the user and password)".to_string()
         }

@@ -16,6 +16,7 @@ pub(crate) mod migrate;
 mod retention;
 mod runs;
 mod schedules;
+pub(crate) mod tls;
 mod workers;
 
 use std::str::FromStr;
@@ -24,9 +25,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use deadpool_postgres::{GenericClient, Manager, ManagerConfig, Pool, RecyclingMethod};
+use tokio_postgres::Row;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
-use tokio_postgres::{NoTls, Row};
 
 pub use migrate::SCHEMA_VERSION;
 
@@ -47,6 +48,8 @@ struct Inner {
     /// The URL with its password hidden: the only form that is shown anywhere.
     location: String,
     config: tokio_postgres::Config,
+    /// The TLS connector of every connection: the pool's, the schema setup's, the feed's.
+    tls: tls::Connector,
     pool: Pool,
     retries: AtomicU64,
     transactions: AtomicU64,
@@ -200,16 +203,22 @@ impl PgStore {
     /// called from sync and async code alike.
     pub fn open(url: &str, mode: OpenMode) -> Result<PgStore, StoreError> {
         let location = crate::db_url::redact(url);
-        let mut config = tokio_postgres::Config::from_str(url).map_err(|e| StoreError::BadUrl {
+        let bad_url = |reason: String| StoreError::BadUrl {
             url: location.clone(),
-            reason: PgError(e).to_string(),
-        })?;
+            reason,
+        };
+        let tls_url = tls::TlsUrl::parse(url).map_err(bad_url)?;
+        let mut config = tokio_postgres::Config::from_str(&tls_url.driver_url)
+            .map_err(|e| bad_url(PgError(e).to_string()))?;
+        let connector = tls_url.connector().map_err(bad_url)?;
+        let ssl_mode = tls_url.mode;
         config.connect_timeout(CONNECT_TIMEOUT);
         config.keepalives_idle(Duration::from_secs(15));
         if config.get_application_name().is_none() {
             config.application_name("toolq");
         }
         let setup = config.clone();
+        let setup_tls = connector.clone();
         let loc = location.clone();
         std::thread::scope(|s| {
             s.spawn(move || {
@@ -217,14 +226,14 @@ impl PgStore {
                     .enable_all()
                     .build()
                     .map_err(|e| StoreError::Task(format!("start a runtime to connect: {e}")))?;
-                rt.block_on(migrate::setup(&setup, &loc, mode))
+                rt.block_on(migrate::setup(&setup, setup_tls, ssl_mode, &loc, mode))
             })
             .join()
             .map_err(|_| StoreError::Task("connecting to Postgres panicked".into()))?
         })?;
         let manager = Manager::from_config(
             config.clone(),
-            NoTls,
+            connector.clone(),
             ManagerConfig {
                 recycling_method: RecyclingMethod::Fast,
             },
@@ -240,6 +249,7 @@ impl PgStore {
             inner: Arc::new(Inner {
                 location,
                 config,
+                tls: connector,
                 pool,
                 retries: AtomicU64::new(0),
                 transactions: AtomicU64::new(0),
@@ -270,6 +280,11 @@ impl PgStore {
     /// The connection settings (for the change feed's own connection).
     pub(crate) fn pg_config(&self) -> &tokio_postgres::Config {
         &self.inner.config
+    }
+
+    /// The TLS connector (for the change feed's own connection).
+    pub(crate) fn tls(&self) -> tls::Connector {
+        self.inner.tls.clone()
     }
 
     /// Whether to start a failed transaction over (after a short sleep); counts the retry.

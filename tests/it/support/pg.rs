@@ -3,6 +3,10 @@
 //! test, and stopped when the test process exits for any reason (a watchdog child reads a pipe
 //! only this process holds; when the pipe closes, on exit, panic or kill -9, it stops the
 //! server and deletes its directory).
+//!
+//! A second server, [`tls_server`], started only by the tests that ask for it, has `ssl = on`
+//! with a certificate for 127.0.0.1 and localhost signed by a CA made for it (rcgen), and takes
+//! TCP connections over TLS only; the harness reaches it through its Unix socket.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -22,6 +26,8 @@ pub struct Server {
     pub port: u16,
     pub dir: PathBuf,
     pub bin: PathBuf,
+    /// On the TLS server: the CA certificate (PEM) that signed the server's certificate.
+    pub ca_file: Option<PathBuf>,
     /// The watchdog's stdin: dropped only when the process exits.
     _watchdog: std::process::ChildStdin,
 }
@@ -31,13 +37,32 @@ impl Server {
     pub fn url(&self, db: &str) -> String {
         format!("postgres://postgres@127.0.0.1:{}/{db}", self.port)
     }
+
+    /// A URL for the harness's own connections (no TLS): TCP on the plain server, the Unix
+    /// socket on the TLS one, which takes TCP connections over TLS only.
+    pub fn admin_url(&self, db: &str) -> String {
+        if self.ca_file.is_none() {
+            return self.url(db);
+        }
+        let socket_dir = self.dir.display().to_string().replace('/', "%2F");
+        format!("postgres://postgres@{socket_dir}:{}/{db}", self.port)
+    }
 }
 
 static SERVER: OnceLock<Result<Server, String>> = OnceLock::new();
+static TLS_SERVER: OnceLock<Result<Server, String>> = OnceLock::new();
 
 /// The shared server, started on first use; fails the calling test when it cannot start.
 pub fn server() -> &'static Server {
-    match SERVER.get_or_init(start) {
+    match SERVER.get_or_init(|| start(false)) {
+        Ok(s) => s,
+        Err(e) => panic!("{e}"),
+    }
+}
+
+/// The shared TLS server (see the module doc), started on first use.
+pub fn tls_server() -> &'static Server {
+    match TLS_SERVER.get_or_init(|| start(true)) {
         Ok(s) => s,
         Err(e) => panic!("{e}"),
     }
@@ -134,7 +159,61 @@ host all toolq_pw 127.0.0.1/32 scram-sha-256
 host all all 127.0.0.1/32 trust
 ";
 
-fn start() -> Result<Server, String> {
+/// The TLS server's: TCP without TLS matches no line, so it is refused.
+const TLS_HBA: &str = "\
+local all all trust
+hostssl all all 127.0.0.1/32 trust
+";
+
+/// Writes a CA certificate (`ca.crt`) and a server certificate and key it signed, for
+/// 127.0.0.1 and localhost, into `dir`; returns the server's `-c` options and the CA file.
+fn certificates(dir: &Path) -> Result<(String, PathBuf), String> {
+    use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
+    let e = |what: &'static str| move |e: rcgen::Error| format!("{what}: {e}");
+    let mut ca = CertificateParams::new(Vec::<String>::new()).map_err(e("CA params"))?;
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca.distinguished_name
+        .push(rcgen::DnType::CommonName, "toolq test CA");
+    let ca = CertifiedIssuer::self_signed(ca, KeyPair::generate().map_err(e("CA key"))?)
+        .map_err(e("CA certificate"))?;
+    let key = KeyPair::generate().map_err(e("server key"))?;
+    let mut params = CertificateParams::new(vec!["127.0.0.1".to_string(), "localhost".into()])
+        .map_err(e("server params"))?;
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "127.0.0.1");
+    let cert = params
+        .signed_by(&key, &ca)
+        .map_err(e("server certificate"))?;
+    let (ca_file, crt, key_file) = (
+        dir.join("ca.crt"),
+        dir.join("server.crt"),
+        dir.join("server.key"),
+    );
+    let write = |path: &Path, text: &str| {
+        std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()))
+    };
+    write(&ca_file, &ca.pem())?;
+    write(&crt, &cert.pem())?;
+    write(&key_file, &key.serialize_pem())?;
+    // The server refuses a key others may read, or (as another user) one it does not own.
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&key_file, std::fs::Permissions::from_mode(0o600))
+        .map_err(|e| format!("chmod server.key: {e}"))?;
+    if is_root() {
+        let mut c = Command::new("chown");
+        c.arg(service_user()).arg(&crt).arg(&key_file);
+        run(c, "chown")?;
+    }
+    let opts = format!(
+        " -c ssl=on -c ssl_cert_file={} -c ssl_key_file={}",
+        crt.display(),
+        key_file.display()
+    );
+    Ok((opts, ca_file))
+}
+
+fn start(tls: bool) -> Result<Server, String> {
     let Some(bin) = bin_dir() else {
         return Err(MISSING.into());
     };
@@ -174,13 +253,20 @@ fn start() -> Result<Server, String> {
         .args(["-U", "postgres", "--auth=trust", "--no-sync", "-E", "UTF8"])
         .args(["--locale=C"]);
     run(c, "initdb")?;
-    std::fs::write(data.join("pg_hba.conf"), HBA).map_err(|e| format!("pg_hba.conf: {e}"))?;
+    let hba = if tls { TLS_HBA } else { HBA };
+    std::fs::write(data.join("pg_hba.conf"), hba).map_err(|e| format!("pg_hba.conf: {e}"))?;
+    let (ssl_opts, ca_file) = if tls {
+        let (opts, ca) = certificates(&dir)?;
+        (opts, Some(ca))
+    } else {
+        (String::new(), None)
+    };
     let mut last = String::new();
     for _ in 0..5 {
         let port = free_port();
         let opts = format!(
             "-p {port} -k {} -c listen_addresses=127.0.0.1 -c fsync=off \
-             -c synchronous_commit=off -c full_page_writes=off -c max_connections=300",
+             -c synchronous_commit=off -c full_page_writes=off -c max_connections=300{ssl_opts}",
             dir.display()
         );
         let mut c = pg_command(&bin, "pg_ctl", &dir);
@@ -195,6 +281,7 @@ fn start() -> Result<Server, String> {
                     port,
                     dir: dir.clone(),
                     bin: bin.clone(),
+                    ca_file: ca_file.clone(),
                     _watchdog: watchdog_stdin,
                 };
                 admin(
@@ -265,7 +352,7 @@ fn describe(e: &tokio_postgres::Error) -> String {
 /// Runs one statement on the `postgres` database as the superuser.
 pub fn admin(server: &Server, sql: &str) -> Result<(), String> {
     let sql = sql.to_string();
-    with_client(&server.url("postgres"), async move |c| {
+    with_client(&server.admin_url("postgres"), async move |c| {
         c.batch_execute(&sql).await
     })
 }
@@ -282,20 +369,29 @@ type Job = (String, std::sync::mpsc::Sender<Result<Rows, String>>);
 /// the last handle.
 pub struct Database {
     pub name: String,
+    /// The URL toolq connects to.
     pub url: String,
+    /// The URL of the test's own connection (see [`Server::admin_url`]).
+    admin_url: String,
+    server: &'static Server,
     conn: std::sync::Mutex<Option<std::sync::mpsc::Sender<Job>>>,
 }
 
 impl Database {
     /// Creates a database on the shared server.
     pub fn create() -> Database {
-        let server = server();
+        Database::create_on(server())
+    }
+
+    /// Creates a database on `server` ([`server`] or [`tls_server`]).
+    pub fn create_on(server: &'static Server) -> Database {
         let name = format!("t{}", NEXT_DB.fetch_add(1, Ordering::Relaxed));
         admin(server, &format!("CREATE DATABASE {name}")).unwrap_or_else(|e| panic!("{e}"));
-        let url = server.url(&name);
         Database {
+            url: server.url(&name),
+            admin_url: server.admin_url(&name),
             name,
-            url,
+            server,
             conn: std::sync::Mutex::new(None),
         }
     }
@@ -305,7 +401,7 @@ impl Database {
     pub fn rows(&self, sql: &str) -> Result<Rows, String> {
         let tx = {
             let mut conn = self.conn.lock().unwrap_or_else(|e| e.into_inner());
-            conn.get_or_insert_with(|| connection(self.url.clone()))
+            conn.get_or_insert_with(|| connection(self.admin_url.clone()))
                 .clone()
         };
         let (reply, answer) = std::sync::mpsc::channel();
@@ -321,12 +417,10 @@ impl Drop for Database {
     fn drop(&mut self) {
         // Close our connection first; FORCE ends those toolq left (a killed worker's).
         drop(self.conn.lock().unwrap_or_else(|e| e.into_inner()).take());
-        if let Some(Ok(server)) = SERVER.get() {
-            let _ = admin(
-                server,
-                &format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name),
-            );
-        }
+        let _ = admin(
+            self.server,
+            &format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name),
+        );
     }
 }
 
