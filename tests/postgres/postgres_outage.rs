@@ -33,6 +33,9 @@ impl Proxy {
         std::thread::spawn(move || {
             for client in listener.incoming() {
                 let Ok(client) = client else { continue };
+                // Checked and recorded under the lock `cut` holds, so a connection accepted
+                // while it cuts is either refused or cut with the others.
+                let mut list = open2.lock().unwrap();
                 if !up2.load(Ordering::SeqCst) {
                     let _ = client.shutdown(Shutdown::Both);
                     continue;
@@ -40,7 +43,6 @@ impl Proxy {
                 let Ok(server) = TcpStream::connect(("127.0.0.1", upstream)) else {
                     continue;
                 };
-                let mut list = open2.lock().unwrap();
                 list.push(client.try_clone().unwrap());
                 list.push(server.try_clone().unwrap());
                 for (mut from, mut to) in [
@@ -66,8 +68,9 @@ impl Proxy {
     }
 
     fn cut(&self) {
+        let mut open = self.open.lock().unwrap();
         self.up.store(false, Ordering::SeqCst);
-        for s in self.open.lock().unwrap().drain(..) {
+        for s in open.drain(..) {
             let _ = s.shutdown(Shutdown::Both);
         }
     }
