@@ -134,14 +134,40 @@ impl Browser {
         }
     }
 
+    /// Clicks the element, finding it again while the page's live refresh has it swapped
+    /// out or not yet interactable (a refused click did not happen, so trying again is safe).
     async fn click(&self, css: &str) {
-        self.wd
-            .find(Locator::Css(css))
-            .await
-            .unwrap()
-            .click()
-            .await
-            .unwrap();
+        let start = Instant::now();
+        loop {
+            let tried = match self.wd.find(Locator::Css(css)).await {
+                Ok(e) => e.click().await,
+                Err(e) => Err(e),
+            };
+            match tried {
+                Ok(()) => return,
+                Err(e) => assert!(start.elapsed() < DEADLINE, "could not click {css}: {e}"),
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Types `text` into the (cleared) field, retrying like [`Browser::click`].
+    async fn type_into(&self, css: &str, text: &str) {
+        let start = Instant::now();
+        loop {
+            let tried = match self.wd.find(Locator::Css(css)).await {
+                Ok(e) => match e.clear().await {
+                    Ok(()) => e.send_keys(text).await,
+                    Err(err) => Err(err),
+                },
+                Err(e) => Err(e),
+            };
+            match tried {
+                Ok(()) => return,
+                Err(e) => assert!(start.elapsed() < DEADLINE, "could not type into {css}: {e}"),
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 
     async fn js(&self, script: &str) -> serde_json::Value {
@@ -256,12 +282,8 @@ async fn browser_approves_a_waiting_run_and_bulk_retries_failed_runs() {
     })
     .await;
     b.shot("approvals").await;
-    b.wd.find(Locator::Css(".approval input[name=note]"))
-        .await
-        .unwrap()
-        .send_keys("looks fine")
-        .await
-        .unwrap();
+    b.type_into(".approval input[name=note]", "looks fine")
+        .await;
     b.click(".approval button.ok").await;
     b.wait_text("#approvals", "no waiting run", |t| {
         t.contains("No run is waiting")
@@ -374,18 +396,8 @@ async fn browser_shows_a_schedule_across_a_dst_change_and_run_text_inert() {
     );
     b.shot("schedule-dst").await;
     b.go(&format!("{url}/schedules")).await;
-    b.wd.find(Locator::Css("input[name=cron]"))
-        .await
-        .unwrap()
-        .send_keys("30 2 * * *")
-        .await
-        .unwrap();
-    b.wd.find(Locator::Css("input[name=tz]"))
-        .await
-        .unwrap()
-        .send_keys("Europe/Berlin")
-        .await
-        .unwrap();
+    b.type_into("input[name=cron]", "30 2 * * *").await;
+    b.type_into("input[name=tz]", "Europe/Berlin").await;
     b.click("form.filters button").await;
     b.wait_text("table.fires", "the preview", |t| t.contains("02:30:00"))
         .await;
