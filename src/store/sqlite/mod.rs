@@ -158,16 +158,24 @@ impl std::fmt::Debug for Store {
     }
 }
 
-/// Page cache per connection, in KiB: a quarter of SQLite's 2 MiB default.
+/// The writer's page cache, in KiB: a quarter of SQLite's 2 MiB default.
 ///
-/// Readers look up single runs and short index ranges; the writer touches the right edges of
-/// a few indexes and the runs it just claimed. The OS caches the file anyway, and a drain of
-/// 1,000,000 queued runs went no slower with this than with the default while its peak RSS
-/// fell by 2 MiB (BENCHMARKS.md).
-const CACHE_KIB: u32 = 512;
+/// The writer touches the right edges of a few indexes and the runs it just claimed. The OS
+/// caches the file anyway, and a drain of 1,000,000 queued runs went no slower with this than
+/// with the default while its peak RSS fell by 2 MiB (BENCHMARKS.md).
+const WRITER_CACHE_KIB: u32 = 512;
 
-fn set_cache_size(conn: &Connection) -> rusqlite::Result<()> {
-    conn.execute_batch(&format!("PRAGMA cache_size = -{CACHE_KIB}"))
+/// Each reader's page cache, in KiB. Readers look up single runs and short index ranges, and
+/// a scan (a count, a listing) would only fill a bigger cache with pages it reads once: with
+/// up to [`READERS`] of them at 512 KiB, they were ~1 MiB of a draining worker's peak RSS for
+/// no measurable speed (BENCHMARKS.md, issue 19, session 7).
+const READER_CACHE_KIB: u32 = 64;
+
+/// Reader connections at most (opened on demand).
+const READERS: u32 = 4;
+
+fn set_cache_size(conn: &Connection, kib: u32) -> rusqlite::Result<()> {
+    conn.execute_batch(&format!("PRAGMA cache_size = -{kib}"))
 }
 
 fn set_connection_pragmas(conn: &Connection) -> rusqlite::Result<()> {
@@ -347,7 +355,8 @@ impl Store {
                 other => break other?,
             }
         }
-        set_cache_size(&writer).map_err(|e| StoreError::sqlite("set cache_size", e))?;
+        set_cache_size(&writer, WRITER_CACHE_KIB)
+            .map_err(|e| StoreError::sqlite("set cache_size", e))?;
         fault::limit_pages(&writer)?;
         writer.set_prepared_statement_cache_capacity(64);
         let checkpointer = if read_only {
@@ -365,13 +374,22 @@ impl Store {
             .with_flags(reader_flags)
             .with_init(|c| {
                 set_connection_pragmas(c)?;
-                set_cache_size(c)?;
+                set_cache_size(c, READER_CACHE_KIB)?;
                 c.set_prepared_statement_cache_capacity(32);
                 Ok(())
             });
+        // r2d2 opens connections and reaps idle ones on a thread pool of its own (3 threads
+        // unless told): one thread does that work, and every thread costs a draining worker a
+        // stack and a malloc arena.
         let readers = Pool::builder()
-            .max_size(4)
+            .max_size(READERS)
             .min_idle(Some(0))
+            .thread_pool(Arc::new(
+                scheduled_thread_pool::ScheduledThreadPool::builder()
+                    .num_threads(1)
+                    .thread_name_pattern("r2d2-worker-{}")
+                    .build(),
+            ))
             .build(manager)?;
         Ok(Store {
             inner: Arc::new(Inner {
@@ -625,5 +643,26 @@ mod fault_tests {
         assert_eq!(Error::from(e).exit_code(), 1);
         let full = sqlite(rusqlite::ffi::SQLITE_FULL).on_file(path);
         assert!(matches!(full, StoreError::Sqlite { .. }), "{full}");
+    }
+}
+
+/// The page caches each kind of connection gets (issue 19: a draining worker's memory).
+#[cfg(test)]
+mod cache_tests {
+    use super::*;
+
+    fn cache_size(conn: &Connection) -> i64 {
+        conn.query_row("PRAGMA cache_size", [], |r| r.get(0))
+            .expect("read cache_size")
+    }
+
+    #[test]
+    fn readers_get_a_small_page_cache_and_the_writer_a_bigger_one() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let store = Store::open(dir.path().join("q.db")).expect("open");
+        let reader = store.read(|c| Ok(cache_size(c))).expect("read");
+        assert_eq!(reader, -i64::from(READER_CACHE_KIB));
+        let writer = store.write(|tx| Ok(cache_size(tx))).expect("write");
+        assert_eq!(writer, -i64::from(WRITER_CACHE_KIB));
     }
 }
