@@ -64,7 +64,7 @@ pub(crate) const ROWS_PER_INSERT: usize = 64;
 /// The INSERT of `rows` runs (a power of two up to [`ROWS_PER_INSERT`]): [`INSERT`] with
 /// `rows` value lists, parameters numbered on. Few distinct texts, so the statement cache
 /// keeps each prepared.
-fn insert_sql(rows: usize) -> &'static str {
+pub(crate) fn insert_sql(rows: usize) -> &'static str {
     static SQL: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
     let all = SQL.get_or_init(|| {
         let head = &INSERT[..INSERT.find(" VALUES ").unwrap_or(INSERT.len())];
