@@ -350,14 +350,18 @@ async fn a_large_mixed_batch_stores_every_column_of_every_run_in_order() {
         req.title = Some(format!("title {i}"));
         req.priority = i as i64 - 70;
         req.max_attempts = Some(1 + (i % 5) as i64);
-        req.timeout = (i % 3 == 0).then(|| std::time::Duration::from_millis(1000 + i as u64));
-        req.signal_on_completion = i % 2 == 0;
-        req.delivery = if i % 4 == 0 {
+        req.timeout = i
+            .is_multiple_of(3)
+            .then(|| std::time::Duration::from_millis(1000 + i as u64));
+        req.signal_on_completion = i.is_multiple_of(2);
+        req.delivery = if i.is_multiple_of(4) {
             toolq::Delivery::Silent
         } else {
             toolq::Delivery::WhenIdle
         };
-        req.run_at = (i % 7 == 0).then(|| now + chrono::Duration::seconds(i as i64));
+        req.run_at = i
+            .is_multiple_of(7)
+            .then(|| now + chrono::Duration::seconds(i as i64));
         req.session = format!("s{}", i % 3);
         if i == 66 || i == 140 {
             req.idempotency_key = Some("k".into());
