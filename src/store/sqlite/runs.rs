@@ -30,8 +30,8 @@ pub fn insert(tx: &Transaction<'_>, run: &NewRun) -> Result<Inserted, StoreError
 /// statement opens a cursor on the table and on each of its 12 indexes and closes them at its
 /// end, and a statement of many rows pays that once and keeps its index cursors at the end of
 /// each index, so the next row's entry needs no seek from the root (a 20,000-run batch enqueue:
-/// 28 % fewer instructions, BENCHMARKS.md). A run with a key is looked up and inserted alone, after the runs before it,
-/// so a key repeated in one batch finds its first run.
+/// 28 % fewer instructions, BENCHMARKS.md). A run with a key is looked up and inserted alone,
+/// after the runs before it, so a key repeated in one batch finds its first run.
 pub fn insert_many(tx: &Transaction<'_>, runs: &[NewRun]) -> Result<Vec<Inserted>, StoreError> {
     let mut done = Vec::with_capacity(runs.len());
     // Start of the runs not yet inserted that need no lookup.
@@ -65,6 +65,10 @@ pub(crate) const ROWS_PER_INSERT: usize = 64;
 /// `rows` value lists, parameters numbered on. Few distinct texts, so the statement cache
 /// keeps each prepared.
 pub(crate) fn insert_sql(rows: usize) -> &'static str {
+    debug_assert!(
+        rows.is_power_of_two() && rows <= ROWS_PER_INSERT,
+        "{rows} rows"
+    );
     static SQL: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
     let all = SQL.get_or_init(|| {
         let head = &INSERT[..INSERT.find(" VALUES ").unwrap_or(INSERT.len())];
