@@ -103,6 +103,9 @@ def line(label, mode, key, unit, ref=None, refname=""):
     ratio = f"  ({v/ref:.2f}x {refname})" if ref else ""
     print(f"{label:<22} {v:>12,.1f} {unit}{ratio}")
 line("enqueue", "enqueue", "rate", "jobs/s", lim_ins, "insert limit")
+# The same commits with toolq's runs schema and row (no toolq code): SQLite's share of an enqueue.
+line("raw runs-row commits", "sqlite-limit", "runs_insert_commits_per_s", "/s", lim_ins, "insert limit")
+line("enqueue", "enqueue", "rate", "jobs/s", med("sqlite-limit", "runs_insert_commits_per_s"), "raw runs-row commits")
 line("enqueue-batch", "enqueue-batch", "rate", "jobs/s", lim_batch, "batched lifecycle")
 line("drain", "drain", "rate", "jobs/s", lim_batch, "batched lifecycle")
 line("drain peak RSS", "drain", "peak_rss_kib", "KiB")

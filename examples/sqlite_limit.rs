@@ -4,6 +4,8 @@
 //! `cargo run --release --example sqlite_limit -- <dir> <n>` prints one JSON line:
 //! insert commits/s (one INSERT per transaction), lifecycle jobs/s (insert, claim, complete,
 //! each its own transaction) and batched lifecycle jobs/s (100 per transaction for each step).
+//! `runs_insert_commits_per_s` is the first figure with toolq's own schema (schema.sql) and
+//! row: what SQLite alone costs a one-at-a-time enqueue, with no toolq code around it.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -46,6 +48,29 @@ fn inserts(dir: &Path, n: usize) -> rusqlite::Result<f64> {
     for i in 0..n {
         let tx = c.unchecked_transaction()?;
         tx.prepare_cached(INSERT)?.execute([payload(i)])?;
+        tx.commit()?;
+    }
+    Ok(n as f64 / t.elapsed().as_secs_f64())
+}
+
+/// toolq's enqueue INSERT (src/store/sqlite/runs.rs) with a workload job's values.
+const RUNS_INSERT: &str = "INSERT INTO runs (id, session_id, tool, args, title, state, priority, \
+    max_attempts, run_at, created_at, idempotency_key, timeout_ms, signal_on_completion, delivery, \
+    schedule_id, fire_at, ticks, unique_key) VALUES (?1, 'default', 'noop', ?2, 'noop', 'queued', 0, \
+    3, ?3, ?3, NULL, NULL, 1, 'when_idle', NULL, NULL, 1, NULL)";
+
+fn runs_inserts(dir: &Path, n: usize) -> rusqlite::Result<f64> {
+    let c = fresh(dir, "limit-runs.db")?;
+    c.execute_batch(include_str!("../schema.sql"))?;
+    let t = Instant::now();
+    for i in 0..n {
+        let tx = c.unchecked_transaction()?;
+        let now = toolq::clock::ts(chrono::Utc::now());
+        tx.prepare_cached(RUNS_INSERT)?.execute(params![
+            toolq::RunId::generate().as_str(),
+            payload(i),
+            now
+        ])?;
         tx.commit()?;
     }
     Ok(n as f64 / t.elapsed().as_secs_f64())
@@ -106,6 +131,7 @@ fn main() -> ExitCode {
         Ok(json!({
             "mode": "sqlite-limit", "n": n,
             "insert_commits_per_s": inserts(dir, n)?.round(),
+            "runs_insert_commits_per_s": runs_inserts(dir, n)?.round(),
             "lifecycle_per_s": lifecycle(dir, n)?.round(),
             "batched_lifecycle_per_s": batched(dir, n, 100)?.round(),
             "journal_mode": "wal", "synchronous": "NORMAL", "sqlite": rusqlite::version(),

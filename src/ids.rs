@@ -17,7 +17,13 @@ macro_rules! prefixed_id {
         impl $name {
             /// A fresh, time-ordered id.
             pub fn generate() -> Self {
-                Self(format!("{}{}", $prefix, Uuid::now_v7().simple()))
+                // Written straight into the string: `format!` was 60 % of this (hot: every
+                // enqueue makes one).
+                let mut hex = [0u8; uuid::fmt::Simple::LENGTH];
+                let mut id = String::with_capacity($prefix.len() + hex.len());
+                id.push_str($prefix);
+                id.push_str(Uuid::now_v7().simple().encode_lower(&mut hex));
+                Self(id)
             }
 
             /// The id as text.

@@ -241,6 +241,11 @@ impl Registry {
                 "must be a JSON object",
             ));
         }
+        // Valid args, the common case, take the validator's boolean path: collecting errors
+        // first built an error iterator per enqueue (3 % of a batch enqueue's instructions).
+        if entry.validator.is_valid(args) {
+            return Ok(entry);
+        }
         let problems: Vec<String> = entry
             .validator
             .iter_errors(args)

@@ -337,3 +337,75 @@ fn unique_enqueues_from_several_processes_make_one_run() {
         "{err}"
     );
 }
+
+/// A batch larger than one multi-row INSERT (64 runs), with keyed runs between plain ones:
+/// every run is stored with every column it was given, and a key repeated after many plain
+/// runs still finds its first run.
+#[tokio::test]
+async fn a_large_mixed_batch_stores_every_column_of_every_run() {
+    let env = TestEnv::new();
+    let now = env.client.now();
+    let request = |i: usize| {
+        let mut req = EnqueueRequest::new("echo", json!({"message": format!("m{i}")}));
+        req.title = Some(format!("title {i}"));
+        req.priority = i as i64 - 70;
+        req.max_attempts = Some(1 + (i % 5) as i64);
+        req.timeout = i
+            .is_multiple_of(3)
+            .then(|| std::time::Duration::from_millis(1000 + i as u64));
+        req.signal_on_completion = i.is_multiple_of(2);
+        req.delivery = if i.is_multiple_of(4) {
+            toolq::Delivery::Silent
+        } else {
+            toolq::Delivery::WhenIdle
+        };
+        req.run_at = i
+            .is_multiple_of(7)
+            .then(|| now + chrono::Duration::seconds(i as i64));
+        req.session = format!("s{}", i % 3);
+        if i == 66 || i == 140 {
+            req.idempotency_key = Some("k".into());
+            req.args = json!({"message": "keyed"});
+        }
+        req
+    };
+    let n = 150;
+    let out = env
+        .client
+        .enqueue_batch((0..n).map(request).collect())
+        .await
+        .unwrap();
+    assert_eq!(out.len(), n);
+    assert!(!out[140].created && out[140].run_id == out[66].run_id);
+    assert!(out.iter().enumerate().all(|(i, o)| o.created == (i != 140)));
+    assert_eq!(env.count("SELECT count(*) FROM runs"), n as i64 - 1);
+    // Ids are time-ordered and made in request order.
+    let stored = env.db.column("SELECT id FROM runs ORDER BY id");
+    let created: Vec<String> = out
+        .iter()
+        .filter(|o| o.created)
+        .map(|o| o.run_id.to_string())
+        .collect();
+    assert_eq!(stored, created, "the runs the batch says it created");
+    for (i, o) in out.iter().enumerate().filter(|(_, o)| o.created) {
+        let run = env.client.get(&o.run_id).await.unwrap();
+        let want = request(i);
+        assert_eq!(run.args, want.args, "run {i}");
+        assert_eq!(run.title, want.title.unwrap(), "run {i}");
+        assert_eq!(run.session_id, want.session, "run {i}");
+        assert_eq!(run.priority, want.priority, "run {i}");
+        assert_eq!(Some(run.max_attempts), want.max_attempts, "run {i}");
+        assert_eq!(
+            run.timeout_ms,
+            want.timeout.map(|t| t.as_millis() as i64),
+            "run {i}"
+        );
+        assert_eq!(
+            run.signal_on_completion, want.signal_on_completion,
+            "run {i}"
+        );
+        assert_eq!(run.delivery, want.delivery, "run {i}");
+        assert_eq!(run.run_at, want.run_at.unwrap_or(run.created_at), "run {i}");
+        assert_eq!(run.state, toolq::RunState::Queued, "run {i}");
+    }
+}

@@ -44,7 +44,7 @@ use std::time::Duration;
 
 use r2d2::Pool;
 use r2d2_sqlite::SqliteConnectionManager;
-use rusqlite::{Connection, ErrorCode, OpenFlags, Transaction, TransactionBehavior};
+use rusqlite::{Connection, DropBehavior, ErrorCode, OpenFlags, Transaction, TransactionBehavior};
 
 pub use migrate::SCHEMA_VERSION;
 
@@ -459,12 +459,19 @@ impl Store {
         // A poisoned writer lock means a writer panicked mid-call; the connection rolled back.
         let mut conn = self.inner.writer.lock().unwrap_or_else(|e| e.into_inner());
         let t0 = std::time::Instant::now();
-        let tx = conn
+        let mut tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(|e| StoreError::sqlite("begin write", e))?;
         let value = f(&tx)?;
         let t1 = std::time::Instant::now();
-        tx.commit().map_err(|e| StoreError::sqlite("commit", e))?;
+        // COMMIT from the statement cache: `Transaction::commit` parses it on every call (~1,400
+        // instructions, ~1 % of a one-at-a-time enqueue). Only a COMMIT that succeeded stops
+        // the drop from rolling back, as `commit` does.
+        tx.prepare_cached("COMMIT")
+            .and_then(|mut s| s.execute([]))
+            .map_err(|e| StoreError::sqlite("commit", e))?;
+        tx.set_drop_behavior(DropBehavior::Ignore);
+        drop(tx);
         let c = &self.inner.write_counters;
         c.statement_ns
             .fetch_add((t1 - t0).as_nanos() as u64, Ordering::Relaxed);

@@ -46,6 +46,11 @@ fn per_run_statements_build_no_temporary_btree() {
         ("blobs of a cohort", blobs.as_str(), 0),
         ("messages of a cohort", messages.as_str(), 0),
         ("enqueue", super::runs::INSERT, 0),
+        (
+            "enqueue of a batch",
+            super::runs::insert_sql(super::runs::ROWS_PER_INSERT),
+            0,
+        ),
         ("claim", super::claim::CLAIM_ONE, 0),
         ("finish", super::finish::FINISH.as_str(), 0),
         ("blob", super::artifacts::PUT, 0),
