@@ -358,7 +358,9 @@ impl Store {
         set_cache_size(&writer, WRITER_CACHE_KIB)
             .map_err(|e| StoreError::sqlite("set cache_size", e))?;
         fault::limit_pages(&writer)?;
-        writer.set_prepared_statement_cache_capacity(64);
+        // Room for every write statement (~60 sites, plus the batch enqueue's multi-row
+        // INSERTs of up to 7 sizes) so a batch does not evict the claim and finish statements.
+        writer.set_prepared_statement_cache_capacity(128);
         let checkpointer = if read_only {
             None
         } else {
