@@ -181,6 +181,11 @@ impl Engine for PgStore {
     }
 
     async fn attempt_claim(&self, p: Claim) -> EngineResult<Vec<Run>> {
+        // Seen first without the lock (or a transaction): a worker whose candidates are all at
+        // their limits claims nothing, and need not queue on the claim lock to learn it.
+        if !claim::may_claim(&self.conn().await?, &p).await? {
+            return Ok(Vec::new());
+        }
         write_tx!(self, |tx| claim::claim(&tx, &p).await)
     }
 
