@@ -114,6 +114,97 @@ fn three_hosts_drain_thousands_of_runs_with_no_double_claim_and_one_session_limi
     );
 }
 
+/// The benchmark's shape under the limits: four processes with free slots, one session whose
+/// limit (4) is all of one process's slots, and a tool limited to 3 running. The processes left
+/// without slots see from their unlocked look that nothing is claimable and wait for a wake
+/// instead of queueing on the claim lock; the limits still hold across processes, the queue
+/// drains, and no run is claimed twice.
+#[test]
+fn four_processes_on_one_session_at_its_limit_keep_both_limits_and_claim_nothing_twice() {
+    const RUNS: usize = 600;
+    let s = setup(
+        "[worker]\nconcurrency = 4\nper_session = 4\npoll_interval = \"20ms\"\n\
+         heartbeat_interval = \"200ms\"\nlease = \"30s\"\n[limits.sleep]\nmax_running = 3\n",
+    );
+    // Two thirds `sleep` (limited to 3), a third `echo` (only the session limit binds).
+    let reqs = (0..RUNS)
+        .map(|i| match i % 3 {
+            0 => toolq::EnqueueRequest::new("echo", serde_json::json!({"message": "x"})),
+            _ => toolq::EnqueueRequest::new("sleep", serde_json::json!({"ms": (i % 4) as u64})),
+        })
+        .map(|r| r.session("one"))
+        .collect();
+    crate::crash::enqueue_with(&s.db, Some(&s.config), reqs);
+    let stop = Arc::new(AtomicBool::new(false));
+    let (session_most, tool_most, samples) = (
+        Arc::new(AtomicI64::new(0)),
+        Arc::new(AtomicI64::new(0)),
+        Arc::new(AtomicI64::new(0)),
+    );
+    let sampler = {
+        let (stop, session_most, tool_most, samples, db) = (
+            stop.clone(),
+            session_most.clone(),
+            tool_most.clone(),
+            samples.clone(),
+            s.db.clone(),
+        );
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                let row = db.rows(
+                    "SELECT count(*), count(*) FILTER (WHERE tool = 'sleep') FROM runs \
+                     WHERE state = 'running'",
+                );
+                let n = |i: usize| row[0][i].as_deref().unwrap().parse::<i64>().unwrap();
+                session_most.fetch_max(n(0), Ordering::Relaxed);
+                tool_most.fetch_max(n(1), Ordering::Relaxed);
+                samples.fetch_add(1, Ordering::Relaxed);
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        })
+    };
+    let mut workers: Vec<Killed> = ["host-a", "host-b", "host-c", "host-d"]
+        .into_iter()
+        .map(|h| Killed(spawn_worker_on(&s, true, Some(h))))
+        .collect();
+    for w in &mut workers {
+        assert!(wait_exit(&mut w.0, Duration::from_secs(300)).success());
+    }
+    stop.store(true, Ordering::Relaxed);
+    sampler.join().unwrap();
+
+    assert_recorded_exactly_once(&s.db);
+    assert_eq!(
+        s.db.count("SELECT count(*) FROM runs WHERE state = 'completed'"),
+        RUNS as i64
+    );
+    assert_eq!(
+        s.db.count("SELECT count(*) FROM runs WHERE attempt <> 1"),
+        0
+    );
+    let execs = executions(&s);
+    let repeated: Vec<_> = execs.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(repeated.is_empty(), "executed more than once: {repeated:?}");
+    assert!(samples.load(Ordering::Relaxed) > 1);
+    let (in_session, of_tool) = (
+        session_most.load(Ordering::Relaxed),
+        tool_most.load(Ordering::Relaxed),
+    );
+    assert!(
+        in_session <= 4,
+        "{in_session} runs of one session running at once across processes (limit 4)"
+    );
+    assert!(
+        of_tool <= 3,
+        "{of_tool} sleep runs running at once across processes (limit 3)"
+    );
+    eprintln!(
+        "one session at its limit: most running {in_session} (limit 4), sleep {of_tool} (limit 3), \
+         over {} samples",
+        samples.load(Ordering::Relaxed)
+    );
+}
+
 #[test]
 fn a_host_that_stops_heartbeating_loses_its_runs_at_lease_expiry_and_its_late_finish_is_fenced() {
     let s = setup(

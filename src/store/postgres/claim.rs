@@ -49,20 +49,16 @@ fn lease_token() -> String {
         .collect()
 }
 
-/// Claims up to `p.max` runnable runs of the worker's tools: priority first, sessions
-/// round-robin after `p.after_session`, never more than `p.per_session` running in a session
-/// nor more than a tool's limits allow, over all workers. Each gets attempt + 1 and a fresh
-/// lease. In the caller's transaction.
-pub(crate) async fn claim<C: GenericClient>(c: &C, p: &Claim) -> Result<Vec<Run>, StoreError> {
-    if p.max == 0 {
-        return Ok(Vec::new());
-    }
-    // The lock first, on its own round trip: the counts below must be read after it is held
-    // (each statement's snapshot is taken when the server starts it, so every earlier claim
-    // has committed or rolled back by then). Pipelining the lock with the counts let a count
-    // run before the lock when their statements were prepared in a different order: a limit
-    // then held in one process but not across processes. The reads after it are pipelined.
-    locks::take(c, locks::CLAIM).await?;
+/// What a claim reads before it picks: the pauses, the running counts per session and per
+/// tool, and the sessions with queued runs from the cursor on (wrapping around).
+struct Counts {
+    paused: crate::flow::Paused,
+    running: HashMap<String, i64>,
+    running_tool: HashMap<String, i64>,
+    sessions: Vec<String>,
+}
+
+async fn read_counts<C: GenericClient>(c: &C, p: &Claim) -> Result<Counts, StoreError> {
     let max_sessions = (p.max * 4).max(64) as i64;
     let start = p.after_session.clone().unwrap_or_default();
     let session_params: [super::P<'_>; 2] = [&start, &max_sessions];
@@ -77,20 +73,6 @@ pub(crate) async fn claim<C: GenericClient>(c: &C, p: &Claim) -> Result<Vec<Run>
         ),
         query(c, SESSIONS, &session_params, "next sessions"),
     )?;
-    if paused.all {
-        return Ok(Vec::new());
-    }
-    let mut wanted: Vec<String> = p
-        .tools
-        .iter()
-        .filter(|t| !paused.tools.contains(*t))
-        .cloned()
-        .collect();
-    wanted.sort_unstable();
-    wanted.dedup();
-    if wanted.is_empty() {
-        return Ok(Vec::new());
-    }
     let mut running: HashMap<String, i64> = HashMap::new();
     let mut running_tool: HashMap<String, i64> = HashMap::new();
     for r in &running_rows {
@@ -98,7 +80,6 @@ pub(crate) async fn claim<C: GenericClient>(c: &C, p: &Claim) -> Result<Vec<Run>
         *running.entry(s).or_default() += n;
         *running_tool.entry(t).or_default() += n;
     }
-    let now = ts(p.now);
     let mut sessions: Vec<String> = Vec::new();
     for r in &session_rows {
         sessions.push(get(r, 0)?);
@@ -114,25 +95,99 @@ pub(crate) async fn claim<C: GenericClient>(c: &C, p: &Claim) -> Result<Vec<Run>
             sessions.push(s);
         }
     }
-    let mut take_sessions = Vec::new();
-    let mut takes = Vec::new();
-    for s in sessions {
-        if paused.sessions.contains(&s) {
-            continue;
+    Ok(Counts {
+        paused,
+        running,
+        running_tool,
+        sessions,
+    })
+}
+
+impl Counts {
+    /// The worker's tools that are not paused, sorted, each once.
+    fn wanted(&self, p: &Claim) -> Vec<String> {
+        if self.paused.all {
+            return Vec::new();
         }
-        let free = p.per_session - running.get(&s).copied().unwrap_or(0);
-        if free > 0 {
-            take_sessions.push(s);
-            takes.push(free.min(p.max as i64));
-        }
+        let mut wanted: Vec<String> = p
+            .tools
+            .iter()
+            .filter(|t| !self.paused.tools.contains(*t))
+            .cloned()
+            .collect();
+        wanted.sort_unstable();
+        wanted.dedup();
+        wanted
     }
+
+    /// The sessions with a free slot, in claim order, and how many each may take.
+    fn takes(&self, p: &Claim) -> (Vec<String>, Vec<i64>) {
+        let mut take_sessions = Vec::new();
+        let mut takes = Vec::new();
+        for s in &self.sessions {
+            if self.paused.sessions.contains(s) {
+                continue;
+            }
+            let free = p.per_session - self.running.get(s).copied().unwrap_or(0);
+            if free > 0 {
+                take_sessions.push(s.clone());
+                takes.push(free.min(p.max as i64));
+            }
+        }
+        (take_sessions, takes)
+    }
+}
+
+/// Whether a claim could take anything, read without the claim lock, so a worker with free
+/// slots whose every candidate session or tool is at its limit (another worker holds the
+/// slots) does not queue on the lock behind the workers that hold them, only to find nothing.
+/// It errs towards yes: rates are left to the claim itself (reading them forgets old
+/// windows, a write). A no can be stale by the time it is acted on; a slot freed after it
+/// was read wakes the worker again (every end that frees one notifies, after its commit).
+pub(crate) async fn may_claim<C: GenericClient>(c: &C, p: &Claim) -> Result<bool, StoreError> {
+    if p.max == 0 {
+        return Ok(false);
+    }
+    let counts = read_counts(c, p).await?;
+    let wanted = counts.wanted(p);
+    if wanted.is_empty() || counts.takes(p).0.is_empty() {
+        return Ok(false);
+    }
+    Ok(wanted.iter().any(|tool| {
+        let max = p.limits.get(tool).and_then(|l| l.max_running);
+        max.is_none_or(|m| m > counts.running_tool.get(tool).copied().unwrap_or(0))
+    }))
+}
+
+/// Claims up to `p.max` runnable runs of the worker's tools: priority first, sessions
+/// round-robin after `p.after_session`, never more than `p.per_session` running in a session
+/// nor more than a tool's limits allow, over all workers. Each gets attempt + 1 and a fresh
+/// lease. In the caller's transaction.
+pub(crate) async fn claim<C: GenericClient>(c: &C, p: &Claim) -> Result<Vec<Run>, StoreError> {
+    if p.max == 0 {
+        return Ok(Vec::new());
+    }
+    // The lock first, on its own round trip: the counts below must be read after it is held
+    // (each statement's snapshot is taken when the server starts it, so every earlier claim
+    // has committed or rolled back by then). Pipelining the lock with the counts let a count
+    // run before the lock when their statements were prepared in a different order: a limit
+    // then held in one process but not across processes. The reads after it are pipelined.
+    locks::take(c, locks::CLAIM).await?;
+    let counts = read_counts(c, p).await?;
+    let wanted = counts.wanted(p);
+    if wanted.is_empty() {
+        return Ok(Vec::new());
+    }
+    let running_tool = &counts.running_tool;
+    let now = ts(p.now);
+    let (take_sessions, takes) = counts.takes(p);
     if take_sessions.is_empty() {
         return Ok(Vec::new());
     }
     // Room per tool: max_running less those running anywhere, and what its rate allows.
     let mut room: HashMap<String, i64> = HashMap::new();
     for tool in &wanted {
-        let n = tool_room(c, p, tool, &running_tool).await?;
+        let n = tool_room(c, p, tool, running_tool).await?;
         room.insert(tool.clone(), n);
     }
     let tools: Vec<&String> = wanted.iter().filter(|t| room[*t] > 0).collect();

@@ -2,6 +2,7 @@
 //! (writes, retried on a serialization failure or deadlock) or one read, composed from the
 //! statements of the sibling modules.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -181,6 +182,11 @@ impl Engine for PgStore {
     }
 
     async fn attempt_claim(&self, p: Claim) -> EngineResult<Vec<Run>> {
+        // Seen first without the lock (or a transaction): a worker whose candidates are all at
+        // their limits claims nothing, and need not queue on the claim lock to learn it.
+        if !claim::may_claim(&self.conn().await?, &p).await? {
+            return Ok(Vec::new());
+        }
         write_tx!(self, |tx| claim::claim(&tx, &p).await)
     }
 
@@ -195,8 +201,20 @@ impl Engine for PgStore {
                     Settlement::Release(_) => None,
                 })
                 .collect();
-            let ended = finish::apply_states(&tx, &ends, now).await?;
-            let mut freed = ended.contains(&true);
+            let (ended, ended_tools) = finish::apply_states_freeing(&tx, &ends, now).await?;
+            // Running attempts ended, per session and per tool (less the runs this settle
+            // claims below); a hand-back or the end of a waiting run always notifies.
+            let mut net: HashMap<(bool, &str), i64> = HashMap::new();
+            let mut freed = false;
+            for (r, &ok) in ends.iter().zip(&ended) {
+                match ended_tools.get(&r.id) {
+                    Some(tool) if ok => {
+                        *net.entry((false, r.session_id.as_str())).or_default() += 1;
+                        *net.entry((true, tool.as_str())).or_default() += 1;
+                    }
+                    _ => freed |= ok,
+                }
+            }
             let mut ended_iter = ended.iter().copied();
             let mut applied = Vec::with_capacity(p.batch.len());
             for s in p.batch.iter() {
@@ -217,7 +235,15 @@ impl Engine for PgStore {
             // Messages before the claim: the inbox lock is always taken before the claim lock.
             finish::write_artifacts(&tx, &done, now).await?;
             let claimed = claim::claim(&tx, &p.claim).await?;
-            if freed {
+            // Other workers are woken only for a slot that stays free: a settle that claims as
+            // many runs of each session and tool as it ended (a busy worker refilling its own
+            // slots) changes no count their claims read, and waking them all at every settle
+            // only has them look and find nothing.
+            for run in &claimed {
+                *net.entry((false, run.session_id.as_str())).or_default() -= 1;
+                *net.entry((true, run.tool.as_str())).or_default() -= 1;
+            }
+            if freed || net.values().any(|&n| n > 0) {
                 notify(&tx).await?;
             }
             Ok(Settled { applied, claimed })

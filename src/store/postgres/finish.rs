@@ -3,7 +3,7 @@
 //! with more to do (the finisher's settle, a rescue) writes the messages last, holding the
 //! inbox lock (see [`super::locks::INBOX`]) only from there to its commit.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
 use deadpool_postgres::GenericClient;
@@ -15,8 +15,8 @@ use crate::error::StoreError;
 use crate::run::{Fence, FinishRecord, Outcome, RunState};
 
 /// The fenced ends of running attempts, all in one statement: each applies only while its
-/// (id, attempt, lease_token) still match; returns the ids that applied. `errors` grows by
-/// one entry (text concatenation keeps the stored JSON as written).
+/// (id, attempt, lease_token) still match; returns the ids that applied, with their tools.
+/// `errors` grows by one entry (text concatenation keeps the stored JSON as written).
 const FINISH_MANY: &str = "UPDATE runs r SET state = u.state, run_at = coalesce(u.run_at, r.run_at), \
     finished_at = u.finished_at, error = u.error, internal_error = u.internal_error, \
     errors = CASE WHEN u.entry IS NULL THEN r.errors WHEN r.errors = '[]' THEN '[' || u.entry || ']' \
@@ -32,7 +32,7 @@ const FINISH_MANY: &str = "UPDATE runs r SET state = u.state, run_at = coalesce(
         $14::text[]) AS u(state, run_at, finished_at, error, internal_error, entry, status_text, \
         progress, output_tail, approval, deadline, id, attempt, token) \
     WHERE r.id = u.id AND r.state = 'running' AND r.attempt = u.attempt AND r.lease_token = u.token \
-    RETURNING r.id";
+    RETURNING r.id, r.tool";
 
 /// The end of a run that is not running, fenced by (id, state, attempt); counts as attempt + 1.
 const END_WAITING: &str = "UPDATE runs SET state = $1, finished_at = $2, error = $3, \
@@ -70,14 +70,25 @@ pub(crate) async fn apply_states<C: GenericClient>(
     records: &[&FinishRecord],
     now: DateTime<Utc>,
 ) -> Result<Vec<bool>, StoreError> {
+    Ok(apply_states_freeing(c, records, now).await?.0)
+}
+
+/// [`apply_states`], with the tool of each running attempt that ended, by run id: the slots
+/// the ends freed.
+pub(crate) async fn apply_states_freeing<C: GenericClient>(
+    c: &C,
+    records: &[&FinishRecord],
+    now: DateTime<Utc>,
+) -> Result<(Vec<bool>, HashMap<String, String>), StoreError> {
     let mut applied = vec![false; records.len()];
     let leased: Vec<usize> = (0..records.len())
         .filter(|&i| matches!(records[i].fence, Fence::Lease(_)))
         .collect();
+    let mut tools = HashMap::new();
     if !leased.is_empty() {
-        let ids = finish_many(c, leased.iter().map(|&i| records[i]), now).await?;
+        tools = finish_many(c, leased.iter().map(|&i| records[i]), now).await?;
         for &i in &leased {
-            applied[i] = ids.contains(&records[i].id);
+            applied[i] = tools.contains_key(&records[i].id);
         }
     }
     for (i, r) in records.iter().enumerate() {
@@ -85,14 +96,14 @@ pub(crate) async fn apply_states<C: GenericClient>(
             applied[i] = end_waiting(c, r, expected, now).await?;
         }
     }
-    Ok(applied)
+    Ok((applied, tools))
 }
 
 async fn finish_many<'a, C: GenericClient>(
     c: &C,
     records: impl Iterator<Item = &'a FinishRecord>,
     now: DateTime<Utc>,
-) -> Result<HashSet<String>, StoreError> {
+) -> Result<HashMap<String, String>, StoreError> {
     let mut cols: [Vec<Option<String>>; 12] = Default::default();
     let mut attempts: Vec<i64> = Vec::new();
     let mut tokens: Vec<String> = Vec::new();
@@ -136,7 +147,9 @@ async fn finish_many<'a, C: GenericClient>(
     params.push(&attempts);
     params.push(&tokens);
     let rows = query(c, FINISH_MANY, &params, "finish runs").await?;
-    rows.iter().map(|r| get::<String>(r, 0)).collect()
+    rows.iter()
+        .map(|r| Ok((get::<String>(r, 0)?, get::<String>(r, 1)?)))
+        .collect()
 }
 
 async fn end_waiting<C: GenericClient>(
