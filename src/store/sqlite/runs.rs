@@ -26,7 +26,7 @@ pub fn insert(tx: &Transaction<'_>, run: &NewRun) -> Result<Inserted, StoreError
 }
 
 /// [`insert`] for each run in order, in the caller's transaction. Runs without an idempotency
-/// key or a unique check go in multi-row INSERTs of up to [`ROWS_PER_INSERT`]: every INSERT
+/// key or a unique check go in multi-row INSERTs of up to `ROWS_PER_INSERT` (64): every INSERT
 /// statement opens a cursor on the table and on each of its 12 indexes and closes them at its
 /// end, and a statement of many rows pays that once and keeps its index cursors at the end of
 /// each index, so the next row's entry needs no seek from the root (a 20,000-run batch enqueue:
