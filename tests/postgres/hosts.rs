@@ -13,10 +13,29 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
 use crate::crash::{
-    assert_recorded_exactly_once, enqueue_sleeps, executions, parse, setup, spawn_worker_on,
+    Setup, assert_recorded_exactly_once, enqueue_sleeps, executions, parse, setup, spawn_worker_on,
     wait_exit,
 };
 use crate::support::{Killed, wait_until};
+
+/// All `runs` runs completed with one message each, and no double claim: one attempt per run in
+/// the database, at most one execution per run in the workers' own logs. Returns the
+/// executions by run.
+fn assert_each_run_completed_once(s: &Setup, runs: usize) -> HashMap<String, usize> {
+    assert_recorded_exactly_once(&s.db);
+    assert_eq!(
+        s.db.count("SELECT count(*) FROM runs WHERE state = 'completed'"),
+        runs as i64
+    );
+    assert_eq!(
+        s.db.count("SELECT count(*) FROM runs WHERE attempt <> 1"),
+        0
+    );
+    let execs = executions(s);
+    let repeated: Vec<_> = execs.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(repeated.is_empty(), "executed more than once: {repeated:?}");
+    execs
+}
 
 fn signal(child: &std::process::Child, sig: Signal) {
     kill(Pid::from_raw(child.id() as i32), sig).unwrap();
@@ -64,20 +83,7 @@ fn three_hosts_drain_thousands_of_runs_with_no_double_claim_and_one_session_limi
     stop.store(true, Ordering::Relaxed);
     sampler.join().unwrap();
 
-    assert_recorded_exactly_once(&s.db);
-    assert_eq!(
-        s.db.count("SELECT count(*) FROM runs WHERE state = 'completed'"),
-        RUNS as i64
-    );
-    // No double claim: one attempt per run in the database, at most one execution per run in
-    // the workers' own logs.
-    assert_eq!(
-        s.db.count("SELECT count(*) FROM runs WHERE attempt <> 1"),
-        0
-    );
-    let execs = executions(&s);
-    let repeated: Vec<_> = execs.iter().filter(|(_, n)| **n > 1).collect();
-    assert!(repeated.is_empty(), "executed more than once: {repeated:?}");
+    let execs = assert_each_run_completed_once(&s, RUNS);
     // Which host ran how many, from each worker's log (named by pid) and the workers table.
     let by_host: HashMap<String, usize> =
         s.db.rows("SELECT host, pid FROM workers")
@@ -173,18 +179,7 @@ fn four_processes_on_one_session_at_its_limit_keep_both_limits_and_claim_nothing
     stop.store(true, Ordering::Relaxed);
     sampler.join().unwrap();
 
-    assert_recorded_exactly_once(&s.db);
-    assert_eq!(
-        s.db.count("SELECT count(*) FROM runs WHERE state = 'completed'"),
-        RUNS as i64
-    );
-    assert_eq!(
-        s.db.count("SELECT count(*) FROM runs WHERE attempt <> 1"),
-        0
-    );
-    let execs = executions(&s);
-    let repeated: Vec<_> = execs.iter().filter(|(_, n)| **n > 1).collect();
-    assert!(repeated.is_empty(), "executed more than once: {repeated:?}");
+    assert_each_run_completed_once(&s, RUNS);
     assert!(samples.load(Ordering::Relaxed) > 1);
     let (in_session, of_tool) = (
         session_most.load(Ordering::Relaxed),
