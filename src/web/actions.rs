@@ -13,7 +13,7 @@ use serde::Deserialize;
 use super::AppState;
 use super::auth::check_csrf;
 use super::layout::{self, wants_json};
-use crate::error::{Error, InputError, Result};
+use crate::error::{Error, InputError};
 use crate::ids::{RunId, ScheduleId};
 
 /// Who the dashboard records as the approver.
@@ -54,17 +54,31 @@ fn done(
     Redirect::to(&to).into_response()
 }
 
-async fn on_run<F, Fut>(
-    st: Arc<AppState>,
+/// An action on one run: the last segment of `POST /runs/{id}/{action}`.
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RunAction {
+    /// Cancel a queued, waiting or running run.
+    Cancel,
+    /// Queue a finished run again.
+    Retry,
+    /// Approve a run that waits for approval (the form's note is recorded).
+    Approve,
+    /// Deny a run that waits for approval (the form's note is the reason).
+    Deny,
+}
+
+/// `POST /runs/{id}/cancel`, `/retry`, `/approve` and `/deny`: the run's state afterwards.
+pub async fn run(
+    State(st): State<Arc<AppState>>,
     headers: HeaderMap,
-    id: String,
-    form: ActionForm,
-    act: F,
-) -> Response
-where
-    F: FnOnce(Arc<AppState>, RunId, String) -> Fut,
-    Fut: std::future::Future<Output = Result<String>>,
-{
+    Path((id, action)): Path<(String, String)>,
+    Form(form): Form<ActionForm>,
+) -> Response {
+    // Another last segment is no page of ours (404, as before the routes were one).
+    let Ok(action) = serde_json::from_value::<RunAction>(serde_json::Value::String(action)) else {
+        return super::pages::not_found(State(st), headers).await;
+    };
     if let Some(r) = check_csrf(&st, &headers, &form.csrf) {
         return r;
     }
@@ -72,8 +86,21 @@ where
         Ok(id) => id,
         Err(e) => return layout::error(&st, &headers, &Error::from(e)),
     };
-    let note = form.note.trim().to_string();
-    match act(st.clone(), id.clone(), note).await {
+    let note = Some(form.note.trim()).filter(|n| !n.is_empty());
+    let c = &st.client;
+    let state = match action {
+        RunAction::Cancel => c.cancel(&id).await.map(|s| s.as_str().to_string()),
+        RunAction::Retry => c.retry(&id).await.map(|_| "queued".to_string()),
+        RunAction::Approve => c
+            .approve(&id, BY, note)
+            .await
+            .map(|r| r.state.as_str().to_string()),
+        RunAction::Deny => c
+            .deny(&id, BY, note)
+            .await
+            .map(|r| r.state.as_str().to_string()),
+    };
+    match state {
         Ok(state) => done(
             &headers,
             &form,
@@ -82,65 +109,6 @@ where
         ),
         Err(e) => layout::error(&st, &headers, &e),
     }
-}
-
-fn note(n: &str) -> Option<&str> {
-    Some(n).filter(|n| !n.is_empty())
-}
-
-/// `POST /runs/{id}/cancel`.
-pub async fn cancel(
-    State(st): State<Arc<AppState>>,
-    headers: HeaderMap,
-    Path(id): Path<String>,
-    Form(form): Form<ActionForm>,
-) -> Response {
-    on_run(st, headers, id, form, |st, id, _| async move {
-        Ok(st.client.cancel(&id).await?.as_str().to_string())
-    })
-    .await
-}
-
-/// `POST /runs/{id}/retry`.
-pub async fn retry(
-    State(st): State<Arc<AppState>>,
-    headers: HeaderMap,
-    Path(id): Path<String>,
-    Form(form): Form<ActionForm>,
-) -> Response {
-    on_run(st, headers, id, form, |st, id, _| async move {
-        st.client.retry(&id).await?;
-        Ok("queued".to_string())
-    })
-    .await
-}
-
-/// `POST /runs/{id}/approve`.
-pub async fn approve(
-    State(st): State<Arc<AppState>>,
-    headers: HeaderMap,
-    Path(id): Path<String>,
-    Form(form): Form<ActionForm>,
-) -> Response {
-    on_run(st, headers, id, form, |st, id, n| async move {
-        let run = st.client.approve(&id, BY, note(&n)).await?;
-        Ok(run.state.as_str().to_string())
-    })
-    .await
-}
-
-/// `POST /runs/{id}/deny`.
-pub async fn deny(
-    State(st): State<Arc<AppState>>,
-    headers: HeaderMap,
-    Path(id): Path<String>,
-    Form(form): Form<ActionForm>,
-) -> Response {
-    on_run(st, headers, id, form, |st, id, n| async move {
-        let run = st.client.deny(&id, BY, note(&n)).await?;
-        Ok(run.state.as_str().to_string())
-    })
-    .await
 }
 
 /// `POST /schedules/{id}` with `action` = `enable`, or `disable`/`cancel` (one operation:

@@ -124,10 +124,7 @@ fn router(state: Arc<AppState>) -> Router {
         .route("/runs", get(runs::list))
         .route("/runs/bulk", post(runs::bulk))
         .route("/runs/{id}", get(runs::one))
-        .route("/runs/{id}/cancel", post(actions::cancel))
-        .route("/runs/{id}/retry", post(actions::retry))
-        .route("/runs/{id}/approve", post(actions::approve))
-        .route("/runs/{id}/deny", post(actions::deny))
+        .route("/runs/{id}/{action}", post(actions::run))
         .route("/schedules", get(pages::schedules))
         .route(
             "/schedules/{id}",

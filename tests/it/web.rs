@@ -205,6 +205,8 @@ fn web_every_route_answers_html_and_the_same_data_as_json() {
     assert_eq!(status, 400);
     let (status, _) = get(&format!("{url}/no/such/page"), &[]);
     assert_eq!(status, 404);
+    let (status, _) = post(&format!("{url}/runs/{id}/explode"), &[], &[("csrf", "x")]);
+    assert_eq!(status, 404, "an action that does not exist is no page");
 }
 
 #[test]
