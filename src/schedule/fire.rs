@@ -9,6 +9,9 @@ use super::spec::{MissedPolicy, ScheduleSpec};
 /// that, the ledger notes the gap instead of listing every tick.
 pub const MAX_LISTED_TICKS: usize = 1000;
 
+/// One row of a schedule's occurrence ledger: the tick and the reason recorded with it.
+pub type LedgerRow<'a> = (DateTime<Utc>, &'a str);
+
 /// How a due schedule is to be handled.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Plan {
@@ -37,6 +40,55 @@ impl Fire {
     /// How many ticks this run stands for (runs.ticks).
     pub fn ticks(&self) -> i64 {
         1 + self.coalesced.len() as i64
+    }
+
+    /// The ledger rows of a fire that gets no run because its tool or session (or everything)
+    /// is paused: the ticks it stood for and its own, all as `paused`.
+    pub fn paused_rows(&self) -> Vec<LedgerRow<'static>> {
+        let why = "paused: the schedule's tool or session (or everything) was paused";
+        let mut rows: Vec<_> = self.coalesced.iter().map(|&t| (t, why)).collect();
+        rows.push((self.fire_at, why));
+        rows
+    }
+
+    /// The ledger rows of a fire skipped because the schedule's previous run is still active:
+    /// its tick (`skipped_overlap`), and the ticks it would have stood for (`missed`).
+    pub fn overlap_rows(&self) -> ([LedgerRow<'static>; 1], Vec<LedgerRow<'static>>) {
+        let why = "missed: its catch-up was skipped because the previous run was still active";
+        (
+            [(self.fire_at, "the previous run was still active")],
+            self.coalesced.iter().map(|&t| (t, why)).collect(),
+        )
+    }
+
+    /// The ledger rows of a fire that started a run: its tick (`fired`, with the plan's detail),
+    /// and the ticks the run stands for (`coalesced`).
+    pub fn fired_rows(&self) -> ([LedgerRow<'_>; 1], Vec<LedgerRow<'static>>) {
+        let why = "missed: coalesced into the catch-up run";
+        (
+            [(
+                self.fire_at,
+                self.detail.as_deref().unwrap_or("fired on time"),
+            )],
+            self.coalesced.iter().map(|&t| (t, why)).collect(),
+        )
+    }
+
+    /// When this fire's run is due: at its tick (never later than `now`), or, for a catch-up,
+    /// at least `spacing` after the previous catch-up of this claim (`slot`, which it advances),
+    /// so the starts after an outage are spread.
+    pub fn run_at(
+        &self,
+        slot: &mut Option<DateTime<Utc>>,
+        spacing: Duration,
+        now: DateTime<Utc>,
+    ) -> DateTime<Utc> {
+        if !self.catch_up {
+            return self.fire_at.min(now);
+        }
+        let at = slot.map_or(now, |s| (s + spacing).max(now));
+        *slot = Some(at);
+        at
     }
 
     /// The run this fire of `s` starts (keyed by schedule and tick), due at `run_at`; both
@@ -217,6 +269,41 @@ fn due_ticks(spec: &ScheduleSpec, due: DateTime<Utc>, now: DateTime<Utc>) -> Due
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ledger_rows_and_catch_up_spacing_of_a_fire() {
+        let (t1, t2, t3) = (
+            utc("2026-03-01T10:00:00Z"),
+            utc("2026-03-01T11:00:00Z"),
+            utc("2026-03-01T12:00:00Z"),
+        );
+        let fire = Fire {
+            fire_at: t3,
+            coalesced: vec![t1, t2],
+            catch_up: true,
+            detail: Some("caught up".into()),
+        };
+        let paused = fire.paused_rows();
+        assert_eq!(paused.iter().map(|r| r.0).collect::<Vec<_>>(), [t1, t2, t3]);
+        let (skipped, missed) = fire.overlap_rows();
+        assert_eq!(skipped[0], (t3, "the previous run was still active"));
+        assert_eq!(missed.len(), 2);
+        let (fired, coalesced) = fire.fired_rows();
+        assert_eq!(fired[0], (t3, "caught up"));
+        assert!(coalesced.iter().all(|r| r.1.contains("coalesced")));
+        // Catch-ups are spread by the spacing; an on-time fire runs at its tick.
+        let now = utc("2026-03-01T12:30:00Z");
+        let spacing = Duration::seconds(5);
+        let mut slot = None;
+        assert_eq!(fire.run_at(&mut slot, spacing, now), now);
+        assert_eq!(fire.run_at(&mut slot, spacing, now), now + spacing);
+        let on_time = Fire {
+            catch_up: false,
+            ..fire
+        };
+        assert_eq!(on_time.run_at(&mut slot, spacing, now), t3);
+        assert_eq!(on_time.fired_rows().0[0].0, t3);
+    }
 
     fn utc(s: &str) -> DateTime<Utc> {
         DateTime::parse_from_rfc3339(s).unwrap().to_utc()

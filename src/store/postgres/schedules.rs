@@ -398,35 +398,17 @@ async fn fire_one<C: GenericClient>(
     let mut last = None;
     for fire in &plan.fires {
         if paused {
-            let why = "paused: the schedule's tool or session (or everything) was paused";
-            let mut rows: Vec<_> = fire.coalesced.iter().map(|&t| (t, why)).collect();
-            rows.push((fire.fire_at, why));
-            report.paused += record(c, &s.id, "paused", None, &rows, now).await?;
+            report.paused += record(c, &s.id, "paused", None, &fire.paused_rows(), now).await?;
             continue;
         }
         if busy {
-            let why = "the previous run was still active";
-            report.skipped_overlap += record(
-                c,
-                &s.id,
-                "skipped_overlap",
-                None,
-                &[(fire.fire_at, why)],
-                now,
-            )
-            .await?;
-            let why = "missed: its catch-up was skipped because the previous run was still active";
-            let rows: Vec<_> = fire.coalesced.iter().map(|&t| (t, why)).collect();
-            report.missed += record(c, &s.id, "missed", None, &rows, now).await?;
+            let (skipped, missed) = fire.overlap_rows();
+            report.skipped_overlap +=
+                record(c, &s.id, "skipped_overlap", None, &skipped, now).await?;
+            report.missed += record(c, &s.id, "missed", None, &missed, now).await?;
             continue;
         }
-        let run_at = if fire.catch_up {
-            let at = slot.map_or(now, |s| (s + p.catchup_spacing).max(now));
-            *slot = Some(at);
-            at
-        } else {
-            fire.fire_at.min(now)
-        };
+        let run_at = fire.run_at(slot, p.catchup_spacing, now);
         start_run(c, s, fire, run_at, now, report).await?;
         runs += 1;
         last = Some(fire.fire_at);
@@ -474,11 +456,9 @@ async fn start_run<C: GenericClient>(
 ) -> Result<(), StoreError> {
     let row = fire.new_run(s, run_at, now);
     let id = super::runs::insert(c, &row).await?.id().clone();
-    let detail = fire.detail.as_deref().unwrap_or("fired on time");
-    report.fired += record(c, &s.id, "fired", Some(&id), &[(fire.fire_at, detail)], now).await?;
-    let why = "missed: coalesced into the catch-up run";
-    let rows: Vec<_> = fire.coalesced.iter().map(|&t| (t, why)).collect();
-    report.coalesced += record(c, &s.id, "coalesced", Some(&id), &rows, now).await?;
+    let (fired, coalesced) = fire.fired_rows();
+    report.fired += record(c, &s.id, "fired", Some(&id), &fired, now).await?;
+    report.coalesced += record(c, &s.id, "coalesced", Some(&id), &coalesced, now).await?;
     report.runs.push(id);
     Ok(())
 }

@@ -287,21 +287,16 @@ fn fire_one(
     let mut last = None;
     for fire in &plan.fires {
         if paused {
-            pause_tick(tx, s, fire, now, report)?;
+            report.paused += record(tx, &s.id, "paused", None, &fire.paused_rows(), now)?;
             continue;
         }
         if busy {
-            skip_overlapping(tx, s, fire, now, report)?;
+            let (skipped, missed) = fire.overlap_rows();
+            report.skipped_overlap += record(tx, &s.id, "skipped_overlap", None, &skipped, now)?;
+            report.missed += record(tx, &s.id, "missed", None, &missed, now)?;
             continue;
         }
-        let run_at = if fire.catch_up {
-            // Catch-up starts are spread: each one at least `catchup_spacing` after the last.
-            let at = slot.map_or(now, |s| (s + p.catchup_spacing).max(now));
-            *slot = Some(at);
-            at
-        } else {
-            fire.fire_at.min(now)
-        };
+        let run_at = fire.run_at(slot, p.catchup_spacing, now);
         start_run(tx, s, fire, run_at, now, report)?;
         runs += 1;
         last = Some(fire.fire_at);
@@ -330,46 +325,6 @@ fn fire_one(
     Ok(())
 }
 
-/// The previous run is still active: the tick is skipped, and ticks it would have stood for
-/// are missed.
-fn skip_overlapping(
-    tx: &Transaction<'_>,
-    s: &Schedule,
-    fire: &Fire,
-    now: DateTime<Utc>,
-    report: &mut ClaimReport,
-) -> Result<(), StoreError> {
-    let why = "the previous run was still active";
-    report.skipped_overlap += record(
-        tx,
-        &s.id,
-        "skipped_overlap",
-        None,
-        &[(fire.fire_at, why)],
-        now,
-    )?;
-    let why = "missed: its catch-up was skipped because the previous run was still active";
-    let rows: Vec<_> = fire.coalesced.iter().map(|&t| (t, why)).collect();
-    report.missed += record(tx, &s.id, "missed", None, &rows, now)?;
-    Ok(())
-}
-
-/// The schedule's tool or session is paused: the tick the policy would have run, and the
-/// ticks it would have stood for, are recorded as `paused` and get no run.
-fn pause_tick(
-    tx: &Transaction<'_>,
-    s: &Schedule,
-    fire: &Fire,
-    now: DateTime<Utc>,
-    report: &mut ClaimReport,
-) -> Result<(), StoreError> {
-    let why = "paused: the schedule's tool or session (or everything) was paused";
-    let mut rows: Vec<_> = fire.coalesced.iter().map(|&t| (t, why)).collect();
-    rows.push((fire.fire_at, why));
-    report.paused += record(tx, &s.id, "paused", None, &rows, now)?;
-    Ok(())
-}
-
 /// Inserts the run of one fire (keyed by schedule and tick) and its ledger rows.
 fn start_run(
     tx: &Transaction<'_>,
@@ -381,18 +336,9 @@ fn start_run(
 ) -> Result<(), StoreError> {
     let row = fire.new_run(s, run_at, now);
     let id = super::runs::insert(tx, &row)?.id().clone();
-    let detail = fire.detail.as_deref().unwrap_or("fired on time");
-    report.fired += record(
-        tx,
-        &s.id,
-        "fired",
-        Some(&id),
-        &[(fire.fire_at, detail)],
-        now,
-    )?;
-    let why = "missed: coalesced into the catch-up run";
-    let rows: Vec<_> = fire.coalesced.iter().map(|&t| (t, why)).collect();
-    report.coalesced += record(tx, &s.id, "coalesced", Some(&id), &rows, now)?;
+    let (fired, coalesced) = fire.fired_rows();
+    report.fired += record(tx, &s.id, "fired", Some(&id), &fired, now)?;
+    report.coalesced += record(tx, &s.id, "coalesced", Some(&id), &coalesced, now)?;
     report.runs.push(id);
     Ok(())
 }
