@@ -4,6 +4,7 @@
 //! engine contract.
 
 pub mod engine;
+mod pick;
 pub mod postgres;
 pub mod sqlite;
 mod types;

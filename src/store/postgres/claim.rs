@@ -16,6 +16,7 @@ use super::{exec, get, locks, query};
 use crate::clock::ts;
 use crate::error::StoreError;
 use crate::run::Run;
+use crate::store::pick::{Head, pick};
 use crate::store::{Claim, ProgressWrite, RescueReason};
 
 /// Distinct sessions with queued runs after `$1`, in order: a loose index scan of
@@ -202,48 +203,33 @@ pub(crate) async fn claim<C: GenericClient>(c: &C, p: &Claim) -> Result<Vec<Run>
         "session heads",
     )
     .await?;
-    // (priority, run_at, id, session, tool) per session, best first, cut to its take.
+    // Each session's heads, with its take.
     let take_of: HashMap<&str, i64> = take_sessions
         .iter()
         .map(String::as_str)
         .zip(takes.iter().copied())
         .collect();
-    let mut by_session: HashMap<String, Vec<(i64, String, String, String)>> = HashMap::new();
+    let mut by_session: HashMap<String, Vec<Head<()>>> = HashMap::new();
     for r in &heads {
         let (id, session, tool, priority, run_at): (String, String, String, i64, String) =
             (get(r, 0)?, get(r, 1)?, get(r, 2)?, get(r, 3)?, get(r, 4)?);
-        by_session
-            .entry(session)
-            .or_default()
-            .push((priority, run_at, id, tool));
+        by_session.entry(session).or_default().push(Head {
+            priority,
+            run_at,
+            id,
+            tool,
+            key: (),
+        });
     }
-    // (priority, rank within its session, run_at, id, tool)
-    let mut candidates: Vec<(i64, usize, String, String, String)> = Vec::new();
-    for (session, mut heads) in by_session {
-        heads.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
-        heads.truncate(take_of.get(session.as_str()).copied().unwrap_or(0) as usize);
-        for (rank, (priority, run_at, id, tool)) in heads.into_iter().enumerate() {
-            candidates.push((priority, rank, run_at, id, tool));
-        }
-    }
-    candidates.sort_by(|a, b| {
-        b.0.cmp(&a.0)
-            .then(a.1.cmp(&b.1))
-            .then(a.2.cmp(&b.2))
-            .then(a.3.cmp(&b.3))
+    let per_session = by_session.into_iter().map(|(session, heads)| {
+        let take = take_of.get(session.as_str()).copied().unwrap_or(0);
+        (heads, usize::try_from(take).unwrap_or(0))
     });
-    candidates.retain(|c| match room.get_mut(&c.4) {
-        Some(n) if *n > 0 => {
-            *n -= 1;
-            true
-        }
-        _ => false,
-    });
-    candidates.truncate(p.max);
+    let candidates = pick(per_session, &mut room, p.max);
     if candidates.is_empty() {
         return Ok(Vec::new());
     }
-    let ids: Vec<&str> = candidates.iter().map(|c| c.3.as_str()).collect();
+    let ids: Vec<&str> = candidates.iter().map(|c| c.id.as_str()).collect();
     let tokens: Vec<String> = candidates.iter().map(|_| lease_token()).collect();
     let sql = format!(
         "UPDATE runs SET state = 'running', attempt = attempt + 1, lease_owner = $1, \

@@ -10,6 +10,7 @@ use super::codec::{RUN_COLUMNS, run_from_row, ts};
 use crate::error::StoreError;
 use crate::run::Run;
 use crate::store::ProgressWrite;
+use crate::store::pick::{Head, pick};
 
 /// Parameters of one claim.
 #[derive(Debug, Clone)]
@@ -134,8 +135,8 @@ pub fn claim(tx: &Transaction<'_>, p: &ClaimParams<'_>) -> Result<Vec<Run>, Stor
     // Visit sessions that have queued runs, starting after the cursor and wrapping around,
     // each index probe a skip to the next distinct session.
     let max_sessions = (p.max * 4).max(64);
-    // (priority, rank within its session, run_at, id, rowid, tool)
-    let mut candidates: Vec<(i64, usize, String, String, i64, String)> = Vec::new();
+    // Each visited session's heads (keyed by rowid) with its take, for `pick`.
+    let mut per_session: Vec<(Vec<Head<i64>>, usize)> = Vec::new();
     let mut next_session = tx
         .prepare_cached(NEXT_SESSION)
         .ctx("prepare next session")?;
@@ -189,7 +190,7 @@ pub fn claim(tx: &Transaction<'_>, p: &ClaimParams<'_>) -> Result<Vec<Run>, Stor
         }
         let take = free.min(p.max as i64);
         // The session's head is the best `take` over the heads of each of its tools.
-        let mut heads: Vec<(i64, String, String, i64, String)> = Vec::new();
+        let mut heads: Vec<Head<i64>> = Vec::new();
         for tool in &tools {
             let cap = match room.get(tool) {
                 Some(&n) => n,
@@ -214,31 +215,18 @@ pub fn claim(tx: &Transaction<'_>, p: &ClaimParams<'_>) -> Result<Vec<Run>, Stor
                 .ctx("session head")?;
             for row in rows {
                 let (priority, run_at, id, rowid) = row.ctx("read session head")?;
-                heads.push((priority, run_at, id, rowid, tool.clone()));
+                heads.push(Head {
+                    priority,
+                    run_at,
+                    id,
+                    tool: tool.clone(),
+                    key: rowid,
+                });
             }
         }
-        heads.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
-        heads.truncate(take as usize);
-        for (rank, (priority, run_at, id, rowid, tool)) in heads.into_iter().enumerate() {
-            candidates.push((priority, rank, run_at, id, rowid, tool));
-        }
+        per_session.push((heads, take as usize));
     }
-    // Higher priority first; within a priority, round-robin across sessions, then oldest.
-    candidates.sort_by(|a, b| {
-        b.0.cmp(&a.0)
-            .then(a.1.cmp(&b.1))
-            .then(a.2.cmp(&b.2))
-            .then(a.3.cmp(&b.3))
-    });
-    // Each tool's room holds over all sessions together.
-    candidates.retain(|c| match room.get_mut(&c.5) {
-        Some(n) if *n > 0 => {
-            *n -= 1;
-            true
-        }
-        _ => false,
-    });
-    candidates.truncate(p.max);
+    let candidates = pick(per_session, &mut room, p.max);
     if candidates.is_empty() {
         return Ok(Vec::new());
     }
@@ -249,13 +237,13 @@ pub fn claim(tx: &Transaction<'_>, p: &ClaimParams<'_>) -> Result<Vec<Run>, Stor
     let (until, mut claimed) = (ts(p.lease_until), Vec::with_capacity(candidates.len()));
     let mut started: HashMap<&str, u64> = HashMap::new();
     for c in &candidates {
-        let params = rusqlite::params![p.worker, lease_token(), until, now, c.4];
+        let params = rusqlite::params![p.worker, lease_token(), until, now, c.key];
         if update.execute(params).ctx("claim run")? == 1 {
             let run = read
-                .query_row([c.4], run_from_row)
+                .query_row([c.key], run_from_row)
                 .ctx("read claimed run")?;
-            if p.limits.get(&c.5).is_some_and(|l| l.rate.is_some()) {
-                *started.entry(c.5.as_str()).or_default() += 1;
+            if p.limits.get(&c.tool).is_some_and(|l| l.rate.is_some()) {
+                *started.entry(c.tool.as_str()).or_default() += 1;
             }
             claimed.push(run);
         }
