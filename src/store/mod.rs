@@ -4,6 +4,7 @@
 //! engine contract.
 
 pub mod engine;
+mod keys;
 mod pick;
 pub mod postgres;
 pub mod sqlite;

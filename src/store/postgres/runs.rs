@@ -162,34 +162,8 @@ async fn existing_key<C: GenericClient>(
     else {
         return Ok(None);
     };
-    let (id, tool, args): (String, String, String) = (get(&row, 0)?, get(&row, 1)?, get(&row, 2)?);
-    let what = if tool != run.tool {
-        Some(format!(
-            "a different tool: stored {tool}, given {}",
-            run.tool
-        ))
-    } else if serde_json::from_str::<serde_json::Value>(&args)
-        .ok()
-        .as_ref()
-        != Some(&run.args)
-    {
-        Some(format!(
-            "different args: stored {}, given {}",
-            short(&args),
-            short(&run.args.to_string())
-        ))
-    } else {
-        None
-    };
-    match what {
-        None => Ok(Some(RunId::from_db(id))),
-        Some(what) => Err(StoreError::KeyConflict {
-            index,
-            key: key.clone(),
-            run: id,
-            what,
-        }),
-    }
+    let stored = (get(&row, 0)?, get(&row, 1)?, get(&row, 2)?);
+    crate::store::keys::same_request(run, index, stored).map(Some)
 }
 
 async fn existing_unique<C: GenericClient>(
@@ -212,13 +186,6 @@ async fn existing_unique<C: GenericClient>(
     .await?;
     row.map(|r| get::<String>(&r, 0).map(RunId::from_db))
         .transpose()
-}
-
-fn short(s: &str) -> String {
-    if s.chars().count() <= 200 {
-        return s.to_string();
-    }
-    format!("{}...", s.chars().take(200).collect::<String>())
 }
 
 /// Queued and running runs (not `except`), in `session` or everywhere, counted up to `cap`.

@@ -202,33 +202,7 @@ fn existing_key(
     let Some((id, tool, args)) = existing else {
         return Ok(None);
     };
-    let what = if tool != run.tool {
-        Some(format!(
-            "a different tool: stored {tool}, given {}",
-            run.tool
-        ))
-    } else if serde_json::from_str::<serde_json::Value>(&args)
-        .ok()
-        .as_ref()
-        != Some(&run.args)
-    {
-        Some(format!(
-            "different args: stored {}, given {}",
-            short(&args),
-            short(&run.args.to_string())
-        ))
-    } else {
-        None
-    };
-    match what {
-        None => Ok(Some(RunId::from_db(id))),
-        Some(what) => Err(StoreError::KeyConflict {
-            index,
-            key: key.clone(),
-            run: id,
-            what,
-        }),
-    }
+    crate::store::keys::same_request(run, index, (id, tool, args)).map(Some)
 }
 
 /// The newest run matching a unique enqueue (same key, one of its states, created within
@@ -255,14 +229,6 @@ fn existing_unique(tx: &Transaction<'_>, run: &NewRun) -> Result<Option<RunId>, 
         }
     }
     Ok(best.map(RunId::from_db))
-}
-
-/// A JSON text cut for a message.
-fn short(s: &str) -> String {
-    if s.chars().count() <= 200 {
-        return s.to_string();
-    }
-    format!("{}...", s.chars().take(200).collect::<String>())
 }
 
 /// Reads one run.
