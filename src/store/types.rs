@@ -138,6 +138,20 @@ pub struct RunsCursor {
     pub(crate) after: String,
 }
 
+impl RunsCursor {
+    /// Moves past a page of `got` rows (of `want` asked for) whose last finish time is
+    /// `last`: on within the state after a full page, else on to the next state.
+    pub(crate) fn advance(&mut self, last: Option<&str>, got: usize, want: i64) {
+        match last {
+            Some(last) if got as i64 == want => last.clone_into(&mut self.after),
+            _ => {
+                self.state += 1;
+                self.after.clear();
+            }
+        }
+    }
+}
+
 /// Unfinished runs of one (session, tool).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct QueueDepth {

@@ -60,13 +60,11 @@ pub(crate) async fn prune_runs_batch<C: GenericClient>(
             .iter()
             .map(|r| Ok((get(r, 0)?, get(r, 1)?, get(r, 2)?)))
             .collect::<Result<_, StoreError>>()?;
-        match rows.last() {
-            Some((_, last, _)) if rows.len() as i64 == want => cursor.after.clone_from(last),
-            _ => {
-                cursor.state += 1;
-                cursor.after.clear();
-            }
-        }
+        cursor.advance(
+            rows.last().map(|(_, last, _)| last.as_str()),
+            rows.len(),
+            want,
+        );
         found.extend(rows);
     }
     if found.is_empty() {

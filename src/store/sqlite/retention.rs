@@ -83,13 +83,11 @@ pub fn prune_runs_batch(
             .ctx("select prunable runs")?
             .collect::<Result<_, _>>()
             .ctx("read prunable runs")?;
-        match rows.last() {
-            Some((_, last, _)) if rows.len() as i64 == want => cursor.after.clone_from(last),
-            _ => {
-                cursor.state += 1;
-                cursor.after.clear();
-            }
-        }
+        cursor.advance(
+            rows.last().map(|(_, last, _)| last.as_str()),
+            rows.len(),
+            want,
+        );
         found.extend(rows);
     }
     if found.is_empty() {
