@@ -418,6 +418,20 @@ pub struct Settle {
     pub claim: Claim,
 }
 
+impl Settle {
+    /// The ends among the settlements, in order (the hand-backs left out): one end-writer
+    /// records them all.
+    pub fn ends(&self) -> Vec<&FinishRecord> {
+        self.batch
+            .iter()
+            .filter_map(|s| match s {
+                Settlement::End(r) => Some(&**r),
+                Settlement::Release(_) => None,
+            })
+            .collect()
+    }
+}
+
 /// What [`Engine::attempt_settle`] did.
 #[derive(Debug, Clone, Default)]
 pub struct Settled {

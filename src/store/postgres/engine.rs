@@ -193,14 +193,7 @@ impl Engine for PgStore {
     async fn attempt_settle(&self, p: Settle) -> EngineResult<Settled> {
         write_tx!(self, |tx| {
             let now = p.claim.now;
-            let ends: Vec<&FinishRecord> = p
-                .batch
-                .iter()
-                .filter_map(|s| match s {
-                    Settlement::End(r) => Some(&**r),
-                    Settlement::Release(_) => None,
-                })
-                .collect();
+            let ends = p.ends();
             let (ended, ended_tools) = finish::apply_states_freeing(&tx, &ends, now).await?;
             // Running attempts ended, per session and per tool (less the runs this settle
             // claims below); a hand-back or the end of a waiting run always notifies.

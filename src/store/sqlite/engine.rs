@@ -196,14 +196,7 @@ impl Engine for Store {
         self.write_async(move |tx| {
             let now = p.claim.now;
             // The one end-writer for every end in the batch, a few statements for all.
-            let ends: Vec<&FinishRecord> = p
-                .batch
-                .iter()
-                .filter_map(|s| match s {
-                    Settlement::End(r) => Some(&**r),
-                    Settlement::Release(_) => None,
-                })
-                .collect();
+            let ends = p.ends();
             let mut ended = finish::record_ends(tx, &ends, now)?.into_iter();
             let applied = p
                 .batch
