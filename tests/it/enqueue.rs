@@ -409,3 +409,80 @@ async fn a_large_mixed_batch_stores_every_column_of_every_run() {
         assert_eq!(run.state, toolq::RunState::Queued, "run {i}");
     }
 }
+
+/// A batch's chunks bind the values their runs share once (`runs::Shared`): chunks that share
+/// everything but the args, the names only, the options only, or nothing, each store every
+/// column of every run, and the whole batch has one creation time.
+#[tokio::test]
+async fn a_batch_whose_chunks_share_different_columns_stores_each_runs_own_values() {
+    let env = TestEnv::new();
+    let now = env.client.now();
+    let request = |i: usize| {
+        let mut req = EnqueueRequest::new("echo", json!({"message": format!("m{i}")}));
+        match i / 64 {
+            // Everything but the args shared.
+            0 => {}
+            // Names shared, options not.
+            1 => {
+                req.priority = i as i64;
+                req.timeout = i
+                    .is_multiple_of(2)
+                    .then(|| std::time::Duration::from_millis(500 + i as u64));
+            }
+            // Options shared, names not.
+            2 => {
+                req.session = format!("s{i}");
+                req.title = Some(format!("title {i}"));
+                req.max_attempts = Some(7);
+                req.delivery = toolq::Delivery::Interrupt;
+                req.signal_on_completion = false;
+            }
+            // Due times differ; the rest shared.
+            _ => {
+                req.run_at = Some(now + chrono::Duration::seconds(i as i64));
+            }
+        }
+        req
+    };
+    let n = 64 * 3 + 13; // full chunks and power-of-two remainders
+    let out = env
+        .client
+        .enqueue_batch((0..n).map(request).collect())
+        .await
+        .unwrap();
+    assert_eq!(out.len(), n);
+    let mut created = None;
+    for (i, o) in out.iter().enumerate() {
+        assert!(o.created, "run {i}");
+        let run = env.client.get(&o.run_id).await.unwrap();
+        let want = request(i);
+        assert_eq!(run.args, want.args, "run {i}");
+        assert_eq!(run.tool, "echo", "run {i}");
+        assert_eq!(run.session_id, want.session, "run {i}");
+        if let Some(title) = &want.title {
+            assert_eq!(&run.title, title, "run {i}");
+        }
+        assert_eq!(run.priority, want.priority, "run {i}");
+        assert_eq!(run.max_attempts, want.max_attempts.unwrap_or(3), "run {i}");
+        assert_eq!(
+            run.timeout_ms,
+            want.timeout.map(|t| t.as_millis() as i64),
+            "run {i}"
+        );
+        assert_eq!(
+            run.signal_on_completion, want.signal_on_completion,
+            "run {i}"
+        );
+        assert_eq!(run.delivery, want.delivery, "run {i}");
+        assert_eq!(run.run_at, want.run_at.unwrap_or(run.created_at), "run {i}");
+        assert_eq!(run.ticks, 1, "run {i}");
+        assert_eq!(
+            *created.get_or_insert(run.created_at),
+            run.created_at,
+            "run {i}"
+        );
+    }
+    let stored = env.db.column("SELECT id FROM runs ORDER BY id");
+    let ids: Vec<String> = out.iter().map(|o| o.run_id.to_string()).collect();
+    assert_eq!(stored, ids, "ids keep the request order");
+}

@@ -48,7 +48,7 @@ fn per_run_statements_build_no_temporary_btree() {
         ("enqueue", super::runs::INSERT, 0),
         (
             "enqueue of a batch",
-            super::runs::insert_sql(super::runs::ROWS_PER_INSERT),
+            super::runs::insert_sql(super::runs::ROWS_PER_INSERT, super::runs::Shared::NONE),
             0,
         ),
         ("claim", super::claim::CLAIM_ONE, 0),

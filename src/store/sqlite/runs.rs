@@ -58,128 +58,219 @@ pub fn insert_many(tx: &Transaction<'_>, runs: &[NewRun]) -> Result<Vec<Inserted
     Ok(done)
 }
 
-/// Rows in one multi-row INSERT at most (17 parameters each: 1,088 of SQLite's 32,766).
+/// Rows in one multi-row INSERT at most (17 parameters each: 1,105 of SQLite's 32,766).
 pub(crate) const ROWS_PER_INSERT: usize = 64;
-
-/// The INSERT of `rows` runs (a power of two up to [`ROWS_PER_INSERT`]): [`INSERT`] with
-/// `rows` value lists, parameters numbered on. Few distinct texts, so the statement cache
-/// keeps each prepared.
-pub(crate) fn insert_sql(rows: usize) -> &'static str {
-    debug_assert!(
-        rows.is_power_of_two() && rows <= ROWS_PER_INSERT,
-        "{rows} rows"
-    );
-    static SQL: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
-    let all = SQL.get_or_init(|| {
-        let head = &INSERT[..INSERT.find(" VALUES ").unwrap_or(INSERT.len())];
-        let mut v = Vec::new();
-        let mut n = 1;
-        while n <= ROWS_PER_INSERT {
-            let values: Vec<String> = (0..n)
-                .map(|r| {
-                    let p = |i: usize| format!("?{}", r * PARAMS + i);
-                    format!(
-                        "({}, {}, {}, {}, {}, 'queued', {})",
-                        p(1),
-                        p(2),
-                        p(3),
-                        p(4),
-                        p(5),
-                        (6..=PARAMS).map(p).collect::<Vec<_>>().join(", ")
-                    )
-                })
-                .collect();
-            v.push(format!("{head} VALUES {}", values.join(", ")));
-            n *= 2;
-        }
-        v
-    });
-    all[rows.trailing_zeros() as usize].as_str()
-}
 
 /// Parameters of one row of [`INSERT`].
 const PARAMS: usize = 17;
 
+/// Groups of [`INSERT`]'s columns that a multi-row statement binds once, as parameters
+/// `?1..=?17` in the column's own position, when every row of the chunk has the same values
+/// there (a batch from one caller mostly does); the other columns get a parameter per row,
+/// numbered from `?18`. Each text bound is copied by SQLite, and binding the 17 values of
+/// every row was a third of a batch's SQLite time (BENCHMARKS.md, issue 19, session 8).
+/// Three groups, not a bit per column, keep the variants (and the statement cache) small.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) struct Shared(u8);
+
+impl Shared {
+    /// Session, tool and title.
+    const NAMES: u8 = 1;
+    /// The due time and the creation time.
+    const TIMES: u8 = 2;
+    /// Priority, attempts, key, timeout, signal, delivery, schedule, tick and unique key.
+    const OPTIONS: u8 = 4;
+    /// Variants: every combination of the three groups.
+    const VARIANTS: usize = 8;
+    /// Nothing shared: a parameter per column and row (a one-row insert).
+    pub(crate) const NONE: Shared = Shared(0);
+
+    /// The groups whose values are the same in every run of `runs`.
+    fn of(runs: &[NewRun]) -> Shared {
+        let Some((first, rest)) = runs.split_first() else {
+            return Shared::NONE;
+        };
+        if rest.is_empty() {
+            return Shared::NONE;
+        }
+        let mut bits = Shared::NAMES | Shared::TIMES | Shared::OPTIONS;
+        for run in rest {
+            if run.session_id != first.session_id
+                || run.tool != first.tool
+                || run.title != first.title
+            {
+                bits &= !Shared::NAMES;
+            }
+            if run.run_at != first.run_at || run.created_at != first.created_at {
+                bits &= !Shared::TIMES;
+            }
+            if run.priority != first.priority
+                || run.max_attempts != first.max_attempts
+                || run.idempotency_key != first.idempotency_key
+                || run.timeout_ms != first.timeout_ms
+                || run.signal_on_completion != first.signal_on_completion
+                || run.delivery != first.delivery
+                || run.schedule_id != first.schedule_id
+                || run.fire_at != first.fire_at
+                || run.ticks != first.ticks
+                || run.unique.as_ref().map(|u| &u.key) != first.unique.as_ref().map(|u| &u.key)
+            {
+                bits &= !Shared::OPTIONS;
+            }
+            if bits == 0 {
+                break;
+            }
+        }
+        Shared(bits)
+    }
+
+    /// Whether parameter `param` (1-based, in [`INSERT`]'s order) is bound once.
+    fn has(self, param: usize) -> bool {
+        let group = match param {
+            2 | 3 | 5 => Shared::NAMES,
+            8 | 9 => Shared::TIMES,
+            6 | 7 | 10..=17 => Shared::OPTIONS,
+            _ => return false,
+        };
+        self.0 & group != 0
+    }
+
+    /// Parameters each row binds itself.
+    fn per_row(self) -> usize {
+        (1..=PARAMS).filter(|&p| !self.has(p)).count()
+    }
+}
+
+/// The INSERT of `rows` runs (a power of two up to [`ROWS_PER_INSERT`]) with the `shared`
+/// columns bound once: [`INSERT`] with `rows` value lists. Few distinct texts (7 sizes, 8
+/// variants), so the statement cache keeps each prepared.
+pub(crate) fn insert_sql(rows: usize, shared: Shared) -> &'static str {
+    debug_assert!(
+        rows.is_power_of_two() && rows <= ROWS_PER_INSERT,
+        "{rows} rows"
+    );
+    const SIZES: usize = ROWS_PER_INSERT.trailing_zeros() as usize + 1;
+    static SQL: [std::sync::OnceLock<String>; SIZES * Shared::VARIANTS] =
+        [const { std::sync::OnceLock::new() }; SIZES * Shared::VARIANTS];
+    SQL[shared.0 as usize * SIZES + rows.trailing_zeros() as usize].get_or_init(|| {
+        let head = &INSERT[..INSERT.find(" VALUES ").unwrap_or(INSERT.len())];
+        let per_row = shared.per_row();
+        let values: Vec<String> = (0..rows)
+            .map(|r| {
+                let mut own = PARAMS + r * per_row;
+                let params: Vec<String> = (1..=PARAMS)
+                    .map(|p| {
+                        if shared.has(p) {
+                            format!("?{p}")
+                        } else {
+                            own += 1;
+                            format!("?{own}")
+                        }
+                    })
+                    .collect();
+                format!(
+                    "({}, 'queued', {})",
+                    params[..5].join(", "),
+                    params[5..].join(", ")
+                )
+            })
+            .collect();
+        format!("{head} VALUES {}", values.join(", "))
+    })
+}
+
 /// Inserts runs that need no lookup: [`ROWS_PER_INSERT`] at a time, the rest in
-/// power-of-two statements. One statement serves all the full chunks: back in the cache a
-/// statement's bindings are cleared, which frees the buffers SQLite copied the text into.
+/// power-of-two statements. Back in the cache a statement's bindings are cleared, which
+/// frees the buffers SQLite copied the text into.
 fn insert_plain(tx: &Transaction<'_>, runs: &[NewRun]) -> Result<(), StoreError> {
     let mut chunks = runs.chunks_exact(ROWS_PER_INSERT);
-    if chunks.len() > 0 {
-        let mut stmt = tx
-            .prepare_cached(insert_sql(ROWS_PER_INSERT))
-            .ctx("prepare insert run")?;
-        for chunk in chunks.by_ref() {
-            insert_chunk(&mut stmt, chunk)?;
-        }
+    for chunk in chunks.by_ref() {
+        insert_chunk(tx, chunk)?;
     }
     let mut rest = chunks.remainder();
     while !rest.is_empty() {
         let (now, later) = rest.split_at(1 << rest.len().ilog2());
-        let mut stmt = tx
-            .prepare_cached(insert_sql(now.len()))
-            .ctx("prepare insert run")?;
-        insert_chunk(&mut stmt, now)?;
+        insert_chunk(tx, now)?;
         rest = later;
     }
     Ok(())
 }
 
-/// Executes `stmt`, an [`insert_sql`] of `runs.len()` rows, for `runs`.
-fn insert_chunk(
-    stmt: &mut rusqlite::CachedStatement<'_>,
-    runs: &[NewRun],
-) -> Result<(), StoreError> {
+/// Inserts `runs` (a power of two of them) with one [`insert_sql`] statement.
+fn insert_chunk(tx: &Transaction<'_>, runs: &[NewRun]) -> Result<(), StoreError> {
+    let shared = Shared::of(runs);
+    let mut stmt = tx
+        .prepare_cached(insert_sql(runs.len(), shared))
+        .ctx("prepare insert run")?;
+    // A per-row value's place within its row's parameters.
+    let mut own = [0; PARAMS + 1];
+    let mut per_row = 0;
+    for (p, slot) in own.iter_mut().enumerate().skip(1) {
+        if !shared.has(p) {
+            per_row += 1;
+            *slot = per_row;
+        }
+    }
     for (r, run) in runs.iter().enumerate() {
-        bind_run(stmt, r * PARAMS, run)?;
+        bind_run(&mut stmt, run, |p| {
+            if shared.has(p) {
+                (r == 0).then_some(p)
+            } else {
+                Some(PARAMS + r * per_row + own[p])
+            }
+        })?;
     }
     stmt.raw_execute().ctx("insert run")?;
     Ok(())
 }
 
-/// Binds `run`'s values to parameters `at + 1 ..= at + PARAMS` of an insert (by position:
-/// binding by name scans the names for each one).
+/// Binds `run`'s values: value `p` (1-based, in [`INSERT`]'s order) to parameter `at(p)`,
+/// if any (by position: binding by name scans the names for each one). Only what is bound
+/// is encoded, so a shared creation time is formatted once per statement.
 fn bind_run(
     stmt: &mut rusqlite::CachedStatement<'_>,
-    at: usize,
     run: &NewRun,
+    at: impl Fn(usize) -> Option<usize>,
 ) -> Result<(), StoreError> {
-    // Serialised straight into a String: `Value::to_string` goes through `fmt::Write`,
-    // twice as slow on a batch enqueue's profile.
-    let args = serde_json::to_string(&run.args).map_err(|e| {
-        StoreError::sqlite(
-            "encode run args",
-            rusqlite::Error::ToSqlConversionFailure(e.into()),
-        )
-    })?;
-    let created = ts(run.created_at);
-    let run_at = if run.run_at == run.created_at {
-        created.clone()
-    } else {
-        ts(run.run_at)
-    };
-    let values: [&dyn rusqlite::ToSql; PARAMS] = [
-        &run.id.as_str(),
-        &run.session_id,
-        &run.tool,
-        &args,
-        &run.title,
-        &run.priority,
-        &run.max_attempts,
-        &run_at,
-        &created,
-        &run.idempotency_key,
-        &run.timeout_ms,
-        &(run.signal_on_completion as i64),
-        &run.delivery.as_str(),
-        &run.schedule_id.as_ref().map(|s| s.as_str()),
-        &run.fire_at.map(ts),
-        &run.ticks,
-        &run.unique.as_ref().map(|u| u.key.as_str()),
-    ];
-    for (i, v) in values.into_iter().enumerate() {
-        stmt.raw_bind_parameter(at + i + 1, v).ctx("bind run")?;
+    let bind =
+        |stmt: &mut rusqlite::CachedStatement<'_>, p: usize, v: &dyn rusqlite::ToSql| match at(p) {
+            Some(i) => stmt.raw_bind_parameter(i, v).ctx("bind run"),
+            None => Ok(()),
+        };
+    bind(stmt, 1, &run.id.as_str())?;
+    bind(stmt, 2, &run.session_id)?;
+    bind(stmt, 3, &run.tool)?;
+    if at(4).is_some() {
+        // Serialised straight into a String: `Value::to_string` goes through `fmt::Write`,
+        // twice as slow on a batch enqueue's profile.
+        let args = serde_json::to_string(&run.args).map_err(|e| {
+            StoreError::sqlite(
+                "encode run args",
+                rusqlite::Error::ToSqlConversionFailure(e.into()),
+            )
+        })?;
+        bind(stmt, 4, &args)?;
     }
+    bind(stmt, 5, &run.title)?;
+    bind(stmt, 6, &run.priority)?;
+    bind(stmt, 7, &run.max_attempts)?;
+    if at(8).is_some() || at(9).is_some() {
+        let created = ts(run.created_at);
+        if run.run_at == run.created_at {
+            bind(stmt, 8, &created)?;
+        } else {
+            bind(stmt, 8, &ts(run.run_at))?;
+        }
+        bind(stmt, 9, &created)?;
+    }
+    bind(stmt, 10, &run.idempotency_key)?;
+    bind(stmt, 11, &run.timeout_ms)?;
+    bind(stmt, 12, &(run.signal_on_completion as i64))?;
+    bind(stmt, 13, &run.delivery.as_str())?;
+    bind(stmt, 14, &run.schedule_id.as_ref().map(|s| s.as_str()))?;
+    bind(stmt, 15, &run.fire_at.map(ts))?;
+    bind(stmt, 16, &run.ticks)?;
+    bind(stmt, 17, &run.unique.as_ref().map(|u| u.key.as_str()))?;
     Ok(())
 }
 
@@ -409,4 +500,78 @@ pub fn count_active_in_session(
         |r| r.get(0),
     )
     .ctx("count active runs")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_shared_group_is_bound_once_and_the_rest_per_row() {
+        let all = Shared(Shared::NAMES | Shared::TIMES | Shared::OPTIONS);
+        assert_eq!(all.per_row(), 2, "id and args");
+        let sql = insert_sql(2, all);
+        let values = &sql[sql.find(" VALUES ").expect("values")..];
+        assert_eq!(
+            values,
+            " VALUES (?18, ?2, ?3, ?19, ?5, 'queued', ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17), \
+             (?20, ?2, ?3, ?21, ?5, 'queued', ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)"
+        );
+        let times = Shared(Shared::TIMES);
+        assert_eq!(times.per_row(), PARAMS - 2);
+        let sql = insert_sql(2, times);
+        assert!(
+            sql.contains("(?18, ?19, ?20, ?21, ?22, 'queued', ?23, ?24, ?8, ?9, ?25,"),
+            "{sql}"
+        );
+        assert!(
+            sql.contains("(?33, ?34, ?35, ?36, ?37, 'queued', ?38, ?39, ?8, ?9, ?40,"),
+            "{sql}"
+        );
+        let none = insert_sql(1, Shared::NONE);
+        assert!(none.ends_with("(?18, ?19, ?20, ?21, ?22, 'queued', ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31, ?32, ?33, ?34)"), "{none}");
+    }
+
+    #[test]
+    fn the_shared_groups_are_those_equal_in_every_run() {
+        let now = chrono::Utc::now();
+        let run = |session: &str, priority: i64, at: i64| NewRun {
+            id: RunId::generate(),
+            session_id: session.into(),
+            tool: "t".into(),
+            args: serde_json::json!({}),
+            title: "t".into(),
+            priority,
+            max_attempts: 3,
+            run_at: now + chrono::Duration::seconds(at),
+            created_at: now,
+            idempotency_key: None,
+            timeout_ms: None,
+            signal_on_completion: true,
+            delivery: crate::run::Delivery::WhenIdle,
+            schedule_id: None,
+            fire_at: None,
+            ticks: 1,
+            unique: None,
+        };
+        let all = Shared::NAMES | Shared::TIMES | Shared::OPTIONS;
+        assert_eq!(Shared::of(&[run("a", 0, 0), run("a", 0, 0)]), Shared(all));
+        assert_eq!(
+            Shared::of(&[run("a", 0, 0), run("b", 0, 0)]),
+            Shared(all & !Shared::NAMES)
+        );
+        assert_eq!(
+            Shared::of(&[run("a", 0, 0), run("a", 1, 0)]),
+            Shared(all & !Shared::OPTIONS)
+        );
+        assert_eq!(
+            Shared::of(&[run("a", 0, 0), run("a", 0, 1), run("b", 1, 0)]),
+            Shared::NONE
+        );
+        assert_eq!(
+            Shared::of(&[run("a", 0, 0)]),
+            Shared::NONE,
+            "one row: nothing to share"
+        );
+    }
 }
