@@ -1,0 +1,438 @@
+//! The floor under toolq's own writes (issue 19): what SQLite alone, driven by rusqlite on one
+//! thread with no toolq code around it, does with toolq's rows, schema and statements. Where a
+//! figure of `examples/workload` is at or near its floor here, no change to toolq's code can
+//! lift it much: only a change of what is written (the data model) can.
+//!
+//! `cargo run --release --example sqlite_floor -- <dir> <n>` prints one JSON line:
+//! - `runs_batch_insert_per_s`: toolq's enqueue row into `schema.sql`, 1,000 runs per
+//!   transaction in multi-row INSERTs of 64 (what `Client::enqueue_batch` writes);
+//! - `lean_runs_insert_commits_per_s`: one run per transaction (`sqlite_limit`'s
+//!   `runs_insert_commits_per_s` is the same with `schema.sql`) into the leanest table that
+//!   still finds a run by id and claims: keyed by its text id (`WITHOUT ROWID`, so the id index
+//!   is the table) with the claim index only (no session, delay, schedule or key index);
+//! - `drain_c16_per_s`, `drain_c256_per_s`: the drain's writes with toolq's schema and its
+//!   statements, in cohorts of 16 (the workload's concurrency) and 256: one transaction per
+//!   cohort records the previous cohort's ends (the fenced state change, a log and a result
+//!   blob, an inbox message) and claims the next one (the running counts, the session's
+//!   head, the claim and the read-back), as the worker's finisher does;
+//! - `narrow_drain_c16_per_s`, `narrow_drain_c256_per_s`: the same drain if the state, attempt,
+//!   lease and timestamps lived in a narrow table of their own (issue 19's "narrow hot table"
+//!   lever), with the same indexes on it and the same blobs and messages.
+//!
+//! Seeding the runs a drain takes is not timed. WAL, synchronous NORMAL, a fresh file each.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Instant;
+
+use rusqlite::{Connection, Transaction, params};
+use serde_json::json;
+
+/// Multi-row INSERT statements hold this many rows at most (as toolq's enqueue does).
+const ROWS_PER_INSERT: usize = 64;
+/// Runs per transaction when seeding or batch-enqueueing.
+const PER_BATCH: usize = 1_000;
+
+fn fresh(dir: &Path, name: &str) -> rusqlite::Result<Connection> {
+    let path: PathBuf = dir.join(name);
+    for s in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{s}", path.display()));
+    }
+    let c = Connection::open(&path)?;
+    let mode: String = c.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;
+    assert_eq!(mode, "wal", "journal_mode did not take");
+    c.execute_batch("PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON;")?;
+    c.execute_batch(include_str!("../schema.sql"))?;
+    Ok(c)
+}
+
+/// `head VALUES (..), (..)` with `rows` groups of `per_row` numbered parameters after `?1`.
+fn values(head: &str, row: &str, rows: usize) -> String {
+    let per_row = row.matches('#').count();
+    let mut sql = format!("{head} VALUES ");
+    let mut next = 2;
+    for i in 0..rows {
+        if i > 0 {
+            sql.push_str(", ");
+        }
+        for part in row.split_inclusive('#') {
+            match part.strip_suffix('#') {
+                Some(text) => {
+                    sql.push_str(&format!("{text}?{next}"));
+                    next += 1;
+                }
+                None => sql.push_str(part),
+            }
+        }
+    }
+    debug_assert_eq!(next, 2 + rows * per_row);
+    sql
+}
+
+/// toolq's enqueue INSERT (src/store/sqlite/runs.rs): one row binds its 17 values; a
+/// statement of many rows whose runs share all but their id and args (a batch from one caller)
+/// binds the shared 15 once as `?1..=?17` in their column's place and each row's id and args
+/// from `?18` on, as toolq does.
+const RUNS_HEAD: &str = "INSERT INTO runs (id, session_id, tool, args, title, state, priority, \
+    max_attempts, run_at, created_at, idempotency_key, timeout_ms, signal_on_completion, delivery, \
+    schedule_id, fire_at, ticks, unique_key)";
+/// Parameters of one row.
+const RUNS_PARAMS: usize = 17;
+
+fn runs_sql(rows: usize) -> String {
+    let mut sql = format!("{RUNS_HEAD} VALUES ");
+    for r in 0..rows {
+        if r > 0 {
+            sql.push_str(", ");
+        }
+        if rows == 1 {
+            sql.push_str("(?1, ?2, ?3, ?4, ?5, 'queued', ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)");
+        } else {
+            let own = RUNS_PARAMS + 1 + 2 * r;
+            sql.push_str(&format!(
+                "(?{own}, ?2, ?3, ?{}, ?5, 'queued', ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)",
+                own + 1
+            ));
+        }
+    }
+    sql
+}
+
+fn payload(i: usize) -> String {
+    format!(r#"{{"kind":"noop","i":{i},"pad":"0123456789abcdef"}}"#)
+}
+
+/// Inserts `count` runs due now in multi-row statements, in the caller's transaction.
+fn insert_runs(tx: &Transaction<'_>, from: usize, count: usize) -> rusqlite::Result<()> {
+    let now = toolq::clock::ts(chrono::Utc::now());
+    let null: Option<&str> = None;
+    let mut done = 0;
+    while done < count {
+        let rows = ROWS_PER_INSERT.min(count - done);
+        let mut stmt = tx.prepare_cached(&runs_sql(rows))?;
+        let values: [&dyn rusqlite::ToSql; RUNS_PARAMS] = [
+            &null,
+            &"default",
+            &"noop",
+            &null,
+            &"noop",
+            &0_i64,
+            &3_i64,
+            &now,
+            &now,
+            &null,
+            &null,
+            &1_i64,
+            &"when_idle",
+            &null,
+            &null,
+            &1_i64,
+            &null,
+        ];
+        for (i, v) in values.into_iter().enumerate() {
+            if rows == 1 || ![0, 3].contains(&i) {
+                stmt.raw_bind_parameter(i + 1, v)?;
+            }
+        }
+        for r in 0..rows {
+            let id = toolq::RunId::generate();
+            let args = payload(from + done + r);
+            let (id_at, args_at) = if rows == 1 {
+                (1, 4)
+            } else {
+                (RUNS_PARAMS + 1 + 2 * r, RUNS_PARAMS + 2 + 2 * r)
+            };
+            stmt.raw_bind_parameter(id_at, id.as_str())?;
+            stmt.raw_bind_parameter(args_at, args)?;
+        }
+        stmt.raw_execute()?;
+        done += rows;
+    }
+    Ok(())
+}
+
+/// One run per transaction into the leanest table described in the module doc.
+fn lean_inserts(dir: &Path, n: usize) -> rusqlite::Result<f64> {
+    let c = {
+        let path = dir.join("floor-lean.db");
+        for s in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(format!("{}{s}", path.display()));
+        }
+        let c = Connection::open(&path)?;
+        c.query_row("PRAGMA journal_mode = WAL", [], |r| r.get::<_, String>(0))?;
+        c.execute_batch("PRAGMA synchronous = NORMAL;")?;
+        let full = Connection::open_in_memory()?;
+        full.execute_batch(include_str!("../schema.sql"))?;
+        let runs: String = full.query_row(
+            "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'runs'",
+            [],
+            |r| r.get(0),
+        )?;
+        let claim: String = full.query_row(
+            "SELECT sql FROM sqlite_master WHERE name = 'runs_claimable_idx'",
+            [],
+            |r| r.get(0),
+        )?;
+        // The schedules reference needs its table; no row here has a schedule.
+        c.execute_batch(&format!(
+            "{} WITHOUT ROWID; {claim};",
+            runs.replace(" REFERENCES schedules(id) ON DELETE SET NULL", "")
+        ))?;
+        c
+    };
+    let t = Instant::now();
+    for i in 0..n {
+        let tx = c.unchecked_transaction()?;
+        insert_runs(&tx, i, 1)?;
+        tx.commit()?;
+    }
+    Ok(n as f64 / t.elapsed().as_secs_f64())
+}
+
+fn batch_inserts(dir: &Path, n: usize) -> rusqlite::Result<f64> {
+    let c = fresh(dir, "floor-batch.db")?;
+    let t = Instant::now();
+    let mut i = 0;
+    while i < n {
+        let k = PER_BATCH.min(n - i);
+        let tx = c.unchecked_transaction()?;
+        insert_runs(&tx, i, k)?;
+        tx.commit()?;
+        i += k;
+    }
+    Ok(n as f64 / t.elapsed().as_secs_f64())
+}
+
+/// The narrow hot table of the `narrow_*` figures: what a claim and an end change, plus the
+/// columns the claim and limit indexes need. The wide `runs` row is written once and not
+/// touched again.
+const NARROW_SCHEMA: &str = "CREATE TABLE hot (run INTEGER PRIMARY KEY, session_id TEXT NOT NULL, \
+    tool TEXT NOT NULL, priority INTEGER NOT NULL, run_at TEXT NOT NULL, state TEXT NOT NULL, \
+    attempt INTEGER NOT NULL DEFAULT 0, started_at TEXT, finished_at TEXT, lease_owner TEXT, \
+    lease_token TEXT, lease_expires_at TEXT, heartbeat_at TEXT); \
+    CREATE INDEX hot_claimable_idx ON hot (session_id, tool, priority DESC, run_at) WHERE state = 'queued'; \
+    CREATE INDEX hot_running_idx ON hot (lease_owner, lease_expires_at, session_id, tool) WHERE state = 'running'; \
+    CREATE INDEX hot_final_idx ON hot (state, finished_at) WHERE state IN ('completed', 'failed', 'cancelled');";
+
+/// One layout's drain statements: the claim's reads and writes and the end's state change.
+struct Layout {
+    running: &'static str,
+    head: &'static str,
+    claim: &'static str,
+    read_back: &'static str,
+    finish: &'static str,
+}
+
+/// toolq's own statements (src/store/sqlite/claim.rs and finish.rs).
+const TOOLQ: Layout = Layout {
+    running: "SELECT session_id, tool, count(*) FROM runs INDEXED BY runs_running_owner_idx \
+        WHERE state = 'running' GROUP BY session_id, tool",
+    head: "SELECT rowid, id FROM runs INDEXED BY runs_claimable_idx WHERE state = 'queued' \
+        AND session_id = 'default' AND tool = 'noop' AND run_at <= ?1 \
+        ORDER BY priority DESC, run_at, id LIMIT ?2",
+    claim: "UPDATE runs SET state = 'running', attempt = attempt + 1, lease_owner = ?1, \
+        lease_token = ?2, lease_expires_at = ?3, heartbeat_at = ?4, started_at = ?4, \
+        cancel_requested_at = NULL, status_text = NULL, progress = NULL, output_tail = NULL \
+        WHERE rowid = ?5 AND state = 'queued'",
+    read_back: "SELECT * FROM runs WHERE rowid = ?1",
+    finish: "UPDATE runs SET state = ?1, run_at = coalesce(?2, run_at), finished_at = ?3, \
+        error = ?4, internal_error = ?5, \
+        errors = CASE WHEN ?6 IS NULL THEN errors ELSE json_insert(errors, '$[#]', json(?6)) END, \
+        status_text = coalesce(?7, status_text), progress = coalesce(?8, progress), \
+        output_tail = coalesce(?9, output_tail), approval_state = coalesce(?10, approval_state), \
+        approval_deadline = coalesce(?11, approval_deadline), \
+        attempt = CASE WHEN ?1 = 'awaiting_approval' THEN attempt - 1 ELSE attempt END, \
+        lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL \
+        WHERE id = ?12 AND state = 'running' AND attempt = ?13 AND lease_token = ?14",
+};
+
+/// The same statements against the narrow hot table (the run's id read from the wide row).
+const NARROW: Layout = Layout {
+    running: "SELECT session_id, tool, count(*) FROM hot INDEXED BY hot_running_idx \
+        WHERE state = 'running' GROUP BY session_id, tool",
+    head: "SELECT run, (SELECT id FROM runs WHERE rowid = run) FROM hot INDEXED BY hot_claimable_idx \
+        WHERE state = 'queued' AND session_id = 'default' AND tool = 'noop' AND run_at <= ?1 \
+        ORDER BY priority DESC, run_at LIMIT ?2",
+    claim: "UPDATE hot SET state = 'running', attempt = attempt + 1, lease_owner = ?1, \
+        lease_token = ?2, lease_expires_at = ?3, heartbeat_at = ?4, started_at = ?4 \
+        WHERE run = ?5 AND state = 'queued'",
+    read_back: "SELECT * FROM runs JOIN hot ON hot.run = runs.rowid WHERE runs.rowid = ?1",
+    finish: "UPDATE hot SET state = ?1, run_at = coalesce(?2, run_at), finished_at = ?3, \
+        attempt = CASE WHEN ?1 = 'awaiting_approval' THEN attempt - 1 ELSE attempt END, \
+        lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL \
+        WHERE run = (SELECT rowid FROM runs WHERE id = ?12) AND state = 'running' \
+        AND attempt = ?13 AND lease_token = ?14",
+};
+
+const BLOBS_HEAD: &str = "INSERT INTO blobs (session_id, path, run_id, content, size, truncated, created_at, updated_at)";
+const BLOBS_ROW: &str = "('default', #, #, #, #, 0, ?1, ?1)";
+const INBOX_HEAD: &str =
+    "INSERT INTO inbox (session_id, run_id, attempt, kind, body, data, delivery, created_at)";
+const INBOX_ROW: &str = "('default', #, 1, 'completed', #, #, 'when_idle', ?1)";
+
+/// A claimed run: its id and the lease token its end must show.
+struct Claimed {
+    id: String,
+    token: String,
+}
+
+/// Records the ends of `cohort` as toolq does: the fenced state change, then a log and a
+/// result blob per run and one message per run in multi-row statements.
+fn record_ends(tx: &Transaction<'_>, layout: &Layout, cohort: &[Claimed]) -> rusqlite::Result<()> {
+    if cohort.is_empty() {
+        return Ok(());
+    }
+    let now = toolq::clock::ts(chrono::Utc::now());
+    let mut finish = tx.prepare_cached(layout.finish)?;
+    for run in cohort {
+        finish.raw_bind_parameter(1, "completed")?;
+        finish.raw_bind_parameter(3, &now)?;
+        finish.raw_bind_parameter(12, &run.id)?;
+        finish.raw_bind_parameter(13, 1)?;
+        finish.raw_bind_parameter(14, &run.token)?;
+        let changed = finish.raw_execute()?;
+        assert_eq!(changed, 1, "the end of {} did not apply", run.id);
+    }
+    let result = br#"{"ok":true}"#.as_slice();
+    for chunk in cohort.chunks(ROWS_PER_INSERT / 2) {
+        let mut blobs = tx.prepare_cached(&values(BLOBS_HEAD, BLOBS_ROW, chunk.len() * 2))?;
+        blobs.raw_bind_parameter(1, &now)?;
+        let mut i = 2;
+        for run in chunk {
+            for (name, content) in [("output.log", b"".as_slice()), ("result.json", result)] {
+                blobs.raw_bind_parameter(i, format!("/.background/{}/{name}", run.id))?;
+                blobs.raw_bind_parameter(i + 1, &run.id)?;
+                blobs.raw_bind_parameter(i + 2, content)?;
+                blobs.raw_bind_parameter(i + 3, content.len() as i64)?;
+                i += 4;
+            }
+        }
+        blobs.raw_execute()?;
+    }
+    for chunk in cohort.chunks(ROWS_PER_INSERT) {
+        let mut inbox = tx.prepare_cached(&values(INBOX_HEAD, INBOX_ROW, chunk.len()))?;
+        inbox.raw_bind_parameter(1, &now)?;
+        let mut i = 2;
+        for run in chunk {
+            inbox.raw_bind_parameter(i, &run.id)?;
+            inbox.raw_bind_parameter(i + 1, format!("Background run {} completed.", run.id))?;
+            inbox.raw_bind_parameter(
+                i + 2,
+                format!(r#"{{"run_id":"{}","status":"completed"}}"#, run.id),
+            )?;
+            i += 3;
+        }
+        inbox.raw_execute()?;
+    }
+    Ok(())
+}
+
+/// Claims up to `size` runs as toolq's claim does and returns them.
+fn claim(
+    tx: &Transaction<'_>,
+    layout: &Layout,
+    size: usize,
+    seq: &mut u64,
+) -> rusqlite::Result<Vec<Claimed>> {
+    let now_t = chrono::Utc::now();
+    let now = toolq::clock::ts(now_t);
+    let until = toolq::clock::ts(now_t + chrono::Duration::seconds(30));
+    let _running: Vec<(String, String, i64)> = tx
+        .prepare_cached(layout.running)?
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+        .collect::<rusqlite::Result<_>>()?;
+    let heads: Vec<(i64, String)> = tx
+        .prepare_cached(layout.head)?
+        .query_map(params![now, size as i64], |r| Ok((r.get(0)?, r.get(1)?)))?
+        .collect::<rusqlite::Result<_>>()?;
+    let mut update = tx.prepare_cached(layout.claim)?;
+    let mut read = tx.prepare_cached(layout.read_back)?;
+    let mut out = Vec::with_capacity(heads.len());
+    for (rowid, id) in heads {
+        *seq += 1;
+        let token = format!("{:024x}", *seq);
+        let changed = update.execute(params!["wk_floor", token, until, now, rowid])?;
+        assert_eq!(changed, 1, "the claim of {id} did not apply");
+        read.query_row([rowid], |r| r.get::<_, String>(0))?;
+        out.push(Claimed { id, token });
+    }
+    Ok(out)
+}
+
+/// Drains `n` seeded runs in cohorts of `cohort`; the rate counts the timed part only.
+fn drain(dir: &Path, n: usize, cohort: usize, narrow: bool) -> rusqlite::Result<f64> {
+    let name = format!(
+        "floor-drain-{}-{cohort}.db",
+        if narrow { "narrow" } else { "toolq" }
+    );
+    let c = fresh(dir, &name)?;
+    let layout = if narrow {
+        c.execute_batch(NARROW_SCHEMA)?;
+        &NARROW
+    } else {
+        &TOOLQ
+    };
+    let mut i = 0;
+    while i < n {
+        let k = PER_BATCH.min(n - i);
+        let tx = c.unchecked_transaction()?;
+        insert_runs(&tx, i, k)?;
+        tx.commit()?;
+        i += k;
+    }
+    if narrow {
+        c.execute_batch(
+            "INSERT INTO hot (run, session_id, tool, priority, run_at, state) \
+             SELECT rowid, session_id, tool, priority, run_at, state FROM runs",
+        )?;
+    }
+    c.execute_batch("PRAGMA wal_checkpoint(TRUNCATE)")?;
+    let mut seq = 0;
+    let t = Instant::now();
+    let mut running: Vec<Claimed> = Vec::new();
+    let mut ended = 0;
+    loop {
+        let tx = c.unchecked_transaction()?;
+        record_ends(&tx, layout, &running)?;
+        ended += running.len();
+        running = claim(&tx, layout, cohort, &mut seq)?;
+        tx.commit()?;
+        if running.is_empty() {
+            break;
+        }
+    }
+    let rate = n as f64 / t.elapsed().as_secs_f64();
+    assert_eq!(ended, n, "the drain ended {ended} runs of {n}");
+    Ok(rate)
+}
+
+fn main() -> ExitCode {
+    let v: Vec<String> = std::env::args().skip(1).collect();
+    let (Some(dir), Some(n)) = (v.first(), v.get(1).and_then(|n| n.parse::<usize>().ok())) else {
+        eprintln!("usage: sqlite_floor <dir> <n>");
+        return ExitCode::from(2);
+    };
+    let dir = Path::new(dir);
+    let run = || -> rusqlite::Result<serde_json::Value> {
+        Ok(json!({
+            "mode": "sqlite-floor", "n": n,
+            "lean_runs_insert_commits_per_s": lean_inserts(dir, n)?.round(),
+            "runs_batch_insert_per_s": batch_inserts(dir, n)?.round(),
+            "drain_c16_per_s": drain(dir, n, 16, false)?.round(),
+            "drain_c256_per_s": drain(dir, n, 256, false)?.round(),
+            "narrow_drain_c16_per_s": drain(dir, n, 16, true)?.round(),
+            "narrow_drain_c256_per_s": drain(dir, n, 256, true)?.round(),
+            "journal_mode": "wal", "synchronous": "NORMAL", "sqlite": rusqlite::version(),
+        }))
+    };
+    match run() {
+        Ok(line) => {
+            println!("{line}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("sqlite_floor: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
