@@ -40,8 +40,11 @@ const PUT_TAIL: &str = "ON CONFLICT (session_id, path) DO UPDATE SET content = e
     updated_at = excluded.updated_at";
 
 /// [`PUT`] for `rows` blobs, `now` shared as `?1`.
-pub(crate) fn put_many_sql(rows: usize) -> String {
-    super::rows::values_sql(PUT_HEAD, "(#, #, #, #, #, #, ?1, ?1)", rows, PUT_TAIL)
+pub(crate) fn put_many_sql(rows: usize) -> &'static str {
+    static SQL: super::rows::SqlBySize = super::rows::SqlBySize::new();
+    SQL.get(rows, |rows| {
+        super::rows::values_sql(PUT_HEAD, "(#, #, #, #, #, #, ?1, ?1)", rows, PUT_TAIL)
+    })
 }
 
 /// [`put`] for many blobs: one multi-row statement per chunk (see `store::rows`).

@@ -42,13 +42,16 @@ pub fn insert_encoded(
 }
 
 /// [`INSERT`] for `rows` messages, `created_at` shared as `?1`.
-pub(crate) fn insert_many_sql(rows: usize) -> String {
-    super::rows::values_sql(
-        "INSERT INTO inbox (session_id, run_id, attempt, kind, body, data, delivery, created_at)",
-        "(#, #, #, #, #, #, #, ?1)",
-        rows,
-        "",
-    )
+pub(crate) fn insert_many_sql(rows: usize) -> &'static str {
+    static SQL: super::rows::SqlBySize = super::rows::SqlBySize::new();
+    SQL.get(rows, |rows| {
+        super::rows::values_sql(
+            "INSERT INTO inbox (session_id, run_id, attempt, kind, body, data, delivery, created_at)",
+            "(#, #, #, #, #, #, #, ?1)",
+            rows,
+            "",
+        )
+    })
 }
 
 /// [`insert_encoded`] for many messages, each with its `data` already encoded: one

@@ -43,8 +43,8 @@ fn per_run_statements_build_no_temporary_btree() {
         super::inbox::insert_many_sql(16),
     );
     for (name, sql, allowed) in [
-        ("blobs of a cohort", blobs.as_str(), 0),
-        ("messages of a cohort", messages.as_str(), 0),
+        ("blobs of a cohort", blobs, 0),
+        ("messages of a cohort", messages, 0),
         ("enqueue", super::runs::INSERT, 0),
         (
             "enqueue of a batch",

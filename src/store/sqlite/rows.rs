@@ -2,6 +2,8 @@
 //! instead of one per row. SQLite's fixed cost per execution (reset, cursor opens, an
 //! `AUTOINCREMENT` table's sequence read and write) is paid once per chunk.
 
+use std::sync::OnceLock;
+
 use rusqlite::{Statement, ToSql, Transaction};
 
 use super::Ctx;
@@ -25,6 +27,31 @@ pub(crate) fn chunks(mut n: usize) -> impl Iterator<Item = usize> {
         n -= size;
         Some(size)
     })
+}
+
+/// The texts of one multi-row statement by chunk size (1, 2, 4, ..., [`MAX_CHUNK`] rows),
+/// each built on first use: a cohort's settle asked for them on every commit, and building
+/// one is a few thousand instructions of formatting.
+pub(crate) struct SqlBySize([OnceLock<String>; SIZES]);
+
+/// Chunk sizes [`chunks`] yields: the powers of two up to [`MAX_CHUNK`].
+const SIZES: usize = MAX_CHUNK.trailing_zeros() as usize + 1;
+
+impl SqlBySize {
+    /// An empty cache, for a `static`.
+    pub(crate) const fn new() -> Self {
+        Self([const { OnceLock::new() }; SIZES])
+    }
+
+    /// The text for `rows` rows (a power of two up to [`MAX_CHUNK`]), `make` building it once.
+    pub(crate) fn get(
+        &'static self,
+        rows: usize,
+        make: impl FnOnce(usize) -> String,
+    ) -> &'static str {
+        debug_assert!(rows.is_power_of_two() && rows <= MAX_CHUNK, "{rows} rows");
+        self.0[(rows.trailing_zeros() as usize).min(SIZES - 1)].get_or_init(|| make(rows))
+    }
 }
 
 /// `{head} VALUES (...), (...) {tail}` for `rows` rows of `row` placeholders. In `row`, `#`
@@ -64,7 +91,7 @@ pub(crate) fn insert_chunked<T>(
     tx: &Transaction<'_>,
     items: &[T],
     what: &str,
-    sql: impl Fn(usize) -> String,
+    sql: impl Fn(usize) -> &'static str,
     shared: &dyn ToSql,
     bind: impl Fn(&mut Statement<'_>, usize, &T) -> rusqlite::Result<usize>,
 ) -> Result<(), StoreError> {
@@ -72,7 +99,7 @@ pub(crate) fn insert_chunked<T>(
     for size in chunks(items.len()) {
         let (chunk, tail) = rest.split_at(size);
         rest = tail;
-        let mut stmt = tx.prepare_cached(&sql(size)).ctx(what)?;
+        let mut stmt = tx.prepare_cached(sql(size)).ctx(what)?;
         stmt.raw_bind_parameter(1, shared).ctx(what)?;
         let mut next = 2;
         for item in chunk {
