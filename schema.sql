@@ -1,4 +1,4 @@
--- toolq schema, version 9 (stored in PRAGMA user_version; src/store/migrate.rs upgrades older files).
+-- toolq schema, version 10 (stored in PRAGMA user_version; src/store/migrate.rs upgrades older files).
 --
 -- This file is the whole schema. It is embedded in the binary and applied by `toolq init`
 -- (or by any command that opens a new database). Ops people: this is your interface.
@@ -8,7 +8,9 @@
 --     order, so `WHERE finished_at > '2026-11-01'` works, and people can read them.
 --   * JSON columns (args, progress, data, ...) hold valid JSON and can be read with
 --     json_extract(), e.g. `json_extract(progress, '$.current')`. runs.args and inbox.data,
---     written on every enqueue and finish, are not re-checked with json_valid() (version 9).
+--     written on every enqueue and finish, are not re-checked with json_valid() (version 9),
+--     nor are runs.errors and runs.stages, which toolq only appends to with json_insert()
+--     (version 10).
 --   * States are CHECK-constrained; the lifecycle is
 --       queued -> (awaiting_approval ->) running -> completed | failed | cancelled
 --     and a running run whose attempt fails with a retryable error goes back to queued.
@@ -53,9 +55,9 @@ CREATE TABLE runs (
     output_tail           TEXT,                              -- last 2048 characters of the log, escaped
     error                 TEXT,                              -- message the session may see
     internal_error        TEXT,                              -- ops only, never shown to the session
-    errors                TEXT NOT NULL DEFAULT '[]' CHECK (json_valid(errors)),  -- one entry per failed attempt
+    errors                TEXT NOT NULL DEFAULT '[]',  -- one entry per failed attempt
     operation_id          TEXT,                              -- async tools: the external operation to resume
-    stages                TEXT NOT NULL DEFAULT '[]' CHECK (json_valid(stages)),  -- async tools: stage history
+    stages                TEXT NOT NULL DEFAULT '[]',  -- async tools: stage history
     approval_state        TEXT CHECK (approval_state IS NULL OR approval_state = 'pending'
                               OR approval_state = 'approved' OR approval_state = 'denied' OR approval_state = 'expired'),
     approval_deadline     TEXT,

@@ -50,6 +50,7 @@ mod schedule_cli;
 mod schedules;
 mod shutdown;
 mod spawn_background;
+mod sqlite_build;
 mod status;
 mod tools;
 mod typed_tools;

@@ -392,3 +392,97 @@ fn a_version_8_file_loses_the_enqueue_checks_and_keeps_its_rows() {
         .unwrap();
     assert_eq!(check, "ok");
 }
+
+const SCHEMA_V9: &str = include_str!("fixtures/schema_v9.sql");
+
+/// Version 9 -> 10 (issue 19): the json_valid CHECKs of runs.errors and runs.stages, evaluated
+/// on every insert and on every finish, are edited out of the table definition in place. Runs
+/// in every state keep their rows, and the connection that migrated no longer enforces them.
+#[test]
+fn a_version_9_file_loses_the_errors_and_stages_checks_and_keeps_its_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let (old, new) = (dir.path().join("v9.db"), dir.path().join("new.db"));
+    let states = [
+        "queued",
+        "awaiting_approval",
+        "running",
+        "completed",
+        "failed",
+        "cancelled",
+    ];
+    {
+        let c = Connection::open(&old).unwrap();
+        c.execute_batch(SCHEMA_V9).unwrap();
+        c.execute_batch("PRAGMA user_version = 9").unwrap();
+        for (i, state) in states.iter().enumerate() {
+            c.execute(
+                "INSERT INTO runs (id, session_id, tool, args, title, state, attempt, run_at, created_at,
+                                   errors, stages)
+                 VALUES (?1, 's1', 'echo', '{}', ?2, ?2, ?3, '2026-01-01T00:00:00.000Z',
+                         '2026-01-01T00:00:00.000Z', ?4, ?5)",
+                rusqlite::params![
+                    format!("bg_{state}"),
+                    state,
+                    i as i64,
+                    format!("[{{\"attempt\":{i}}}]"),
+                    format!("[{{\"stage\":\"{state}\"}}]"),
+                ],
+            )
+            .unwrap();
+        }
+        let invalid = c.execute(
+            "UPDATE runs SET errors = 'not json' WHERE id = 'bg_queued'",
+            [],
+        );
+        assert!(invalid.is_err(), "version 9 checks errors");
+    }
+    // The store that migrates writes through the same connection afterwards.
+    let store = Store::open(&old).unwrap();
+    store
+        .write(|tx| {
+            tx.execute(
+                "INSERT INTO runs (id, session_id, tool, args, title, run_at, created_at, errors, stages) \
+                 VALUES ('bg_raw', 's1', 'echo', '{}', 'raw', '2026-01-01T00:00:00.000Z', \
+                         '2026-01-01T00:00:00.000Z', 'not json', 'not json either')",
+                [],
+            )
+            .map_err(|e| toolq::error::StoreError::Task(format!("insert: {e}")))
+        })
+        .expect("the migrating connection no longer checks errors and stages");
+    drop(store);
+    let o = upgrade(&old, &new);
+    for (i, state) in states.iter().enumerate() {
+        let row: (String, i64, String, String) = o
+            .query_row(
+                "SELECT state, attempt, errors, stages FROM runs WHERE id = ?1",
+                [format!("bg_{state}")],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+            )
+            .unwrap();
+        assert_eq!(
+            row,
+            (
+                state.to_string(),
+                i as i64,
+                format!("[{{\"attempt\":{i}}}]"),
+                format!("[{{\"stage\":\"{state}\"}}]"),
+            )
+        );
+    }
+    let sql: String = o
+        .query_row(
+            "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'runs'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert!(!sql.contains("json_valid(errors)") && !sql.contains("json_valid(stages)"));
+    assert!(
+        sql.contains("json_valid(progress)"),
+        "progress, written rarely, keeps its check"
+    );
+    let check: String = o
+        .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(check, "ok");
+}
