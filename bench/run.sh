@@ -109,7 +109,8 @@ line("enqueue", "enqueue", "rate", "jobs/s", lim_ins, "insert limit")
 # The same commits with toolq's runs schema and row (no toolq code): SQLite's share of an enqueue.
 line("raw runs-row commits", "sqlite-limit", "runs_insert_commits_per_s", "/s", lim_ins, "insert limit")
 line("enqueue", "enqueue", "rate", "jobs/s", med("sqlite-limit", "runs_insert_commits_per_s"), "raw runs-row commits")
-line("lean runs-row commits", "sqlite-floor", "lean_runs_insert_commits_per_s", "/s", lim_ins, "insert limit")
+line("floor runs-row commits", "sqlite-floor", "runs_insert_commits_per_s", "/s", lim_ins, "insert limit")
+line("  leanest table", "sqlite-floor", "lean_runs_insert_commits_per_s", "/s", lim_ins, "insert limit")
 line("enqueue-batch", "enqueue-batch", "rate", "jobs/s", lim_batch, "batched lifecycle")
 line("raw runs-row batch", "sqlite-floor", "runs_batch_insert_per_s", "/s")
 line("enqueue-batch", "enqueue-batch", "rate", "jobs/s", med("sqlite-floor", "runs_batch_insert_per_s"), "raw runs-row batch")
@@ -157,7 +158,7 @@ floor = lambda key: med("sqlite-floor", key)
 # where such a floor exists: a target above its floor needs a different data model, not code.
 targets = [
     ("enqueue / raw insert commits", ratio(med("enqueue", "rate"), lim_ins), ">=", 0.9,
-     ratio(med("sqlite-limit", "runs_insert_commits_per_s"), lim_ins)),
+     ratio(floor("runs_insert_commits_per_s"), lim_ins)),
     ("enqueue-batch / plainjob", ratio(med("enqueue-batch", "rate"), med("plainjob-enqueue-batch", "rate")), ">=", 1.1,
      ratio(floor("runs_batch_insert_per_s"), med("plainjob-enqueue-batch", "rate"))),
     ("drain / raw batched", ratio(med("drain", "rate"), lim_batch), ">=", 0.25,

@@ -6,9 +6,10 @@
 //! `cargo run --release --example sqlite_floor -- <dir> <n>` prints one JSON line:
 //! - `runs_batch_insert_per_s`: toolq's enqueue row into `schema.sql`, 1,000 runs per
 //!   transaction in multi-row INSERTs of 64 (what `Client::enqueue_batch` writes);
-//! - `lean_runs_insert_commits_per_s`: one run per transaction (`sqlite_limit`'s
-//!   `runs_insert_commits_per_s` is the same with `schema.sql`) into the leanest table that
-//!   still finds a run by id and claims: keyed by its text id (`WITHOUT ROWID`, so the id index
+//! - `runs_insert_commits_per_s`: one run per transaction, as `Client::enqueue` writes it
+//!   (`sqlite_limit` has the same figure with SQLite's own checkpoints);
+//! - `lean_runs_insert_commits_per_s`: the same into the leanest table that still finds a run
+//!   by id and claims: keyed by its text id (`WITHOUT ROWID`, so the id index
 //!   is the table) with the claim index only (no session, delay, schedule or key index);
 //! - `drain_c16_per_s`, `drain_c256_per_s`: the drain's writes with toolq's schema and its
 //!   statements, in cohorts of 16 (the workload's concurrency) and 256: one transaction per
@@ -19,7 +20,9 @@
 //!   lease and timestamps lived in a narrow table of their own (issue 19's "narrow hot table"
 //!   lever), with the same indexes on it and the same blobs and messages.
 //!
-//! Seeding the runs a drain takes is not timed. WAL, synchronous NORMAL, a fresh file each.
+//! Seeding the runs a drain takes is not timed. WAL, synchronous NORMAL, a fresh file each,
+//! and no checkpoints (`wal_autocheckpoint = 0`): toolq checkpoints on a thread of its own,
+//! so a floor that did them inline would not bound it.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -41,7 +44,9 @@ fn fresh(dir: &Path, name: &str) -> rusqlite::Result<Connection> {
     let c = Connection::open(&path)?;
     let mode: String = c.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;
     assert_eq!(mode, "wal", "journal_mode did not take");
-    c.execute_batch("PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON;")?;
+    c.execute_batch(
+        "PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON; PRAGMA wal_autocheckpoint = 0;",
+    )?;
     c.execute_batch(include_str!("../schema.sql"))?;
     Ok(c)
 }
@@ -151,16 +156,19 @@ fn insert_runs(tx: &Transaction<'_>, from: usize, count: usize) -> rusqlite::Res
     Ok(())
 }
 
-/// One run per transaction into the leanest table described in the module doc.
-fn lean_inserts(dir: &Path, n: usize) -> rusqlite::Result<f64> {
-    let c = {
+/// One run per transaction into `schema.sql`, or (`lean`) into the leanest table described
+/// in the module doc.
+fn single_inserts(dir: &Path, n: usize, lean: bool) -> rusqlite::Result<f64> {
+    let c = if !lean {
+        fresh(dir, "floor-single.db")?
+    } else {
         let path = dir.join("floor-lean.db");
         for s in ["", "-wal", "-shm"] {
             let _ = std::fs::remove_file(format!("{}{s}", path.display()));
         }
         let c = Connection::open(&path)?;
         c.query_row("PRAGMA journal_mode = WAL", [], |r| r.get::<_, String>(0))?;
-        c.execute_batch("PRAGMA synchronous = NORMAL;")?;
+        c.execute_batch("PRAGMA synchronous = NORMAL; PRAGMA wal_autocheckpoint = 0;")?;
         let full = Connection::open_in_memory()?;
         full.execute_batch(include_str!("../schema.sql"))?;
         let runs: String = full.query_row(
@@ -416,7 +424,8 @@ fn main() -> ExitCode {
     let run = || -> rusqlite::Result<serde_json::Value> {
         Ok(json!({
             "mode": "sqlite-floor", "n": n,
-            "lean_runs_insert_commits_per_s": lean_inserts(dir, n)?.round(),
+            "runs_insert_commits_per_s": single_inserts(dir, n, false)?.round(),
+            "lean_runs_insert_commits_per_s": single_inserts(dir, n, true)?.round(),
             "runs_batch_insert_per_s": batch_inserts(dir, n)?.round(),
             "drain_c16_per_s": drain(dir, n, 16, false)?.round(),
             "drain_c256_per_s": drain(dir, n, 256, false)?.round(),
