@@ -146,3 +146,67 @@ async fn future_runs_wait_for_their_time_and_drain_leaves_them_queued() {
         RunState::Completed
     );
 }
+
+sqlite_only! {
+    /// A worker whose every candidate is at its limit (another process holds the session's
+    /// one slot) learns it on a reader: its polls and the commits that wake it do not make it
+    /// take the database's write lock, which the process holding the slot needs for its next
+    /// commit.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn sqlite_only_a_worker_whose_candidates_are_at_their_limit_takes_no_write_lock() {
+        let env = TestEnv::with_config(|c| {
+            c.worker.per_session = 1;
+            // No liveness writes in the window below.
+            c.worker.heartbeat_interval = std::time::Duration::from_secs(3600);
+        });
+        let holder = env
+            .client
+            .enqueue(EnqueueRequest::new("sleep", json!({"ms": 30_000})).session("s"))
+            .await
+            .unwrap()
+            .run_id;
+        let stop = tokio_util::sync::CancellationToken::new();
+        let a = tokio::spawn(
+            env.client
+                .worker(toolq::WorkerOptions::default())
+                .run(stop.clone()),
+        );
+        crate::support::wait_for("the first run running", async || {
+            let s = env.client.get(&holder).await.unwrap().state;
+            ((s == RunState::Running).then_some(()), format!("{s:?}"))
+        })
+        .await;
+        let other = toolq::Client::open_with_clock(
+            env.client.config().clone(),
+            toolq::RegistryBuilder::new().with_builtins().build().unwrap(),
+            Arc::new(env.clock.clone()),
+        )
+        .unwrap();
+        let b = tokio::spawn(other.worker(toolq::WorkerOptions::default()).run(stop.clone()));
+        // B registers itself (a write), then polls every 20 ms and is woken by each enqueue.
+        crate::support::wait_for("the second worker registered", async || {
+            let n = env.count("SELECT count(*) FROM workers");
+            ((n == 2).then_some(()), format!("{n} workers"))
+        })
+        .await;
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        let before = other.store().write_stats().transactions;
+        for i in 0..10 {
+            env.client
+                .enqueue(EnqueueRequest::new("echo", json!({"message": format!("m{i}")})).session("s"))
+                .await
+                .unwrap();
+            tokio::time::sleep(std::time::Duration::from_millis(30)).await;
+        }
+        let after = other.store().write_stats().transactions;
+        assert_eq!(
+            after - before,
+            0,
+            "the second worker took the write lock to learn that the session is full"
+        );
+        assert_eq!(env.count("SELECT count(*) FROM runs WHERE state = 'running'"), 1);
+        stop.cancel();
+        a.await.unwrap().unwrap();
+        b.await.unwrap().unwrap();
+    }
+}

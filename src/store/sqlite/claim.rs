@@ -97,24 +97,27 @@ fn session_tools(
     Ok(found)
 }
 
-/// Claims up to `max` runnable runs (state queued, run_at <= now) of the worker's tools in
-/// priority then age order, sharing slots fairly between sessions and never exceeding
-/// `per_session` running runs in a session. Marks them running with a fresh lease token and attempt + 1, in the caller's
-/// transaction.
-pub fn claim(tx: &Transaction<'_>, p: &ClaimParams<'_>) -> Result<Vec<Run>, StoreError> {
-    if p.max == 0 {
-        return Ok(Vec::new());
-    }
+/// What a claim reads before it picks: the running counts per session and per tool over
+/// all workers, and the sessions with queued runs of the worker's unpaused tools (visited
+/// round-robin after the cursor), each with those tools.
+struct Survey {
+    running: HashMap<String, i64>,
+    running_tool: HashMap<String, i64>,
+    sessions: Vec<(String, Vec<String>)>,
+}
+
+/// Reads the [`Survey`] on `conn` (a claim's transaction or a reader); None when everything
+/// is paused.
+fn survey(conn: &rusqlite::Connection, p: &ClaimParams<'_>) -> Result<Option<Survey>, StoreError> {
     // Pauses: a handful of rows, read by every claim so every worker honours them at once.
-    let paused = super::flow::paused(tx)?;
+    let paused = super::flow::paused(conn)?;
     if paused.all {
-        return Ok(Vec::new());
+        return Ok(None);
     }
-    let now = ts(p.now);
     let mut running: HashMap<String, i64> = HashMap::new();
     let mut running_tool: HashMap<String, i64> = HashMap::new();
     {
-        let mut stmt = tx
+        let mut stmt = conn
             .prepare_cached(RUNNING_PER_SESSION)
             .ctx("prepare running count")?;
         let rows = stmt
@@ -135,15 +138,10 @@ pub fn claim(tx: &Transaction<'_>, p: &ClaimParams<'_>) -> Result<Vec<Run>, Stor
     // Visit sessions that have queued runs, starting after the cursor and wrapping around,
     // each index probe a skip to the next distinct session.
     let max_sessions = (p.max * 4).max(64);
-    // Each visited session's heads (keyed by rowid) with its take, for `pick`.
-    let mut per_session: Vec<(Vec<Head<i64>>, usize)> = Vec::new();
-    let mut next_session = tx
+    let mut next_session = conn
         .prepare_cached(NEXT_SESSION)
         .ctx("prepare next session")?;
-    let mut next_tool = tx.prepare_cached(NEXT_TOOL).ctx("prepare next tool")?;
-    let mut head = tx
-        .prepare_cached(SESSION_HEAD)
-        .ctx("prepare session head")?;
+    let mut next_tool = conn.prepare_cached(NEXT_TOOL).ctx("prepare next tool")?;
     let mut wanted: Vec<String> = p
         .tools
         .iter()
@@ -180,6 +178,60 @@ pub fn claim(tx: &Transaction<'_>, p: &ClaimParams<'_>) -> Result<Vec<Run>, Stor
             None => break,
         }
     }
+    Ok(Some(Survey {
+        running,
+        running_tool,
+        sessions,
+    }))
+}
+
+/// Whether a claim could take anything, read on `conn` without the write lock: a worker
+/// with free slots whose every candidate session or tool is at its limit (other processes
+/// hold the slots) learns it without queueing on the database's write lock behind them, and
+/// without making their next commit wait for its empty transaction (BENCHMARKS.md, issue 19,
+/// session 8: three of four processes spent ~0.5 s each waiting on the lock in a 0.8 s
+/// drain). It errs towards yes: due times and rates are left to the claim itself. A no can
+/// be stale by the time it is acted on; the commit that freed a slot wakes the worker again.
+pub fn may_claim(conn: &rusqlite::Connection, p: &ClaimParams<'_>) -> Result<bool, StoreError> {
+    if p.max == 0 {
+        return Ok(false);
+    }
+    let Some(s) = survey(conn, p)? else {
+        return Ok(false);
+    };
+    Ok(s.sessions.iter().any(|(session, tools)| {
+        p.per_session > s.running.get(session).copied().unwrap_or(0)
+            && tools.iter().any(|tool| {
+                p.limits
+                    .get(tool)
+                    .and_then(|l| l.max_running)
+                    .is_none_or(|m| m > s.running_tool.get(tool).copied().unwrap_or(0))
+            })
+    }))
+}
+
+/// Claims up to `max` runnable runs (state queued, run_at <= now) of the worker's tools in
+/// priority then age order, sharing slots fairly between sessions and never exceeding
+/// `per_session` running runs in a session. Marks them running with a fresh lease token and attempt + 1, in the caller's
+/// transaction.
+pub fn claim(tx: &Transaction<'_>, p: &ClaimParams<'_>) -> Result<Vec<Run>, StoreError> {
+    if p.max == 0 {
+        return Ok(Vec::new());
+    }
+    let Some(Survey {
+        running,
+        running_tool,
+        sessions,
+    }) = survey(tx, p)?
+    else {
+        return Ok(Vec::new());
+    };
+    let now = ts(p.now);
+    // Each visited session's heads (keyed by rowid) with its take, for `pick`.
+    let mut per_session: Vec<(Vec<Head<i64>>, usize)> = Vec::new();
+    let mut head = tx
+        .prepare_cached(SESSION_HEAD)
+        .ctx("prepare session head")?;
     // Room per limited tool, worked out once per claim for the tools met on the way only:
     // the claim's cost follows the tools it visits, not the number of limits configured.
     let mut room: HashMap<String, i64> = HashMap::new();

@@ -188,6 +188,15 @@ impl Engine for Store {
     }
 
     async fn attempt_claim(&self, p: Claim) -> EngineResult<Vec<Run>> {
+        // Seen first on a reader: a worker whose candidates are all at their limits claims
+        // nothing, and need not take the write lock to learn it (`claim::may_claim`).
+        let seen = p.clone();
+        if !self
+            .read_async(move |c| claim::may_claim(c, &claim_params(&seen)))
+            .await?
+        {
+            return Ok(Vec::new());
+        }
         self.write_async(move |tx| claim::claim(tx, &claim_params(&p)))
             .await
     }
