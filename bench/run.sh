@@ -141,6 +141,15 @@ pj_rss = med("plainjob-drain", "peak_rss_kib")
 if pj_rss: print(f"{'plainjob drain RSS':<22} {pj_rss:>12,.1f} KiB")
 line("drain, 1 process", "drain-procs-1", "rate", "jobs/s")
 line("drain, 4 processes", "drain-procs-4", "rate", "jobs/s", med("drain-procs-1", "rate"), "1 process")
+# Each round drains with 1 and then 4 processes back to back; the ratio within a round is
+# free of the VM's drift between rounds, so the target takes the median of those.
+def paired(a, b):
+    xs = [r["rate"] for r in rows if r.get("mode") == a]
+    ys = [r["rate"] for r in rows if r.get("mode") == b]
+    return [y / x for x, y in zip(xs, ys) if x]
+procs_ratios = paired("drain-procs-1", "drain-procs-4")
+if procs_ratios:
+    print(f"{'4 / 1 process by round':<22} {' / '.join(f'{r:.2f}' for r in procs_ratios)}  (median {statistics.median(procs_ratios):.2f}x)")
 line("seed big queue (batch)", "seed-big", "rate", "jobs/s")
 line("drain (big queue)", "drain-big", "rate", "jobs/s", med("drain", "rate"), "the rounds' 20k drain")
 line("20k drain beside it", "drain-beside-big", "rate", "jobs/s")
@@ -167,7 +176,7 @@ targets = [
      ratio(floor("drain_c16_per_s"), best_peer)),
     ("xproc pickup p50 ms", med("latency-xproc", "p50_ms"), "<=", 2.0, None),
     ("xproc pickup p99 ms", med("latency-xproc", "p99_ms"), "<=", 5.0, None),
-    ("4 processes / 1 process", ratio(med("drain-procs-4", "rate"), med("drain-procs-1", "rate")), ">=", 0.95, None),
+    ("4 / 1 process, median round", statistics.median(procs_ratios) if procs_ratios else None, ">=", 0.95, None),
     ("drain peak RSS MiB", rss / 1024 if rss else None, "<=", 12.0, None),
     ("big queue / 20k queued beside", ratio(med("drain-big", "rate"), med("drain-beside-big", "rate")), ">=", 0.9, None),
 ]
