@@ -24,29 +24,26 @@
 //! and no checkpoints (`wal_autocheckpoint = 0`): toolq checkpoints on a thread of its own,
 //! so a floor that did them inline would not bound it.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::ExitCode;
 use std::time::Instant;
 
 use rusqlite::{Connection, Transaction, params};
 use serde_json::json;
 
+#[path = "common/sqlite_bench.rs"]
+mod common;
+use common::payload;
+
 /// Multi-row INSERT statements hold this many rows at most (as toolq's enqueue does).
 const ROWS_PER_INSERT: usize = 64;
 /// Runs per transaction when seeding or batch-enqueueing.
 const PER_BATCH: usize = 1_000;
 
+/// A fresh WAL file with toolq's schema, foreign keys on and no checkpoints.
 fn fresh(dir: &Path, name: &str) -> rusqlite::Result<Connection> {
-    let path: PathBuf = dir.join(name);
-    for s in ["", "-wal", "-shm"] {
-        let _ = std::fs::remove_file(format!("{}{s}", path.display()));
-    }
-    let c = Connection::open(&path)?;
-    let mode: String = c.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;
-    assert_eq!(mode, "wal", "journal_mode did not take");
-    c.execute_batch(
-        "PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON; PRAGMA wal_autocheckpoint = 0;",
-    )?;
+    let c = common::fresh_wal(dir, name)?;
+    c.execute_batch("PRAGMA foreign_keys = ON; PRAGMA wal_autocheckpoint = 0;")?;
     c.execute_batch(include_str!("../schema.sql"))?;
     Ok(c)
 }
@@ -101,10 +98,6 @@ fn runs_sql(rows: usize) -> String {
         }
     }
     sql
-}
-
-fn payload(i: usize) -> String {
-    format!(r#"{{"kind":"noop","i":{i},"pad":"0123456789abcdef"}}"#)
 }
 
 /// Inserts `count` runs due now in multi-row statements, in the caller's transaction.
@@ -162,13 +155,8 @@ fn single_inserts(dir: &Path, n: usize, lean: bool) -> rusqlite::Result<f64> {
     let c = if !lean {
         fresh(dir, "floor-single.db")?
     } else {
-        let path = dir.join("floor-lean.db");
-        for s in ["", "-wal", "-shm"] {
-            let _ = std::fs::remove_file(format!("{}{s}", path.display()));
-        }
-        let c = Connection::open(&path)?;
-        c.query_row("PRAGMA journal_mode = WAL", [], |r| r.get::<_, String>(0))?;
-        c.execute_batch("PRAGMA synchronous = NORMAL; PRAGMA wal_autocheckpoint = 0;")?;
+        let c = common::fresh_wal(dir, "floor-lean.db")?;
+        c.execute_batch("PRAGMA wal_autocheckpoint = 0;")?;
         let full = Connection::open_in_memory()?;
         full.execute_batch(include_str!("../schema.sql"))?;
         let runs: String = full.query_row(
@@ -197,9 +185,8 @@ fn single_inserts(dir: &Path, n: usize, lean: bool) -> rusqlite::Result<f64> {
     Ok(n as f64 / t.elapsed().as_secs_f64())
 }
 
-fn batch_inserts(dir: &Path, n: usize) -> rusqlite::Result<f64> {
-    let c = fresh(dir, "floor-batch.db")?;
-    let t = Instant::now();
+/// Inserts `n` runs, [`PER_BATCH`] per transaction.
+fn insert_batches(c: &Connection, n: usize) -> rusqlite::Result<()> {
     let mut i = 0;
     while i < n {
         let k = PER_BATCH.min(n - i);
@@ -208,6 +195,13 @@ fn batch_inserts(dir: &Path, n: usize) -> rusqlite::Result<f64> {
         tx.commit()?;
         i += k;
     }
+    Ok(())
+}
+
+fn batch_inserts(dir: &Path, n: usize) -> rusqlite::Result<f64> {
+    let c = fresh(dir, "floor-batch.db")?;
+    let t = Instant::now();
+    insert_batches(&c, n)?;
     Ok(n as f64 / t.elapsed().as_secs_f64())
 }
 
@@ -380,14 +374,7 @@ fn drain(dir: &Path, n: usize, cohort: usize, narrow: bool) -> rusqlite::Result<
     } else {
         &TOOLQ
     };
-    let mut i = 0;
-    while i < n {
-        let k = PER_BATCH.min(n - i);
-        let tx = c.unchecked_transaction()?;
-        insert_runs(&tx, i, k)?;
-        tx.commit()?;
-        i += k;
-    }
+    insert_batches(&c, n)?;
     if narrow {
         c.execute_batch(
             "INSERT INTO hot (run, session_id, tool, priority, run_at, state) \
@@ -415,15 +402,8 @@ fn drain(dir: &Path, n: usize, cohort: usize, narrow: bool) -> rusqlite::Result<
 }
 
 fn main() -> ExitCode {
-    let v: Vec<String> = std::env::args().skip(1).collect();
-    let (Some(dir), Some(n)) = (v.first(), v.get(1).and_then(|n| n.parse::<usize>().ok())) else {
-        eprintln!("usage: sqlite_floor <dir> <n>");
-        return ExitCode::from(2);
-    };
-    let dir = Path::new(dir);
-    let run = || -> rusqlite::Result<serde_json::Value> {
+    common::run_main("sqlite_floor", "sqlite-floor", |dir, n| {
         Ok(json!({
-            "mode": "sqlite-floor", "n": n,
             "runs_insert_commits_per_s": single_inserts(dir, n, false)?.round(),
             "lean_runs_insert_commits_per_s": single_inserts(dir, n, true)?.round(),
             "runs_batch_insert_per_s": batch_inserts(dir, n)?.round(),
@@ -431,17 +411,6 @@ fn main() -> ExitCode {
             "drain_c256_per_s": drain(dir, n, 256, false)?.round(),
             "narrow_drain_c16_per_s": drain(dir, n, 16, true)?.round(),
             "narrow_drain_c256_per_s": drain(dir, n, 256, true)?.round(),
-            "journal_mode": "wal", "synchronous": "NORMAL", "sqlite": rusqlite::version(),
         }))
-    };
-    match run() {
-        Ok(line) => {
-            println!("{line}");
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("sqlite_floor: {e}");
-            ExitCode::from(1)
-        }
-    }
+    })
 }

@@ -7,12 +7,16 @@
 //! `runs_insert_commits_per_s` is the first figure with toolq's own schema (schema.sql) and
 //! row: what SQLite alone costs a one-at-a-time enqueue, with no toolq code around it.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::ExitCode;
 use std::time::Instant;
 
 use rusqlite::{Connection, params};
 use serde_json::json;
+
+#[path = "common/sqlite_bench.rs"]
+mod common;
+use common::payload;
 
 const SCHEMA: &str = "CREATE TABLE jobs (id INTEGER PRIMARY KEY, payload TEXT NOT NULL, \
     state TEXT NOT NULL DEFAULT 'queued', owner TEXT, result TEXT); \
@@ -25,19 +29,8 @@ const CLAIM_MANY: &str = "UPDATE jobs SET state = 'running', owner = 'w' WHERE i
 const COMPLETE: &str =
     "UPDATE jobs SET state = 'done', result = '{}' WHERE id = ?1 AND state = 'running'";
 
-fn payload(i: usize) -> String {
-    format!(r#"{{"kind":"noop","i":{i},"pad":"0123456789abcdef"}}"#)
-}
-
 fn fresh(dir: &Path, name: &str) -> rusqlite::Result<Connection> {
-    let path: PathBuf = dir.join(name);
-    for s in ["", "-wal", "-shm"] {
-        let _ = std::fs::remove_file(format!("{}{s}", path.display()));
-    }
-    let c = Connection::open(&path)?;
-    let mode: String = c.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;
-    assert_eq!(mode, "wal", "journal_mode did not take");
-    c.execute_batch("PRAGMA synchronous = NORMAL;")?;
+    let c = common::fresh_wal(dir, name)?;
     c.execute_batch(SCHEMA)?;
     Ok(c)
 }
@@ -121,30 +114,12 @@ fn batched(dir: &Path, n: usize, per_tx: usize) -> rusqlite::Result<f64> {
 }
 
 fn main() -> ExitCode {
-    let v: Vec<String> = std::env::args().skip(1).collect();
-    let (Some(dir), Some(n)) = (v.first(), v.get(1).and_then(|n| n.parse::<usize>().ok())) else {
-        eprintln!("usage: sqlite_limit <dir> <n>");
-        return ExitCode::from(2);
-    };
-    let dir = Path::new(dir);
-    let run = || -> rusqlite::Result<serde_json::Value> {
+    common::run_main("sqlite_limit", "sqlite-limit", |dir, n| {
         Ok(json!({
-            "mode": "sqlite-limit", "n": n,
             "insert_commits_per_s": inserts(dir, n)?.round(),
             "runs_insert_commits_per_s": runs_inserts(dir, n)?.round(),
             "lifecycle_per_s": lifecycle(dir, n)?.round(),
             "batched_lifecycle_per_s": batched(dir, n, 100)?.round(),
-            "journal_mode": "wal", "synchronous": "NORMAL", "sqlite": rusqlite::version(),
         }))
-    };
-    match run() {
-        Ok(line) => {
-            println!("{line}");
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("sqlite_limit: {e}");
-            ExitCode::from(1)
-        }
-    }
+    })
 }
