@@ -390,24 +390,38 @@ async fn a_large_mixed_batch_stores_every_column_of_every_run() {
     for (i, o) in out.iter().enumerate().filter(|(_, o)| o.created) {
         let run = env.client.get(&o.run_id).await.unwrap();
         let want = request(i);
-        assert_eq!(run.args, want.args, "run {i}");
-        assert_eq!(run.title, want.title.unwrap(), "run {i}");
-        assert_eq!(run.session_id, want.session, "run {i}");
-        assert_eq!(run.priority, want.priority, "run {i}");
-        assert_eq!(Some(run.max_attempts), want.max_attempts, "run {i}");
-        assert_eq!(
-            run.timeout_ms,
-            want.timeout.map(|t| t.as_millis() as i64),
+        assert!(
+            want.title.is_some() && want.max_attempts.is_some(),
             "run {i}"
         );
-        assert_eq!(
-            run.signal_on_completion, want.signal_on_completion,
-            "run {i}"
-        );
-        assert_eq!(run.delivery, want.delivery, "run {i}");
-        assert_eq!(run.run_at, want.run_at.unwrap_or(run.created_at), "run {i}");
-        assert_eq!(run.state, toolq::RunState::Queued, "run {i}");
+        assert_stored_as_requested(&run, &want, i);
     }
+}
+
+/// Every column `want` sets, as `run` (request `i` of a batch) stored it; defaults where the
+/// request left one out (max attempts 3, the due time the creation time).
+fn assert_stored_as_requested(run: &toolq::Run, want: &EnqueueRequest, i: usize) {
+    assert_eq!(run.args, want.args, "run {i}");
+    assert_eq!(run.tool, want.tool, "run {i}");
+    assert_eq!(run.session_id, want.session, "run {i}");
+    if let Some(title) = &want.title {
+        assert_eq!(&run.title, title, "run {i}");
+    }
+    assert_eq!(run.priority, want.priority, "run {i}");
+    assert_eq!(run.max_attempts, want.max_attempts.unwrap_or(3), "run {i}");
+    assert_eq!(
+        run.timeout_ms,
+        want.timeout.map(|t| t.as_millis() as i64),
+        "run {i}"
+    );
+    assert_eq!(
+        run.signal_on_completion, want.signal_on_completion,
+        "run {i}"
+    );
+    assert_eq!(run.delivery, want.delivery, "run {i}");
+    assert_eq!(run.run_at, want.run_at.unwrap_or(run.created_at), "run {i}");
+    assert_eq!(run.state, toolq::RunState::Queued, "run {i}");
+    assert_eq!(run.ticks, 1, "run {i}");
 }
 
 /// A batch's chunks bind the values their runs share once (`runs::Shared`): chunks that share
@@ -455,27 +469,7 @@ async fn a_batch_whose_chunks_share_different_columns_stores_each_runs_own_value
     for (i, o) in out.iter().enumerate() {
         assert!(o.created, "run {i}");
         let run = env.client.get(&o.run_id).await.unwrap();
-        let want = request(i);
-        assert_eq!(run.args, want.args, "run {i}");
-        assert_eq!(run.tool, "echo", "run {i}");
-        assert_eq!(run.session_id, want.session, "run {i}");
-        if let Some(title) = &want.title {
-            assert_eq!(&run.title, title, "run {i}");
-        }
-        assert_eq!(run.priority, want.priority, "run {i}");
-        assert_eq!(run.max_attempts, want.max_attempts.unwrap_or(3), "run {i}");
-        assert_eq!(
-            run.timeout_ms,
-            want.timeout.map(|t| t.as_millis() as i64),
-            "run {i}"
-        );
-        assert_eq!(
-            run.signal_on_completion, want.signal_on_completion,
-            "run {i}"
-        );
-        assert_eq!(run.delivery, want.delivery, "run {i}");
-        assert_eq!(run.run_at, want.run_at.unwrap_or(run.created_at), "run {i}");
-        assert_eq!(run.ticks, 1, "run {i}");
+        assert_stored_as_requested(&run, &request(i), i);
         assert_eq!(
             *created.get_or_insert(run.created_at),
             run.created_at,
