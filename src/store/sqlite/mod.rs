@@ -357,6 +357,16 @@ impl Store {
         }
         set_cache_size(&writer, WRITER_CACHE_KIB)
             .map_err(|e| StoreError::sqlite("set cache_size", e))?;
+        // A statement that writes many rows inside a transaction keeps a journal of the pages
+        // it changes, to undo itself alone; past 64 KiB SQLite spills it to a file in the
+        // temporary directory. A batch enqueue's multi-row INSERTs did, once a file held a few
+        // thousand runs: half the `pwrite` calls of a 20,000-run batch enqueue (BENCHMARKS.md,
+        // issue 19, session 9), and an error when that directory is full or read-only. Every
+        // write statement here touches a bounded number of rows (bulk actions and pruning go
+        // in batches), so the journal stays small in memory.
+        writer
+            .execute_batch("PRAGMA temp_store = MEMORY")
+            .map_err(|e| StoreError::sqlite("set temp_store", e))?;
         fault::limit_pages(&writer)?;
         // Room for every write statement (~60 sites, plus the batch enqueue's multi-row
         // INSERTs of up to 7 sizes) so a batch does not evict the claim and finish statements.

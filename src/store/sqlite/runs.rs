@@ -574,4 +574,65 @@ mod tests {
             "one row: nothing to share"
         );
     }
+
+    /// Temporary files SQLite holds open in this process (its names start with `etilqs_`;
+    /// they are unlinked at once, so only `/proc/self/fd` still shows them).
+    #[cfg(target_os = "linux")]
+    fn open_sqlite_temp_files() -> usize {
+        std::fs::read_dir("/proc/self/fd")
+            .expect("list /proc/self/fd")
+            .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+            .filter(|target| target.to_string_lossy().contains("etilqs_"))
+            .count()
+    }
+
+    /// A batch's multi-row INSERTs each keep a statement journal (the pages they change, to
+    /// undo the one statement). SQLite spills one past 64 KiB to a file in the temporary
+    /// directory, which the batches of a file with a few thousand runs did: half the `pwrite`
+    /// calls of a 20,000-run batch enqueue, and an error where that directory is full. The
+    /// writer keeps them in memory. (Fails with SQLite's default `temp_store`.)
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_batch_insert_writes_no_temporary_file() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let store = super::super::Store::open(dir.path().join("q.db")).expect("open");
+        let now = chrono::Utc::now();
+        let runs: Vec<NewRun> = (0..6_000)
+            .map(|i| NewRun {
+                id: RunId::generate(),
+                session_id: "s".into(),
+                tool: "t".into(),
+                args: serde_json::json!({"i": i, "pad": "0123456789abcdef0123456789abcdef"}),
+                title: "t".into(),
+                priority: 0,
+                max_attempts: 3,
+                run_at: now,
+                created_at: now,
+                idempotency_key: None,
+                timeout_ms: None,
+                signal_on_completion: true,
+                delivery: crate::run::Delivery::WhenIdle,
+                schedule_id: None,
+                fire_at: None,
+                ticks: 1,
+                unique: None,
+            })
+            .collect();
+        for batch in runs.chunks(1_000) {
+            let held = store
+                .write(|tx| {
+                    insert_many(tx, batch)?;
+                    Ok(open_sqlite_temp_files())
+                })
+                .expect("insert");
+            assert_eq!(held, 0, "temporary files open at the end of a batch");
+        }
+        let count: i64 = store
+            .read(|c| {
+                c.query_row("SELECT count(*) FROM runs", [], |r| r.get(0))
+                    .ctx("count")
+            })
+            .expect("count");
+        assert_eq!(count, 6_000);
+    }
 }
