@@ -6,6 +6,10 @@
 //! `cargo run --release --example sqlite_floor -- <dir> <n>` prints one JSON line:
 //! - `runs_batch_insert_per_s`: toolq's enqueue row into `schema.sql`, 1,000 runs per
 //!   transaction in multi-row INSERTs of 64 (what `Client::enqueue_batch` writes);
+//! - `runs_batch_insert_inline_checkpoint_per_s`: the same with SQLite's default checkpoint (the
+//!   commit past 1,000 WAL pages copies them into the database file before it returns), and
+//!   `runs_batch_insert_thread_checkpoint_per_s` with toolq's (a thread of its own checkpoints
+//!   every 256 new WAL pages while the writer goes on);
 //! - `runs_insert_commits_per_s`: one run per transaction, as `Client::enqueue` writes it
 //!   (`sqlite_limit` has the same figure with SQLite's own checkpoints);
 //! - `lean_runs_insert_commits_per_s`: the same into the leanest table that still finds a run
@@ -21,8 +25,8 @@
 //!   lever), with the same indexes on it and the same blobs and messages.
 //!
 //! Seeding the runs a drain takes is not timed. WAL, synchronous NORMAL, a fresh file each,
-//! and no checkpoints (`wal_autocheckpoint = 0`): toolq checkpoints on a thread of its own,
-//! so a floor that did them inline would not bound it.
+//! and no checkpoints (`wal_autocheckpoint = 0`) except where a figure says otherwise: toolq
+//! checkpoints on a thread of its own, so a floor that did them inline would not bound it.
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -40,10 +44,13 @@ const ROWS_PER_INSERT: usize = 64;
 /// Runs per transaction when seeding or batch-enqueueing.
 const PER_BATCH: usize = 1_000;
 
-/// A fresh WAL file with toolq's schema, foreign keys on and no checkpoints.
+/// A fresh WAL file with toolq's schema, foreign keys on, statement journals in memory (as
+/// toolq's writer keeps them) and no checkpoints.
 fn fresh(dir: &Path, name: &str) -> rusqlite::Result<Connection> {
     let c = common::fresh_wal(dir, name)?;
-    c.execute_batch("PRAGMA foreign_keys = ON; PRAGMA wal_autocheckpoint = 0;")?;
+    c.execute_batch(
+        "PRAGMA foreign_keys = ON; PRAGMA temp_store = MEMORY; PRAGMA wal_autocheckpoint = 0;",
+    )?;
     c.execute_batch(include_str!("../schema.sql"))?;
     Ok(c)
 }
@@ -198,11 +205,79 @@ fn insert_batches(c: &Connection, n: usize) -> rusqlite::Result<()> {
     Ok(())
 }
 
-fn batch_inserts(dir: &Path, n: usize) -> rusqlite::Result<f64> {
-    let c = fresh(dir, "floor-batch.db")?;
-    let t = Instant::now();
-    insert_batches(&c, n)?;
-    Ok(n as f64 / t.elapsed().as_secs_f64())
+/// How the WAL is checkpointed while [`batch_inserts`] writes.
+#[derive(Clone, Copy)]
+enum Checkpoints {
+    /// Not at all: the WAL grows without bound (the floor of the other figures).
+    None,
+    /// SQLite's default: the commit that takes the WAL past 1,000 pages copies it into the
+    /// database file before it returns (the plainjob peer's setting; its 20,000 runs never
+    /// reach that size).
+    Inline,
+    /// toolq's: a thread of its own checkpoints (PASSIVE) on its own connection, woken every
+    /// 256 new WAL pages (src/store/sqlite/checkpointer.rs, without its fallback at 4,000).
+    Thread,
+}
+
+/// The WAL pages after the writer's last commit, as its WAL hook saw them.
+static WAL_PAGES: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+
+fn remember_wal_pages(_: &rusqlite::hooks::Wal, pages: std::ffi::c_int) -> rusqlite::Result<()> {
+    WAL_PAGES.store(pages, std::sync::atomic::Ordering::Relaxed);
+    Ok(())
+}
+
+/// [`insert_batches`] on a fresh file, timed, with `checkpoints`.
+fn batch_inserts(dir: &Path, n: usize, checkpoints: Checkpoints) -> rusqlite::Result<f64> {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let name = match checkpoints {
+        Checkpoints::None => "floor-batch.db",
+        Checkpoints::Inline => "floor-batch-inline.db",
+        Checkpoints::Thread => "floor-batch-thread.db",
+    };
+    let c = fresh(dir, name)?;
+    if let Checkpoints::Inline = checkpoints {
+        c.execute_batch("PRAGMA wal_autocheckpoint = 1000;")?;
+    }
+    let Checkpoints::Thread = checkpoints else {
+        let t = Instant::now();
+        insert_batches(&c, n)?;
+        return Ok(n as f64 / t.elapsed().as_secs_f64());
+    };
+    let checkpointer = Connection::open(dir.join(name))?;
+    let stop = AtomicBool::new(false);
+    c.wal_hook(Some(remember_wal_pages));
+    WAL_PAGES.store(0, Ordering::Relaxed);
+    std::thread::scope(|s| {
+        let stop = &stop;
+        let thread = s.spawn(move || {
+            while !stop.load(Ordering::Acquire) {
+                std::thread::park();
+                let _ = checkpointer.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()));
+            }
+        });
+        let t = Instant::now();
+        let mut signalled = 0;
+        let mut i = 0;
+        while i < n {
+            let k = PER_BATCH.min(n - i);
+            let tx = c.unchecked_transaction()?;
+            insert_runs(&tx, i, k)?;
+            tx.commit()?;
+            i += k;
+            let pages = WAL_PAGES.load(Ordering::Relaxed);
+            if pages < signalled {
+                signalled = 0;
+            } else if pages - signalled >= 256 {
+                signalled = pages;
+                thread.thread().unpark();
+            }
+        }
+        let rate = n as f64 / t.elapsed().as_secs_f64();
+        stop.store(true, Ordering::Release);
+        thread.thread().unpark();
+        Ok(rate)
+    })
 }
 
 /// The narrow hot table of the `narrow_*` figures: what a claim and an end change, plus the
@@ -406,7 +481,11 @@ fn main() -> ExitCode {
         Ok(json!({
             "runs_insert_commits_per_s": single_inserts(dir, n, false)?.round(),
             "lean_runs_insert_commits_per_s": single_inserts(dir, n, true)?.round(),
-            "runs_batch_insert_per_s": batch_inserts(dir, n)?.round(),
+            "runs_batch_insert_per_s": batch_inserts(dir, n, Checkpoints::None)?.round(),
+            "runs_batch_insert_inline_checkpoint_per_s": batch_inserts(dir, n, Checkpoints::Inline)?
+                .round(),
+            "runs_batch_insert_thread_checkpoint_per_s": batch_inserts(dir, n, Checkpoints::Thread)?
+                .round(),
             "drain_c16_per_s": drain(dir, n, 16, false)?.round(),
             "drain_c256_per_s": drain(dir, n, 256, false)?.round(),
             "narrow_drain_c16_per_s": drain(dir, n, 16, true)?.round(),
