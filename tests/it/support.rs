@@ -383,7 +383,9 @@ pub fn toolq(db: impl AsRef<std::ffi::OsStr>, args: &[&str]) -> std::process::Ou
     let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_toolq"));
     cmd.arg("--db").arg(db).args(args).env_remove("RUST_LOG");
     for (k, _) in std::env::vars_os() {
-        if k.to_string_lossy().starts_with("TOOLQ_") {
+        // libpq's TLS variables reach the Postgres engine too (PGSSLMODE...).
+        let k_text = k.to_string_lossy();
+        if k_text.starts_with("TOOLQ_") || k_text.starts_with("PGSSL") {
             cmd.env_remove(k);
         }
     }

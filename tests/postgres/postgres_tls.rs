@@ -3,8 +3,9 @@
 //! session that works on it is encrypted) and on the plain one: `sslmode=require` encrypts
 //! every session and a worker drains over it, `verify-full` with `sslrootcert` connects and
 //! without it fails naming the certificate, `require` against a server without TLS fails
-//! saying so, and a bad `sslrootcert` is a usage error. `prefer` (the default) against the
-//! plain server is the rest of the suite.
+//! saying so, and a bad `sslrootcert` is a usage error. A role whose `pg_hba.conf` line is
+//! `cert` logs in with `sslcert` and `sslkey` (or `PGSSLCERT` and `PGSSLKEY`) and is refused
+//! without them. `prefer` (the default) against the plain server is the rest of the suite.
 
 use std::process::{Command, Output};
 
@@ -47,12 +48,14 @@ fn with_password(db: &pg::Database, query: &str) -> String {
     ) + query
 }
 
-/// The toolq binary with no `TOOLQ_*` override or log filter from the environment.
+/// The toolq binary with no `TOOLQ_*` override, `PGSSL*` variable or log filter from the
+/// environment.
 fn bin() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_toolq"));
     c.env_remove("RUST_LOG");
     for (k, _) in std::env::vars_os() {
-        if k.to_string_lossy().starts_with("TOOLQ_") {
+        let name = k.to_string_lossy();
+        if name.starts_with("TOOLQ_") || name.starts_with("PGSSL") {
             c.env_remove(k);
         }
     }
@@ -261,4 +264,135 @@ fn postgres_tls_a_bad_sslrootcert_or_sslmode_is_a_usage_error_naming_it() {
             assert!(err.contains(&says), "{query}: {err}");
         }
     }
+}
+
+/// `db`'s URL as the certificate role, with `query` appended.
+fn as_cert_role(db: &pg::Database, query: &str) -> String {
+    db.url
+        .replacen("postgres@", &format!("{}@", pg::CERT_ROLE), 1)
+        + query
+}
+
+#[test]
+fn postgres_tls_a_client_certificate_logs_in_a_cert_role_and_a_worker_drains() {
+    let s = pg::tls_server();
+    let db = pg::Database::create_on(s);
+    let ca = s.ca_file.as_ref().unwrap();
+    let (crt, key) = s.client_cert.as_ref().unwrap();
+    let url = as_cert_role(
+        &db,
+        &format!(
+            "?sslmode=verify-full&sslrootcert={}&sslcert={}&sslkey={}",
+            ca.display(),
+            crt.display(),
+            key.display()
+        ),
+    );
+    ok(&url, &["init"]);
+    enqueue(&url, 2);
+    let worker = Killed(
+        bin()
+            .args(["--db", &url, "worker"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    wait_until("the worker finishes 2 runs as the certificate role", || {
+        completed(&db) == 2
+    });
+    // The server saw the certificate: every session of the worker names it.
+    let sessions = db
+        .rows(&format!(
+            "SELECT s.client_dn FROM pg_stat_ssl s JOIN pg_stat_activity a USING (pid) \
+             WHERE a.datname = current_database() AND a.usename = '{}'",
+            pg::CERT_ROLE
+        ))
+        .unwrap();
+    assert!(!sessions.is_empty(), "the worker holds connections");
+    for dn in &sessions {
+        assert_eq!(dn[0].as_deref(), Some("/CN=toolq_cert"), "{sessions:?}");
+    }
+    drop(worker);
+
+    // libpq's variables give the same files when the URL does not.
+    enqueue(&url, 1);
+    let bare = as_cert_role(&db, "");
+    let o = bin()
+        .args(["--db", &bare, "worker", "--drain"])
+        .env("PGSSLMODE", "verify-full")
+        .env("PGSSLROOTCERT", ca)
+        .env("PGSSLCERT", crt)
+        .env("PGSSLKEY", key)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{:?}", text(&o));
+    assert_eq!(completed(&db), 3);
+}
+
+#[test]
+fn postgres_tls_a_cert_role_without_its_certificate_is_refused() {
+    let s = pg::tls_server();
+    let db = pg::Database::create_on(s);
+    let err = refused(&toolq(as_cert_role(&db, "?sslmode=require"), &["init"]), 1);
+    assert!(
+        err.contains("connection requires a valid client certificate"),
+        "the server's reason: {err}"
+    );
+    assert!(
+        err.contains("give sslcert=FILE and sslkey=FILE"),
+        "what to give: {err}"
+    );
+    assert_eq!(
+        db.rows("SELECT count(*) FROM pg_tables WHERE schemaname = 'public'")
+            .unwrap(),
+        vec![vec![Some("0".to_string())]],
+        "nothing was written"
+    );
+}
+
+#[test]
+fn postgres_tls_a_bad_client_certificate_option_is_a_usage_error_naming_it() {
+    let s = pg::tls_server();
+    let db = pg::Database::create_on(s);
+    let (crt, _) = s.client_cert.as_ref().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("missing.key");
+    for (query, says) in [
+        (
+            format!("?sslmode=require&sslcert={}", crt.display()),
+            format!("sslcert={} needs sslkey=FILE", crt.display()),
+        ),
+        (
+            format!(
+                "?sslmode=require&sslcert={}&sslkey={}",
+                crt.display(),
+                missing.display()
+            ),
+            format!("sslkey={} cannot be read", missing.display()),
+        ),
+        (
+            format!(
+                "?sslmode=require&sslcert={}&sslkey={}",
+                crt.display(),
+                crt.display()
+            ),
+            format!("sslkey={} holds no PEM private key", crt.display()),
+        ),
+    ] {
+        let url = as_cert_role(&db, &query);
+        let err = refused(&toolq(&url, &["init"]), 2);
+        assert!(err.contains(&says), "{query}: {err}");
+    }
+    // From the environment, the message names the variable.
+    let o = bin()
+        .args(["--db", &as_cert_role(&db, ""), "init"])
+        .env("PGSSLMODE", "verify-everything")
+        .output()
+        .unwrap();
+    let err = refused(&o, 2);
+    assert!(
+        err.contains("PGSSLMODE=verify-everything is not supported"),
+        "{err}"
+    );
 }

@@ -52,7 +52,14 @@ pub(crate) fn connect_error(
             "password authentication failed (check the user and password)".to_string()
         }
         Some(c) if *c == SqlState::INVALID_AUTHORIZATION_SPECIFICATION => {
-            format!("the server refused the login: {}", db_message(e))
+            let message = db_message(e);
+            // pg_hba.conf's `cert` method: say which options give the certificate.
+            let hint = if message.contains("client certificate") {
+                " (give sslcert=FILE and sslkey=FILE in the URL, or PGSSLCERT and PGSSLKEY)"
+            } else {
+                ""
+            };
+            format!("the server refused the login: {message}{hint}")
         }
         Some(c) if *c == SqlState::INVALID_CATALOG_NAME => {
             format!("{} (create it first: createdb)", db_message(e))

@@ -11,6 +11,12 @@
 //! chains to `sslrootcert`, or to the system's roots) and `verify-full` (`verify-ca`, and it
 //! names the host connected to). `sslrootcert=system` means the system's roots, and, as in
 //! libpq, then demands `verify-full`.
+//!
+//! `sslcert` and `sslkey` give a client certificate (a PEM chain) and its private key, for a
+//! server whose `pg_hba.conf` asks for `cert` authentication (or `clientcert=verify-full`).
+//! As in libpq, an option missing from the URL is read from the environment: `PGSSLMODE`,
+//! `PGSSLROOTCERT`, `PGSSLCERT`, `PGSSLKEY`; the URL wins, and errors name where a value
+//! came from.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -20,7 +26,7 @@ use rustls::client::WebPkiServerVerifier;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::WebPkiSupportedAlgorithms;
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::{
     CertificateError, ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme,
 };
@@ -45,7 +51,8 @@ pub(crate) enum SslMode {
 }
 
 impl SslMode {
-    fn parse(s: &str) -> Result<SslMode, String> {
+    /// `label` names where `s` came from (`sslmode` or `PGSSLMODE`).
+    fn parse(s: &str, label: &str) -> Result<SslMode, String> {
         Ok(match s {
             "disable" => SslMode::Disable,
             "prefer" => SslMode::Prefer,
@@ -54,7 +61,7 @@ impl SslMode {
             "verify-full" => SslMode::VerifyFull,
             other => {
                 return Err(format!(
-                    "sslmode={other} is not supported (use disable, prefer, require, verify-ca \
+                    "{label}={other} is not supported (use disable, prefer, require, verify-ca \
                      or verify-full)"
                 ));
             }
@@ -94,55 +101,119 @@ pub(crate) enum Roots {
     File(PathBuf),
 }
 
+/// A file named by a TLS option, with the option's name as the user gave it (`sslcert` in the
+/// URL, `PGSSLCERT` from the environment), for error messages.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct NamedFile {
+    pub(crate) label: &'static str,
+    pub(crate) path: PathBuf,
+}
+
+impl std::fmt::Display for NamedFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}={}", self.label, self.path.display())
+    }
+}
+
+/// The certificate this client presents, and its private key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ClientCert {
+    pub(crate) cert: NamedFile,
+    pub(crate) key: NamedFile,
+}
+
 /// A Postgres URL split into what tokio-postgres parses and the TLS settings it does not.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct TlsUrl {
-    /// The URL for tokio-postgres: no `sslrootcert`, `sslmode` one it knows.
+    /// The URL for tokio-postgres: no `sslrootcert`, `sslcert` or `sslkey`, `sslmode` one it
+    /// knows.
     pub(crate) driver_url: String,
     /// The mode asked for (libpq's default, `prefer`, when none is).
     pub(crate) mode: SslMode,
     /// Where trusted roots come from.
     pub(crate) roots: Roots,
+    /// `sslrootcert`'s name as given (`sslrootcert` or `PGSSLROOTCERT`).
+    roots_label: &'static str,
+    /// The client certificate, if one is given.
+    pub(crate) client: Option<ClientCert>,
 }
 
 impl TlsUrl {
-    /// Splits `url`; an error says which option is wrong and how (it never holds the URL, so
-    /// never a password).
+    /// Splits `url`, taking options it lacks from libpq's environment variables; an error
+    /// says which option is wrong and how (it never holds the URL, so never a password).
     pub(crate) fn parse(url: &str) -> Result<TlsUrl, String> {
+        TlsUrl::parse_with_env(url, |name| std::env::var(name).ok())
+    }
+
+    /// [`TlsUrl::parse`] with `env` for the environment (tests pass their own).
+    pub(crate) fn parse_with_env(
+        url: &str,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<TlsUrl, String> {
         let (head, query) = match url.split_once('?') {
             Some((head, query)) => (head, query),
             None => (url, ""),
         };
-        let mut mode = None;
-        let mut roots = Roots::Default;
+        // As in libpq and tokio-postgres, the last occurrence of an option wins.
+        let mut given: [Option<(&'static str, String)>; 4] = [None, None, None, None];
+        const NAMES: [(&str, &str); 4] = [
+            ("sslmode", "PGSSLMODE"),
+            ("sslrootcert", "PGSSLROOTCERT"),
+            ("sslcert", "PGSSLCERT"),
+            ("sslkey", "PGSSLKEY"),
+        ];
         let mut kept = Vec::new();
         for pair in query.split('&').filter(|p| !p.is_empty()) {
             let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
             let key = decode(k, "option name")?;
-            match key.as_str() {
-                // As in libpq and tokio-postgres, the last occurrence wins.
-                "sslmode" => mode = Some(SslMode::parse(&decode(v, "sslmode")?)?),
-                "sslrootcert" => {
-                    let value = decode(v, "sslrootcert")?;
-                    roots = match value.as_str() {
-                        "" => Roots::Default,
-                        "system" => Roots::System,
-                        path => Roots::File(PathBuf::from(path)),
-                    };
-                }
-                _ => kept.push(pair),
+            match NAMES.iter().position(|(name, _)| *name == key) {
+                Some(i) => given[i] = Some((NAMES[i].0, decode(v, NAMES[i].0)?)),
+                None => kept.push(pair),
             }
         }
+        for (slot, (_, var)) in given.iter_mut().zip(NAMES) {
+            if slot.is_none() {
+                *slot = env(var).filter(|v| !v.is_empty()).map(|v| (var, v));
+            }
+        }
+        let [mode, roots, cert, key] = given;
+        let mode = mode
+            .map(|(label, v)| SslMode::parse(&v, label).map(|m| (label, m)))
+            .transpose()?;
+        let roots_label = roots.as_ref().map_or("sslrootcert", |(label, _)| *label);
+        let roots = match roots.as_ref().map(|(_, v)| v.as_str()) {
+            None | Some("") => Roots::Default,
+            Some("system") => Roots::System,
+            Some(path) => Roots::File(PathBuf::from(path)),
+        };
         let mode = match (mode, &roots) {
             (None, Roots::System) => SslMode::VerifyFull,
-            (Some(m), Roots::System) if m != SslMode::VerifyFull => {
+            (Some((label, m)), Roots::System) if m != SslMode::VerifyFull => {
                 return Err(format!(
-                    "sslrootcert=system needs sslmode=verify-full (or no sslmode), not \
-                     sslmode={}: the system's roots vouch for any host they signed",
+                    "{roots_label}=system needs sslmode=verify-full (or no sslmode), not \
+                     {label}={}: the system's roots vouch for any host they signed",
                     m.name()
                 ));
             }
-            (m, _) => m.unwrap_or(SslMode::Prefer),
+            (m, _) => m.map_or(SslMode::Prefer, |(_, m)| m),
+        };
+        let file = |(label, path): (&'static str, String)| NamedFile {
+            label,
+            path: PathBuf::from(path),
+        };
+        let client = match (cert.map(file), key.map(file)) {
+            (None, None) => None,
+            (Some(cert), Some(key)) => Some(ClientCert { cert, key }),
+            (Some(cert), None) => {
+                return Err(format!(
+                    "{cert} needs sslkey=FILE (or PGSSLKEY), the certificate's private key"
+                ));
+            }
+            (None, Some(key)) => {
+                return Err(format!(
+                    "{key} needs sslcert=FILE (or PGSSLCERT), the certificate it signs for"
+                ));
+            }
         };
         let driver_mode = format!("sslmode={}", mode.for_driver());
         kept.push(&driver_mode);
@@ -150,6 +221,8 @@ impl TlsUrl {
             driver_url: format!("{head}?{}", kept.join("&")),
             mode,
             roots,
+            roots_label,
+            client,
         })
     }
 
@@ -177,19 +250,32 @@ impl TlsUrl {
                 }
             }
         };
-        let config = ClientConfig::builder_with_provider(provider)
+        let builder = ClientConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
             .map_err(|e| format!("TLS setup: {e}"))?
             .dangerous()
-            .with_custom_certificate_verifier(verifier)
-            .with_no_client_auth();
+            .with_custom_certificate_verifier(verifier);
+        let config = match (&self.client, self.mode) {
+            // libpq does not read the files for a connection that never uses TLS.
+            (None, _) | (Some(_), SslMode::Disable) => builder.with_no_client_auth(),
+            (Some(client), _) => {
+                let (chain, key) = client.load()?;
+                builder.with_client_auth_cert(chain, key).map_err(|e| {
+                    format!(
+                        "{} and {} cannot be used together: {e}",
+                        client.cert, client.key
+                    )
+                })?
+            }
+        };
         Ok(MakeRustlsConnect::new(config))
     }
 
     fn roots_name(&self) -> String {
+        let label = self.roots_label;
         match &self.roots {
-            Roots::File(path) => format!("sslrootcert={}", path.display()),
-            Roots::System => "sslrootcert=system".to_string(),
+            Roots::File(path) => format!("{label}={}", path.display()),
+            Roots::System => format!("{label}=system"),
             Roots::Default => "the system's root certificates".to_string(),
         }
     }
@@ -232,6 +318,41 @@ impl TlsUrl {
             }
         }
         Ok(store)
+    }
+}
+
+impl ClientCert {
+    /// Reads the certificate chain and the private key; an error names the file and what is
+    /// wrong with it.
+    fn load(&self) -> Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>), String> {
+        let read =
+            |f: &NamedFile| std::fs::read(&f.path).map_err(|e| format!("{f} cannot be read: {e}"));
+        let pem = read(&self.cert)?;
+        let chain = CertificateDer::pem_slice_iter(&pem)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| {
+                format!(
+                    "{} is not a PEM certificate file: {}",
+                    self.cert,
+                    pem_problem(&e)
+                )
+            })?;
+        if chain.is_empty() {
+            return Err(format!("{} holds no PEM certificate", self.cert));
+        }
+        let pem = read(&self.key)?;
+        let key = PrivateKeyDer::from_pem_slice(&pem).map_err(|e| match e {
+            rustls::pki_types::pem::Error::NoItemsFound => format!(
+                "{} holds no PEM private key (PKCS#8, PKCS#1 or SEC1)",
+                self.key
+            ),
+            other => format!(
+                "{} is not a PEM key file: {}",
+                self.key,
+                pem_problem(&other)
+            ),
+        })?;
+        Ok((chain, key))
     }
 }
 
@@ -489,5 +610,108 @@ mod tests {
             .is_ok()
         );
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    fn parse_env(url: &str, vars: &[(&str, &str)]) -> Result<TlsUrl, String> {
+        TlsUrl::parse_with_env(url, |name| {
+            vars.iter()
+                .find(|(k, _)| *k == name)
+                .map(|(_, v)| v.to_string())
+        })
+    }
+
+    #[test]
+    fn options_missing_from_the_url_come_from_libpqs_environment_variables() {
+        let env = [
+            ("PGSSLMODE", "verify-ca"),
+            ("PGSSLROOTCERT", "/env/ca.pem"),
+            ("PGSSLCERT", "/env/client.crt"),
+            ("PGSSLKEY", "/env/client.key"),
+        ];
+        let t = parse_env("postgres://h/db", &env).unwrap();
+        assert_eq!(t.mode, SslMode::VerifyCa);
+        assert_eq!(t.roots, Roots::File("/env/ca.pem".into()));
+        let client = t.client.unwrap();
+        assert_eq!(client.cert.to_string(), "PGSSLCERT=/env/client.crt");
+        assert_eq!(client.key.to_string(), "PGSSLKEY=/env/client.key");
+        assert_eq!(t.driver_url, "postgres://h/db?sslmode=require");
+        // The URL wins, option by option; an empty variable counts as unset.
+        let t = parse_env(
+            "postgres://h/db?sslmode=require&sslcert=/url/c.crt&sslkey=/url/c.key",
+            &[("PGSSLMODE", "disable"), ("PGSSLROOTCERT", "")],
+        )
+        .unwrap();
+        assert_eq!((t.mode, t.roots), (SslMode::Require, Roots::Default));
+        assert_eq!(t.client.unwrap().cert.to_string(), "sslcert=/url/c.crt");
+        // sslcert and sslkey never reach tokio-postgres, which refuses options it does not know.
+        assert_eq!(
+            parse_env("postgres://h/db?sslcert=/a&sslkey=/b", &[])
+                .unwrap()
+                .driver_url,
+            "postgres://h/db?sslmode=prefer"
+        );
+    }
+
+    #[test]
+    fn errors_name_the_variable_a_bad_value_came_from() {
+        let e = parse_env("postgres://h/db", &[("PGSSLMODE", "allow")]).unwrap_err();
+        assert!(e.contains("PGSSLMODE=allow is not supported"), "{e}");
+        let e = parse_env(
+            "postgres://h/db?sslmode=require",
+            &[("PGSSLROOTCERT", "system")],
+        )
+        .unwrap_err();
+        assert!(
+            e.contains("PGSSLROOTCERT=system needs sslmode=verify-full"),
+            "{e}"
+        );
+        assert!(e.contains("not sslmode=require"), "{e}");
+    }
+
+    #[test]
+    fn a_client_certificate_needs_its_key_and_the_key_its_certificate() {
+        let e = parse_env("postgres://h/db?sslcert=/c.crt", &[]).unwrap_err();
+        assert!(e.contains("sslcert=/c.crt needs sslkey=FILE"), "{e}");
+        let e = parse_env("postgres://h/db", &[("PGSSLKEY", "/c.key")]).unwrap_err();
+        assert!(e.contains("PGSSLKEY=/c.key needs sslcert=FILE"), "{e}");
+    }
+
+    #[test]
+    fn unreadable_or_wrong_client_files_are_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("missing.crt");
+        let not_pem = dir.path().join("not.pem");
+        std::fs::write(&not_pem, "just text\n").unwrap();
+        let url = |cert: &std::path::Path, key: &std::path::Path| {
+            format!(
+                "postgres://h/db?sslmode=require&sslcert={}&sslkey={}",
+                cert.display(),
+                key.display()
+            )
+        };
+        let e = parse(&url(&missing, &not_pem)).connector().err().unwrap();
+        assert!(e.contains("missing.crt cannot be read"), "{e}");
+        let e = parse(&url(&not_pem, &not_pem)).connector().err().unwrap();
+        assert!(e.contains("not.pem holds no PEM certificate"), "{e}");
+        // A real certificate, and a key file with no key in it.
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = rcgen::CertificateParams::new(vec!["client".to_string()])
+            .unwrap()
+            .self_signed(&key)
+            .unwrap();
+        let crt = dir.path().join("client.crt");
+        std::fs::write(&crt, cert.pem()).unwrap();
+        let e = parse(&url(&crt, &crt)).connector().err().unwrap();
+        assert!(e.contains("client.crt holds no PEM private key"), "{e}");
+        let key_file = dir.path().join("client.key");
+        std::fs::write(&key_file, key.serialize_pem()).unwrap();
+        assert!(parse(&url(&crt, &key_file)).connector().is_ok());
+        // Under disable the files are not read, as in libpq.
+        let off = format!(
+            "postgres://h/db?sslmode=disable&sslcert={}&sslkey={}",
+            missing.display(),
+            missing.display()
+        );
+        assert!(parse(&off).connector().is_ok());
     }
 }

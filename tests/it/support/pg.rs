@@ -6,7 +6,9 @@
 //!
 //! A second server, [`tls_server`], started only by the tests that ask for it, has `ssl = on`
 //! with a certificate for 127.0.0.1 and localhost signed by a CA made for it (rcgen), and takes
-//! TCP connections over TLS only; the harness reaches it through its Unix socket.
+//! TCP connections over TLS only; the harness reaches it through its Unix socket. The same CA
+//! signed a client certificate for [`CERT_ROLE`], which logs in with it (`cert` in
+//! `pg_hba.conf`) and nothing else.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -21,6 +23,10 @@ pub const PASSWORD_ROLE: &str = "toolq_pw";
 /// Its password, which no error message may show.
 pub const PASSWORD: &str = "s3cret-Pa55word";
 
+/// On the TLS server: the role that logs in with a client certificate only (a superuser, so
+/// it can create the schema in any test's database).
+pub const CERT_ROLE: &str = "toolq_cert";
+
 /// The running server: superuser `postgres` (trust) on 127.0.0.1:`port`.
 pub struct Server {
     pub port: u16,
@@ -28,6 +34,8 @@ pub struct Server {
     pub bin: PathBuf,
     /// On the TLS server: the CA certificate (PEM) that signed the server's certificate.
     pub ca_file: Option<PathBuf>,
+    /// On the TLS server: [`CERT_ROLE`]'s client certificate and its private key (PEM).
+    pub client_cert: Option<(PathBuf, PathBuf)>,
     /// The watchdog's stdin: dropped only when the process exits.
     _watchdog: std::process::ChildStdin,
 }
@@ -159,15 +167,21 @@ host all toolq_pw 127.0.0.1/32 scram-sha-256
 host all all 127.0.0.1/32 trust
 ";
 
-/// The TLS server's: TCP without TLS matches no line, so it is refused.
+/// The TLS server's: TCP without TLS matches no line, so it is refused; the certificate
+/// role needs its client certificate.
 const TLS_HBA: &str = "\
 local all all trust
+hostssl all toolq_cert 127.0.0.1/32 cert
 hostssl all all 127.0.0.1/32 trust
 ";
 
-/// Writes a CA certificate (`ca.crt`) and a server certificate and key it signed, for
-/// 127.0.0.1 and localhost, into `dir`; returns the server's `-c` options and the CA file.
-fn certificates(dir: &Path) -> Result<(String, PathBuf), String> {
+/// What [`certificates`] wrote: the server's `-c` options, the CA file, and the client
+/// certificate and key.
+type Certificates = (String, PathBuf, (PathBuf, PathBuf));
+
+/// Writes a CA certificate (`ca.crt`), a server certificate and key it signed for 127.0.0.1
+/// and localhost, and a client certificate and key for [`CERT_ROLE`], into `dir`.
+fn certificates(dir: &Path) -> Result<Certificates, String> {
     use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
     let e = |what: &'static str| move |e: rcgen::Error| format!("{what}: {e}");
     let mut ca = CertificateParams::new(Vec::<String>::new()).map_err(e("CA params"))?;
@@ -205,12 +219,27 @@ fn certificates(dir: &Path) -> Result<(String, PathBuf), String> {
         c.arg(service_user()).arg(&crt).arg(&key_file);
         run(c, "chown")?;
     }
+    let client_key = KeyPair::generate().map_err(e("client key"))?;
+    let mut params = CertificateParams::new(Vec::<String>::new()).map_err(e("client params"))?;
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, CERT_ROLE);
+    let client = params
+        .signed_by(&client_key, &ca)
+        .map_err(e("client certificate"))?;
+    let (client_crt, client_key_file) = (dir.join("client.crt"), dir.join("client.key"));
+    write(&client_crt, &client.pem())?;
+    write(&client_key_file, &client_key.serialize_pem())?;
+    std::fs::set_permissions(&client_key_file, std::fs::Permissions::from_mode(0o600))
+        .map_err(|e| format!("chmod client.key: {e}"))?;
+    // ssl_ca_file: the CA the server checks client certificates against.
     let opts = format!(
-        " -c ssl=on -c ssl_cert_file={} -c ssl_key_file={}",
+        " -c ssl=on -c ssl_cert_file={} -c ssl_key_file={} -c ssl_ca_file={}",
         crt.display(),
-        key_file.display()
+        key_file.display(),
+        ca_file.display()
     );
-    Ok((opts, ca_file))
+    Ok((opts, ca_file, (client_crt, client_key_file)))
 }
 
 fn start(tls: bool) -> Result<Server, String> {
@@ -255,11 +284,11 @@ fn start(tls: bool) -> Result<Server, String> {
     run(c, "initdb")?;
     let hba = if tls { TLS_HBA } else { HBA };
     std::fs::write(data.join("pg_hba.conf"), hba).map_err(|e| format!("pg_hba.conf: {e}"))?;
-    let (ssl_opts, ca_file) = if tls {
-        let (opts, ca) = certificates(&dir)?;
-        (opts, Some(ca))
+    let (ssl_opts, ca_file, client_cert) = if tls {
+        let (opts, ca, client) = certificates(&dir)?;
+        (opts, Some(ca), Some(client))
     } else {
-        (String::new(), None)
+        (String::new(), None, None)
     };
     let mut last = String::new();
     for _ in 0..5 {
@@ -282,12 +311,16 @@ fn start(tls: bool) -> Result<Server, String> {
                     dir: dir.clone(),
                     bin: bin.clone(),
                     ca_file: ca_file.clone(),
+                    client_cert: client_cert.clone(),
                     _watchdog: watchdog_stdin,
                 };
                 admin(
                     &server,
                     &format!("CREATE ROLE {PASSWORD_ROLE} LOGIN PASSWORD '{PASSWORD}'"),
                 )?;
+                if tls {
+                    admin(&server, &format!("CREATE ROLE {CERT_ROLE} LOGIN SUPERUSER"))?;
+                }
                 return Ok(server);
             }
             Err(e) => {
