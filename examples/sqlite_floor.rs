@@ -194,6 +194,15 @@ fn single_inserts(dir: &Path, n: usize, lean: bool) -> rusqlite::Result<f64> {
 
 /// Inserts `n` runs, [`PER_BATCH`] per transaction.
 fn insert_batches(c: &Connection, n: usize) -> rusqlite::Result<()> {
+    insert_batches_then(c, n, || ())
+}
+
+/// [`insert_batches`], calling `after_commit` after each transaction.
+fn insert_batches_then(
+    c: &Connection,
+    n: usize,
+    mut after_commit: impl FnMut(),
+) -> rusqlite::Result<()> {
     let mut i = 0;
     while i < n {
         let k = PER_BATCH.min(n - i);
@@ -201,6 +210,7 @@ fn insert_batches(c: &Connection, n: usize) -> rusqlite::Result<()> {
         insert_runs(&tx, i, k)?;
         tx.commit()?;
         i += k;
+        after_commit();
     }
     Ok(())
 }
@@ -258,13 +268,7 @@ fn batch_inserts(dir: &Path, n: usize, checkpoints: Checkpoints) -> rusqlite::Re
         });
         let t = Instant::now();
         let mut signalled = 0;
-        let mut i = 0;
-        while i < n {
-            let k = PER_BATCH.min(n - i);
-            let tx = c.unchecked_transaction()?;
-            insert_runs(&tx, i, k)?;
-            tx.commit()?;
-            i += k;
+        let done = insert_batches_then(&c, n, || {
             let pages = WAL_PAGES.load(Ordering::Relaxed);
             if pages < signalled {
                 signalled = 0;
@@ -272,11 +276,12 @@ fn batch_inserts(dir: &Path, n: usize, checkpoints: Checkpoints) -> rusqlite::Re
                 signalled = pages;
                 thread.thread().unpark();
             }
-        }
+        });
         let rate = n as f64 / t.elapsed().as_secs_f64();
+        // Stopped on every path: the scope waits for the thread before it returns.
         stop.store(true, Ordering::Release);
         thread.thread().unpark();
-        Ok(rate)
+        done.map(|()| rate)
     })
 }
 

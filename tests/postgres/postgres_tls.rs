@@ -76,6 +76,22 @@ fn enqueue(url: &str, n: usize) {
     }
 }
 
+/// A worker on `url`, running once `db` holds `n` completed runs (its connections still open).
+fn worker_finishing(url: &str, db: &pg::Database, n: usize) -> Killed {
+    let worker = Killed(
+        bin()
+            .args(["--db", url, "worker"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    wait_until(&format!("the worker finishes {n} runs"), || {
+        completed(db) == n
+    });
+    worker
+}
+
 fn completed(db: &pg::Database) -> usize {
     db.rows("SELECT count(*) FROM runs WHERE state = 'completed'")
         .ok()
@@ -91,17 +107,7 @@ fn postgres_tls_require_encrypts_every_session_and_a_worker_drains_runs() {
     enqueue(&url, 3);
 
     // A running worker: its pooled and listening connections are all TLS sessions.
-    let worker = Killed(
-        bin()
-            .args(["--db", &url, "worker"])
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    wait_until("the worker finishes 3 runs over TLS", || {
-        completed(&db) == 3
-    });
+    let worker = worker_finishing(&url, &db, 3);
     let sessions = db
         .rows(
             "SELECT s.ssl::text, s.version FROM pg_stat_ssl s JOIN pg_stat_activity a \
@@ -290,17 +296,7 @@ fn postgres_tls_a_client_certificate_logs_in_a_cert_role_and_a_worker_drains() {
     );
     ok(&url, &["init"]);
     enqueue(&url, 2);
-    let worker = Killed(
-        bin()
-            .args(["--db", &url, "worker"])
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    wait_until("the worker finishes 2 runs as the certificate role", || {
-        completed(&db) == 2
-    });
+    let worker = worker_finishing(&url, &db, 2);
     // The server saw the certificate: every session of the worker names it.
     let sessions = db
         .rows(&format!(

@@ -532,18 +532,17 @@ mod tests {
         assert!(none.ends_with("(?18, ?19, ?20, ?21, ?22, 'queued', ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31, ?32, ?33, ?34)"), "{none}");
     }
 
-    #[test]
-    fn the_shared_groups_are_those_equal_in_every_run() {
-        let now = chrono::Utc::now();
-        let run = |session: &str, priority: i64, at: i64| NewRun {
+    /// A plain queued run of tool `t` with title `t`, created `now`.
+    fn new_run(session: &str, args: serde_json::Value, now: DateTime<Utc>) -> NewRun {
+        NewRun {
             id: RunId::generate(),
             session_id: session.into(),
             tool: "t".into(),
-            args: serde_json::json!({}),
+            args,
             title: "t".into(),
-            priority,
+            priority: 0,
             max_attempts: 3,
-            run_at: now + chrono::Duration::seconds(at),
+            run_at: now,
             created_at: now,
             idempotency_key: None,
             timeout_ms: None,
@@ -553,6 +552,16 @@ mod tests {
             fire_at: None,
             ticks: 1,
             unique: None,
+        }
+    }
+
+    #[test]
+    fn the_shared_groups_are_those_equal_in_every_run() {
+        let now = chrono::Utc::now();
+        let run = |session: &str, priority: i64, at: i64| NewRun {
+            priority,
+            run_at: now + chrono::Duration::seconds(at),
+            ..new_run(session, serde_json::json!({}), now)
         };
         let all = Shared::NAMES | Shared::TIMES | Shared::OPTIONS;
         assert_eq!(Shared::of(&[run("a", 0, 0), run("a", 0, 0)]), Shared(all));
@@ -598,24 +607,9 @@ mod tests {
         let store = super::super::Store::open(dir.path().join("q.db")).expect("open");
         let now = chrono::Utc::now();
         let runs: Vec<NewRun> = (0..6_000)
-            .map(|i| NewRun {
-                id: RunId::generate(),
-                session_id: "s".into(),
-                tool: "t".into(),
-                args: serde_json::json!({"i": i, "pad": "0123456789abcdef0123456789abcdef"}),
-                title: "t".into(),
-                priority: 0,
-                max_attempts: 3,
-                run_at: now,
-                created_at: now,
-                idempotency_key: None,
-                timeout_ms: None,
-                signal_on_completion: true,
-                delivery: crate::run::Delivery::WhenIdle,
-                schedule_id: None,
-                fire_at: None,
-                ticks: 1,
-                unique: None,
+            .map(|i| {
+                let args = serde_json::json!({"i": i, "pad": "0123456789abcdef0123456789abcdef"});
+                new_run("s", args, now)
             })
             .collect();
         for batch in runs.chunks(1_000) {
