@@ -380,16 +380,27 @@ impl Tool for Chatty {
 /// Runs the `toolq` binary on `db` (a path, URL or [`TestDb`]) with `args` (no config,
 /// `TOOLQ_*` override or log filter from the environment).
 pub fn toolq(db: impl AsRef<std::ffi::OsStr>, args: &[&str]) -> std::process::Output {
+    toolq_command()
+        .arg("--db")
+        .arg(db)
+        .args(args)
+        .output()
+        .expect("the toolq binary runs")
+}
+
+/// The toolq binary with nothing from the test's environment that would change what it does:
+/// no `TOOLQ_*` override, no log filter, and no libpq TLS variable (`PGSSLMODE`...), which the
+/// Postgres engine reads.
+pub fn toolq_command() -> std::process::Command {
     let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_toolq"));
-    cmd.arg("--db").arg(db).args(args).env_remove("RUST_LOG");
+    cmd.env_remove("RUST_LOG");
     for (k, _) in std::env::vars_os() {
-        // libpq's TLS variables reach the Postgres engine too (PGSSLMODE...).
-        let k_text = k.to_string_lossy();
-        if k_text.starts_with("TOOLQ_") || k_text.starts_with("PGSSL") {
+        let name = k.to_string_lossy();
+        if name.starts_with("TOOLQ_") || name.starts_with("PGSSL") {
             cmd.env_remove(k);
         }
     }
-    cmd.output().expect("the toolq binary runs")
+    cmd
 }
 
 /// A child process (a worker) killed when the test ends, also when an assertion fails first.

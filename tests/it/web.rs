@@ -47,17 +47,11 @@ impl Site {
     }
 
     fn command(&self) -> Command {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_toolq"));
+        let mut cmd = crate::support::toolq_command();
         cmd.arg("--db")
             .arg(self.db())
             .arg("--config")
-            .arg(self.dir.path().join("toolq.toml"))
-            .env_remove("RUST_LOG");
-        for (k, _) in std::env::vars_os() {
-            if k.to_string_lossy().starts_with("TOOLQ_") {
-                cmd.env_remove(k);
-            }
-        }
+            .arg(self.dir.path().join("toolq.toml"));
         cmd
     }
 

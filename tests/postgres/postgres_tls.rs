@@ -7,9 +7,9 @@
 //! `cert` logs in with `sslcert` and `sslkey` (or `PGSSLCERT` and `PGSSLKEY`) and is refused
 //! without them. `prefer` (the default) against the plain server is the rest of the suite.
 
-use std::process::{Command, Output};
+use std::process::Output;
 
-use crate::support::{Killed, pg, toolq, wait_until};
+use crate::support::{Killed, pg, toolq, toolq_command, wait_until};
 
 fn text(o: &Output) -> (String, String) {
     (
@@ -48,18 +48,13 @@ fn with_password(db: &pg::Database, query: &str) -> String {
     ) + query
 }
 
-/// The toolq binary with no `TOOLQ_*` override, `PGSSL*` variable or log filter from the
-/// environment.
-fn bin() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_toolq"));
-    c.env_remove("RUST_LOG");
-    for (k, _) in std::env::vars_os() {
-        let name = k.to_string_lossy();
-        if name.starts_with("TOOLQ_") || name.starts_with("PGSSL") {
-            c.env_remove(k);
-        }
-    }
-    c
+/// How many tables `db`'s public schema holds: 0 when a refused command wrote nothing.
+fn tables(db: &pg::Database) -> usize {
+    count(
+        db,
+        "SELECT count(*) FROM pg_tables WHERE schemaname = 'public'",
+    )
+    .expect("count the public tables")
 }
 
 fn enqueue(url: &str, n: usize) {
@@ -79,7 +74,7 @@ fn enqueue(url: &str, n: usize) {
 /// A worker on `url`, running once `db` holds `n` completed runs (its connections still open).
 fn worker_finishing(url: &str, db: &pg::Database, n: usize) -> Killed {
     let worker = Killed(
-        bin()
+        toolq_command()
             .args(["--db", url, "worker"])
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
@@ -92,11 +87,15 @@ fn worker_finishing(url: &str, db: &pg::Database, n: usize) -> Killed {
     worker
 }
 
-fn completed(db: &pg::Database) -> usize {
-    db.rows("SELECT count(*) FROM runs WHERE state = 'completed'")
+/// The one number `sql` (a count) returns; none while it cannot be read (no table yet).
+fn count(db: &pg::Database, sql: &str) -> Option<usize> {
+    db.rows(sql)
         .ok()
         .and_then(|r| r.into_iter().next()?.into_iter().next()??.parse().ok())
-        .unwrap_or(0)
+}
+
+fn completed(db: &pg::Database) -> usize {
+    count(db, "SELECT count(*) FROM runs WHERE state = 'completed'").unwrap_or(0)
 }
 
 #[test]
@@ -127,7 +126,7 @@ fn postgres_tls_require_encrypts_every_session_and_a_worker_drains_runs() {
     // TOOLQ_DB carries the options as --db does.
     enqueue(&url, 3);
     let dir = tempfile::tempdir().unwrap();
-    let o = bin()
+    let o = toolq_command()
         .args(["worker", "--drain"])
         .current_dir(dir.path())
         .env("TOOLQ_DB", &url)
@@ -173,7 +172,7 @@ fn postgres_tls_verify_full_without_the_ca_fails_naming_the_certificate() {
     let other = rcgen::generate_simple_self_signed(vec!["other.example".to_string()]).unwrap();
     std::fs::write(&roots, other.cert.pem()).unwrap();
     for args in [&["init"][..], &["worker", "--drain"]] {
-        let o = bin()
+        let o = toolq_command()
             .arg("--db")
             .arg(&url)
             .args(args)
@@ -188,12 +187,7 @@ fn postgres_tls_verify_full_without_the_ca_fails_naming_the_certificate() {
         );
         assert!(err.contains("sslrootcert=FILE"), "says what to give: {err}");
     }
-    assert_eq!(
-        db.rows("SELECT count(*) FROM pg_tables WHERE schemaname = 'public'")
-            .unwrap(),
-        vec![vec![Some("0".to_string())]],
-        "nothing was written"
-    );
+    assert_eq!(tables(&db), 0, "nothing was written");
 }
 
 #[test]
@@ -314,7 +308,7 @@ fn postgres_tls_a_client_certificate_logs_in_a_cert_role_and_a_worker_drains() {
     // libpq's variables give the same files when the URL does not.
     enqueue(&url, 1);
     let bare = as_cert_role(&db, "");
-    let o = bin()
+    let o = toolq_command()
         .args(["--db", &bare, "worker", "--drain"])
         .env("PGSSLMODE", "verify-full")
         .env("PGSSLROOTCERT", ca)
@@ -339,12 +333,7 @@ fn postgres_tls_a_cert_role_without_its_certificate_is_refused() {
         err.contains("give sslcert=FILE and sslkey=FILE"),
         "what to give: {err}"
     );
-    assert_eq!(
-        db.rows("SELECT count(*) FROM pg_tables WHERE schemaname = 'public'")
-            .unwrap(),
-        vec![vec![Some("0".to_string())]],
-        "nothing was written"
-    );
+    assert_eq!(tables(&db), 0, "nothing was written");
 }
 
 #[test]
@@ -381,7 +370,7 @@ fn postgres_tls_a_bad_client_certificate_option_is_a_usage_error_naming_it() {
         assert!(err.contains(&says), "{query}: {err}");
     }
     // From the environment, the message names the variable.
-    let o = bin()
+    let o = toolq_command()
         .args(["--db", &as_cert_role(&db, ""), "init"])
         .env("PGSSLMODE", "verify-everything")
         .output()
