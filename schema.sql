@@ -1,4 +1,4 @@
--- toolq schema, version 10 (stored in PRAGMA user_version; src/store/migrate.rs upgrades older files).
+-- toolq schema, version 11 (stored in PRAGMA user_version; src/store/migrate.rs upgrades older files).
 --
 -- This file is the whole schema. It is embedded in the binary and applied by `toolq init`
 -- (or by any command that opens a new database). Ops people: this is your interface.
@@ -10,7 +10,11 @@
 --     json_extract(), e.g. `json_extract(progress, '$.current')`. runs.args and inbox.data,
 --     written on every enqueue and finish, are not re-checked with json_valid() (version 9),
 --     nor are runs.errors and runs.stages, which toolq only appends to with json_insert()
---     (version 10).
+--     (version 10), nor runs.progress, which toolq writes from a typed value (version 11).
+--   * The foreign keys that an enqueue or a finish checks on insert (runs.schedule_id,
+--     inbox.run_id) are DEFERRABLE INITIALLY DEFERRED: checked at COMMIT, so a multi-row
+--     INSERT needs no statement journal (version 11). A violation still fails the whole
+--     transaction. Their ON DELETE actions run at once, as before.
 --   * States are CHECK-constrained; the lifecycle is
 --       queued -> (awaiting_approval ->) running -> completed | failed | cancelled
 --     and a running run whose attempt fails with a retryable error goes back to queued.
@@ -47,11 +51,11 @@ CREATE TABLE runs (
     signal_on_completion  INTEGER NOT NULL DEFAULT 1 CHECK (signal_on_completion IN (0, 1)),
     delivery              TEXT NOT NULL DEFAULT 'when_idle'
                               CHECK (delivery = 'interrupt' OR delivery = 'when_idle' OR delivery = 'silent'),
-    schedule_id           TEXT REFERENCES schedules(id) ON DELETE SET NULL,  -- the schedule that made it
+    schedule_id           TEXT REFERENCES schedules(id) ON DELETE SET NULL DEFERRABLE INITIALLY DEFERRED,  -- the schedule that made it
     fire_at               TEXT,                              -- the schedule tick it stands for
     ticks                 INTEGER NOT NULL DEFAULT 1,        -- schedule ticks this run stands for (catch-up)
     status_text           TEXT,                              -- latest status line reported by the tool
-    progress              TEXT CHECK (progress IS NULL OR json_valid(progress)),  -- {current,total,unit,label}
+    progress              TEXT,  -- {current,total,unit,label}
     output_tail           TEXT,                              -- last 2048 characters of the log, escaped
     error                 TEXT,                              -- message the session may see
     internal_error        TEXT,                              -- ops only, never shown to the session
@@ -213,7 +217,7 @@ CREATE TABLE tool_starts (
 CREATE TABLE inbox (
     id          INTEGER PRIMARY KEY AUTOINCREMENT,  -- increasing: read after the last id you saw
     session_id  TEXT NOT NULL,
-    run_id      TEXT REFERENCES runs(id) ON DELETE CASCADE,
+    run_id      TEXT REFERENCES runs(id) ON DELETE CASCADE DEFERRABLE INITIALLY DEFERRED,
     attempt     INTEGER NOT NULL DEFAULT 0,
     kind        TEXT NOT NULL CHECK (kind = 'completed' OR kind = 'failed' OR kind = 'cancelled'
                                      OR kind = 'approval_request'),

@@ -477,12 +477,136 @@ fn a_version_9_file_loses_the_errors_and_stages_checks_and_keeps_its_rows() {
         )
         .unwrap();
     assert!(!sql.contains("json_valid(errors)") && !sql.contains("json_valid(stages)"));
-    assert!(
-        sql.contains("json_valid(progress)"),
-        "progress, written rarely, keeps its check"
-    );
     let check: String = o
         .query_row("PRAGMA integrity_check", [], |r| r.get(0))
         .unwrap();
     assert_eq!(check, "ok");
+}
+
+const SCHEMA_V10: &str = include_str!("fixtures/schema_v10.sql");
+
+/// Version 10 -> 11 (issue 19): runs.schedule_id and inbox.run_id become deferred foreign
+/// keys and runs.progress loses its json_valid CHECK, so a multi-row INSERT needs no
+/// statement journal. Rows stay; a violation now fails at COMMIT instead of at the
+/// statement, and still stores nothing; the ON DELETE actions still run at once.
+#[test]
+fn a_version_10_file_defers_its_insert_foreign_keys_and_keeps_its_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let (old, new) = (dir.path().join("v10.db"), dir.path().join("new.db"));
+    let insert_run = "INSERT INTO runs (id, session_id, tool, args, title, run_at, created_at, \
+                      schedule_id, fire_at, progress) \
+                      VALUES (?1, 's1', 'echo', '{}', 't', '2026-01-01T00:00:00.000Z', \
+                              '2026-01-01T00:00:00.000Z', ?2, ?3, ?4)";
+    let insert_message = "INSERT INTO inbox (session_id, run_id, kind, body, created_at) \
+                          VALUES ('s1', ?1, 'completed', 'done', '2026-01-01T00:00:01.000Z')";
+    {
+        let c = Connection::open(&old).unwrap();
+        c.execute_batch(SCHEMA_V10).unwrap();
+        c.execute_batch(
+            "PRAGMA user_version = 10; PRAGMA foreign_keys = ON;
+             INSERT INTO schedules (id, session_id, tool, args, title, cron_expression,
+                                    created_at, updated_at)
+               VALUES ('sch_1', 's1', 'echo', '{}', 'every minute', '* * * * *',
+                       '2026-01-01T00:00:00.000Z', '2026-01-01T00:00:00.000Z');",
+        )
+        .unwrap();
+        c.execute(
+            insert_run,
+            rusqlite::params![
+                "bg_sched",
+                "sch_1",
+                "2026-01-01T00:00:00.000Z",
+                r#"{"current":1}"#
+            ],
+        )
+        .unwrap();
+        c.execute(insert_message, ["bg_sched"]).unwrap();
+        let dangling = c.execute(
+            insert_run,
+            rusqlite::params!["bg_x", "sch_none", "x", None::<String>],
+        );
+        assert!(
+            dangling.is_err(),
+            "version 10 checks the schedule at the statement"
+        );
+    }
+    // The store that migrates writes through the same connection afterwards: a dangling
+    // schedule passes the statement and fails the commit, which stores nothing.
+    let store = Store::open(&old).unwrap();
+    let err = store
+        .write(|tx| {
+            tx.execute(
+                insert_run,
+                rusqlite::params!["bg_x", "sch_none", "x", None::<String>],
+            )
+            .map_err(|e| toolq::error::StoreError::Task(format!("the statement failed: {e}")))?;
+            tx.execute(insert_message, ["bg_none"])
+                .map_err(|e| toolq::error::StoreError::Task(format!("the statement failed: {e}")))
+        })
+        .expect_err("a dangling foreign key fails the commit");
+    let message = err.to_string();
+    assert!(
+        message.contains("commit") && message.contains("FOREIGN KEY"),
+        "{message}"
+    );
+    drop(store);
+    let o = upgrade(&old, &new);
+    o.execute_batch("PRAGMA foreign_keys = ON").unwrap();
+    let rows: Vec<(String, Option<String>, Option<String>)> = o
+        .prepare("SELECT id, schedule_id, progress FROM runs ORDER BY id")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(
+        rows,
+        [(
+            "bg_sched".to_string(),
+            Some("sch_1".to_string()),
+            Some(r#"{"current":1}"#.to_string())
+        )],
+        "the rows are kept and the failed commit stored nothing"
+    );
+    let sql = |table: &str| -> String {
+        o.query_row(
+            "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?1",
+            [table],
+            |r| r.get(0),
+        )
+        .unwrap()
+    };
+    assert!(sql("runs").contains("ON DELETE SET NULL DEFERRABLE INITIALLY DEFERRED"));
+    assert!(!sql("runs").contains("json_valid("), "{}", sql("runs"));
+    assert!(sql("inbox").contains("ON DELETE CASCADE DEFERRABLE INITIALLY DEFERRED"));
+    // The ON DELETE actions run at once.
+    o.execute("DELETE FROM schedules WHERE id = 'sch_1'", [])
+        .unwrap();
+    let schedule: Option<String> = o
+        .query_row(
+            "SELECT schedule_id FROM runs WHERE id = 'bg_sched'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(
+        schedule, None,
+        "deleting the schedule clears the run's schedule_id"
+    );
+    o.execute("DELETE FROM runs WHERE id = 'bg_sched'", [])
+        .unwrap();
+    let messages: i64 = o
+        .query_row("SELECT count(*) FROM inbox", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(messages, 0, "deleting the run deletes its message");
+    let check: String = o
+        .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(check, "ok");
+    let violations: i64 = o
+        .query_row("SELECT count(*) FROM pragma_foreign_key_check", [], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    assert_eq!(violations, 0);
 }

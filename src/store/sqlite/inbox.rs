@@ -46,7 +46,8 @@ pub(crate) fn insert_many_sql(rows: usize) -> &'static str {
     static SQL: super::rows::SqlBySize = super::rows::SqlBySize::new();
     SQL.get(rows, |rows| {
         super::rows::values_sql(
-            "INSERT INTO inbox (session_id, run_id, attempt, kind, body, data, delivery, created_at)",
+            // `OR FAIL`, so the statement keeps no statement journal (see `runs::INSERT`).
+            "INSERT OR FAIL INTO inbox (session_id, run_id, attempt, kind, body, data, delivery, created_at)",
             "(#, #, #, #, #, #, #, ?1)",
             rows,
             "",

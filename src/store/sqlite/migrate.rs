@@ -9,7 +9,7 @@ use crate::error::StoreError;
 pub const SCHEMA_SQL: &str = include_str!("../../../schema.sql");
 
 /// The schema version this build writes and understands.
-pub const SCHEMA_VERSION: i64 = 10;
+pub const SCHEMA_VERSION: i64 = 11;
 
 /// Ordered migrations: `MIGRATIONS[i]` upgrades version `i + 1` to `i + 2`.
 const MIGRATIONS: &[&str] = &[
@@ -22,6 +22,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../../migrations/008_flow_control.sql"),
     include_str!("../../../migrations/009_lean_enqueue.sql"),
     include_str!("../../../migrations/010_lean_errors_stages.sql"),
+    include_str!("../../../migrations/011_no_statement_journal.sql"),
 ];
 
 /// What the file holds before we touch it.
@@ -113,8 +114,8 @@ pub(crate) fn apply(conn: &mut Connection, state: FileState) -> Result<(), Store
             tx.execute_batch(step)
                 .map_err(|e| StoreError::sqlite(format!("migrate to version {}", i + 2), e))?;
         }
-        // A migration may edit table definitions in sqlite_master (versions 9 and 10 remove
-        // CHECKs that way); a new schema cookie makes every connection, this one included, parse
+        // A migration may edit table definitions in sqlite_master (versions 9 to 11 edit
+        // CHECKs and foreign keys that way); a new schema cookie makes every connection, this one included, parse
         // them again instead of enforcing the definitions it had loaded.
         let cookie: i64 = tx
             .query_row("PRAGMA schema_version", [], |r| r.get(0))

@@ -13,7 +13,13 @@ use crate::run::{Inserted, ListFilter};
 use crate::run::{NewRun, Run, RunState};
 
 const FIND_BY_KEY: &str = "SELECT id, tool, args FROM runs WHERE idempotency_key = ?1";
-pub(crate) const INSERT: &str = "INSERT INTO runs (id, session_id, tool, args, title, state, priority, max_attempts, \
+/// One run's INSERT; a batch repeats its value list ([`insert_sql`]).
+///
+/// `OR FAIL`: a failing row stops the statement and leaves the rows before it, which the
+/// caller's transaction then rolls back with the rest. A multi-row statement that could undo
+/// itself (SQLite's default, `ABORT`) keeps a statement journal, a copy of every page it
+/// changes (schema version 11).
+pub(crate) const INSERT: &str = "INSERT OR FAIL INTO runs (id, session_id, tool, args, title, state, priority, max_attempts, \
     run_at, created_at, idempotency_key, timeout_ms, signal_on_completion, delivery, schedule_id, fire_at, ticks, \
     unique_key) VALUES (?1, ?2, ?3, ?4, ?5, 'queued', ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)";
 /// A unique enqueue's match in one state: one seek of `runs_unique_idx`, newest first.
@@ -628,5 +634,41 @@ mod tests {
             })
             .expect("count");
         assert_eq!(count, 6_000);
+    }
+
+    /// A multi-row INSERT that may stop halfway keeps a statement journal, to undo its own
+    /// rows (SQLite copies every page the statement changes first, and the journal's 1 KiB
+    /// chunks churned the allocator: a fifth of a batch enqueue's time, BENCHMARKS.md, issue
+    /// 19, session 10). The batch statements are `INSERT OR FAIL` (a failure leaves the
+    /// statement's earlier rows, and the caller's transaction rolls back) and no immediate
+    /// foreign key or function call is checked on insert, so they keep none. Seen from a
+    /// connection with SQLite's default `temp_store`, which spills a journal past 64 KiB to a
+    /// temporary file.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_batch_insert_keeps_no_statement_journal() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("q.db");
+        drop(super::super::Store::open(&path).expect("create the schema"));
+        let mut conn = rusqlite::Connection::open(&path).expect("open");
+        conn.execute_batch("PRAGMA foreign_keys = ON; PRAGMA temp_store = DEFAULT")
+            .expect("pragmas");
+        let now = chrono::Utc::now();
+        let runs: Vec<NewRun> = (0..6_000)
+            .map(|i| {
+                let args = serde_json::json!({"i": i, "pad": "0123456789abcdef0123456789abcdef"});
+                new_run("s", args, now)
+            })
+            .collect();
+        for batch in runs.chunks(1_000) {
+            let tx = conn.transaction().expect("begin");
+            insert_many(&tx, batch).expect("insert");
+            assert_eq!(
+                open_sqlite_temp_files(),
+                0,
+                "a statement journal spilled to a file"
+            );
+            tx.commit().expect("commit");
+        }
     }
 }
