@@ -35,13 +35,13 @@ fn a_store_thread_copies_the_wal_into_the_database_file() {
     let db = dir.path().join("t.db");
     let store = Store::open(&db).unwrap();
     let before = len(&db);
-    // 800 pages: past the thread's wake-up mark, below the writer's own checkpoint size and
-    // below SQLite's automatic one (1,000 pages, replaced anyway). Only the thread copies.
-    for tag in 0..8 {
+    // 1,600 pages: past the thread's wake-up mark (1,024), below the writer's own checkpoint
+    // size (4,000; SQLite's automatic checkpoint is replaced by it). Only the thread copies.
+    for tag in 0..16 {
         write_pages(&store, tag, 100);
     }
     let deadline = Instant::now() + Duration::from_secs(10);
-    while len(&db) < before + 400 * PAGE {
+    while len(&db) < before + 1_000 * PAGE {
         assert!(
             Instant::now() < deadline,
             "no checkpoint: database file {} bytes, was {before}",

@@ -20,8 +20,12 @@ use std::thread::JoinHandle;
 
 use rusqlite::{Connection, OpenFlags};
 
-/// The thread is woken after this many new WAL pages (4 KiB each).
-pub const SIGNAL_PAGES: i32 = 256;
+/// The thread is woken after this many new WAL pages (4 KiB each): about SQLite's own
+/// cadence (1,000). Each pass ends with fsyncs of the WAL and the database file, which slow the
+/// writer's own writes meanwhile; at 256 pages a 20,000-run batch enqueue paid for four times
+/// as many passes and ran ~10 % slower, while drains were level either way (BENCHMARKS.md,
+/// issue 19, session 10).
+pub const SIGNAL_PAGES: i32 = 1024;
 
 /// At this many WAL pages the writer checkpoints in its own commit (SQLite's default is 1,000).
 pub const WRITER_CHECKPOINT_PAGES: i32 = 4_000;
