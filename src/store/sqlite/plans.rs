@@ -229,3 +229,24 @@ fn the_unique_lookup_seeks_its_index() {
     );
     assert!(!plan.iter().any(|d| d.contains("TEMP B-TREE")), "{plan:?}");
 }
+
+/// A draining worker with nothing to claim asks whether work waits: the due check reads
+/// `runs_claimable_idx` alone and the retry check `runs_requeued_idx`, never a run's row.
+#[test]
+fn the_work_check_reads_indexes_only() {
+    let plan = plan(super::due::WORK_WAITING);
+    assert!(
+        plan.iter()
+            .any(|d| d.contains("USING COVERING INDEX runs_claimable_idx")),
+        "{plan:?}"
+    );
+    assert!(
+        plan.iter()
+            .any(|d| d.contains("USING COVERING INDEX runs_requeued_idx")),
+        "{plan:?}"
+    );
+    assert!(
+        !plan.iter().any(|d| d.contains("USING INDEX runs_")),
+        "a check reads the runs' rows: {plan:?}"
+    );
+}
