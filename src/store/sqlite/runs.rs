@@ -590,6 +590,17 @@ mod tests {
         );
     }
 
+    /// Runs enough to fill a file with a few thousand rows in batches of 1,000.
+    fn six_thousand_runs() -> Vec<NewRun> {
+        let now = chrono::Utc::now();
+        (0..6_000)
+            .map(|i| {
+                let args = serde_json::json!({"i": i, "pad": "0123456789abcdef0123456789abcdef"});
+                new_run("s", args, now)
+            })
+            .collect()
+    }
+
     /// Temporary files SQLite holds open in this process (its names start with `etilqs_`;
     /// they are unlinked at once, so only `/proc/self/fd` still shows them).
     #[cfg(target_os = "linux")]
@@ -611,13 +622,7 @@ mod tests {
     fn a_batch_insert_writes_no_temporary_file() {
         let dir = tempfile::tempdir().expect("temp dir");
         let store = super::super::Store::open(dir.path().join("q.db")).expect("open");
-        let now = chrono::Utc::now();
-        let runs: Vec<NewRun> = (0..6_000)
-            .map(|i| {
-                let args = serde_json::json!({"i": i, "pad": "0123456789abcdef0123456789abcdef"});
-                new_run("s", args, now)
-            })
-            .collect();
+        let runs = six_thousand_runs();
         for batch in runs.chunks(1_000) {
             let held = store
                 .write(|tx| {
@@ -653,13 +658,7 @@ mod tests {
         let mut conn = rusqlite::Connection::open(&path).expect("open");
         conn.execute_batch("PRAGMA foreign_keys = ON; PRAGMA temp_store = DEFAULT")
             .expect("pragmas");
-        let now = chrono::Utc::now();
-        let runs: Vec<NewRun> = (0..6_000)
-            .map(|i| {
-                let args = serde_json::json!({"i": i, "pad": "0123456789abcdef0123456789abcdef"});
-                new_run("s", args, now)
-            })
-            .collect();
+        let runs = six_thousand_runs();
         for batch in runs.chunks(1_000) {
             let tx = conn.transaction().expect("begin");
             insert_many(&tx, batch).expect("insert");
