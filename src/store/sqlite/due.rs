@@ -137,7 +137,7 @@ mod tests {
     }
 
     fn waiting(store: &super::super::Store, tools: &[&str]) -> bool {
-        let now = parse_ts("2026-01-01T00:00:00.000Z").expect("instant");
+        let now = parse_ts(NOW).expect("instant");
         let tools: Vec<String> = tools.iter().map(|t| t.to_string()).collect();
         store
             .read(|c| has_work_for(c, now, &tools))
@@ -191,5 +191,15 @@ mod tests {
             })
             .expect("pause");
         assert!(!waiting(&store, &["echo"]), "the tool is paused");
+        store
+            .write(|tx| {
+                tx.execute_batch(
+                    "DELETE FROM pauses; \
+                     INSERT INTO pauses (scope, value, since) VALUES ('session', 's1', '2026-01-01T00:00:00.000Z')",
+                )
+                .ctx("pause the session instead")
+            })
+            .expect("pause");
+        assert!(!waiting(&store, &["echo"]), "the session is paused");
     }
 }
