@@ -89,12 +89,6 @@ CREATE INDEX runs_claimable_idx ON runs (session_id, tool, priority DESC, run_at
 -- has run_at = created_at and is not in it, so most enqueues and claims write no entry here
 -- (version 5). A query that should use it repeats `run_at > created_at`.
 CREATE INDEX runs_delayed_idx ON runs (tool, run_at) WHERE state = 'queued' AND run_at > created_at;
--- What a draining worker waits for besides due runs: queued runs with an attempt behind them
--- (retries waiting for their backoff, rescued and handed-back runs), by tool. Few, and a new
--- run (attempt 0) is never in it, so enqueues and most claims and finishes write nothing here
--- (version 11: the check used to read every delayed run's row). `attempt` is in it only so
--- that the check needs no row: SQLite reads a column of a partial index's condition.
-CREATE INDEX runs_requeued_idx ON runs (tool, session_id, attempt) WHERE state = 'queued' AND attempt > 0;
 -- Limits, heartbeats and rescue: running runs by owner. Running runs are few (at most the
 -- workers' slots), so per-session counts read this index whole instead of keeping a second one
 -- that every claim and finish would write (version 3). Per-tool counts (max_running) read it

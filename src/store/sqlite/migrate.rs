@@ -22,7 +22,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../../migrations/008_flow_control.sql"),
     include_str!("../../../migrations/009_lean_enqueue.sql"),
     include_str!("../../../migrations/010_lean_errors_stages.sql"),
-    include_str!("../../../migrations/011_lean_batch_and_drain_check.sql"),
+    include_str!("../../../migrations/011_no_statement_journal.sql"),
 ];
 
 /// What the file holds before we touch it.

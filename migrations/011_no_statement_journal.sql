@@ -1,7 +1,7 @@
 -- toolq schema version 10 -> 11 (applied by src/store/migrate.rs inside one transaction, which
 -- then bumps PRAGMA schema_version so every connection, the migrating one included, reads the
 -- new table definitions). Issue 19: a batch enqueue's multi-row INSERTs keep no statement
--- journal, and a draining worker's check for work waiting reads no delayed run's row.
+-- journal.
 --   * SQLite keeps a statement journal (a copy of every page the statement changes, to undo
 --     that one statement) for a statement that writes many rows and may stop halfway. An
 --     immediate foreign key and a function call in a CHECK both may, whatever the statement's
@@ -12,11 +12,7 @@
 --     and the ON DELETE actions still run at once.
 --   * The json_valid() CHECK on runs.progress is gone: toolq writes it from a typed value,
 --     as it writes args, data, errors and stages, whose CHECKs went in versions 9 and 10.
---   * runs_requeued_idx: queued runs with an attempt behind them (retries waiting for their
---     backoff, rescued and handed-back runs), by tool and session. A draining worker that has
---     nothing to claim asks whether such a run waits; that check read the row of every
---     delayed run (0.16 s per check with 100,000 runs enqueued for tomorrow).
--- Neither table change touches a stored row, so the table definitions are edited in place as
+-- Neither change touches a stored row, so the table definitions are edited in place as
 -- SQLite documents for such changes (https://sqlite.org/lang_altertable.html, "making other
 -- kinds of table schema changes") instead of copying every row.
 -- The statements below leave the same schema as schema.sql (a test compares the results).
@@ -32,5 +28,3 @@ UPDATE sqlite_master SET sql = replace(sql,
         'REFERENCES runs(id) ON DELETE CASCADE DEFERRABLE INITIALLY DEFERRED,')
     WHERE type = 'table' AND name = 'inbox';
 PRAGMA writable_schema = OFF;
--- Built with one scan of the runs (a run that never started is not in it, so it is small).
-CREATE INDEX runs_requeued_idx ON runs (tool, session_id, attempt) WHERE state = 'queued' AND attempt > 0;
