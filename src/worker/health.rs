@@ -77,13 +77,16 @@ impl Health {
 /// How long the claim loop waits after `failures` failed turns in a row: the poll interval
 /// while healthy; then a doubling retry whose base is the poll interval but at most a second,
 /// so a worker with a long poll (it waits for the change feed) still retries a lost
-/// connection within seconds rather than at its next poll.
+/// connection within seconds rather than at its next poll. It doubles at most twice (4 s with
+/// the one-second base), like the change feed's reconnection (5 s at most): the wake-up that
+/// says the database is back is one event, and a claim that still fails on it (a connection
+/// the pool had not yet seen closed) must not leave the queue waiting half a minute.
 pub fn claim_backoff(poll_interval: std::time::Duration, failures: u32) -> std::time::Duration {
     if failures == 0 {
         return poll_interval;
     }
     let base = poll_interval.min(std::time::Duration::from_secs(1));
-    base.saturating_mul(2u32.saturating_pow(failures.min(5)))
+    base.saturating_mul(2u32.saturating_pow(failures.min(2)))
 }
 
 #[cfg(test)]
@@ -170,7 +173,8 @@ mod tests {
         let hour = Duration::from_secs(3600);
         assert_eq!(claim_backoff(hour, 0), hour);
         assert_eq!(claim_backoff(hour, 1), Duration::from_secs(2));
-        assert_eq!(claim_backoff(hour, 9), Duration::from_secs(32));
+        assert_eq!(claim_backoff(hour, 2), Duration::from_secs(4));
+        assert_eq!(claim_backoff(hour, 9), Duration::from_secs(4));
         let fast = Duration::from_millis(50);
         assert_eq!(claim_backoff(fast, 0), fast);
         assert_eq!(claim_backoff(fast, 2), Duration::from_millis(200));

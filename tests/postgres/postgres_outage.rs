@@ -111,12 +111,14 @@ async fn a_worker_that_loses_the_database_keeps_its_run_going_and_records_it_onc
         .await
         .unwrap()
         .run_id;
-    let worker = tokio::spawn(
-        env.client
-            .worker(WorkerOptions { drain: true })
-            .run(Default::default()),
-    );
-    wait_until("the run is running", || running(&env) == 1);
+    let worker = env.client.worker(WorkerOptions { drain: true });
+    let metrics = worker.metrics();
+    let worker = tokio::spawn(worker.run(Default::default()));
+    // The worker holds the run: its claim's answer came back through the proxy. (The row says
+    // `running` as soon as the claim commits, before the answer arrives: a cut then would lose
+    // the answer, and the run would be the other host's alone.)
+    wait_until("the worker claimed the run", || metrics.claims() == 1);
+    assert_eq!(running(&env), 1);
     // The run ends while the database is unreachable: its end is retried until it commits.
     proxy.cut();
     tokio::time::sleep(Duration::from_millis(2500)).await;
@@ -153,12 +155,14 @@ async fn a_run_whose_lease_expired_during_the_outage_is_fenced_out_when_its_work
         .await
         .unwrap()
         .run_id;
-    let worker = tokio::spawn(
-        env.client
-            .worker(WorkerOptions { drain: true })
-            .run(Default::default()),
-    );
-    wait_until("the run is running", || running(&env) == 1);
+    let worker = env.client.worker(WorkerOptions { drain: true });
+    let metrics = worker.metrics();
+    let worker = tokio::spawn(worker.run(Default::default()));
+    // The worker holds the run: its claim's answer came back through the proxy. (The row says
+    // `running` as soon as the claim commits, before the answer arrives: a cut then would lose
+    // the answer, and the run would be the other host's alone.)
+    wait_until("the worker claimed the run", || metrics.claims() == 1);
+    assert_eq!(running(&env), 1);
     proxy.cut();
     // The lease runs out while the worker cannot reach the database: the other host takes
     // the run back and runs it to the end.
