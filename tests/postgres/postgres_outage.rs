@@ -101,6 +101,20 @@ fn running(env: &TestEnv) -> i64 {
         .count("SELECT count(*) FROM runs WHERE state = 'running'")
 }
 
+/// Starts a draining worker and returns once it holds the one queued run: its claim's answer
+/// came back through the proxy. (The row says `running` as soon as the claim commits, before
+/// the answer arrives: a cut then would lose the answer, and the worker would never hold it.)
+fn drain_holding_the_run(
+    env: &TestEnv,
+) -> tokio::task::JoinHandle<toolq::Result<toolq::WorkerReport>> {
+    let worker = env.client.worker(WorkerOptions { drain: true });
+    let metrics = worker.metrics();
+    let handle = tokio::spawn(worker.run(Default::default()));
+    wait_until("the worker claimed the run", || metrics.claims() == 1);
+    assert_eq!(running(env), 1);
+    handle
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_that_loses_the_database_keeps_its_run_going_and_records_it_once() {
     let proxy = Proxy::start();
@@ -111,14 +125,7 @@ async fn a_worker_that_loses_the_database_keeps_its_run_going_and_records_it_onc
         .await
         .unwrap()
         .run_id;
-    let worker = env.client.worker(WorkerOptions { drain: true });
-    let metrics = worker.metrics();
-    let worker = tokio::spawn(worker.run(Default::default()));
-    // The worker holds the run: its claim's answer came back through the proxy. (The row says
-    // `running` as soon as the claim commits, before the answer arrives: a cut then would lose
-    // the answer, and the run would be the other host's alone.)
-    wait_until("the worker claimed the run", || metrics.claims() == 1);
-    assert_eq!(running(&env), 1);
+    let worker = drain_holding_the_run(&env);
     // The run ends while the database is unreachable: its end is retried until it commits.
     proxy.cut();
     tokio::time::sleep(Duration::from_millis(2500)).await;
@@ -155,14 +162,7 @@ async fn a_run_whose_lease_expired_during_the_outage_is_fenced_out_when_its_work
         .await
         .unwrap()
         .run_id;
-    let worker = env.client.worker(WorkerOptions { drain: true });
-    let metrics = worker.metrics();
-    let worker = tokio::spawn(worker.run(Default::default()));
-    // The worker holds the run: its claim's answer came back through the proxy. (The row says
-    // `running` as soon as the claim commits, before the answer arrives: a cut then would lose
-    // the answer, and the run would be the other host's alone.)
-    wait_until("the worker claimed the run", || metrics.claims() == 1);
-    assert_eq!(running(&env), 1);
+    let worker = drain_holding_the_run(&env);
     proxy.cut();
     // The lease runs out while the worker cannot reach the database: the other host takes
     // the run back and runs it to the end.
@@ -213,7 +213,9 @@ async fn a_dropped_listening_connection_is_replaced_and_other_hosts_enqueues_sti
         let registry = RegistryBuilder::new().with_builtins().build().unwrap();
         Client::open_with_clock(config, registry, Arc::new(env.clock.clone())).unwrap()
     };
-    let listening = "SELECT count(*) FROM pg_stat_activity WHERE query = 'LISTEN toolq_changes'";
+    // This test's database only: the other tests' workers listen on the same server.
+    let listening = "SELECT count(*) FROM pg_stat_activity \
+                     WHERE query = 'LISTEN toolq_changes' AND datname = current_database()";
     let stop = tokio_util::sync::CancellationToken::new();
     let worker = tokio::spawn(
         env.client
