@@ -1,7 +1,6 @@
 //! `toolq schedule add|list|show|cancel|enable|preview`: cron monitors and one-shots.
 
 use chrono::{DateTime, SecondsFormat, Utc};
-use chrono_tz::Tz;
 use serde_json::{Value, json};
 
 use super::{Ctx, render};
@@ -9,7 +8,7 @@ use crate::config::parse_duration;
 use crate::error::{InputError, Result};
 use crate::ids::ScheduleId;
 use crate::run::Delivery;
-use crate::schedule::{Schedule, ScheduleRequest, parse_timezone};
+use crate::schedule::{Schedule, ScheduleRequest, Zone, parse_timezone};
 
 /// Flags of `schedule`.
 #[derive(Debug, clap::Args)]
@@ -197,14 +196,16 @@ fn utc(t: &DateTime<Utc>) -> String {
     t.to_rfc3339_opts(SecondsFormat::Secs, true)
 }
 
-fn local(t: &DateTime<Utc>, tz: Tz) -> String {
-    t.with_timezone(&tz)
-        .format("%Y-%m-%dT%H:%M:%S%:z %Z")
-        .to_string()
+fn local(t: &DateTime<Utc>, tz: &Zone) -> String {
+    format!(
+        "{} {}",
+        tz.local(*t).format("%Y-%m-%dT%H:%M:%S%:z"),
+        tz.abbreviation(*t)
+    )
 }
 
-fn zone(s: &Schedule) -> Tz {
-    parse_timezone(&s.timezone).unwrap_or(Tz::UTC)
+fn zone(s: &Schedule) -> Zone {
+    parse_timezone(&s.timezone).unwrap_or_else(|_| Zone::utc())
 }
 
 fn when(s: &Schedule) -> String {
@@ -229,7 +230,7 @@ fn done(ctx: &Ctx, s: &Schedule, verb: &str) {
 
 fn next_fire(s: &Schedule) -> String {
     s.next_trigger_at.as_ref().map_or("none".into(), |t| {
-        format!("{} ({})", utc(t), local(t, zone(s)))
+        format!("{} ({})", utc(t), local(t, &zone(s)))
     })
 }
 
@@ -300,7 +301,7 @@ async fn show(ctx: &Ctx, id: &str) -> Result<()> {
     let next: Vec<Vec<String>> = d
         .next_fires
         .iter()
-        .map(|f| vec![utc(f), local(f, tz)])
+        .map(|f| vec![utc(f), local(f, &tz)])
         .collect();
     render::table(&["UTC", "LOCAL"], &next);
     render::line("");
@@ -348,11 +349,11 @@ pub fn preview(json: bool, a: PreviewArgs) -> Result<()> {
     if json {
         let list: Vec<Value> = fires
             .iter()
-            .map(|f| json!({"utc": utc(f), "local": local(f, tz)}))
+            .map(|f| json!({"utc": utc(f), "local": local(f, &tz)}))
             .collect();
         render::json(&list);
     } else {
-        let rows: Vec<Vec<String>> = fires.iter().map(|f| vec![utc(f), local(f, tz)]).collect();
+        let rows: Vec<Vec<String>> = fires.iter().map(|f| vec![utc(f), local(f, &tz)]).collect();
         render::table(&["UTC", "LOCAL"], &rows);
     }
     Ok(())

@@ -7,8 +7,10 @@ pub mod fire;
 pub mod model;
 pub mod spec;
 pub(crate) mod tick;
+pub mod zone;
 
 pub use api::{FireReport, ScheduleDetail, ScheduleRequest};
 pub use cron::{CronSchedule, ScheduleError, parse_one_shot, parse_timezone};
 pub use model::{Occurrence, Schedule};
 pub use spec::{MissedPolicy, OverlapPolicy, ScheduleSpec};
+pub use zone::Zone;

@@ -3,11 +3,11 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use crate::schedule::Zone;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
-use chrono_tz::Tz;
 use maud::{Markup, html};
 use serde::{Deserialize, Serialize};
 
@@ -36,18 +36,15 @@ pub struct Fire {
 }
 
 fn fires(times: &[DateTime<Utc>], tz: &str) -> Vec<Fire> {
-    let zone: Option<Tz> = tz.parse().ok();
+    let zone = Zone::parse(tz);
     times
         .iter()
-        .map(|t| match zone {
-            Some(z) => {
-                let l = t.with_timezone(&z);
-                Fire {
-                    utc: *t,
-                    local: l.format("%Y-%m-%d %H:%M:%S%:z").to_string(),
-                    zone: l.format("%Z").to_string(),
-                }
-            }
+        .map(|t| match &zone {
+            Some(z) => Fire {
+                utc: *t,
+                local: z.local(*t).format("%Y-%m-%d %H:%M:%S%:z").to_string(),
+                zone: z.abbreviation(*t),
+            },
             None => Fire {
                 utc: *t,
                 local: t.format("%Y-%m-%d %H:%M:%S+00:00").to_string(),

@@ -39,7 +39,7 @@ impl Tool for GetCurrentTime {
                 Ok(tz) => ToolOutcome::ok(json!({
                     "utc": utc,
                     "timezone": name,
-                    "local": now.with_timezone(&tz).to_rfc3339_opts(SecondsFormat::Millis, false),
+                    "local": tz.local(now).to_rfc3339_opts(SecondsFormat::Millis, false),
                 })),
                 Err(e) => ToolOutcome::tool_error(e.to_string()),
             },
