@@ -46,6 +46,14 @@ RAW="$DIR/raw.jsonl"
 
 echo "# machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), fs $fs on $(df -P "$DIR" | awk 'NR==2 {print $1}')"
 echo "# load before: $(cut -d' ' -f1-3 /proc/loadavg)"
+# The linker's hot-code order (link/hot-symbols.txt, build.rs) names symbols with the hashes of
+# one Rust version and Cargo.lock; this says how much of it the build still matched.
+if [ -f link/hot-symbols.txt ] && command -v nm >/dev/null; then
+  listed=$(grep -v '^#' link/hot-symbols.txt | sort -u)
+  found=$(nm "$W" | awk '{print $NF}' | sort -u | comm -12 - <(echo "$listed") | wc -l)
+  at_generation=$(sed -n 's/^# Symbols found when generated: workload example \([0-9]*\).*/\1/p' link/hot-symbols.txt)
+  echo "# hot-code order: $found of $(echo "$listed" | wc -l) listed symbols in the workload binary, ${at_generation:-?} when generated (fewer: run bench/hot-symbols.sh)"
+fi
 
 for r in $(seq "$RUNS"); do
   $L "$DIR" "$N" | tee -a "$RAW"

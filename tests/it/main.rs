@@ -37,6 +37,7 @@ mod flow;
 mod http;
 mod leases;
 mod limits;
+mod link_order;
 mod manifest;
 mod migrate;
 mod open;
