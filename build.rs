@@ -52,10 +52,13 @@ fn main() {
             println!("cargo:rustc-link-arg-{kind}=-Wl,-z,pack-relative-relocs");
         }
     }
-    hot_symbol_order();
+    if os == "linux" {
+        hot_symbol_order();
+    }
 }
 
-/// Hands `link/hot-symbols.txt` to the linker of release executables when it takes it.
+/// Hands `link/hot-symbols.txt` to the linker of release executables when it takes it (ELF
+/// linkers; on other systems the order is not tried).
 fn hot_symbol_order() {
     let order = std::path::Path::new("link/hot-symbols.txt");
     println!("cargo:rerun-if-changed={}", order.display());
