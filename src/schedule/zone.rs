@@ -183,6 +183,11 @@ mod tests {
         );
         let sao_paulo = Zone::parse("America/Sao_Paulo").unwrap();
         assert_eq!(sao_paulo.abbreviation(after), "-03");
+        // The zone's rule goes on past the transitions listed in the database (chrono-tz's
+        // tables, used before, stop short of 2100 and read July 2100 as CST).
+        let july_2100 = utc("2100-07-01T12:00:00Z");
+        assert_eq!(chicago.abbreviation(july_2100), "CDT");
+        assert_eq!(chicago.offset(july_2100).local_minus_utc(), -5 * 3600);
         // Far outside the database's years the zone reads as UTC rather than failing.
         let far = DateTime::<Utc>::MAX_UTC;
         assert_eq!(chicago.offset(far).local_minus_utc(), 0);
