@@ -71,9 +71,15 @@ impl Zone {
         let Some(civil) = civil(wall) else {
             return LocalResult::None;
         };
+        // An instant is one of `wall`'s only if the zone's clock reads `wall` then. The check
+        // keeps this direction in agreement with `offset` (instant to wall time) where the
+        // database's records would not: jiff reads Nuuk's 2023 switch, which kept -02 and
+        // only ended DST, as a fold from -01.
         let at = |offset: jiff::tz::Offset| {
-            wall.checked_sub_signed(TimeDelta::seconds(i64::from(offset.seconds())))
-                .map(|t| t.and_utc())
+            let t = wall
+                .checked_sub_signed(TimeDelta::seconds(i64::from(offset.seconds())))?
+                .and_utc();
+            (self.offset(t).local_minus_utc() == offset.seconds()).then_some(t)
         };
         match self.tz.to_ambiguous_timestamp(civil).offset() {
             AmbiguousOffset::Unambiguous { offset } => match at(offset) {
@@ -221,5 +227,12 @@ mod tests {
             LocalResult::None
         );
         assert_eq!(Zone::utc().instants(NaiveDateTime::MAX), LocalResult::None);
+        // Nuuk kept -02 through its 2023-10-28 change (DST ended, the offset stayed): one
+        // instant, as the UTC-to-wall direction says.
+        let nuuk = Zone::parse("America/Nuuk").unwrap();
+        assert_eq!(
+            nuuk.instants(wall("2023-10-28T23:30")),
+            LocalResult::Single(utc("2023-10-29T01:30:00Z"))
+        );
     }
 }
