@@ -37,9 +37,11 @@ fn the_hot_symbol_order_lists_each_symbol_once_one_per_line() {
 #[test]
 fn the_hot_symbol_order_starts_with_the_drain_path_and_names_toolq_code() {
     let symbols = symbols();
-    let head = &symbols[..50];
     for hot in ["sqlite3VdbeExec", "sqlite3BtreeInsert"] {
-        assert!(head.contains(&hot), "{hot} is not among the 50 hottest");
+        assert!(
+            symbols.iter().take(50).any(|s| *s == hot),
+            "{hot} is not among the 50 hottest"
+        );
     }
     // Mangled names of toolq's own claim and finish: the list was made from toolq, not only
     // from SQLite's C functions (whose names never go stale).

@@ -24,6 +24,16 @@ fn objects(conn: &Connection) -> Vec<(String, String, String)> {
     .collect()
 }
 
+/// The `CREATE TABLE` statement SQLite keeps for `table`.
+fn table_sql(conn: &Connection, table: &str) -> String {
+    conn.query_row(
+        "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?1",
+        [table],
+        |r| r.get(0),
+    )
+    .unwrap()
+}
+
 /// SQLite's integrity check of an upgraded file finds nothing.
 fn assert_intact(conn: &Connection) {
     let check: String = conn
@@ -474,13 +484,7 @@ fn a_version_9_file_loses_the_errors_and_stages_checks_and_keeps_its_rows() {
             )
         );
     }
-    let sql: String = o
-        .query_row(
-            "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'runs'",
-            [],
-            |r| r.get(0),
-        )
-        .unwrap();
+    let sql = table_sql(&o, "runs");
     assert!(!sql.contains("json_valid(errors)") && !sql.contains("json_valid(stages)"));
     assert_intact(&o);
 }
@@ -573,14 +577,7 @@ fn a_version_10_file_defers_its_insert_foreign_keys_and_keeps_its_rows() {
         )],
         "the rows are kept and the failed commit stored nothing"
     );
-    let sql = |table: &str| -> String {
-        o.query_row(
-            "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?1",
-            [table],
-            |r| r.get(0),
-        )
-        .unwrap()
-    };
+    let sql = |table: &str| table_sql(&o, table);
     assert!(sql("runs").contains("ON DELETE SET NULL DEFERRABLE INITIALLY DEFERRED"));
     assert!(!sql("runs").contains("json_valid("), "{}", sql("runs"));
     assert!(sql("inbox").contains("ON DELETE CASCADE DEFERRABLE INITIALLY DEFERRED"));
