@@ -50,7 +50,7 @@ impl Client {
             id: ScheduleId::generate(),
             session_id: row.session_id,
             tool: row.tool,
-            args: row.args,
+            args: req.args,
             title: row.title,
             cron_expression: spec.cron_expression().map(str::to_string),
             scheduled_at: spec.scheduled_at(),

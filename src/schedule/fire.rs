@@ -103,7 +103,7 @@ impl Fire {
             id: crate::ids::RunId::generate(),
             session_id: s.session_id.clone(),
             tool: s.tool.clone(),
-            args: s.args.clone(),
+            args: s.args.to_string(),
             title: s.title.clone(),
             priority: s.priority,
             max_attempts: s.max_attempts,

@@ -15,15 +15,11 @@ pub(crate) fn same_request(
 ) -> Result<RunId, StoreError> {
     let what = if tool != run.tool {
         format!("a different tool: stored {tool}, given {}", run.tool)
-    } else if serde_json::from_str::<serde_json::Value>(&args)
-        .ok()
-        .as_ref()
-        != Some(&run.args)
-    {
+    } else if args != run.args && json(&args) != json(&run.args) {
         format!(
             "different args: stored {}, given {}",
             short(&args),
-            short(&run.args.to_string())
+            short(&run.args)
         )
     } else {
         return Ok(RunId::from_db(id));
@@ -42,4 +38,9 @@ fn short(s: &str) -> String {
         return s.to_string();
     }
     format!("{}...", s.chars().take(200).collect::<String>())
+}
+
+/// A JSON text parsed for comparison (stored and given args may differ in spacing or key order).
+fn json(s: &str) -> Option<serde_json::Value> {
+    serde_json::from_str(s).ok()
 }

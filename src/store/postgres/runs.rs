@@ -49,10 +49,7 @@ impl Columns {
         self.id.push(r.id.to_string());
         self.session.push(r.session_id.clone());
         self.tool.push(r.tool.clone());
-        self.args.push(
-            serde_json::to_string(&r.args)
-                .map_err(|e| StoreError::Invalid(format!("encode run args: {e}")))?,
-        );
+        self.args.push(r.args.clone());
         self.title.push(r.title.clone());
         self.priority.push(r.priority);
         self.max_attempts.push(r.max_attempts);

@@ -246,17 +246,7 @@ fn bind_run(
     bind(stmt, 1, &run.id.as_str())?;
     bind(stmt, 2, &run.session_id)?;
     bind(stmt, 3, &run.tool)?;
-    if at(4).is_some() {
-        // Serialised straight into a String: `Value::to_string` goes through `fmt::Write`,
-        // twice as slow on a batch enqueue's profile.
-        let args = serde_json::to_string(&run.args).map_err(|e| {
-            StoreError::sqlite(
-                "encode run args",
-                rusqlite::Error::ToSqlConversionFailure(e.into()),
-            )
-        })?;
-        bind(stmt, 4, &args)?;
-    }
+    bind(stmt, 4, &run.args)?;
     bind(stmt, 5, &run.title)?;
     bind(stmt, 6, &run.priority)?;
     bind(stmt, 7, &run.max_attempts)?;
@@ -544,7 +534,7 @@ mod tests {
             id: RunId::generate(),
             session_id: session.into(),
             tool: "t".into(),
-            args,
+            args: args.to_string(),
             title: "t".into(),
             priority: 0,
             max_attempts: 3,
