@@ -127,7 +127,7 @@ fn show(m: &crate::inbox::Message) {
         "#{} {} {} ({}{})",
         m.id, m.created_at, m.kind, m.delivery, ack
     ));
-    render::line(&m.body);
+    render::line(&render::visible(&m.body));
     render::line("");
 }
 

@@ -55,12 +55,13 @@ pub struct ResumeArgs {
 
 /// One line about a pause: `tool http since ... by alice: API is down`.
 pub(crate) fn describe(p: &Pause) -> String {
-    format!(
+    let text = format!(
         "{} since {}{}",
         p.scope,
         render::time(&p.since),
         p.by_and_reason()
-    )
+    );
+    render::visible(&text).into_owned()
 }
 
 /// Pauses and says what is paused.

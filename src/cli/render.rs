@@ -90,7 +90,7 @@ pub fn note(s: &str) {
 pub fn table(headers: &[&str], rows: &[Vec<String>]) {
     const MAX: usize = 60;
     let cut = |s: &str| -> String {
-        let one = s.replace(['\n', '\r', '\t'], " ");
+        let one = visible(&s.replace(['\n', '\r', '\t'], " ")).into_owned();
         if one.chars().count() > MAX {
             format!("{}…", one.chars().take(MAX - 1).collect::<String>())
         } else {
@@ -134,8 +134,29 @@ pub fn table(headers: &[&str], rows: &[Vec<String>]) {
 pub fn fields(pairs: &[(&str, String)]) {
     let w = pairs.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
     for (k, v) in pairs {
-        line(&format!("{k:<w$}  {v}"));
+        line(&format!("{k:<w$}  {}", visible(v)));
     }
+}
+
+/// `s` with control characters other than newline and tab written as escapes (`\x1b`): a
+/// title or an error that an enqueuer wrote must not move the operator's cursor, recolour
+/// the terminal or rewrite earlier lines.
+pub fn visible(s: &str) -> std::borrow::Cow<'_, str> {
+    let hidden = |c: char| c.is_control() && c != '\n' && c != '\t';
+    if !s.contains(hidden) {
+        return std::borrow::Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        if !hidden(c) {
+            out.push(c);
+        } else if (c as u32) < 0x100 {
+            out.push_str(&format!("\\x{:02x}", c as u32));
+        } else {
+            out.push_str(&format!("\\u{{{:x}}}", c as u32));
+        }
+    }
+    std::borrow::Cow::Owned(out)
 }
 
 /// An optional value for display: the value or `-`.
@@ -194,5 +215,15 @@ mod tests {
         assert_eq!(duration(Duration::from_secs(125)), "2m 5s");
         assert_eq!(duration(Duration::from_secs(3600 + 185)), "1h 3m");
         assert_eq!(millis(-5), "0ms");
+    }
+
+    #[test]
+    fn control_characters_are_shown_as_escapes_but_lines_and_tabs_stay() {
+        assert_eq!(visible("plain: ü, 日本"), "plain: ü, 日本");
+        assert_eq!(visible("a\nb\tc"), "a\nb\tc");
+        assert_eq!(
+            visible("\u{1b}[31mred\u{1b}[0m\r\u{7f}\u{9b}"),
+            "\\x1b[31mred\\x1b[0m\\x0d\\x7f\\x9b"
+        );
     }
 }
