@@ -28,7 +28,13 @@ pub fn gate_of(client: &Client, run: &Run, now: DateTime<Utc>) -> Option<Option<
         return None;
     }
     let after = entry.def.approval_deadline.or(cfg.deadline);
-    Some(after.and_then(|d| chrono::Duration::from_std(d).ok().map(|d| now + d)))
+    // A deadline past the last storable instant is no deadline.
+    Some(
+        after
+            .and_then(|d| chrono::Duration::from_std(d).ok())
+            .and_then(|d| now.checked_add_signed(d))
+            .filter(|t| *t <= crate::clock::latest()),
+    )
 }
 
 /// The records that move a claimed run to `awaiting_approval` (fenced by its lease) and post

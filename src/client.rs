@@ -293,6 +293,15 @@ impl Client {
                 "must be between -1000000 and 1000000",
             ));
         }
+        if let Some(at) = req.run_at
+            && !(crate::clock::earliest()..=crate::clock::latest()).contains(&at)
+        {
+            return Err(InputError::new(
+                "run_at",
+                at.to_rfc3339(),
+                "must be between the years 1 and 9999",
+            ));
+        }
         let max_attempts = req
             .max_attempts
             .unwrap_or(self.inner.config.runs.max_attempts);

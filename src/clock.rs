@@ -81,10 +81,45 @@ pub fn parse_ts(s: &str) -> Option<DateTime<Utc>> {
         })
 }
 
-/// Parses a human duration such as `500ms`, `30s`, `10m`, `1h 30m`.
+/// The longest duration any input may give (100 years): longer ones are refused where they
+/// are read, so that no instant computed from one can leave the range that [`ts`] writes.
+// 100 of humantime's years (365.25 days each), so "100y" itself is accepted.
+pub const MAX_DURATION: std::time::Duration = std::time::Duration::from_secs(3_155_760_000);
+
+/// Parses a human duration such as `500ms`, `30s`, `10m`, `1h 30m`, of at most
+/// [`MAX_DURATION`].
 pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
-    humantime::parse_duration(s.trim())
-        .map_err(|e| format!("is not a duration like 500ms, 30s, 10m or 2h ({e})"))
+    let d = humantime::parse_duration(s.trim())
+        .map_err(|e| format!("is not a duration like 500ms, 30s, 10m or 2h ({e})"))?;
+    if d > MAX_DURATION {
+        return Err("is longer than 100 years".into());
+    }
+    Ok(d)
+}
+
+/// The last instant [`ts`] writes as fixed-width text (9999-12-31T23:59:59.999Z). Later
+/// instants would be written with a sign and a fifth year digit, and would sort before every
+/// other stored time.
+pub fn latest() -> DateTime<Utc> {
+    DateTime::from_timestamp_millis(253_402_300_799_999).unwrap_or(DateTime::<Utc>::MAX_UTC)
+}
+
+/// `t - d`, but no earlier than [`earliest`].
+pub fn saturating_sub(t: DateTime<Utc>, d: Duration) -> DateTime<Utc> {
+    t.checked_sub_signed(d)
+        .map_or(earliest(), |t| t.max(earliest()))
+}
+
+/// The first instant [`ts`] writes as fixed-width text (0001-01-01T00:00:00.000Z).
+pub fn earliest() -> DateTime<Utc> {
+    DateTime::from_timestamp_millis(-62_135_596_800_000).unwrap_or(DateTime::<Utc>::MIN_UTC)
+}
+
+/// `t + d`, but no later than [`latest`]: for deadlines and leases that configuration or a
+/// tool may set arbitrarily far away, where "later than the year 9999" means "never".
+pub fn saturating_add(t: DateTime<Utc>, d: Duration) -> DateTime<Utc> {
+    t.checked_add_signed(d)
+        .map_or(latest(), |t| t.min(latest()))
 }
 
 #[cfg(test)]
@@ -103,5 +138,30 @@ mod tests {
         assert_eq!(c.now(), t0 + Duration::seconds(90));
         c.set(t0);
         assert_eq!(c2.now(), t0);
+    }
+
+    #[test]
+    fn the_storable_range_is_what_ts_writes_with_four_year_digits() {
+        assert_eq!(ts(earliest()), "0001-01-01T00:00:00.000Z");
+        assert_eq!(ts(latest()), "9999-12-31T23:59:59.999Z");
+        assert_eq!(parse_ts(&ts(earliest())), Some(earliest()));
+        assert_eq!(parse_ts(&ts(latest())), Some(latest()));
+        let t0 = DateTime::parse_from_rfc3339("2026-03-08T07:00:00Z")
+            .unwrap()
+            .with_timezone(&Utc);
+        assert_eq!(
+            saturating_add(t0, Duration::seconds(5)),
+            t0 + Duration::seconds(5)
+        );
+        assert_eq!(saturating_add(t0, Duration::days(10_000_000)), latest());
+        assert_eq!(saturating_add(t0, Duration::MAX), latest());
+    }
+
+    #[test]
+    fn durations_longer_than_a_century_are_refused() {
+        assert_eq!(parse_duration("100y").map(|d| d.as_secs() > 0), Ok(true));
+        let e = parse_duration("101y").unwrap_err();
+        assert_eq!(e, "is longer than 100 years");
+        assert!(parse_duration("99999999999d").is_err());
     }
 }

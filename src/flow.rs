@@ -138,6 +138,12 @@ pub struct Rate {
 }
 
 impl Rate {
+    /// How far back a claim keeps and reads this rate's start counts: two windows.
+    pub(crate) fn horizon(self, now: DateTime<Utc>) -> DateTime<Utc> {
+        let twice = self.window.checked_mul(2).unwrap_or(Duration::MAX);
+        crate::clock::saturating_sub(now, twice)
+    }
+
     /// Parses `N/DURATION` (`10/1m`, `100/1h`, `5/30s`; `10/m` means `10/1m`).
     pub fn parse(s: &str) -> Result<Rate, String> {
         let bad = || format!("{s:?} is not a rate like \"10/1m\" (starts per window)");
@@ -214,7 +220,7 @@ impl Rate {
         let ms = t.timestamp_millis();
         let start = ms - ms.rem_euclid(w);
         let at = |ms| DateTime::from_timestamp_millis(ms).unwrap_or(t);
-        (at(start), at(start + w))
+        (at(start), at(start.saturating_add(w)))
     }
 }
 
@@ -233,7 +239,7 @@ impl Window {
     /// starts really inside: the limit holds for every window, and a full window opens at
     /// most one slice (window / 60) later than an exact count would open it.
     pub fn of_slices(rate: Rate, now: DateTime<Utc>, slices: &[Slice]) -> Window {
-        let from = now - rate.window;
+        let from = crate::clock::saturating_sub(now, rate.window);
         let mut inside: Vec<Slice> = slices.iter().copied().filter(|s| s.end > from).collect();
         inside.sort_by_key(|s| s.start);
         let total: u64 = inside.iter().map(|s| s.starts).sum();
@@ -250,7 +256,7 @@ impl Window {
         for s in &inside {
             left -= s.starts;
             if left < count {
-                opens_at = Some(s.end + rate.window);
+                opens_at = Some(crate::clock::saturating_add(s.end, rate.window));
                 break;
             }
         }

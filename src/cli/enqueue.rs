@@ -183,10 +183,14 @@ fn run_at(
         (Some(_), Some(_)) => Err(InputError::new("at", "", "give either at or in, not both")),
         (Some(a), None) => parse_at("--at", a).map(Some),
         (None, Some(d)) => {
+            let given = d;
             let d = parse_dur("--in", d)?;
-            let d = chrono::Duration::from_std(d)
-                .map_err(|_| InputError::new("--in", format!("{d:?}"), "is too long"))?;
-            Ok(Some(now + d))
+            chrono::Duration::from_std(d)
+                .ok()
+                .and_then(|d| now.checked_add_signed(d))
+                .filter(|t| *t <= crate::clock::latest())
+                .map(Some)
+                .ok_or_else(|| InputError::new("--in", given, "is too far in the future"))
         }
         (None, None) => Ok(None),
     }

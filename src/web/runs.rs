@@ -58,9 +58,11 @@ impl Filter {
                 Some(s) => {
                     let d = crate::clock::parse_duration(&s)
                         .map_err(|r| InputError::new(field, &s, r))?;
-                    let d = chrono::Duration::from_std(d)
-                        .map_err(|_| InputError::new(field, &s, "is too long"))?;
-                    Ok(Some(now - d))
+                    let t = chrono::Duration::from_std(d)
+                        .ok()
+                        .and_then(|d| now.checked_sub_signed(d))
+                        .ok_or_else(|| InputError::new(field, &s, "is too long"))?;
+                    Ok(Some(t))
                 }
             }
         };

@@ -91,7 +91,7 @@ impl ClaimArgs {
         store::Claim {
             worker: self.worker.clone(),
             now,
-            lease_until: now + self.lease,
+            lease_until: crate::clock::saturating_add(now, self.lease),
             max: self.max,
             per_session: self.per_session,
             after_session: self.cursor.clone(),

@@ -129,7 +129,7 @@ pub fn decide(
                 .unwrap_or(chrono::Duration::minutes(10)),
             jitter,
         );
-        rec.outcome = Outcome::Retry(now + delay);
+        rec.outcome = Outcome::Retry(crate::clock::saturating_add(now, delay));
         return rec;
     }
     end_unsuccessfully(rec, run, kind, &error, run.attempt)

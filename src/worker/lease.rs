@@ -65,9 +65,11 @@ pub(crate) async fn heartbeat_tick(sh: &Arc<Shared>) -> Result<()> {
         })
         .collect();
     let now = sh.client.now();
-    let until = now
-        + chrono::Duration::from_std(sh.client.config().worker.lease)
-            .unwrap_or(chrono::Duration::seconds(30));
+    let until = crate::clock::saturating_add(
+        now,
+        chrono::Duration::from_std(sh.client.config().worker.lease)
+            .unwrap_or(chrono::Duration::seconds(30)),
+    );
     let last_poll = *sh.last_poll.lock().unwrap_or_else(|e| e.into_inner());
     let alive = sh
         .client

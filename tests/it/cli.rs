@@ -127,6 +127,10 @@ fn bad_input_is_refused_with_exit_2_and_writes_nothing() {
         ),
         (vec!["enqueue", "get_current_time", "--in", "soon"], "--in"),
         (
+            vec!["enqueue", "get_current_time", "--in", "99999999999d"],
+            "--in \"99999999999d\": is longer than 100 years",
+        ),
+        (
             vec![
                 "enqueue",
                 "get_current_time",

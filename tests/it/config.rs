@@ -57,6 +57,27 @@ fn refused(text: &str) -> String {
 }
 
 #[test]
+fn durations_past_a_century_are_refused_not_overflowed() {
+    // Each of these once overflowed an instant or a multiplication in the worker.
+    for (text, key) in [
+        (
+            "[worker]\nheartbeat_interval = \"500000000000y\"\n",
+            "worker.heartbeat_interval",
+        ),
+        ("[worker]\nlease = \"200y\"\n", "worker.lease"),
+        ("[runs]\nbackoff_max = \"1000000y\"\n", "runs.backoff_max"),
+        (
+            "[limits.echo]\nrate = \"5/100000000y\"\n",
+            "limits.echo.rate",
+        ),
+    ] {
+        let e = refused(text);
+        assert!(e.contains(key), "{text}: {e}");
+        assert!(e.contains("longer than 100 years"), "{text}: {e}");
+    }
+}
+
+#[test]
 fn a_misspelt_key_names_file_line_section_and_the_likely_key() {
     let e = refused("# tuned\n[worker]\nconcurency = 3\n");
     assert!(

@@ -28,6 +28,24 @@ async fn bad_requests_write_nothing() {
         .await
         .unwrap_err();
     assert!(e.to_string().starts_with("request 2: "), "{e}");
+    // Stored times are fixed-width text: a year past 9999 would be written as "+10000-..."
+    // and sort before every due time, and could not be read back.
+    for year in [10_000, -1] {
+        let mut req = EnqueueRequest::new("echo", json!({"message": "later"}));
+        req.run_at = Some(
+            chrono::NaiveDate::from_ymd_opt(year, 1, 1)
+                .unwrap()
+                .and_hms_opt(0, 0, 0)
+                .unwrap()
+                .and_utc(),
+        );
+        let e = env.client.enqueue(req).await.unwrap_err();
+        assert_eq!(e.exit_code(), 2);
+        assert!(
+            e.to_string().contains("run_at") && e.to_string().contains("years 1 and 9999"),
+            "{e}"
+        );
+    }
     assert_eq!(env.count("SELECT count(*) FROM runs"), 0);
 }
 

@@ -87,7 +87,7 @@ pub(crate) async fn room<C: GenericClient>(
     let rows = query(
         c,
         "SELECT slice_start, slice_end, starts FROM tool_starts WHERE tool = $1 AND slice_start > $2",
-        &[&tool, &ts(now - rate.window * 2)],
+        &[&tool, &ts(rate.horizon(now))],
         "rate window",
     )
     .await?;
@@ -115,7 +115,7 @@ pub(crate) async fn room_and_forget<C: GenericClient>(
     exec(
         c,
         "DELETE FROM tool_starts WHERE tool = $1 AND slice_start <= $2",
-        &[&tool, &ts(now - rate.window * 2)],
+        &[&tool, &ts(rate.horizon(now))],
         "forget starts",
     )
     .await?;

@@ -100,7 +100,7 @@ pub fn window(
 ) -> Result<Window, StoreError> {
     let mut stmt = conn.prepare_cached(SLICES).ctx("prepare rate window")?;
     let rows = stmt
-        .query_map(rusqlite::params![tool, ts(now - rate.window * 2)], |r| {
+        .query_map(rusqlite::params![tool, ts(rate.horizon(now))], |r| {
             Ok((
                 r.get::<_, String>(0)?,
                 r.get::<_, String>(1)?,
@@ -141,7 +141,7 @@ pub fn room_and_forget(
 ) -> Result<Room, StoreError> {
     tx.prepare_cached(FORGET)
         .ctx("prepare forget starts")?
-        .execute([tool, &ts(now - rate.window * 2)])
+        .execute([tool, &ts(rate.horizon(now))])
         .ctx("forget starts")?;
     room(tx, tool, rate, now)
 }
