@@ -122,6 +122,12 @@ pub enum ScheduleError {
         /// The current time, RFC 3339 in UTC.
         now: String,
     },
+    /// A one-shot time after the last instant toolq stores (9999-12-31T23:59:59.999Z in UTC).
+    #[error("time {value:?} is after the year 9999 in UTC")]
+    TooLate {
+        /// The text as given (trimmed).
+        value: String,
+    },
 }
 
 /// Static description of one cron field.
@@ -487,6 +493,12 @@ pub fn parse_one_shot(s: &str, now: DateTime<Utc>) -> Result<DateTime<Utc>, Sche
         return Err(ScheduleError::InPast {
             value: value.to_string(),
             now: now.to_rfc3339_opts(SecondsFormat::Secs, true),
+        });
+    }
+    // Stored as fixed-width text: a later instant would sort before every due schedule.
+    if t > crate::clock::latest() {
+        return Err(ScheduleError::TooLate {
+            value: value.to_string(),
         });
     }
     Ok(t)
@@ -1328,6 +1340,14 @@ mod tests {
                 .to_string(),
             r#"time "2026-01-01T00:00:00Z" is in the past (now is 2026-06-01T00:00:00Z)"#
         );
+        // 9999-12-31 at -14:00 is the year 10000 in UTC: stored, it would sort first.
+        assert_eq!(
+            parse_one_shot("9999-12-31T23:59:59-14:00", now)
+                .unwrap_err()
+                .to_string(),
+            r#"time "9999-12-31T23:59:59-14:00" is after the year 9999 in UTC"#
+        );
+        assert!(parse_one_shot("9999-12-31T23:59:59Z", now).is_ok());
         assert!(matches!(
             parse_one_shot("2026-06-01T00:00:00Z", now),
             Err(ScheduleError::InPast { .. })
