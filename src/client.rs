@@ -316,6 +316,14 @@ impl Client {
             Some(t) if t.is_zero() => {
                 return Err(InputError::new("timeout", "0", "must be greater than zero"));
             }
+            // Stored in whole milliseconds: less would be stored as no time at all.
+            Some(t) if t < Duration::from_millis(1) => {
+                return Err(InputError::new(
+                    "timeout",
+                    format!("{t:?}"),
+                    "must be at least 1ms",
+                ));
+            }
             Some(t) if t > Duration::from_secs(7 * 86_400) => {
                 return Err(InputError::new(
                     "timeout",

@@ -65,7 +65,11 @@ pub struct Args {
     #[arg(long, default_value = "when_idle")]
     pub delivery: String,
     /// Enqueue every line of a JSONL file (all or none); see the README for the fields.
-    #[arg(long, value_name = "PATH")]
+    /// Each line carries its own options, so the per-run flags are refused beside it.
+    #[arg(long, value_name = "PATH", conflicts_with_all = [
+        "args", "session", "title", "priority", "at", "in_", "max_attempts", "timeout",
+        "idempotency_key", "unique_by", "unique_for", "unique_states", "no_signal", "delivery",
+    ])]
     pub file: Option<PathBuf>,
 }
 

@@ -146,6 +146,10 @@ fn bad_input_is_refused_with_exit_2_and_writes_nothing() {
             "--timeout",
         ),
         (
+            vec!["enqueue", "get_current_time", "--timeout", "999us"],
+            "--timeout \"999\u{b5}s\": must be at least 1ms",
+        ),
+        (
             vec!["enqueue", "get_current_time", "--max-attempts", "0"],
             "--max-attempts \"0\"",
         ),
@@ -163,6 +167,15 @@ fn bad_input_is_refused_with_exit_2_and_writes_nothing() {
         ),
         (vec!["enqueue", "--file", &lines_s], "line 4"),
         (vec!["enqueue", "--file", &garbage_s], "line 2"),
+        // A line carries its own options: a flag beside --file would be silently ignored.
+        (
+            vec!["enqueue", "--file", &lines_s, "--session", "x"],
+            "cannot be used with '--session",
+        ),
+        (
+            vec!["enqueue", "--file", &lines_s, "--priority", "9"],
+            "cannot be used with '--priority",
+        ),
         (vec!["enqueue"], "TOOL"),
         (vec!["runs", "--state", "done"], "--state"),
         (vec!["runs", "--limit", "0"], "--limit"),
