@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use axum::extract::{Request, State};
-use axum::http::{HeaderMap, Method, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Redirect, Response};
 
@@ -74,8 +74,46 @@ fn host_is_loopback(headers: &HeaderMap) -> bool {
             .is_ok_and(|ip| ip.is_loopback())
 }
 
-/// The checks every request passes before its handler.
-pub async fn guard(State(st): State<Arc<AppState>>, req: Request, next: Next) -> Response {
+/// Where a `?token=` address redirects: the same page and its other query parameters, on
+/// this server. A path starting `//` would be read by the browser as another host.
+fn without_token(path: &str, query: Option<&str>) -> String {
+    let mut to = format!("/{}", path.trim_start_matches(['/', '\\']));
+    let rest: Vec<&str> = query
+        .unwrap_or("")
+        .split('&')
+        .filter(|kv| !kv.is_empty() && kv.split('=').next() != Some("token"))
+        .collect();
+    if !rest.is_empty() {
+        to.push('?');
+        to.push_str(&rest.join("&"));
+    }
+    to
+}
+
+/// The checks every request passes before its handler, and the headers every answer carries:
+/// no other site may frame the dashboard (a framed page's Cancel button could be clicked
+/// through a decoy, and its form would pass the CSRF check), guess content types, or learn
+/// its addresses from the Referer.
+pub async fn guard(st: State<Arc<AppState>>, req: Request, next: Next) -> Response {
+    let mut resp = check(st, req, next).await;
+    let h = resp.headers_mut();
+    h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static("frame-ancestors 'none'; base-uri 'self'; form-action 'self'"),
+    );
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    h.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("same-origin"),
+    );
+    resp
+}
+
+async fn check(State(st): State<Arc<AppState>>, req: Request, next: Next) -> Response {
     let headers = req.headers();
     if st.loopback && st.token.is_none() && !host_is_loopback(headers) {
         return refuse(
@@ -95,9 +133,9 @@ pub async fn guard(State(st): State<Arc<AppState>>, req: Request, next: Next) ->
                 return refuse(StatusCode::UNAUTHORIZED, "wrong token");
             }
             // Set the cookie once and drop the token from the address bar and history.
-            let path = req.uri().path().to_string();
             let cookie = format!("{COOKIE}={given}; HttpOnly; SameSite=Strict; Path=/");
-            return ([(header::SET_COOKIE, cookie)], Redirect::to(&path)).into_response();
+            let to = without_token(req.uri().path(), req.uri().query());
+            return ([(header::SET_COOKIE, cookie)], Redirect::to(&to)).into_response();
         }
         match presented(headers) {
             Some(given) if same(&given, token) => {}
@@ -142,5 +180,22 @@ pub fn check_csrf(st: &AppState, headers: &HeaderMap, given: &str) -> Option<Res
             StatusCode::FORBIDDEN,
             "the form's CSRF token is missing or stale: reload the page and try again",
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::without_token;
+
+    #[test]
+    fn the_token_redirect_stays_on_this_server_and_keeps_the_other_parameters() {
+        assert_eq!(without_token("/runs", Some("token=t")), "/runs");
+        assert_eq!(
+            without_token("/runs", Some("state=failed&token=t&tool=x")),
+            "/runs?state=failed&tool=x"
+        );
+        assert_eq!(without_token("//evil.com/", Some("token=t")), "/evil.com/");
+        assert_eq!(without_token("/\\evil.com", Some("token=t")), "/evil.com");
+        assert_eq!(without_token("/", None), "/");
     }
 }

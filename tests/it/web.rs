@@ -272,8 +272,38 @@ fn web_with_a_token_refuses_requests_without_it() {
     assert!(cookie.starts_with("toolq_token=s3cret;"), "{cookie}");
     assert!(cookie.contains("HttpOnly"));
     assert_eq!(resp.headers()["location"], "/runs");
+    // ... keeping the page's other parameters, and never leaving this server.
+    let location = |path: &str| {
+        let resp = agent().get(&format!("{url}{path}")).call().unwrap();
+        assert_eq!(resp.status().as_u16(), 303, "{path}");
+        resp.headers()["location"].to_str().unwrap().to_string()
+    };
+    assert_eq!(
+        location("/runs?state=failed&token=s3cret&tool=echo"),
+        "/runs?state=failed&tool=echo"
+    );
+    assert_eq!(location("//evil.example/?token=s3cret"), "/evil.example/");
     let (status, _) = get(&format!("{url}/runs"), &[("Cookie", "toolq_token=s3cret")]);
     assert_eq!(status, 200);
+}
+
+#[test]
+fn every_answer_forbids_framing_and_type_sniffing() {
+    let site = Site::new();
+    let (_web, url) = site.web(&[]);
+    for path in ["/", "/runs", "/no-such-page", "/assets/app.css"] {
+        let resp = agent().get(&format!("{url}{path}")).call().unwrap();
+        let h = resp.headers();
+        assert_eq!(h["x-frame-options"], "DENY", "{path}");
+        assert!(
+            h["content-security-policy"]
+                .to_str()
+                .unwrap()
+                .contains("frame-ancestors 'none'"),
+            "{path}"
+        );
+        assert_eq!(h["x-content-type-options"], "nosniff", "{path}");
+    }
 }
 
 #[test]
