@@ -142,9 +142,9 @@ pub enum StoreError {
     /// A store operation was asked for something its contract does not allow.
     #[error("database: {0}")]
     Invalid(String),
-    /// The file does not exist and this command does not create it.
+    /// The file does not exist (or is empty) and this command does not create it.
     #[error(
-        "database {path} does not exist (toolq init, worker, enqueue and schedule add create it)"
+        "database {path} does not exist or is empty (toolq init, worker, enqueue and schedule add create it)"
     )]
     Missing {
         /// Path of the file.

@@ -109,6 +109,16 @@ sqlite_only! {
         }
         let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
         assert!(names.is_empty(), "{names:?}");
+        // An empty file (`: > toolq.db`) is no database either: reading it must not write
+        // a schema into it.
+        std::fs::write(&db, b"").unwrap();
+        for args in non_creating_commands() {
+            let o = cmd(&db, &args).output().unwrap();
+            let err = stderr(&o);
+            assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+            assert!(err.contains("does not exist or is empty"), "{args:?}: {err}");
+            assert_eq!(std::fs::metadata(&db).unwrap().len(), 0, "{args:?} wrote");
+        }
     }
 }
 

@@ -290,6 +290,15 @@ struct WriteCounters {
 /// process holds the lock for its own setup.
 const SETUP_GIVE_UP: Duration = Duration::from_secs(30);
 
+/// Whether `path` is an empty file with no WAL content beside it: no database yet, which a
+/// command that only reads must not turn into one.
+fn holds_nothing(path: &Path) -> bool {
+    let len = |p: &Path| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
+    let mut wal = path.as_os_str().to_owned();
+    wal.push("-wal");
+    path.is_file() && len(path) == 0 && len(Path::new(&wal)) == 0
+}
+
 impl Store {
     /// Opens (creating if needed) the database at `path`, migrating an older schema.
     /// A file with a newer schema, or a file that is not a toolq database, is refused
@@ -306,7 +315,7 @@ impl Store {
     pub fn open_with(path: impl AsRef<Path>, mode: OpenMode) -> Result<Store, StoreError> {
         let path = path.as_ref().to_path_buf();
         let display = path.display().to_string();
-        if mode != OpenMode::Create && !path.exists() {
+        if mode != OpenMode::Create && (!path.exists() || holds_nothing(&path)) {
             return Err(StoreError::Missing { path: display });
         }
         let mut flags = OpenFlags::SQLITE_OPEN_READ_WRITE
