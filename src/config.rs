@@ -568,6 +568,16 @@ impl Config {
                 1 << 20,
             )? as usize,
         };
+        if runs.backoff_base > runs.backoff_max {
+            return Err(c.bad(
+                "runs.backoff_base",
+                format!("{:?}", runs.backoff_base),
+                format!(
+                    "must be at most runs.backoff_max ({:?}): every retry would wait backoff_max",
+                    runs.backoff_max
+                ),
+            ));
+        }
         let sessions = SessionLimits {
             max_active_runs: c.int(
                 "sessions.max_active_runs",
@@ -620,6 +630,13 @@ impl Config {
         }
         let tools = crate::tool::command::parse_tools(file.tools, &|key: &str| c.origin(key))?;
         let limits = parse_limits(&c, file.limits, &tools)?;
+        if let Some(t) = &file.web.token
+            && t.trim().is_empty()
+        {
+            // A blank token would read as set here and be refused by `web` (or accepted as
+            // one space): refuse it where it is given.
+            return Err(c.bad("web.token", format!("{t:?}"), "must not be empty or blank"));
+        }
         if file.web.listen.parse::<std::net::SocketAddr>().is_err() {
             return Err(c.bad(
                 "web.listen",

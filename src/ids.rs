@@ -73,6 +73,9 @@ pub fn validate_session(session: &str) -> Result<(), InputError> {
     if session.is_empty() {
         return Err(InputError::new("session", session, "must not be empty"));
     }
+    if session.trim().is_empty() {
+        return Err(InputError::new("session", session, "must not be blank"));
+    }
     if session.chars().count() > 200 {
         return Err(InputError::new(
             "session",

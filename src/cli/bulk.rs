@@ -83,7 +83,18 @@ impl Filter {
             states,
             tool: self.tool.clone(),
             session: self.session.clone(),
-            schedule_id: self.schedule.clone(),
+            schedule_id: match &self.schedule {
+                // A typo would match nothing and look like "0 runs match".
+                Some(s) => Some(
+                    s.parse::<crate::ids::ScheduleId>()
+                        .map_err(|e| InputError {
+                            field: "--schedule".into(),
+                            ..e
+                        })?
+                        .to_string(),
+                ),
+                None => None,
+            },
             created_before: ago("--older-than", &self.older_than)?,
             created_after: ago("--newer-than", &self.newer_than)?,
         };

@@ -66,6 +66,16 @@ pub(crate) fn describe(p: &Pause) -> String {
 
 /// Pauses and says what is paused.
 pub async fn pause(ctx: &Ctx, args: PauseArgs) -> Result<()> {
+    // A host that embeds toolq may register tools this CLI does not know, so an unknown name
+    // is paused as asked, with a note in case it is a typo.
+    if let Some(tool) = &args.scope.tool
+        && ctx.client.registry().get(tool).is_none()
+    {
+        render::note(&format!(
+            "note: no tool {tool:?} is registered in this configuration (known: {}); pausing it anyway",
+            ctx.client.registry().names().join(", ")
+        ));
+    }
     let done = ctx
         .client
         .pause(args.scope.scope(), args.by, args.reason)

@@ -178,6 +178,14 @@ fn bad_input_is_refused_with_exit_2_and_writes_nothing() {
         ),
         (vec!["enqueue"], "TOOL"),
         (vec!["runs", "--state", "done"], "--state"),
+        (
+            vec!["enqueue", "get_current_time", "--session", "  "],
+            "--session \"  \": must not be blank",
+        ),
+        (
+            vec!["cancel", "--schedule", "bogus"],
+            "--schedule \"bogus\": must start with \"sch_\"",
+        ),
         (vec!["runs", "--limit", "0"], "--limit"),
         (vec!["show", "bg_123"], "bg_123"),
         (vec!["logs", "xyz"], "xyz"),

@@ -78,6 +78,20 @@ fn durations_past_a_century_are_refused_not_overflowed() {
 }
 
 #[test]
+fn a_blank_token_and_a_backoff_base_above_its_max_are_refused() {
+    let e = refused("[web]\ntoken = \" \"\n");
+    assert!(
+        e.contains("web.token") && e.contains("must not be empty or blank"),
+        "{e}"
+    );
+    let e = refused("[runs]\nbackoff_base = \"10m\"\nbackoff_max = \"1s\"\n");
+    assert!(
+        e.contains("runs.backoff_base") && e.contains("runs.backoff_max"),
+        "{e}"
+    );
+}
+
+#[test]
 fn a_misspelt_key_names_file_line_section_and_the_likely_key() {
     let e = refused("# tuned\n[worker]\nconcurency = 3\n");
     assert!(

@@ -193,6 +193,13 @@ fn pause_and_resume_hold_across_a_worker_restart() {
     );
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("paused tool echo since"), "{out}");
+    assert!(err.is_empty(), "a known tool pauses without a note: {err}");
+    // A name this configuration lacks may be a host's own tool: paused, with a note.
+    let (code, out, err) = cli(&s, &["pause", "--tool", "ech"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("paused tool ech"), "{out}");
+    assert!(err.contains("no tool \"ech\" is registered"), "{err}");
+    assert_eq!(cli(&s, &["resume", "--tool", "ech"]).0, 0);
     let (_, out, _) = cli(&s, &["pause", "--tool", "echo", "--by", "bob"]);
     assert!(
         out.contains("already paused") && out.contains("by alice"),
