@@ -98,7 +98,10 @@ struct Line {
 
 /// States as `"queued,running"` or `["queued", "running"]`.
 #[derive(Debug, Deserialize)]
-#[serde(untagged)]
+#[serde(
+    untagged,
+    expecting = "unique_states must be a string like \"queued,running\" or a list of state names"
+)]
 enum States {
     Text(String),
     List(Vec<String>),
@@ -265,17 +268,23 @@ impl Line {
 }
 
 /// Reads and validates a whole JSONL file; an error names the line.
-fn read_file(path: &PathBuf, ctx: &Ctx) -> Result<Vec<EnqueueRequest>> {
+fn read_file(path: &PathBuf, ctx: &Ctx) -> Result<(Vec<EnqueueRequest>, Vec<usize>)> {
     let text = std::fs::read(path).map_err(|e| Error::io(format!("read {}", path.display()), e))?;
     let text = String::from_utf8(text).map_err(|e| {
+        let bad = e.utf8_error().valid_up_to();
+        let line = e.as_bytes()[..bad].iter().filter(|b| **b == b'\n').count() + 1;
         InputError::new(
             "--file",
             path.display().to_string(),
-            format!("is not UTF-8 text: {e}"),
+            format!("is not UTF-8 text (line {line}: {})", e.utf8_error()),
         )
     })?;
+    // Editors on Windows may start the file with a byte order mark.
+    let text = text.strip_prefix('\u{feff}').unwrap_or(&text);
     let now = ctx.client.now();
     let mut reqs = Vec::new();
+    // The file line of each request, for errors the batch reports by position.
+    let mut lines = Vec::new();
     let total = text.lines().filter(|l| !l.trim().is_empty()).count();
     let bar = super::progress::bar(total as u64, ctx.json, "validating");
     for (i, line) in text.lines().enumerate() {
@@ -286,12 +295,20 @@ fn read_file(path: &PathBuf, ctx: &Ctx) -> Result<Vec<EnqueueRequest>> {
             b.inc(1);
         }
         let at = format!("{} line {}: ", path.display(), i + 1);
+        if !line.trim_start().starts_with('{') {
+            return Err(
+                InputError::new("entry", line, "must be a JSON object: one run per line")
+                    .within(&at)
+                    .into(),
+            );
+        }
         let parsed: Line = serde_json::from_str(line).map_err(|e| {
             InputError::new("entry", line, format!("is not a valid run object: {e}")).within(&at)
         })?;
         let req = parsed.request(now).map_err(|e| e.within(&at))?;
         ctx.client.prepare(&req).map_err(|e| e.within(&at))?;
         reqs.push(req);
+        lines.push(i + 1);
     }
     if let Some(b) = bar {
         b.finish_and_clear();
@@ -299,20 +316,37 @@ fn read_file(path: &PathBuf, ctx: &Ctx) -> Result<Vec<EnqueueRequest>> {
     if reqs.is_empty() {
         return Err(InputError::new("--file", path.display().to_string(), "holds no runs").into());
     }
-    Ok(reqs)
+    Ok((reqs, lines))
+}
+
+/// An error the batch reported for its `request N` named by the file line it came from.
+fn at_line(e: Error, path: &std::path::Path, lines: &[usize]) -> Error {
+    let Error::Input(mut ie) = e else { return e };
+    let line = ie
+        .field
+        .strip_prefix("request ")
+        .and_then(|rest| rest.split_once(": "))
+        .and_then(|(n, tail)| {
+            let n = n.parse::<usize>().ok()?.checked_sub(1)?;
+            Some((*lines.get(n)?, tail.to_string()))
+        });
+    if let Some((line, tail)) = line {
+        ie.field = format!("{} line {line}: {tail}", path.display());
+    }
+    Error::Input(ie)
 }
 
 /// Enqueues one run or a file of runs.
 pub async fn run(ctx: &Ctx, args: Args) -> Result<()> {
     if let Some(path) = &args.file {
-        let reqs = read_file(path, ctx)?;
+        let (reqs, lines) = read_file(path, ctx)?;
         let spin = super::progress::spinner(
             ctx.json,
             format!("writing {} runs in one transaction", reqs.len()),
         );
         let done = ctx.client.enqueue_batch(reqs).await;
         drop(spin);
-        let done = done?;
+        let done = done.map_err(|e| at_line(e, path, &lines))?;
         let created = done.iter().filter(|e| e.created).count();
         if ctx.json {
             let ids: Vec<&RunId> = done.iter().map(|e| &e.run_id).collect();

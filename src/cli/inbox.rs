@@ -161,8 +161,13 @@ pub async fn run(ctx: &Ctx, args: Args) -> Result<()> {
         return Ok(());
     }
     if msgs.is_empty() {
+        let page = match (args.before, args.after) {
+            (Some(b), _) => format!(" before #{b}"),
+            (None, Some(a)) => format!(" after #{a}"),
+            (None, None) => String::new(),
+        };
         render::note(&format!(
-            "no {}messages for session {}",
+            "no {}messages for session {}{page}",
             if args.unread { "unacknowledged " } else { "" },
             args.session
         ));

@@ -107,6 +107,28 @@ fn bad_input_is_refused_with_exit_2_and_writes_nothing() {
     let garbage = dir.path().join("garbage.jsonl");
     std::fs::write(&garbage, "{\"tool\":\"get_current_time\"}\nnot json\n").unwrap();
     let garbage_s = garbage.display().to_string();
+    let file = |name: &str, bytes: &[u8]| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, bytes).unwrap();
+        p.display().to_string()
+    };
+    let array_s = file(
+        "array.jsonl",
+        b"[{\"tool\":\"echo\",\"args\":{\"message\":\"a\"}}]\n",
+    );
+    let states_s = file(
+        "states.jsonl",
+        b"{\"tool\":\"echo\",\"args\":{\"message\":\"a\"},\"unique_by\":\"args\",\"unique_states\":[5]}\n",
+    );
+    let latin1_s = file(
+        "latin1.jsonl",
+        b"\n{\"tool\":\"echo\",\"args\":{\"message\":\"\xe9\"}}\n",
+    );
+    // The batch reports its second request; that is the file's third line.
+    let same_key_s = file(
+        "same_key.jsonl",
+        b"{\"tool\":\"echo\",\"args\":{\"message\":\"a\"},\"idempotency_key\":\"k\"}\n\n{\"tool\":\"echo\",\"args\":{\"message\":\"b\"},\"idempotency_key\":\"k\"}\n",
+    );
     let cases: Vec<(Vec<&str>, &str)> = vec![
         (vec!["enqueue", "nope"], "\"nope\""),
         (vec!["enqueue", "echo", "--args", "{bad"], "--args"),
@@ -167,6 +189,19 @@ fn bad_input_is_refused_with_exit_2_and_writes_nothing() {
         ),
         (vec!["enqueue", "--file", &lines_s], "line 4"),
         (vec!["enqueue", "--file", &garbage_s], "line 2"),
+        (vec!["enqueue", "--file", &array_s], "line 1: entry"),
+        (
+            vec!["enqueue", "--file", &states_s],
+            "unique_states must be a string",
+        ),
+        (
+            vec!["enqueue", "--file", &latin1_s],
+            "is not UTF-8 text (line 2",
+        ),
+        (
+            vec!["enqueue", "--file", &same_key_s],
+            "same_key.jsonl line 3: idempotency key",
+        ),
         // A line carries its own options: a flag beside --file would be silently ignored.
         (
             vec!["enqueue", "--file", &lines_s, "--session", "x"],
@@ -224,6 +259,16 @@ fn a_batch_file_is_all_or_nothing_and_then_all() {
     let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
     assert_eq!(v["enqueued"], 2);
     assert_eq!(rows(&db), 2);
+    // A byte order mark and CRLF line ends (a file saved on Windows) read the same.
+    let bom = dir.path().join("bom.jsonl");
+    std::fs::write(
+        &bom,
+        "\u{feff}{\"tool\":\"echo\",\"args\":{\"message\":\"b\"}}\r\n",
+    )
+    .unwrap();
+    let o = toolq(&db, &["enqueue", "--file", &bom.display().to_string()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(rows(&db), 3);
 }
 
 #[test]
