@@ -192,6 +192,13 @@ pub fn millis(ms: i64) -> String {
 
 /// How long a run took (`finished - started`), or has been running (`now - started`).
 pub fn run_duration(run: &crate::run::Run, now: chrono::DateTime<chrono::Utc>) -> Option<String> {
+    // A run waiting (queued again, or for approval) is not running, whatever it did before.
+    if matches!(
+        run.state,
+        crate::run::RunState::Queued | crate::run::RunState::AwaitingApproval
+    ) {
+        return None;
+    }
     let started = run.started_at?;
     let end = run.finished_at.unwrap_or(now);
     let d = millis((end - started).num_milliseconds());
