@@ -141,22 +141,13 @@ pub fn fields(pairs: &[(&str, String)]) {
 /// `s` with control characters other than newline and tab written as escapes (`\x1b`): a
 /// title or an error that an enqueuer wrote must not move the operator's cursor, recolour
 /// the terminal or rewrite earlier lines.
+/// The same escapes as a run's log (`logs`).
 pub fn visible(s: &str) -> std::borrow::Cow<'_, str> {
-    let hidden = |c: char| c.is_control() && c != '\n' && c != '\t';
-    if !s.contains(hidden) {
-        return std::borrow::Cow::Borrowed(s);
+    if s.contains(|c: char| c.is_control() && c != '\n' && c != '\t') {
+        std::borrow::Cow::Owned(crate::tool::sink::escape_bytes(s.as_bytes()))
+    } else {
+        std::borrow::Cow::Borrowed(s)
     }
-    let mut out = String::with_capacity(s.len() + 8);
-    for c in s.chars() {
-        if !hidden(c) {
-            out.push(c);
-        } else if (c as u32) < 0x100 {
-            out.push_str(&format!("\\x{:02x}", c as u32));
-        } else {
-            out.push_str(&format!("\\u{{{:x}}}", c as u32));
-        }
-    }
-    std::borrow::Cow::Owned(out)
 }
 
 /// An optional value for display: the value or `-`.
