@@ -97,6 +97,11 @@ pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
     Ok(d)
 }
 
+/// The first instant [`ts`] writes as fixed-width text (0001-01-01T00:00:00.000Z).
+pub fn earliest() -> DateTime<Utc> {
+    DateTime::from_timestamp_millis(-62_135_596_800_000).unwrap_or(DateTime::<Utc>::MIN_UTC)
+}
+
 /// The last instant [`ts`] writes as fixed-width text (9999-12-31T23:59:59.999Z). Later
 /// instants would be written with a sign and a fifth year digit, and would sort before every
 /// other stored time.
@@ -104,22 +109,17 @@ pub fn latest() -> DateTime<Utc> {
     DateTime::from_timestamp_millis(253_402_300_799_999).unwrap_or(DateTime::<Utc>::MAX_UTC)
 }
 
-/// `t - d`, but no earlier than [`earliest`].
-pub fn saturating_sub(t: DateTime<Utc>, d: Duration) -> DateTime<Utc> {
-    t.checked_sub_signed(d)
-        .map_or(earliest(), |t| t.max(earliest()))
-}
-
-/// The first instant [`ts`] writes as fixed-width text (0001-01-01T00:00:00.000Z).
-pub fn earliest() -> DateTime<Utc> {
-    DateTime::from_timestamp_millis(-62_135_596_800_000).unwrap_or(DateTime::<Utc>::MIN_UTC)
-}
-
 /// `t + d`, but no later than [`latest`]: for deadlines and leases that configuration or a
 /// tool may set arbitrarily far away, where "later than the year 9999" means "never".
 pub fn saturating_add(t: DateTime<Utc>, d: Duration) -> DateTime<Utc> {
     t.checked_add_signed(d)
         .map_or(latest(), |t| t.min(latest()))
+}
+
+/// `t - d`, but no earlier than [`earliest`].
+pub fn saturating_sub(t: DateTime<Utc>, d: Duration) -> DateTime<Utc> {
+    t.checked_sub_signed(d)
+        .map_or(earliest(), |t| t.max(earliest()))
 }
 
 #[cfg(test)]
