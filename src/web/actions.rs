@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use axum::Form;
 use axum::Json;
+use axum::extract::rejection::FormRejection;
 use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Redirect, Response};
@@ -73,8 +74,12 @@ pub async fn run(
     State(st): State<Arc<AppState>>,
     headers: HeaderMap,
     Path((id, action)): Path<(String, String)>,
-    Form(form): Form<ActionForm>,
+    form: Result<Form<ActionForm>, FormRejection>,
 ) -> Response {
+    let form = match form {
+        Ok(Form(form)) => form,
+        Err(e) => return layout::unreadable(&st, &headers, "form", e.body_text()),
+    };
     // Another last segment is no page of ours (404, as before the routes were one).
     let Ok(action) = serde_json::from_value::<RunAction>(serde_json::Value::String(action)) else {
         return super::pages::not_found(State(st), headers).await;
@@ -117,8 +122,12 @@ pub async fn schedule(
     State(st): State<Arc<AppState>>,
     headers: HeaderMap,
     Path(id): Path<String>,
-    Form(form): Form<ActionForm>,
+    form: Result<Form<ActionForm>, FormRejection>,
 ) -> Response {
+    let form = match form {
+        Ok(Form(form)) => form,
+        Err(e) => return layout::unreadable(&st, &headers, "form", e.body_text()),
+    };
     if let Some(r) = check_csrf(&st, &headers, &form.csrf) {
         return r;
     }

@@ -32,6 +32,18 @@ pub fn respond<T: Serialize>(
     }
 }
 
+/// A query string or form that could not be read (a field of the wrong type, a missing one),
+/// answered like the page's other bad input: HTML, or JSON `{"error"}`, status 400.
+pub fn unreadable(
+    st: &AppState,
+    headers: &HeaderMap,
+    what: &str,
+    e: impl std::fmt::Display,
+) -> Response {
+    let e = crate::error::InputError::new(what, "", e.to_string());
+    error(st, headers, &Error::Input(e))
+}
+
 /// An error as a page (or JSON `{"error"}`), with the status its kind calls for.
 pub fn error(st: &AppState, headers: &HeaderMap, e: &Error) -> Response {
     let status = match e {

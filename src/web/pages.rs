@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::schedule::Zone;
+use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -89,8 +90,12 @@ pub struct ScheduleList {
 pub async fn schedules(
     State(st): State<Arc<AppState>>,
     headers: HeaderMap,
-    Query(q): Query<PreviewQuery>,
+    q: Result<Query<PreviewQuery>, QueryRejection>,
 ) -> Response {
+    let q = match q {
+        Ok(Query(q)) => q,
+        Err(e) => return layout::unreadable(&st, &headers, "query", e.body_text()),
+    };
     let schedules = match st.client.list_schedules(None).await {
         Ok(s) => s,
         Err(e) => return layout::error(&st, &headers, &e),
@@ -329,8 +334,12 @@ pub async fn session(
     State(st): State<Arc<AppState>>,
     headers: HeaderMap,
     Path(id): Path<String>,
-    Query(q): Query<SessionQuery>,
+    q: Result<Query<SessionQuery>, QueryRejection>,
 ) -> Response {
+    let q = match q {
+        Ok(Query(q)) => q,
+        Err(e) => return layout::unreadable(&st, &headers, "query", e.body_text()),
+    };
     let read = async {
         crate::ids::validate_session(&id)?;
         let messages = st

@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use axum::Form;
+use axum::extract::rejection::{FormRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Redirect, Response};
@@ -150,8 +151,12 @@ pub struct RunList {
 pub async fn list(
     State(st): State<Arc<AppState>>,
     headers: HeaderMap,
-    Query(q): Query<ListQuery>,
+    q: Result<Query<ListQuery>, QueryRejection>,
 ) -> Response {
+    let q = match q {
+        Ok(Query(q)) => q,
+        Err(e) => return layout::unreadable(&st, &headers, "query", e.body_text()),
+    };
     let read = async {
         let filter = q.filter.to_run_filter(st.client.now())?;
         let before = match q.before.as_deref().filter(|s| !s.is_empty()) {
@@ -311,8 +316,12 @@ pub struct BulkForm {
 pub async fn bulk(
     State(st): State<Arc<AppState>>,
     headers: HeaderMap,
-    Form(form): Form<BulkForm>,
+    form: Result<Form<BulkForm>, FormRejection>,
 ) -> Response {
+    let form = match form {
+        Ok(Form(form)) => form,
+        Err(e) => return layout::unreadable(&st, &headers, "form", e.body_text()),
+    };
     if let Some(r) = check_csrf(&st, &headers, &form.csrf) {
         return r;
     }

@@ -288,6 +288,31 @@ fn web_with_a_token_refuses_requests_without_it() {
 }
 
 #[test]
+fn an_unreadable_query_or_form_is_bad_input_in_the_page_s_own_format() {
+    let site = Site::new();
+    let (_web, url) = site.web(&[]);
+    let json = [("Accept", "application/json")];
+    for path in ["/sessions/s1?before=abc", "/runs?state=failed&state=queued"] {
+        let (status, body) = get(&format!("{url}{path}"), &json);
+        assert_eq!(status, 400, "{path}: {body}");
+        let v: serde_json::Value =
+            serde_json::from_str(&body).unwrap_or_else(|e| panic!("{path}: {e}: {body}"));
+        assert!(
+            v["error"].as_str().unwrap().starts_with("query: "),
+            "{path}: {v}"
+        );
+        let (status, html) = get(&format!("{url}{path}"), &[]);
+        assert_eq!(status, 400, "{path}");
+        assert!(html.starts_with("<!DOCTYPE html>"), "{path}: {html}");
+    }
+    // A bulk form without its action.
+    let (status, body) = post(&format!("{url}/runs/bulk"), &json, &[("state", "failed")]);
+    assert_eq!(status, 400, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert!(v["error"].as_str().unwrap().starts_with("form: "), "{v}");
+}
+
+#[test]
 fn every_answer_forbids_framing_and_type_sniffing() {
     let site = Site::new();
     let (_web, url) = site.web(&[]);
