@@ -30,7 +30,7 @@ const HORIZON_DAYS: i64 = 5 * 366;
 #[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
 pub enum ScheduleError {
     /// The time zone is not a known IANA zone name.
-    #[error("unknown time zone {0:?}")]
+    #[error("unknown time zone {0:?}: give an IANA name such as Europe/Berlin or UTC")]
     UnknownTimezone(String),
     /// The expression does not have exactly five whitespace-separated fields.
     #[error(
@@ -462,7 +462,7 @@ fn parse_field(expr: &str, spec: &FieldSpec, text: &str) -> Result<u64, Schedule
     Ok(bits)
 }
 
-/// Parse an IANA zone name; error names the value ("unknown time zone \"Mars/Base\"").
+/// Parse an IANA zone name; error names the value (`unknown time zone "Mars/Base": ...`).
 pub fn parse_timezone(tz: &str) -> Result<Zone, ScheduleError> {
     Zone::parse(tz).ok_or_else(|| ScheduleError::UnknownTimezone(tz.to_string()))
 }
@@ -1300,7 +1300,7 @@ mod tests {
         );
         assert_eq!(
             parse_timezone("Mars/Base").unwrap_err().to_string(),
-            r#"unknown time zone "Mars/Base""#
+            r#"unknown time zone "Mars/Base": give an IANA name such as Europe/Berlin or UTC"#
         );
         assert!(parse_timezone("").is_err());
     }

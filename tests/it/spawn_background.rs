@@ -88,7 +88,7 @@ async fn spawn_background_rejects_with_the_seed_messages() {
         ),
         (
             sched(json!({"cron_expression": "0 9 * * *", "timezone": "Mars/Base"})),
-            "unknown time zone \"Mars/Base\"",
+            "unknown time zone \"Mars/Base\": give an IANA name such as Europe/Berlin or UTC",
         ),
         (
             sched(json!({"scheduled_at": "2026-11-01T11:00:00Z"})),
