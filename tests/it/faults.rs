@@ -88,6 +88,29 @@ fn a_damaged_runs_page_stops_the_drain_with_exit_1_naming_the_file() {
     assert!(last.contains("backup"), "{last}");
 }
 
+sqlite_only! {
+    #[test]
+    fn sqlite_only_a_damaged_header_is_named_as_damage_by_every_command() {
+        let s = setup("");
+        queue(&s.db, 10);
+        {
+            let c = Connection::open(s.db.file()).unwrap();
+            c.execute_batch("PRAGMA wal_checkpoint(TRUNCATE)").unwrap();
+        }
+        // Bytes 100-399 of page 1: the schema table's page header and cells.
+        let mut f = std::fs::OpenOptions::new().write(true).open(s.db.file()).unwrap();
+        f.seek(SeekFrom::Start(100)).unwrap();
+        f.write_all(&[0xab; 300]).unwrap();
+        f.sync_all().unwrap();
+        for args in [&["runs"][..], &["stats"], &["status"], &["worker", "--drain"]] {
+            let o = crate::support::toolq(&s.db, args);
+            let err = String::from_utf8_lossy(&o.stderr);
+            assert_eq!(o.status.code(), Some(1), "{args:?}: {err}");
+            assert!(err.contains("is damaged") && err.contains("backup"), "{args:?}: {err}");
+        }
+    }
+}
+
 #[test]
 fn check_reports_ok_on_a_good_file_and_each_problem_on_a_damaged_one() {
     let s = setup("");

@@ -313,7 +313,14 @@ impl Store {
     /// naming the file) otherwise. Many processes may open a new file at once: setup that
     /// finds the file locked by another process's setup is retried.
     pub fn open_with(path: impl AsRef<Path>, mode: OpenMode) -> Result<Store, StoreError> {
-        let path = path.as_ref().to_path_buf();
+        let path = path.as_ref();
+        // A damaged file can fail any step of opening (its header is read by the first
+        // PRAGMA): say so, naming the file, as every later statement does.
+        Self::open_file(path, mode).map_err(|e| e.on_file(path))
+    }
+
+    fn open_file(path: &Path, mode: OpenMode) -> Result<Store, StoreError> {
+        let path = path.to_path_buf();
         let display = path.display().to_string();
         if mode != OpenMode::Create && (!path.exists() || holds_nothing(&path)) {
             return Err(StoreError::Missing { path: display });
