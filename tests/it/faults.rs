@@ -111,6 +111,56 @@ sqlite_only! {
     }
 }
 
+sqlite_only! {
+    /// `stats` and `status` are how an operator looks into a full disk: the checkpoint they
+    /// run (a write) fails, and they report that instead of failing with it.
+    #[test]
+    fn sqlite_only_stats_and_status_report_a_checkpoint_the_disk_refuses() {
+        let s = setup("");
+        queue(&s.db, 5);
+        // ~2 MB of WAL that a checkpoint would copy into the file, kept in the WAL by this
+        // open connection (no checkpoint on close while it lives).
+        let c = Connection::open(s.db.file()).unwrap();
+        c.execute_batch(
+            "PRAGMA wal_autocheckpoint = 0; CREATE TABLE pad (x BLOB); \
+             WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 2000) \
+             INSERT INTO pad SELECT randomblob(1000) FROM n;",
+        )
+        .unwrap();
+        let size = std::fs::metadata(s.db.file()).unwrap().len();
+        assert!(size < 1_000_000, "{size}");
+        for args in [&["stats"][..], &["--json", "status"]] {
+            // No file may grow past 1 MB (the disk is full for the checkpoint); the ignored
+            // SIGXFSZ, inherited through exec, turns the refusal into a write error.
+            let mut cmd = std::process::Command::new("sh");
+            cmd.arg("-c")
+                .arg("trap '' XFSZ; ulimit -f 2000; exec \"$@\"")
+                .arg("sh")
+                .arg(env!("CARGO_BIN_EXE_toolq"))
+                .arg("--db")
+                .arg(s.db.file())
+                .args(args)
+                .env_remove("RUST_LOG");
+            let o = cmd.output().unwrap();
+            let out = String::from_utf8_lossy(&o.stdout);
+            let err = String::from_utf8_lossy(&o.stderr);
+            // `status` exits 1 for the queued runs with no live worker, never for the WAL.
+            assert_eq!(o.status.code(), Some(if args[0] == "stats" { 0 } else { 1 }), "{args:?}: {err}");
+            assert!(
+                format!("{out}{err}").contains("the WAL could not be checkpointed"),
+                "{args:?}: {out} {err}"
+            );
+            if args[0] == "stats" {
+                assert!(out.contains("queued             5"), "{out}");
+            } else {
+                let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+                assert_eq!(v["queued_runs"], 5, "{v}");
+            }
+        }
+        drop(c);
+    }
+}
+
 #[test]
 fn check_reports_ok_on_a_good_file_and_each_problem_on_a_damaged_one() {
     let s = setup("");

@@ -73,7 +73,24 @@ impl Store {
     /// A passive checkpoint, the WAL size, and a warning when `warn_frames` or more frames
     /// cannot be checkpointed (something holds an old snapshot). Blocking.
     pub fn wal_health(&self, warn_frames: i64) -> Result<WalHealth, StoreError> {
-        let cp = self.checkpoint(CheckpointMode::Passive)?;
+        let cp = match self.checkpoint(CheckpointMode::Passive) {
+            Ok(cp) => cp,
+            // A checkpoint writes the database file: on a full disk or a failing device it
+            // fails while every read works. `stats` and `status` are how an operator looks
+            // into that incident, so they report it instead of failing with it.
+            Err(e) if e.fault() == crate::error::Fault::Storage => {
+                return Ok(WalHealth {
+                    wal_bytes: self.wal_bytes(),
+                    checkpoint: Checkpoint {
+                        busy: true,
+                        log_frames: -1,
+                        checkpointed_frames: -1,
+                    },
+                    warning: Some(format!("the WAL could not be checkpointed: {e}")),
+                });
+            }
+            Err(e) => return Err(e),
+        };
         let bytes = self.wal_bytes();
         let warning = (cp.backlog() >= warn_frames).then(|| pinned_warning(bytes, cp.backlog()));
         Ok(WalHealth {
