@@ -224,6 +224,16 @@ pub struct Checkpoint {
 }
 
 impl Checkpoint {
+    /// A checkpoint that did not run to an answer (busy, or refused by the storage): frame
+    /// counts unknown (-1 in the JSON of `stats` and `status`).
+    pub fn not_done() -> Checkpoint {
+        Checkpoint {
+            busy: true,
+            log_frames: -1,
+            checkpointed_frames: -1,
+        }
+    }
+
     /// Frames still only in the WAL: a reader's snapshot needs them, or a writer was busy.
     pub fn backlog(&self) -> i64 {
         (self.log_frames - self.checkpointed_frames).max(0)

@@ -38,14 +38,27 @@ fn worker_logs(s: &Setup) -> String {
     all
 }
 
+/// Writes `bytes` over the file at `offset`, as `dd ... conv=notrunc` does.
+fn overwrite(db: &std::path::Path, offset: u64, bytes: &[u8]) {
+    let mut f = std::fs::OpenOptions::new().write(true).open(db).unwrap();
+    f.seek(SeekFrom::Start(offset)).unwrap();
+    f.write_all(bytes).unwrap();
+    f.sync_all().unwrap();
+}
+
+/// Copies every WAL frame into the file and empties the WAL, so damage to the file is not
+/// covered by a newer copy of the page in the WAL.
+fn checkpoint_all(c: &Connection) {
+    c.execute_batch("PRAGMA wal_checkpoint(TRUNCATE)").unwrap();
+}
+
 /// Overwrites one page in the middle of the runs table's b-tree with random bytes, as
 /// `dd if=/dev/urandom of=q.db bs=4096 seek=N count=1 conv=notrunc` does.
 fn corrupt_a_runs_page(db: &TestDb) -> i64 {
     let db = db.file();
     let (page, size) = {
         let c = Connection::open(db).unwrap();
-        // Everything in the main file, nothing left in the WAL to cover the damage.
-        c.execute_batch("PRAGMA wal_checkpoint(TRUNCATE)").unwrap();
+        checkpoint_all(&c);
         let leaves = one(
             &c,
             "SELECT count(*) FROM dbstat WHERE name = 'runs' AND pagetype = 'leaf'",
@@ -62,10 +75,7 @@ fn corrupt_a_runs_page(db: &TestDb) -> i64 {
         (page, one(&c, "PRAGMA page_size"))
     };
     let noise: Vec<u8> = (0..size).map(|_| rand::random::<u8>()).collect();
-    let mut f = std::fs::OpenOptions::new().write(true).open(db).unwrap();
-    f.seek(SeekFrom::Start(((page - 1) * size) as u64)).unwrap();
-    f.write_all(&noise).unwrap();
-    f.sync_all().unwrap();
+    overwrite(db, ((page - 1) * size) as u64, &noise);
     page
 }
 
@@ -93,15 +103,9 @@ sqlite_only! {
     fn sqlite_only_a_damaged_header_is_named_as_damage_by_every_command() {
         let s = setup("");
         queue(&s.db, 10);
-        {
-            let c = Connection::open(s.db.file()).unwrap();
-            c.execute_batch("PRAGMA wal_checkpoint(TRUNCATE)").unwrap();
-        }
+        checkpoint_all(&Connection::open(s.db.file()).unwrap());
         // Bytes 100-399 of page 1: the schema table's page header and cells.
-        let mut f = std::fs::OpenOptions::new().write(true).open(s.db.file()).unwrap();
-        f.seek(SeekFrom::Start(100)).unwrap();
-        f.write_all(&[0xab; 300]).unwrap();
-        f.sync_all().unwrap();
+        overwrite(s.db.file(), 100, &[0xab; 300]);
         for args in [&["runs"][..], &["stats"], &["status"], &["worker", "--drain"]] {
             let o = crate::support::toolq(&s.db, args);
             let err = String::from_utf8_lossy(&o.stderr);

@@ -293,10 +293,7 @@ const SETUP_GIVE_UP: Duration = Duration::from_secs(30);
 /// Whether `path` is an empty file with no WAL content beside it: no database yet, which a
 /// command that only reads must not turn into one.
 fn holds_nothing(path: &Path) -> bool {
-    let len = |p: &Path| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
-    let mut wal = path.as_os_str().to_owned();
-    wal.push("-wal");
-    path.is_file() && len(path) == 0 && len(Path::new(&wal)) == 0
+    path.metadata().is_ok_and(|m| m.is_file() && m.len() == 0) && wal::wal_bytes(path) == 0
 }
 
 impl Store {

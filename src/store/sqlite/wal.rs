@@ -36,11 +36,7 @@ pub fn checkpoint(conn: &Connection, mode: CheckpointMode) -> Result<Checkpoint,
                 .ctx("restore busy_timeout")?;
             match res {
                 // A busy TRUNCATE is an answer, not a failure: someone was reading.
-                Err(e) if super::store_error_is_busy(&e) => Ok(Checkpoint {
-                    busy: true,
-                    log_frames: -1,
-                    checkpointed_frames: -1,
-                }),
+                Err(e) if super::store_error_is_busy(&e) => Ok(Checkpoint::not_done()),
                 other => other,
             }
         }
@@ -81,11 +77,7 @@ impl Store {
             Err(e) if e.fault() == crate::error::Fault::Storage => {
                 return Ok(WalHealth {
                     wal_bytes: self.wal_bytes(),
-                    checkpoint: Checkpoint {
-                        busy: true,
-                        log_frames: -1,
-                        checkpointed_frames: -1,
-                    },
+                    checkpoint: Checkpoint::not_done(),
                     warning: Some(format!("the WAL could not be checkpointed: {e}")),
                 });
             }
