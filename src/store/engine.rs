@@ -506,6 +506,21 @@ pub struct Rescue {
     pub now: DateTime<Utc>,
     /// Whether a worker process (pid, start time) on this host is gone.
     pub is_dead: fn(i64, &str) -> bool,
+    /// The runs that the rescuing worker itself is running or recording: never taken back,
+    /// whatever their lease says (after an outage it extends or records them itself).
+    pub spare: Vec<String>,
+    /// Whether a run may be taken back because its lease expired. A worker that was itself
+    /// cut off from the database lately passes `false`: the other hosts' leases ran out
+    /// during the same outage, and they get a lease's time to extend them.
+    pub lease_expiry: bool,
+}
+
+impl Rescue {
+    /// Whether this rescue takes `run` back for `reason` (the owner's death always counts).
+    pub fn takes(&self, run: &Run, reason: RescueReason) -> bool {
+        (self.lease_expiry || reason != RescueReason::LeaseExpired)
+            && !self.spare.iter().any(|id| run.id.as_str() == id)
+    }
 }
 
 /// One run taken back by a rescue.

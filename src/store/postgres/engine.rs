@@ -286,7 +286,10 @@ impl Engine for PgStore {
                 .filter(|(_, pid, start)| (p.is_dead)(*pid, start))
                 .map(|(id, _, _)| id)
                 .collect();
-            let pending = !claim::rescuable(&c, p.now).await?.is_empty();
+            let pending = claim::rescuable(&c, p.now)
+                .await?
+                .iter()
+                .any(|(run, reason)| p.takes(run, *reason));
             (dead, pending)
         };
         if dead.is_empty() && !pending {
@@ -300,6 +303,9 @@ impl Engine for PgStore {
             };
             let mut records = Vec::new();
             for (run, reason) in claim::rescuable(&tx, p.now).await? {
+                if !p.takes(&run, reason) {
+                    continue;
+                }
                 let record = decide(&run, reason);
                 if finish::apply_states(&tx, &[&record], p.now).await? == [true] {
                     done.runs.push(RescuedRun {

@@ -268,7 +268,9 @@ impl Engine for Store {
                     pid_namespace: &here.pid_namespace,
                 };
                 let dead = rescue::dead_workers(c, &loc, here.is_dead)?;
-                let pending = !rescue::rescuable(c, here.now)?.is_empty();
+                let pending = rescue::rescuable(c, here.now)?
+                    .iter()
+                    .any(|(run, reason)| here.takes(run, *reason));
                 Ok((dead, pending))
             })
             .await?;
@@ -282,6 +284,9 @@ impl Engine for Store {
                 runs: Vec::new(),
             };
             for (run, reason) in rescue::rescuable(tx, p.now)? {
+                if !p.takes(&run, reason) {
+                    continue;
+                }
                 let record = decide(&run, reason);
                 if finish::record_ends(tx, &[&record], p.now)? == [true] {
                     done.runs.push(RescuedRun {
