@@ -361,8 +361,7 @@ impl Client {
         // Encoded here rather than in the store, so the write transaction only binds text
         // (a batch's encoding was ~5 % of its instructions inside the transaction).
         let args = crate::run::encode_args(&req.args)?;
-        drop(req.args);
-        Ok(NewRun {
+        let mut row = NewRun {
             id: RunId::generate(),
             session_id: req.session,
             tool: req.tool,
@@ -380,7 +379,12 @@ impl Client {
             fire_at: None,
             ticks: 1,
             unique,
-        })
+            approval: None,
+        };
+        // This process's rules decide whether the run waits for approval from its creation.
+        row.approval = crate::approval::pending_for(self, &row, &req.args);
+        drop(req.args);
+        Ok(row)
     }
 
     /// Validates and inserts one run. Bad input writes nothing; a known idempotency key

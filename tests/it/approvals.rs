@@ -247,6 +247,7 @@ async fn a_tool_policy_and_formatter_shape_the_messages() {
         [
             format!("[guarded] approval_request {id}"),
             format!("[guarded] completed {id}"),
+            format!("[guarded] approval_request {other}"),
             format!("[guarded] cancelled {other}")
         ]
     );
@@ -380,7 +381,7 @@ async fn a_cancel_while_awaiting_approval_is_a_cancel_not_a_denial() {
 #[tokio::test]
 async fn batches_schedules_and_spawn_background_await_from_creation() {
     let env = crate::support::TestEnv::with_config(|c| {
-        c.approvals.require = vec!["echo".into()];
+        c.approvals.require = vec!["echo".into(), "counter".into()];
         c.approvals.deadline = Some(Duration::from_secs(600));
     });
     let batch = env
@@ -411,7 +412,7 @@ async fn batches_schedules_and_spawn_background_await_from_creation() {
     // spawn_background, as an agent host calls it.
     let out = env
         .client
-        .spawn_background("agent", json!({"tool": "echo", "args": {"message": "bg"}}))
+        .spawn_background("agent", json!({"tool": "counter", "args": {}}))
         .await;
     let ToolOutcome::Success(v) = out else {
         panic!("{out:?}")

@@ -55,6 +55,11 @@ impl Engine for PgStore {
         run: NewRun,
         approval: Option<RunApprove>,
     ) -> EngineResult<()> {
+        // A host's approval replaces the request the row may carry: it is inserted queued.
+        let mut run = run;
+        if approval.is_some() {
+            run.approval = None;
+        }
         write_tx!(self, |tx| {
             runs::insert(&tx, &run).await?;
             if let Some(a) = &approval {
@@ -477,8 +482,8 @@ impl Engine for PgStore {
         schedules::next_due(&self.conn().await?).await
     }
 
-    async fn schedule_claim_due(&self, p: ClaimDue) -> EngineResult<ClaimReport> {
-        write_tx!(self, |tx| schedules::claim_due(&tx, &p).await)
+    async fn schedule_claim_due(&self, p: ClaimDue, gate: GateRun) -> EngineResult<ClaimReport> {
+        write_tx!(self, |tx| schedules::claim_due(&tx, &p, &gate).await)
     }
 
     async fn prune_count(&self, cutoffs: PruneCutoffs) -> EngineResult<Removed> {

@@ -62,6 +62,11 @@ impl Engine for Store {
         run: NewRun,
         approval: Option<RunApprove>,
     ) -> EngineResult<()> {
+        // A host's approval replaces the request the row may carry: it is inserted queued.
+        let mut run = run;
+        if approval.is_some() {
+            run.approval = None;
+        }
         self.write_async(move |tx| {
             runs::insert(tx, &run)?;
             if let Some(a) = &approval {
@@ -462,8 +467,8 @@ impl Engine for Store {
         self.read_async(schedules::next_due).await
     }
 
-    async fn schedule_claim_due(&self, p: ClaimDue) -> EngineResult<ClaimReport> {
-        self.write_async(move |tx| schedules::claim_due(tx, &p))
+    async fn schedule_claim_due(&self, p: ClaimDue, gate: GateRun) -> EngineResult<ClaimReport> {
+        self.write_async(move |tx| schedules::claim_due(tx, &p, &gate))
             .await
     }
 
