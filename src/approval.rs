@@ -77,6 +77,27 @@ pub fn pending_for(client: &Client, run: &NewRun, args: &Value) -> Option<Pendin
     })
 }
 
+/// Whether a failed or cancelled run that is being retried must wait for approval again
+/// under `client`'s rules, and then what it is stored with (deadline counted from `now`, a
+/// new `approval_request` message for its current attempt). A run approved once is not
+/// asked again.
+pub fn pending_for_retry(client: &Client, run: &Run, now: DateTime<Utc>) -> Option<PendingApproval> {
+    if run.approval_state.as_deref() == Some("approved") {
+        return None;
+    }
+    let deadline = deadline_from(requirement(client, &run.tool)?, now);
+    let mut message = approval_message(&about_of(run), &run.args, deadline.map(ts).as_deref());
+    if let Some(entry) = client.registry().get(&run.tool) {
+        entry.format_message(&mut message);
+    }
+    let message_data = message.data.to_string();
+    Some(PendingApproval {
+        deadline,
+        message,
+        message_data,
+    })
+}
+
 /// The records that move a claimed run to `awaiting_approval` (fenced by its lease) and post
 /// its approval request. Pure.
 pub fn await_approval(run: &Run, deadline: Option<DateTime<Utc>>) -> FinishRecord {

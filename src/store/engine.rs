@@ -289,6 +289,10 @@ pub struct RunRetry {
     pub expected: RunState,
     /// Now.
     pub now: DateTime<Utc>,
+    /// Set when the retried run must wait for approval again
+    /// ([`crate::approval::pending_for_retry`]): it goes to `awaiting_approval` with its
+    /// request message, in the same transaction, instead of `queued`.
+    pub approval: Option<crate::run::PendingApproval>,
 }
 
 /// Parameters of [`Engine::run_select`].
@@ -351,6 +355,8 @@ pub struct RunRetryMany {
     pub runs: Vec<(RunId, RunState)>,
     /// Now.
     pub now: DateTime<Utc>,
+    /// Per run of `runs` (same index; missing: none), as [`RunRetry::approval`].
+    pub approvals: Vec<Option<crate::run::PendingApproval>>,
 }
 
 /// Parameters of [`Engine::run_approve`].

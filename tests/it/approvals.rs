@@ -499,3 +499,56 @@ async fn a_worker_still_holds_a_run_its_config_gates_without_spending_an_attempt
         RunState::AwaitingApproval
     );
 }
+
+/// A denied (or cancelled) run that is retried waits for approval again at once, with a new
+/// request; a run approved before is not asked again.
+#[tokio::test]
+async fn a_retried_run_that_needs_approval_awaits_again_at_once() {
+    let env =
+        crate::support::TestEnv::with_config(|c| c.approvals.require = vec!["echo".into()]);
+    let id = env
+        .client
+        .enqueue(EnqueueRequest::new("echo", json!({"message": "x"})).session("s"))
+        .await
+        .unwrap()
+        .run_id;
+    env.client.deny(&id, "bob", Some("not yet")).await.unwrap();
+    assert_eq!(
+        env.client.retry(&id).await.unwrap(),
+        RunState::AwaitingApproval
+    );
+    let run = env.client.get(&id).await.unwrap();
+    assert_eq!(run.state, RunState::AwaitingApproval);
+    assert_eq!(run.approval_state.as_deref(), Some("pending"));
+    assert_eq!((run.approval_by, run.approval_note), (None, None));
+    let kinds: Vec<String> = inbox(&env.client, "s")
+        .await
+        .into_iter()
+        .map(|m| m.kind)
+        .collect();
+    assert_eq!(kinds, ["approval_request", "cancelled", "approval_request"]);
+    // Cancelled while waiting, then retried in bulk: waiting again.
+    env.client.cancel(&id).await.unwrap();
+    let report = env
+        .client
+        .retry_where(
+            &toolq::RunFilter {
+                tool: Some("echo".into()),
+                ..Default::default()
+            },
+            Default::default(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(report.done, 1, "{report:?}");
+    assert_eq!(
+        env.client.get(&id).await.unwrap().state,
+        RunState::AwaitingApproval
+    );
+    env.client.approve(&id, "alice", None).await.unwrap();
+    env.drain().await;
+    let run = env.client.get(&id).await.unwrap();
+    assert_eq!(run.state, RunState::Completed, "{:?}", run.error);
+    // Approved once: a retry of a later failure would not ask again (here: the state says so).
+    assert_eq!(run.approval_state.as_deref(), Some("approved"));
+}

@@ -85,6 +85,9 @@ impl Engine for PgStore {
     async fn run_retry(&self, p: RunRetry) -> EngineResult<bool> {
         write_tx!(self, |tx| {
             let ok = runs::requeue_finished(&tx, p.id.as_str(), p.expected, p.now).await?;
+            if let (true, Some(a)) = (ok, &p.approval) {
+                runs::mark_awaiting(&tx, p.id.as_str(), a, p.now).await?;
+            }
             if ok {
                 notify(&tx).await?;
             }
@@ -127,8 +130,12 @@ impl Engine for PgStore {
     async fn run_retry_many(&self, p: RunRetryMany) -> EngineResult<Vec<bool>> {
         write_tx!(self, |tx| {
             let mut done = Vec::with_capacity(p.runs.len());
-            for (id, state) in &p.runs {
-                done.push(runs::requeue_finished(&tx, id.as_str(), *state, p.now).await?);
+            for (i, (id, state)) in p.runs.iter().enumerate() {
+                let ok = runs::requeue_finished(&tx, id.as_str(), *state, p.now).await?;
+                if let (true, Some(Some(a))) = (ok, p.approvals.get(i)) {
+                    runs::mark_awaiting(&tx, id.as_str(), a, p.now).await?;
+                }
+                done.push(ok);
             }
             if done.contains(&true) {
                 notify(&tx).await?;

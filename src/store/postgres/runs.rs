@@ -149,29 +149,40 @@ pub(crate) async fn insert_many<C: GenericClient>(
     Ok(done)
 }
 
-/// Moves a run just inserted `queued` to `awaiting_approval` (approval `pending`, its
-/// deadline) and posts its approval request, when it was created needing approval
-/// (`NewRun::approval`); does nothing otherwise.
+/// Moves a run just inserted `queued` to `awaiting_approval` when it was created needing
+/// approval (`NewRun::approval`); does nothing otherwise.
 async fn await_approval<C: GenericClient>(c: &C, run: &NewRun) -> Result<(), StoreError> {
-    let Some(p) = &run.approval else {
-        return Ok(());
-    };
+    match &run.approval {
+        Some(p) => mark_awaiting(c, run.id.as_str(), p, run.created_at).await,
+        None => Ok(()),
+    }
+}
+
+/// Moves a queued run (just inserted or re-queued by a retry, in this transaction) to
+/// `awaiting_approval`: approval `pending` with its deadline, the decision fields of an
+/// earlier one cleared, and posts its approval request.
+pub(crate) async fn mark_awaiting<C: GenericClient>(
+    c: &C,
+    id: &str,
+    p: &crate::run::PendingApproval,
+    now: DateTime<Utc>,
+) -> Result<(), StoreError> {
     let n = exec(
         c,
         "UPDATE runs SET state = 'awaiting_approval', approval_state = 'pending', \
-         approval_deadline = $1, status_text = 'awaiting approval' \
+         approval_deadline = $1, approval_by = NULL, approval_at = NULL, \
+         approval_note = NULL, status_text = 'awaiting approval' \
          WHERE id = $2 AND state = 'queued'",
-        &[&p.deadline.map(ts), &run.id.as_str()],
+        &[&p.deadline.map(ts), &id],
         "await approval",
     )
     .await?;
     if n != 1 {
         return Err(StoreError::Invalid(format!(
-            "run {}: inserted, but not found queued to await approval",
-            run.id
+            "run {id}: written, but not found queued to await approval"
         )));
     }
-    super::inbox::insert_many(c, &[(&p.message, p.message_data.as_str())], run.created_at).await
+    super::inbox::insert_many(c, &[(&p.message, p.message_data.as_str())], now).await
 }
 
 async fn existing_key<C: GenericClient>(

@@ -97,8 +97,14 @@ impl Engine for Store {
     }
 
     async fn run_retry(&self, p: RunRetry) -> EngineResult<bool> {
-        self.write_async(move |tx| runs::requeue_finished(tx, &p.id, p.expected, p.now))
-            .await
+        self.write_async(move |tx| {
+            let ok = runs::requeue_finished(tx, &p.id, p.expected, p.now)?;
+            if let (true, Some(a)) = (ok, &p.approval) {
+                runs::mark_awaiting(tx, &p.id, a, p.now)?;
+            }
+            Ok(ok)
+        })
+        .await
     }
 
     async fn run_select(&self, p: RunSelect) -> EngineResult<Vec<Run>> {
@@ -134,7 +140,7 @@ impl Engine for Store {
     }
 
     async fn run_retry_many(&self, p: RunRetryMany) -> EngineResult<Vec<bool>> {
-        self.write_async(move |tx| bulk::retry_many(tx, &p.runs, p.now))
+        self.write_async(move |tx| bulk::retry_many(tx, &p.runs, &p.approvals, p.now))
             .await
     }
 
