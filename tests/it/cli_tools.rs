@@ -257,6 +257,8 @@ fn approve_right_after_enqueue_from_the_cli() {
     assert_eq!(v["state"], "awaiting_approval", "{v}");
     assert_eq!(v["attempt"], 0, "{v}");
     assert!(v["started_at"].is_null(), "{v}");
+    let text = cli.ok(&["show", &a]);
+    assert!(text.contains("pending (no deadline)"), "{text}");
     let file = dir.path().join("runs.jsonl");
     std::fs::write(
         &file,
