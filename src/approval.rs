@@ -11,11 +11,11 @@ use chrono::{DateTime, Utc};
 use crate::client::{Client, about_of};
 use crate::clock::ts;
 use crate::inbox::{About, approval_message};
-use crate::run::{NewRun, PendingApproval, Run};
-use serde_json::Value;
 use crate::run::{Fence, FinishRecord, Outcome};
+use crate::run::{NewRun, PendingApproval, Run};
 use crate::tool::ToolPolicy;
 use crate::worker::finish::blank;
+use serde_json::Value;
 
 /// Whether runs of `tool` need an operator's approval under `client`'s rules (the tool's
 /// policy, a command tool's `requires_approval`, `[approvals] require`), and then how long
@@ -23,7 +23,8 @@ use crate::worker::finish::blank;
 fn requirement(client: &Client, tool: &str) -> Option<Option<std::time::Duration>> {
     let entry = client.registry().get(tool)?;
     let cfg = &client.config().approvals;
-    let required = entry.def.policy == ToolPolicy::RequiresApproval || cfg.require.iter().any(|t| t == tool);
+    let required =
+        entry.def.policy == ToolPolicy::RequiresApproval || cfg.require.iter().any(|t| t == tool);
     required.then(|| entry.def.approval_deadline.or(cfg.deadline))
 }
 
@@ -81,7 +82,11 @@ pub fn pending_for(client: &Client, run: &NewRun, args: &Value) -> Option<Pendin
 /// under `client`'s rules, and then what it is stored with (deadline counted from `now`, a
 /// new `approval_request` message for its current attempt). A run approved once is not
 /// asked again.
-pub fn pending_for_retry(client: &Client, run: &Run, now: DateTime<Utc>) -> Option<PendingApproval> {
+pub fn pending_for_retry(
+    client: &Client,
+    run: &Run,
+    now: DateTime<Utc>,
+) -> Option<PendingApproval> {
     if run.approval_state.as_deref() == Some("approved") {
         return None;
     }

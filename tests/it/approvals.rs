@@ -319,8 +319,7 @@ async fn a_run_needing_approval_awaits_from_its_enqueue_and_spends_no_attempt() 
 
 #[tokio::test]
 async fn approving_keeps_a_delayed_run_delayed() {
-    let env =
-        crate::support::TestEnv::with_config(|c| c.approvals.require = vec!["echo".into()]);
+    let env = crate::support::TestEnv::with_config(|c| c.approvals.require = vec!["echo".into()]);
     let at = env.client.now() + chrono::Duration::hours(2);
     let id = env
         .client
@@ -337,7 +336,10 @@ async fn approving_keeps_a_delayed_run_delayed() {
     );
     let run = env.client.approve(&id, "alice", None).await.unwrap();
     assert_eq!(run.state, RunState::Queued);
-    assert_eq!(run.run_at, at, "approval does not move a later start forward");
+    assert_eq!(
+        run.run_at, at,
+        "approval does not move a later start forward"
+    );
     env.drain().await;
     assert_eq!(env.client.get(&id).await.unwrap().state, RunState::Queued);
     env.clock.advance(chrono::Duration::hours(2));
@@ -350,8 +352,7 @@ async fn approving_keeps_a_delayed_run_delayed() {
 
 #[tokio::test]
 async fn a_cancel_while_awaiting_approval_is_a_cancel_not_a_denial() {
-    let env =
-        crate::support::TestEnv::with_config(|c| c.approvals.require = vec!["echo".into()]);
+    let env = crate::support::TestEnv::with_config(|c| c.approvals.require = vec!["echo".into()]);
     let id = env
         .client
         .enqueue(EnqueueRequest::new("echo", json!({"message": "x"})).session("s"))
@@ -422,12 +423,8 @@ async fn batches_schedules_and_spawn_background_await_from_creation() {
     // A schedule's fire.
     env.client
         .create_schedule(
-            toolq::ScheduleRequest::cron(
-                "echo",
-                json!({"message": "tick"}),
-                "*/10 * * * *",
-            )
-            .session("cron"),
+            toolq::ScheduleRequest::cron("echo", json!({"message": "tick"}), "*/10 * * * *")
+                .session("cron"),
         )
         .await
         .unwrap();
@@ -463,8 +460,7 @@ async fn batches_schedules_and_spawn_background_await_from_creation() {
 /// and holding it spends no attempt and records no start.
 #[tokio::test]
 async fn a_worker_still_holds_a_run_its_config_gates_without_spending_an_attempt() {
-    let env =
-        crate::support::TestEnv::with_config(|c| c.approvals.require = vec!["echo".into()]);
+    let env = crate::support::TestEnv::with_config(|c| c.approvals.require = vec!["echo".into()]);
     let lax = other_client(&env, |c| c.approvals.require.clear());
     let id = lax
         .enqueue(EnqueueRequest::new("echo", json!({"message": "x"})).session("s"))
@@ -498,14 +494,21 @@ async fn a_worker_still_holds_a_run_its_config_gates_without_spending_an_attempt
         env.client.get(&gated).await.unwrap().state,
         RunState::AwaitingApproval
     );
+    // The run the worker held (as every run was held before issue 40) is approved and runs
+    // once, as its first attempt.
+    env.client.approve(&id, "alice", None).await.unwrap();
+    env.drain().await;
+    let run = env.client.get(&id).await.unwrap();
+    assert_eq!(run.state, RunState::Completed, "{:?}", run.error);
+    assert_eq!(run.attempt, 1);
+    assert!(run.started_at.is_some());
 }
 
 /// A denied (or cancelled) run that is retried waits for approval again at once, with a new
 /// request; a run approved before is not asked again.
 #[tokio::test]
 async fn a_retried_run_that_needs_approval_awaits_again_at_once() {
-    let env =
-        crate::support::TestEnv::with_config(|c| c.approvals.require = vec!["echo".into()]);
+    let env = crate::support::TestEnv::with_config(|c| c.approvals.require = vec!["echo".into()]);
     let id = env
         .client
         .enqueue(EnqueueRequest::new("echo", json!({"message": "x"})).session("s"))

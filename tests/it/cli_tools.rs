@@ -285,7 +285,10 @@ fn approve_right_after_enqueue_from_the_cli() {
     assert_ne!(v["approval_state"], "denied", "{v}");
     cli.ok(&["worker", "--drain"]);
     let v = cli.json(&["show", &a]);
-    assert_eq!((v["state"].as_str(), v["attempt"].as_i64()), (Some("completed"), Some(1)));
+    assert_eq!(
+        (v["state"].as_str(), v["attempt"].as_i64()),
+        (Some("completed"), Some(1))
+    );
     let stats = cli.json(&["stats"]);
     assert!(stats.to_string().contains("awaiting_approval"), "{stats}");
 }
