@@ -7,7 +7,7 @@ use axum::Form;
 use axum::Json;
 use axum::extract::rejection::FormRejection;
 use axum::extract::{Path, State};
-use axum::http::HeaderMap;
+use axum::http::{HeaderMap, Uri};
 use axum::response::{IntoResponse, Redirect, Response};
 use serde::Deserialize;
 
@@ -73,6 +73,7 @@ pub enum RunAction {
 pub async fn run(
     State(st): State<Arc<AppState>>,
     headers: HeaderMap,
+    uri: Uri,
     Path((id, action)): Path<(String, String)>,
     form: Result<Form<ActionForm>, FormRejection>,
 ) -> Response {
@@ -82,7 +83,7 @@ pub async fn run(
     };
     // Another last segment is no page of ours (404, as before the routes were one).
     let Ok(action) = serde_json::from_value::<RunAction>(serde_json::Value::String(action)) else {
-        return super::pages::not_found(State(st), headers).await;
+        return super::pages::not_found(State(st), headers, uri).await;
     };
     if let Some(r) = check_csrf(&st, &headers, &form.csrf) {
         return r;

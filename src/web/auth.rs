@@ -10,6 +10,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Redirect, Response};
 
 use super::AppState;
+use super::layout;
 
 /// The cookie that carries the token after `?token=` was given once.
 const COOKIE: &str = "toolq_token";
@@ -29,8 +30,10 @@ fn same(a: &str, b: &str) -> bool {
             == 0
 }
 
-fn refuse(status: StatusCode, why: &str) -> Response {
-    (status, format!("toolq: {why}\n")).into_response()
+/// A refusal in the request's format (JSON `{"error"}` or a page, like every other error).
+/// `st` is given once the request has shown the token (then the page has the navigation).
+fn refuse(st: Option<&AppState>, headers: &HeaderMap, status: StatusCode, why: &str) -> Response {
+    layout::refusal(st, headers, status, why)
 }
 
 /// The request's token: `Authorization: Bearer T`, else the cookie.
@@ -117,6 +120,8 @@ async fn check(State(st): State<Arc<AppState>>, req: Request, next: Next) -> Res
     let headers = req.headers();
     if st.loopback && st.token.is_none() && !host_is_loopback(headers) {
         return refuse(
+            None,
+            headers,
             StatusCode::MISDIRECTED_REQUEST,
             "this dashboard answers only loopback host names",
         );
@@ -130,7 +135,7 @@ async fn check(State(st): State<Arc<AppState>>, req: Request, next: Next) -> Res
         });
         if let Some(given) = query_token {
             if !same(&given, token) {
-                return refuse(StatusCode::UNAUTHORIZED, "wrong token");
+                return refuse(None, headers, StatusCode::UNAUTHORIZED, "wrong token");
             }
             // Set the cookie once and drop the token from the address bar and history.
             let cookie = format!("{COOKIE}={given}; HttpOnly; SameSite=Strict; Path=/");
@@ -141,6 +146,8 @@ async fn check(State(st): State<Arc<AppState>>, req: Request, next: Next) -> Res
             Some(given) if same(&given, token) => {}
             _ => {
                 return refuse(
+                    None,
+                    headers,
                     StatusCode::UNAUTHORIZED,
                     "this dashboard needs its token: open it once with ?token=TOKEN, or send Authorization: Bearer TOKEN",
                 );
@@ -149,7 +156,12 @@ async fn check(State(st): State<Arc<AppState>>, req: Request, next: Next) -> Res
     }
     if req.method() == Method::POST {
         if st.read_only {
-            return refuse(StatusCode::FORBIDDEN, "this dashboard is read-only");
+            return refuse(
+                Some(&st),
+                headers,
+                StatusCode::FORBIDDEN,
+                "this dashboard is read-only: it takes no actions",
+            );
         }
         if let Some(origin) = headers.get(header::ORIGIN).and_then(|v| v.to_str().ok()) {
             let host = headers
@@ -161,12 +173,17 @@ async fn check(State(st): State<Arc<AppState>>, req: Request, next: Next) -> Res
                 .or_else(|| origin.strip_prefix("https://"))
                 .is_some_and(|o| o == host);
             if !ok {
-                return refuse(StatusCode::FORBIDDEN, "cross-origin POST refused");
+                return refuse(
+                    Some(&st),
+                    headers,
+                    StatusCode::FORBIDDEN,
+                    &format!("cross-origin POST refused: Origin {origin} is not this dashboard"),
+                );
             }
         }
-    } else if req.method() != Method::GET && req.method() != Method::HEAD {
-        return refuse(StatusCode::METHOD_NOT_ALLOWED, "only GET and POST");
     }
+    // Other methods reach the router, which answers 405 with the route's `Allow` header
+    // (`pages::method_not_allowed`): no route has a handler for them.
     next.run(req).await
 }
 
@@ -177,6 +194,8 @@ pub fn check_csrf(st: &AppState, headers: &HeaderMap, given: &str) -> Option<Res
         None
     } else {
         Some(refuse(
+            Some(st),
+            headers,
             StatusCode::FORBIDDEN,
             "the form's CSRF token is missing or stale: reload the page and try again",
         ))

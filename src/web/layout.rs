@@ -52,16 +52,33 @@ pub fn error(st: &AppState, headers: &HeaderMap, e: &Error) -> Response {
         Error::Conflict(_) => StatusCode::CONFLICT,
         _ => StatusCode::INTERNAL_SERVER_ERROR,
     };
-    let text = e.to_string();
+    refusal(Some(st), headers, status, &e.to_string())
+}
+
+/// An answer that is not the page asked for (an error, a refused request) in the request's
+/// format: JSON `{"error": text}` under `Accept: application/json`, else an HTML page. Without
+/// `st` (a request that has not shown the token) the page has no navigation and does not name
+/// the database.
+pub fn refusal(
+    st: Option<&AppState>,
+    headers: &HeaderMap,
+    status: StatusCode,
+    text: &str,
+) -> Response {
     if wants_json(headers) {
         return (status, Json(serde_json::json!({"error": text}))).into_response();
     }
-    let body = shell(
-        st,
-        "Error",
-        "",
-        html! { section.card { h1 { "Error" } p.error { (text) } p { a href="javascript:history.back()" { "Back" } } } },
-    );
+    let card = html! { section.card { h1 { "Error" } p.error { (text) } p { a href="javascript:history.back()" { "Back" } } } };
+    let body = match st {
+        Some(st) => shell(st, "Error", "", card),
+        None => html! {
+            (DOCTYPE)
+            html lang="en" {
+                head { meta charset="utf-8"; title { "Error · toolq" } }
+                body { main { (card) } }
+            }
+        },
+    };
     (status, body).into_response()
 }
 

@@ -135,6 +135,7 @@ fn router(state: Arc<AppState>) -> Router {
         .route("/workers", get(pages::workers))
         .route("/assets/{name}", get(assets::serve))
         .fallback(pages::not_found)
+        .method_not_allowed_fallback(pages::method_not_allowed)
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             auth::guard,

@@ -212,6 +212,9 @@ fn render_list(st: &AppState, d: &RunList, notice: Option<&str>) -> Markup {
             form.bulk method="post" action="/runs/bulk" {
                 input type="hidden" name="csrf" value=(st.csrf);
                 (f.hidden())
+                // No filter: the buttons mean every run, and say so (the server refuses an
+                // empty filter without it).
+                @if f.query().is_empty() { input type="hidden" name="all" value="true"; }
                 span.dim { "Every run this filter matches: " }
                 button type="submit" name="action" value="cancel" class="danger" { "Cancel matching…" }
                 " "
@@ -310,6 +313,21 @@ pub struct BulkForm {
     action: String,
     #[serde(default)]
     confirm: String,
+    /// `true` to act on every run the action can when no filter field is given (as the
+    /// CLI's `--all`); without it an empty filter is refused.
+    #[serde(default)]
+    all: String,
+}
+
+impl BulkForm {
+    /// The `all` field: `true`/`yes`/`on`/`1`, or `false`/`no`/`off`/`0`/empty.
+    fn all(&self) -> Result<bool> {
+        match self.all.trim().to_ascii_lowercase().as_str() {
+            "true" | "yes" | "on" | "1" => Ok(true),
+            "" | "false" | "no" | "off" | "0" => Ok(false),
+            _ => Err(InputError::new("all", &self.all, "must be true or false").into()),
+        }
+    }
 }
 
 /// `POST /runs/bulk`.
@@ -327,7 +345,24 @@ pub async fn bulk(
     }
     let confirmed = form.confirm == "yes";
     let run = async {
+        if !matches!(form.action.as_str(), "cancel" | "retry") {
+            return Err(
+                InputError::new("action", &form.action, "must be cancel or retry").into(),
+            );
+        }
         let filter = form.filter.to_run_filter(st.client.now())?;
+        if filter.is_empty() && !form.all()? {
+            return Err(InputError::new(
+                "all",
+                &form.all,
+                format!(
+                    "give a filter (state, tool, session, schedule, newer_than, older_than), \
+                     or all=true to {} every run it can",
+                    form.action
+                ),
+            )
+            .into());
+        }
         let opts = BulkOptions {
             dry_run: !confirmed,
             ..BulkOptions::default()
@@ -383,6 +418,7 @@ fn confirm_page(st: &AppState, form: &BulkForm, report: &BulkReport) -> Markup {
                 input type="hidden" name="action" value=(form.action);
                 input type="hidden" name="confirm" value="yes";
                 (form.filter.hidden())
+                input type="hidden" name="all" value=(form.all);
                 button #confirm type="submit" class=(if form.action == "cancel" { "danger" } else { "" }) disabled[report.matched == 0] {
                     (verb) " " (report.matched) " runs"
                 }

@@ -312,6 +312,89 @@ fn an_unreadable_query_or_form_is_bad_input_in_the_page_s_own_format() {
     assert!(v["error"].as_str().unwrap().starts_with("form: "), "{v}");
 }
 
+/// Issue 40 item 8: refusals, a GET on an action and a missing page answer in the page's
+/// format like every other error; a bulk action without a filter needs an explicit `all`.
+#[test]
+fn web_refusals_answer_in_the_page_s_format_and_bulk_needs_an_explicit_all() {
+    let site = Site::new();
+    let id = site.enqueue(&["echo", "--args", r#"{"message":"hi"}"#]);
+    let (_web, url) = site.web(&[]);
+    let (_ro, ro_url) = site.web(&["--read-only"]);
+    let json = [("Accept", "application/json")];
+    let error_of = |body: &str| -> String {
+        let v: serde_json::Value =
+            serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {body:?}"));
+        v["error"].as_str().unwrap_or_else(|| panic!("{v}")).to_string()
+    };
+    // A stale CSRF field, another origin, a read-only dashboard: 403 as JSON or a page.
+    let cancel = format!("{url}/runs/{id}/cancel");
+    let origin = [
+        ("Accept", "application/json"),
+        ("Origin", "http://evil.example"),
+    ];
+    for (what, target, headers) in [
+        ("csrf", cancel.clone(), &json[..]),
+        ("origin", cancel.clone(), &origin[..]),
+        ("read-only", format!("{ro_url}/runs/{id}/cancel"), &json[..]),
+    ] {
+        let (status, body) = post(&target, headers, &[("csrf", "stale")]);
+        assert_eq!(status, 403, "{what}: {body}");
+        assert!(!error_of(&body).is_empty(), "{what}");
+        let html_headers: Vec<(&str, &str)> =
+            headers.iter().copied().filter(|(k, _)| *k != "Accept").collect();
+        let (status, html) = post(&target, &html_headers, &[("csrf", "stale")]);
+        assert_eq!(status, 403, "{what}");
+        assert!(html.starts_with("<!DOCTYPE html>"), "{what}: {html}");
+    }
+    assert_eq!(site.state(&id), "queued", "refused posts changed nothing");
+    // GET on an action: 405 with a body and the Allow header.
+    for accept in [&json[..], &[]] {
+        let mut resp = agent()
+            .get(&format!("{url}/runs/bulk"))
+            .header("Accept", accept.first().map_or("text/html", |(_, v)| *v))
+            .call()
+            .unwrap();
+        assert_eq!(resp.status().as_u16(), 405);
+        assert_eq!(resp.headers()["allow"], "POST");
+        let body = resp.body_mut().read_to_string().unwrap();
+        if accept.is_empty() {
+            assert!(body.starts_with("<!DOCTYPE html>"), "{body}");
+            assert!(body.contains("answers POST only"), "{body}");
+        } else {
+            assert!(error_of(&body).contains("/runs/bulk"), "{body}");
+        }
+    }
+    // A missing page names its path.
+    let (status, body) = get(&format!("{url}/no/such/page"), &json);
+    assert_eq!(status, 404);
+    assert_eq!(error_of(&body), "page /no/such/page not found");
+    // A bulk action with no filter matches everything only with all=true, which the runs
+    // page's own form sends when no filter is set.
+    let (_, page) = get(&format!("{url}/runs"), &[]);
+    assert!(
+        page.contains(r#"<input type="hidden" name="all" value="true">"#),
+        "{page}"
+    );
+    let secret = csrf(&page);
+    let form = [
+        ("csrf", secret.as_str()),
+        ("action", "cancel"),
+        ("confirm", "yes"),
+    ];
+    let (status, body) = post(&format!("{url}/runs/bulk"), &json, &form);
+    assert_eq!(status, 400, "{body}");
+    let e = error_of(&body);
+    assert!(e.contains("all=true") && e.contains("filter"), "{e}");
+    assert_eq!(site.state(&id), "queued");
+    let (_, page) = get(&format!("{url}/runs?state=queued"), &[]);
+    assert!(!page.contains(r#"name="all""#), "a filtered form is not all");
+    let mut all = form.to_vec();
+    all.push(("all", "true"));
+    let (status, body) = post(&format!("{url}/runs/bulk"), &json, &all);
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(site.state(&id), "cancelled");
+}
+
 #[test]
 fn every_answer_forbids_framing_and_type_sniffing() {
     let site = Site::new();
