@@ -69,6 +69,48 @@ impl BulkReport {
     }
 }
 
+/// Which bulk operation a report is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BulkAction {
+    /// [`crate::Client::cancel_where`].
+    Cancel,
+    /// [`crate::Client::retry_where`].
+    Retry,
+}
+
+/// A bulk report as `toolq cancel|retry FILTERS --json` prints it and `POST /runs/bulk`
+/// answers it (`Accept: application/json`): one shape in both places. Every field of
+/// [`BulkReport`], the `action`, and `done` once more under the name the CLI used before
+/// (`cancelled` for a cancel, `retried` for a retry), which scripts may keep reading.
+#[derive(Debug, Clone, Serialize)]
+pub struct BulkAnswer {
+    /// `cancel` or `retry`.
+    pub action: BulkAction,
+    /// What was done.
+    #[serde(flatten)]
+    pub report: BulkReport,
+    /// Cancel: `done` again.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cancelled: Option<u64>,
+    /// Retry: `done` again.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retried: Option<u64>,
+}
+
+impl BulkAnswer {
+    /// The answer for `report` of `action`.
+    pub fn new(action: BulkAction, report: BulkReport) -> Self {
+        let done = Some(report.done);
+        Self {
+            action,
+            cancelled: done.filter(|_| action == BulkAction::Cancel),
+            retried: done.filter(|_| action == BulkAction::Retry),
+            report,
+        }
+    }
+}
+
 /// The states a cancel acts on.
 pub(crate) const CANCELLABLE: [RunState; 3] = [
     RunState::Queued,
@@ -107,4 +149,29 @@ pub(crate) fn check(opts: &BulkOptions) -> Result<()> {
         .into());
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bulk_answer_names_done_also_as_the_cli_did() {
+        let report = BulkReport {
+            matched: 3,
+            done: 2,
+            skipped: 1,
+            batches: 1,
+            ..BulkReport::default()
+        };
+        let v = serde_json::to_value(BulkAnswer::new(BulkAction::Cancel, report.clone())).unwrap();
+        assert_eq!(v["action"], "cancel");
+        assert_eq!(v["done"], 2);
+        assert_eq!(v["cancelled"], 2);
+        assert!(v.get("retried").is_none());
+        assert_eq!(v["cancel_requested"], 0);
+        let v = serde_json::to_value(BulkAnswer::new(BulkAction::Retry, report)).unwrap();
+        assert_eq!((v["done"].clone(), v["retried"].clone()), (2.into(), 2.into()));
+        assert!(v.get("cancelled").is_none());
+    }
 }

@@ -71,13 +71,13 @@ pub mod tool;
 pub mod web;
 pub mod worker;
 
-pub use bulk::{BulkOptions, BulkReport};
+pub use bulk::{BulkAction, BulkAnswer, BulkOptions, BulkReport};
 pub use client::{Client, EnqueueRequest, Enqueued};
 pub use clock::{Clock, ManualClock, SharedClock, SystemClock};
 pub use config::Config;
 pub use error::{Error, InputError, Result};
 pub use ids::{RunId, ScheduleId, WorkerId};
-pub use run::{Delivery, Progress, Run, RunFilter, RunState, Unique, UniqueBy};
+pub use run::{Delivery, Progress, Run, RunAnswer, RunFilter, RunState, Unique, UniqueBy};
 pub use schedule::{MissedPolicy, OverlapPolicy, Schedule, ScheduleDetail, ScheduleRequest};
 #[doc(hidden)]
 pub use store::Store;

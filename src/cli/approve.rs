@@ -1,9 +1,8 @@
 //! `toolq approve RUN [--by NAME] [--note TEXT]`: queue an awaiting run to execute.
 
-use serde_json::json;
-
 use super::{Ctx, render, run_id};
 use crate::error::Result;
+use crate::run::RunAnswer;
 
 /// Flags of `approve`.
 #[derive(Debug, clap::Args)]
@@ -30,10 +29,7 @@ pub async fn run(ctx: &Ctx, args: Args) -> Result<()> {
     let by = actor(args.by);
     let run = ctx.client.approve(&id, &by, args.note.as_deref()).await?;
     if ctx.json {
-        render::json(
-            &json!({"id": id, "run_id": id, "state": run.state, "approval_state": run.approval_state,
-            "approval_by": run.approval_by, "approval_at": run.approval_at, "approval_note": run.approval_note}),
-        );
+        render::json(&RunAnswer::decided(&run));
     } else {
         render::line(&format!("approved {id} (by {by}); it is queued to run"));
     }

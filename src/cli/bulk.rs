@@ -1,9 +1,7 @@
 //! The filter flags `cancel` and `retry` share, and the rendering of a bulk report.
 
-use serde_json::json;
-
 use super::{Ctx, render};
-use crate::bulk::{BulkOptions, BulkReport, DEFAULT_BATCH};
+use crate::bulk::{BulkAction, BulkAnswer, BulkOptions, BulkReport, DEFAULT_BATCH};
 use crate::config::parse_duration;
 use crate::error::{InputError, Result};
 use crate::run::{RunFilter, RunState};
@@ -131,19 +129,13 @@ pub fn refuse_mixed(cmd: &str, run: &str) -> InputError {
 /// Prints a bulk report; `done` names what `done` counts (`cancelled`, `retried`).
 pub fn show(ctx: &Ctx, r: &BulkReport, done: &str, cancel: bool) {
     if ctx.json {
-        let mut v = json!({
-            "dry_run": r.dry_run,
-            "matched": r.matched,
-            done: r.done,
-            "skipped": r.skipped,
-            "batches": r.batches,
-            "ids": r.ids,
-            "ids_truncated": r.ids_truncated,
-        });
-        if cancel {
-            v["cancel_requested"] = json!(r.cancel_requested);
-        }
-        render::json(&v);
+        // The dashboard's shape too (`POST /runs/bulk`).
+        let action = if cancel {
+            BulkAction::Cancel
+        } else {
+            BulkAction::Retry
+        };
+        render::json(&BulkAnswer::new(action, r.clone()));
         return;
     }
     if r.dry_run {

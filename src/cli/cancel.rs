@@ -1,10 +1,8 @@
 //! `toolq cancel RUN` and `toolq cancel --state/--tool/... [--dry-run]` (bulk).
 
-use serde_json::json;
-
 use super::{Ctx, bulk, render, run_id};
 use crate::error::Result;
-use crate::run::RunState;
+use crate::run::{RunAnswer, RunState};
 
 /// Flags of `cancel`.
 #[derive(Debug, clap::Args)]
@@ -36,9 +34,7 @@ pub async fn run(ctx: &Ctx, args: Args) -> Result<()> {
         _ => format!("cancelled {id}"),
     };
     if ctx.json {
-        render::json(
-            &json!({"id": id, "run_id": id, "state": state, "cancel_requested": state == RunState::Running}),
-        );
+        render::json(&RunAnswer::cancelled(&id, state));
     } else {
         render::line(&text);
     }

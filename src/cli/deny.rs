@@ -1,10 +1,9 @@
 //! `toolq deny RUN [--by NAME] [--reason TEXT]`: cancel an awaiting run with a message.
 
-use serde_json::json;
-
 use super::approve::actor;
 use super::{Ctx, render, run_id};
 use crate::error::Result;
+use crate::run::RunAnswer;
 
 /// Flags of `deny`.
 #[derive(Debug, clap::Args)]
@@ -25,11 +24,7 @@ pub async fn run(ctx: &Ctx, args: Args) -> Result<()> {
     let by = actor(args.by);
     let run = ctx.client.deny(&id, &by, args.reason.as_deref()).await?;
     if ctx.json {
-        render::json(
-            &json!({"id": id, "run_id": id, "state": run.state, "approval_state": run.approval_state,
-            "approval_by": run.approval_by, "approval_at": run.approval_at, "approval_note": run.approval_note,
-            "error": run.error}),
-        );
+        render::json(&RunAnswer::decided(&run));
     } else {
         render::line(&format!("denied {id} (by {by}); it is cancelled"));
     }

@@ -1,9 +1,8 @@
 //! `toolq retry RUN` and `toolq retry --state/--tool/... [--dry-run]` (bulk).
 
-use serde_json::json;
-
 use super::{Ctx, bulk, render, run_id};
 use crate::error::Result;
+use crate::run::RunAnswer;
 
 /// Flags of `retry`.
 #[derive(Debug, clap::Args)]
@@ -29,7 +28,7 @@ pub async fn run(ctx: &Ctx, args: Args) -> Result<()> {
     let id = run_id(run)?;
     let state = ctx.client.retry(&id).await?;
     if ctx.json {
-        render::json(&json!({"id": id, "run_id": id, "state": state.as_str()}));
+        render::json(&RunAnswer::retried(&id, state));
     } else if state == crate::run::RunState::AwaitingApproval {
         render::line(&format!("re-queued {id}: awaiting approval"));
     } else {

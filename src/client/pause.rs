@@ -5,6 +5,8 @@
 //! it. Paused work stays queued; running runs finish. Resuming commits, and the commit wakes
 //! every worker (the change feed; this process's workers directly).
 
+use chrono::SubsecRound;
+
 use crate::client::Client;
 use crate::error::{InputError, Result};
 use crate::flow::{Pause, PauseOutcome, PauseScope};
@@ -35,7 +37,9 @@ impl Client {
         check_scope(&scope)?;
         let pause = Pause {
             scope: scope.clone(),
-            since: self.now(),
+            // Milliseconds, as stored and as every other time in the JSON (`pause --json`
+            // printed nanoseconds for a new pause).
+            since: self.now().trunc_subsecs(3),
             by: by.filter(|b| !b.trim().is_empty()),
             reason: reason.filter(|r| !r.trim().is_empty()),
         };

@@ -6,10 +6,12 @@ use serde_json::Value;
 use std::fmt;
 use std::str::FromStr;
 
+mod answer;
 mod end;
 mod records;
 mod unique;
 
+pub use answer::{Decision, RunAnswer};
 pub use end::{ApprovalMark, Fence, FinishRecord, Outcome};
 pub use records::{Blob, Inserted, ListFilter, RunFilter};
 pub use unique::{Unique, UniqueBy, UniqueCheck, unique_key};

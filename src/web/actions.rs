@@ -16,6 +16,7 @@ use super::auth::check_csrf;
 use super::layout::{self, wants_json};
 use crate::error::{Error, InputError};
 use crate::ids::{RunId, ScheduleId};
+use crate::run::RunAnswer;
 
 /// Who the dashboard records as the approver.
 const BY: &str = "web";
@@ -40,7 +41,7 @@ fn done(
     headers: &HeaderMap,
     form: &ActionForm,
     default: String,
-    json: serde_json::Value,
+    json: impl serde::Serialize,
 ) -> Response {
     if wants_json(headers) {
         return Json(json).into_response();
@@ -94,25 +95,18 @@ pub async fn run(
     };
     let note = Some(form.note.trim()).filter(|n| !n.is_empty());
     let c = &st.client;
-    let state = match action {
-        RunAction::Cancel => c.cancel(&id).await.map(|s| s.as_str().to_string()),
-        RunAction::Retry => c.retry(&id).await.map(|s| s.as_str().to_string()),
+    // The same answer as the CLI's `--json` (one type: `RunAnswer`).
+    let answer = match action {
+        RunAction::Cancel => c.cancel(&id).await.map(|s| RunAnswer::cancelled(&id, s)),
+        RunAction::Retry => c.retry(&id).await.map(|s| RunAnswer::retried(&id, s)),
         RunAction::Approve => c
             .approve(&id, BY, note)
             .await
-            .map(|r| r.state.as_str().to_string()),
-        RunAction::Deny => c
-            .deny(&id, BY, note)
-            .await
-            .map(|r| r.state.as_str().to_string()),
+            .map(|r| RunAnswer::decided(&r)),
+        RunAction::Deny => c.deny(&id, BY, note).await.map(|r| RunAnswer::decided(&r)),
     };
-    match state {
-        Ok(state) => done(
-            &headers,
-            &form,
-            format!("/runs/{id}"),
-            serde_json::json!({"id": id, "state": state}),
-        ),
+    match answer {
+        Ok(answer) => done(&headers, &form, format!("/runs/{id}"), answer),
         Err(e) => layout::error(&st, &headers, &e),
     }
 }
@@ -145,15 +139,12 @@ pub async fn schedule(
                 )));
             }
         };
-        Ok((id, s.enabled))
+        Ok(s)
     };
+    // The schedule as it now is: what `toolq schedule cancel|enable --json` prints (its
+    // `id` and `enabled` were this answer's only fields before).
     match run.await {
-        Ok((id, enabled)) => done(
-            &headers,
-            &form,
-            format!("/schedules/{id}"),
-            serde_json::json!({"id": id, "enabled": enabled}),
-        ),
+        Ok(s) => done(&headers, &form, format!("/schedules/{}", s.id), s),
         Err(e) => layout::error(&st, &headers, &e),
     }
 }

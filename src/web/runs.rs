@@ -16,7 +16,7 @@ use serde_json::Value;
 use super::AppState;
 use super::auth::check_csrf;
 use super::layout::{self, action, ago, at, json_block, respond, shell, state};
-use crate::bulk::{BulkOptions, BulkReport};
+use crate::bulk::{BulkAction, BulkAnswer, BulkOptions, BulkReport};
 use crate::error::{InputError, Result};
 use crate::ids::RunId;
 use crate::inbox::Message;
@@ -378,7 +378,13 @@ pub async fn bulk(
         Err(e) => return layout::error(&st, &headers, &e),
     };
     if layout::wants_json(&headers) {
-        return axum::Json(report).into_response();
+        // The CLI's shape too (`toolq cancel|retry FILTERS --json`).
+        let action = if form.action == "cancel" {
+            BulkAction::Cancel
+        } else {
+            BulkAction::Retry
+        };
+        return axum::Json(BulkAnswer::new(action, report)).into_response();
     }
     if confirmed {
         let what = if form.action == "cancel" {

@@ -395,6 +395,115 @@ fn web_refusals_answer_in_the_page_s_format_and_bulk_needs_an_explicit_all() {
     assert_eq!(site.state(&id), "cancelled");
 }
 
+/// Issue 40 item 9: a bulk action, an action on one run and a pause answer one shape in the
+/// CLI and on the dashboard, old field names kept; times have milliseconds.
+#[test]
+fn the_cli_and_the_dashboard_answer_actions_in_one_shape() {
+    let site = Site::new();
+    let json = [("Accept", "application/json")];
+    let cli = |args: &[&str]| -> serde_json::Value {
+        let out = site.toolq(&[&["--json"], args].concat());
+        assert!(out.status.success(), "{args:?}: {out:?}");
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let keys = |v: &serde_json::Value| -> Vec<String> {
+        let mut k: Vec<String> = v.as_object().unwrap().keys().cloned().collect();
+        k.sort();
+        k
+    };
+    let failed = |n: usize| -> Vec<String> {
+        let ids: Vec<String> = (0..n)
+            .map(|_| {
+                site.enqueue(&[
+                    "shell",
+                    "--args",
+                    r#"{"argv":["false"]}"#,
+                    "--max-attempts",
+                    "1",
+                    "--session",
+                    "one-shape",
+                ])
+            })
+            .collect();
+        let out = site.toolq(&["worker", "--drain"]);
+        assert!(out.status.success(), "{out:?}");
+        ids
+    };
+    let ids = failed(2);
+    let (_web, url) = site.web(&[]);
+    let (_, page) = get(&format!("{url}/runs"), &[]);
+    let secret = csrf(&page);
+
+    // Bulk retry: the same dry run in both places, then the retry itself in the CLI.
+    let by_cli = cli(&["retry", "--session", "one-shape", "--dry-run"]);
+    let (status, body) = post(
+        &format!("{url}/runs/bulk"),
+        &json,
+        &[
+            ("csrf", &secret),
+            ("action", "retry"),
+            ("session", "one-shape"),
+        ],
+    );
+    assert_eq!(status, 200, "{body}");
+    let by_web: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(keys(&by_cli), keys(&by_web), "{by_cli} / {by_web}");
+    assert_eq!(by_web["action"], "retry");
+    assert_eq!(by_web["matched"], 2);
+    let by_cli = cli(&["retry", "--session", "one-shape"]);
+    assert_eq!(by_cli["done"], 2, "{by_cli}");
+    assert_eq!(by_cli["retried"], 2, "the old name stays: {by_cli}");
+    // Bulk cancel of the queued runs on the web, then a cancel that finds nothing in the CLI.
+    let (status, body) = post(
+        &format!("{url}/runs/bulk"),
+        &json,
+        &[
+            ("csrf", &secret),
+            ("action", "cancel"),
+            ("session", "one-shape"),
+            ("confirm", "yes"),
+        ],
+    );
+    assert_eq!(status, 200, "{body}");
+    let by_web: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let by_cli = cli(&["cancel", "--session", "one-shape"]);
+    assert_eq!(keys(&by_cli), keys(&by_web), "{by_cli} / {by_web}");
+    assert_eq!((by_web["done"].clone(), by_web["cancelled"].clone()), (2.into(), 2.into()));
+
+    // One run: retry and cancel answer {id, run_id, state, ...} in both places.
+    let (status, body) = post(
+        &format!("{url}/runs/{}/retry", ids[0]),
+        &json,
+        &[("csrf", &secret)],
+    );
+    assert_eq!(status, 200, "{body}");
+    let by_web: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let by_cli = cli(&["retry", &ids[1]]);
+    assert_eq!(keys(&by_cli), keys(&by_web), "{by_cli} / {by_web}");
+    assert_eq!(by_web["run_id"], ids[0].as_str());
+    assert_eq!(by_web["state"], "queued");
+    let (status, body) = post(
+        &format!("{url}/runs/{}/cancel", ids[0]),
+        &json,
+        &[("csrf", &secret)],
+    );
+    assert_eq!(status, 200, "{body}");
+    let by_web: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let by_cli = cli(&["cancel", &ids[1]]);
+    assert_eq!(keys(&by_cli), keys(&by_web), "{by_cli} / {by_web}");
+    assert_eq!(by_web["cancel_requested"], false);
+
+    // A new pause's time has milliseconds, like every other time.
+    let v = cli(&["pause", "--tool", "echo"]);
+    let since = v["pause"]["since"].as_str().unwrap();
+    let frac = since
+        .rsplit_once('.')
+        .map_or("", |(_, f)| f.trim_end_matches('Z'));
+    assert!(frac.len() <= 3, "{since}");
+    let again = cli(&["pause", "--tool", "echo"]);
+    assert_eq!(again["pause"]["since"], v["pause"]["since"]);
+}
+
 #[test]
 fn every_answer_forbids_framing_and_type_sniffing() {
     let site = Site::new();
