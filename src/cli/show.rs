@@ -1,5 +1,7 @@
 //! `toolq show RUN`: every field of one run.
 
+use std::time::Duration;
+
 use super::{Ctx, render, run_id};
 use crate::error::Result;
 use crate::run::Run;
@@ -16,10 +18,16 @@ pub async fn run(ctx: &Ctx, args: Args) -> Result<()> {
     let id = run_id(&args.run)?;
     let run = ctx.client.get(&id).await?;
     let held = ctx.client.hold_reason(&run).await?;
+    let (limit, source) = effective_timeout(ctx, &run);
     if ctx.json {
         let mut v = with_paths(&run);
         if let Some(o) = v.as_object_mut() {
             o.insert("held".into(), held.into());
+            o.insert(
+                "timeout_effective_ms".into(),
+                u64::try_from(limit.as_millis()).unwrap_or(u64::MAX).into(),
+            );
+            o.insert("timeout_source".into(), source.key().into());
         }
         render::json(&v);
         return Ok(());
@@ -47,7 +55,14 @@ pub async fn run(ctx: &Ctx, args: Args) -> Result<()> {
             "duration",
             render::run_duration(&run, ctx.client.now()).unwrap_or_else(|| "-".into()),
         ),
-        ("timeout", run.timeout_ms.map_or("-".into(), render::millis)),
+        (
+            "timeout",
+            format!(
+                "{} ({})",
+                render::duration(limit),
+                source.describe(&run.tool)
+            ),
+        ),
         ("idempotency_key", render::opt(&run.idempotency_key)),
         ("delivery", run.delivery.as_str().to_string()),
         ("signal_on_completion", run.signal_on_completion.to_string()),
@@ -59,7 +74,15 @@ pub async fn run(ctx: &Ctx, args: Args) -> Result<()> {
                 .map_or("-".into(), |p| serde_json::to_string(p).unwrap_or_default()),
         ),
         ("error", render::opt(&run.error)),
-        ("internal_error", render::opt(&run.internal_error)),
+        (
+            "internal_error",
+            // The same text twice tells nothing more.
+            if run.internal_error.is_some() && run.internal_error == run.error {
+                "(same as error)".into()
+            } else {
+                render::opt(&run.internal_error)
+            },
+        ),
         ("result_path", run.result_path()),
         ("log_path", run.log_path()),
     ];
@@ -92,14 +115,83 @@ pub async fn run(ctx: &Ctx, args: Args) -> Result<()> {
         };
         pairs.push(("approval", text));
     }
-    if run.errors.as_array().is_some_and(|a| !a.is_empty()) {
-        pairs.push(("errors", error_lines(&run.errors)));
+    let has_errors = run.errors.as_array().is_some_and(|a| !a.is_empty());
+    if has_errors {
+        pairs.push(("errors", String::new()));
     }
     if let Some(tail) = &run.output_tail {
         pairs.push(("output_tail", format!("\n{tail}")));
     }
+    if has_errors {
+        // The first attempt on the key's line, the others under it in the value column
+        // (a key with nothing after it read as "no errors").
+        let column = pairs.iter().map(|(k, _)| k.len()).max().unwrap_or(0) + 2;
+        if let Some(p) = pairs.iter_mut().find(|(k, _)| *k == "errors") {
+            p.1 = error_lines(&run.errors, column);
+        }
+    }
     render::fields(&pairs);
     Ok(())
+}
+
+/// Where a run's time limit comes from, in the order the worker looks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TimeoutSource {
+    /// The run's own (`enqueue --timeout`, a schedule's `--timeout`).
+    Run,
+    /// A command tool's `[tools.NAME] timeout`.
+    CommandTool,
+    /// A tool's own default (built in or registered by a host).
+    Tool,
+    /// `runs.timeout`, the default of every run.
+    Config,
+    /// `runs.timeout`, because the tool is not registered in this configuration (a worker
+    /// that has it may know better).
+    ConfigUnknownTool,
+}
+
+impl TimeoutSource {
+    /// The JSON value of `timeout_source`.
+    fn key(self) -> &'static str {
+        match self {
+            Self::Run => "run",
+            Self::CommandTool | Self::Tool => "tool",
+            Self::Config | Self::ConfigUnknownTool => "runs.timeout",
+        }
+    }
+
+    fn describe(self, tool: &str) -> String {
+        match self {
+            Self::Run => "the run's own --timeout".into(),
+            Self::CommandTool => format!("tools.{tool}.timeout"),
+            Self::Tool => format!("tool {tool:?}'s own timeout"),
+            Self::Config => "runs.timeout".into(),
+            Self::ConfigUnknownTool => {
+                format!("runs.timeout; tool {tool:?} is not registered in this configuration")
+            }
+        }
+    }
+}
+
+/// The limit the worker applies to `run` (as this configuration says: the run's own timeout,
+/// else its tool's, else `runs.timeout`; the same order as `worker::execute`), and where it
+/// comes from.
+fn effective_timeout(ctx: &Ctx, run: &Run) -> (Duration, TimeoutSource) {
+    if let Some(ms) = run.timeout_ms {
+        return (
+            Duration::from_millis(u64::try_from(ms).unwrap_or(0)),
+            TimeoutSource::Run,
+        );
+    }
+    let config = ctx.client.config();
+    match ctx.client.registry().get(&run.tool) {
+        Some(entry) => match entry.def.timeout {
+            Some(d) if config.tools.contains_key(&run.tool) => (d, TimeoutSource::CommandTool),
+            Some(d) => (d, TimeoutSource::Tool),
+            None => (config.runs.timeout, TimeoutSource::Config),
+        },
+        None => (config.runs.timeout, TimeoutSource::ConfigUnknownTool),
+    }
 }
 
 fn with_paths(run: &Run) -> serde_json::Value {
@@ -109,9 +201,11 @@ fn with_paths(run: &Run) -> serde_json::Value {
     v
 }
 
-/// The error history, one attempt per line under the key:
-/// `attempt 2 at 2026-11-01T12:00:00.000Z: timed out after 2m (internal: ...)`.
-fn error_lines(errors: &serde_json::Value) -> String {
+/// The error history, one attempt per line, the first on the key's line and the others
+/// indented to `column`: `attempt 2 at 2026-11-01T12:00:00.000Z: timed out after 2m
+/// (internal: ...)`, the internal detail only when it says more than the error.
+fn error_lines(errors: &serde_json::Value, column: usize) -> String {
+    let indent = " ".repeat(column);
     let text = |v: &serde_json::Value| v.as_str().map(str::to_string);
     errors
         .as_array()
@@ -124,12 +218,15 @@ fn error_lines(errors: &serde_json::Value) -> String {
                 text(&e["at"]).unwrap_or_else(|| "-".into()),
                 text(&e["error"]).unwrap_or_else(|| e["error"].to_string())
             );
-            if let Some(i) = text(&e["internal_error"]) {
+            if let Some(i) = text(&e["internal_error"])
+                && Some(&i) != text(&e["error"]).as_ref()
+            {
                 line.push_str(&format!(" (internal: {i})"));
             }
-            format!("\n  {}", line.replace('\n', "\n    "))
+            line.replace('\n', &format!("\n{indent}  "))
         })
-        .collect()
+        .collect::<Vec<_>>()
+        .join(&format!("\n{indent}"))
 }
 
 /// One line per stage: `at  attempt N  stage  message  (progress %)`, under the field name.

@@ -318,10 +318,10 @@ fn runs_shows_run_at_and_duration_and_show_reads_like_people_write() {
     assert_eq!(timeout.split_whitespace().nth(1), Some("2m"), "{shown}");
     let shown = ok(&db, &["show", &done]);
     let lines: Vec<&str> = shown.lines().collect();
-    let at = lines.iter().position(|l| l.starts_with("errors")).unwrap();
+    // The first attempt on the key's own line.
+    let errors = lines.iter().find(|l| l.starts_with("errors")).unwrap();
     assert!(
-        lines[at + 1].trim_start().starts_with("attempt 1 at ")
-            && lines[at + 1].ends_with(": cannot divide by zero"),
+        errors.contains("  attempt 1 at ") && errors.ends_with(": cannot divide by zero"),
         "{shown}"
     );
     assert!(lines.iter().any(|l| l.starts_with("duration")), "{shown}");
@@ -394,4 +394,64 @@ fn completions_and_man_page_cover_the_subcommands() {
     let o = toolq(&db, &["completions", "tcsh"]);
     assert_eq!(o.status.code(), Some(2));
     assert!(!db.has_schema(), "completions and man open no database");
+}
+
+/// Issue 40 item 11: `show` for command tools names the timeout that applied and where it
+/// came from, prints an internal detail only when it says more, and puts a failure (exit
+/// code 3) on the `errors` line.
+#[test]
+fn show_names_the_effective_timeout_and_each_failure_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = crate::support::TestDb::at(dir.path());
+    let config = dir.path().join("toolq.toml");
+    std::fs::write(
+        &config,
+        "[tools.slow]\ncommand = [\"sleep\", \"30\"]\ntimeout = \"1s\"\nkill_grace = \"1s\"\n\n\
+         [tools.three]\ncommand = [\"sh\", \"-c\", \"echo oops >&2; exit 3\"]\n",
+    )
+    .unwrap();
+    let config = config.display().to_string();
+    let run = |args: &[&str]| ok(&db, &[&["--config", config.as_str()], args].concat());
+    let id_of = |tool: &str, extra: &[&str]| {
+        run(&[&["enqueue", tool, "--args", "{}", "--max-attempts", "1"], extra].concat())
+            .trim()
+            .to_string()
+    };
+    let slow = id_of("slow", &[]);
+    let three = id_of("three", &[]);
+    let own = id_of("three", &["--timeout", "3s"]);
+    run(&["worker", "--drain"]);
+    let line = |text: &str, key: &str| -> String {
+        text.lines()
+            .find(|l| l.split_whitespace().next() == Some(key))
+            .unwrap_or_else(|| panic!("no {key} line in {text}"))
+            .to_string()
+    };
+
+    let text = run(&["show", &slow]);
+    let timeout = line(&text, "timeout");
+    assert!(timeout.contains("(tools.slow.timeout)"), "{timeout}");
+    let errors = line(&text, "errors");
+    assert_eq!(errors.matches("timed out after").count(), 1, "{errors}");
+    assert!(!errors.contains("internal:"), "{errors}");
+    let v = ok_json(&db, &["--config", &config, "--json", "show", &slow]);
+    assert_eq!(v["timeout_effective_ms"], 1000, "{v}");
+    assert_eq!(v["timeout_source"], "tool");
+    assert_eq!(v["timeout_ms"], Value::Null, "the run's own override stays as it was");
+
+    let text = run(&["show", &three]);
+    assert!(line(&text, "timeout").contains("(runs.timeout)"), "{text}");
+    let errors = line(&text, "errors");
+    assert!(
+        errors.contains("attempt 1 at ") && errors.contains("exited with code 3"),
+        "{errors}"
+    );
+    let v = ok_json(&db, &["--config", &config, "--json", "show", &three]);
+    assert_eq!(v["errors"][0]["error"], v["error"], "{v}");
+
+    let v = ok_json(&db, &["--config", &config, "--json", "show", &own]);
+    assert_eq!(
+        (&v["timeout_effective_ms"], &v["timeout_source"]),
+        (&json!(3000), &json!("run"))
+    );
 }
