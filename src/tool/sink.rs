@@ -231,18 +231,18 @@ impl RunSink {
             s.log.extend_from_slice(bytes);
             return;
         }
-        let mut cut = room;
-        // Cut on a character boundary when the text is UTF-8 there.
-        while cut > 0 && cut < bytes.len() && (bytes[cut] & 0b1100_0000) == 0b1000_0000 {
-            cut -= 1;
-        }
+        let cut = cut_at(bytes, room, line_near(cap));
         s.log.extend_from_slice(&bytes[..cut]);
-        let kept = String::from_utf8_lossy(&s.log).chars().count();
+        let kept = s.log.len();
         if s.log.last() != Some(&b'\n') {
             s.log.push(b'\n');
         }
         s.log.extend_from_slice(
-            format!("[system] background output truncated at {kept} characters\n").as_bytes(),
+            format!(
+                "[system] background output truncated at {kept} bytes (the log keeps at most \
+                 {cap} bytes)\n"
+            )
+            .as_bytes(),
         );
         s.truncated = true;
     }
@@ -287,6 +287,30 @@ impl RunSink {
             log: with_log.then(|| (s.log.clone(), s.truncated)),
         }
     }
+}
+
+/// How far back from the cap a line end still counts as near: an eighth of the cap, at most
+/// 4 KiB (a log cut there loses at most that much more than it must).
+fn line_near(cap: usize) -> usize {
+    (cap / 8).min(4096)
+}
+
+/// Where to cut `chunk` when only `room` bytes of it fit (the log before it ends with a
+/// line): after the last line end within `near` bytes of the cut, or before the whole chunk
+/// when `room` is that short and holds no line end, so that no line is cut in half;
+/// otherwise at `room`, moved back to a character boundary when the text is UTF-8 there.
+fn cut_at(chunk: &[u8], room: usize, near: usize) -> usize {
+    let fits = &chunk[..room.min(chunk.len())];
+    match fits.iter().rposition(|b| *b == b'\n') {
+        Some(i) if fits.len() - (i + 1) <= near => return i + 1,
+        None if fits.len() <= near => return 0,
+        _ => {}
+    }
+    let mut cut = fits.len();
+    while cut > 0 && cut < chunk.len() && (chunk[cut] & 0b1100_0000) == 0b1000_0000 {
+        cut -= 1;
+    }
+    cut
 }
 
 /// Renders bytes as text: valid UTF-8 is kept, newlines and tabs too; other control
@@ -343,15 +367,56 @@ mod tests {
         s.output(Stream::Stdout, b"01234567890");
         let (log, truncated) = s.final_snapshot().log.unwrap();
         assert!(truncated);
+        // No line end near the cap: the line is cut there.
         assert_eq!(
             String::from_utf8(log).unwrap(),
-            "[stdout] 01234567890\n[system] background output truncated at 20 characters\n"
+            "[stdout] 01234567890\n[system] background output truncated at 20 bytes \
+             (the log keeps at most 20 bytes)\n"
         );
         // Later output still moves the tail but not the log.
         s.output(Stream::Stdout, b"zz");
         let snap = s.final_snapshot();
         assert!(snap.output_tail.unwrap().ends_with("] zz\n"));
-        assert!(snap.log.unwrap().0.ends_with(b"characters\n"));
+        assert!(snap.log.unwrap().0.ends_with(b"20 bytes)\n"));
+    }
+
+    #[test]
+    fn the_log_is_cut_at_a_line_end_near_the_cap_and_the_note_counts_bytes() {
+        // 40 lines of 24 bytes (with the prefix) in one chunk, a 300-byte cap: 12 whole lines
+        // (288 bytes) fit, and the 13th is left out rather than cut after 12 of its bytes.
+        let s = sink(300);
+        let text: String = (0..40).map(|i| format!("line {i:>2} ééé\n")).collect();
+        s.output(Stream::Stdout, text.as_bytes());
+        let (log, truncated) = s.final_snapshot().log.unwrap();
+        assert!(truncated);
+        let log = String::from_utf8(log).unwrap();
+        let (kept, note) = log.rsplit_once("[system] ").unwrap();
+        assert!(kept.lines().all(|l| l.ends_with(" ééé")), "{log}");
+        assert_eq!(
+            note,
+            format!(
+                "background output truncated at {} bytes (the log keeps at most 300 bytes)\n",
+                kept.len()
+            )
+        );
+        assert!(kept.len() <= 300 && kept.len() > 300 - line_near(300), "{log}");
+        // Several chunks: the one that does not fit is left out whole.
+        let s = sink(300);
+        for line in text.lines() {
+            s.output(Stream::Stdout, line.as_bytes());
+        }
+        let log = String::from_utf8(s.final_snapshot().log.unwrap().0).unwrap();
+        let (kept, _) = log.rsplit_once("[system] ").unwrap();
+        assert!(kept.lines().all(|l| l.ends_with(" ééé")), "{log}");
+    }
+
+    #[test]
+    fn with_no_line_end_near_the_cap_the_cut_keeps_characters_whole() {
+        assert_eq!(cut_at("abcdéf\n".as_bytes(), 5, 1), 4);
+        assert_eq!(cut_at("abcdéf\n".as_bytes(), 6, 1), 6);
+        assert_eq!(cut_at(b"ab\ncdefgh\n", 9, 2), 9);
+        assert_eq!(cut_at(b"ab\ncdefgh\n", 9, 6), 3);
+        assert_eq!(cut_at(b"abcdefgh\n", 4, 4), 0);
     }
 
     #[test]

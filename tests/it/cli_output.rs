@@ -455,3 +455,38 @@ fn show_names_the_effective_timeout_and_each_failure_once() {
         (&json!(3000), &json!("run"))
     );
 }
+
+/// Issue 40 item 12: the log cap's note names the unit it counts (bytes, as
+/// `runs.log_cap_bytes` is set) and the cut falls at a line end when one is near.
+#[test]
+fn the_log_cap_counts_bytes_and_cuts_at_a_line_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = crate::support::TestDb::at(dir.path());
+    let config = dir.path().join("toolq.toml");
+    std::fs::write(
+        &config,
+        "[runs]\nlog_cap_bytes = 1024\n\n[tools.chatty]\ncommand = [\"sh\", \"-c\", \
+         \"i=0; while [ $i -lt 100 ]; do i=$((i+1)); echo \\\"line number $i here\\\"; done\"]\n",
+    )
+    .unwrap();
+    let config = config.display().to_string();
+    let run = |args: &[&str]| ok(&db, &[&["--config", config.as_str()], args].concat());
+    let id = run(&["enqueue", "chatty", "--args", "{}"]).trim().to_string();
+    run(&["worker", "--drain"]);
+    let log = run(&["logs", &id]);
+    let (kept, note) = log
+        .rsplit_once("[system] ")
+        .unwrap_or_else(|| panic!("no note: {log}"));
+    assert_eq!(
+        note.trim_end(),
+        format!(
+            "background output truncated at {} bytes (the log keeps at most 1024 bytes)",
+            kept.len()
+        ),
+        "{log}"
+    );
+    assert!(kept.len() <= 1024 && kept.len() > 900, "{log}");
+    for (n, line) in kept.lines().enumerate() {
+        assert_eq!(line, format!("[stdout] line number {} here", n + 1), "{log}");
+    }
+}

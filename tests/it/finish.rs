@@ -167,18 +167,14 @@ async fn log_cap_and_tail_are_exact_at_the_boundary() {
     assert_eq!(tail, "ghij\n[stdout] abcd\n"[3..].to_string());
     assert_eq!(tail.chars().count(), 16);
 
-    // One more character: the log keeps the first 1024 bytes and ends with the note.
+    // One more character: the line that does not fit is left out whole (a line end is near
+    // the cap), and the note names the bytes kept and the cap.
     let (log, truncated, tail) = chatty_log(1005).await;
     assert!(truncated);
     let text = String::from_utf8(log).unwrap();
-    assert!(
-        text.ends_with("[stdout] abcde\n[system] background output truncated at 1024 characters\n"),
-        "{text:?}"
-    );
-    assert_eq!(
-        text.len(),
-        1024 + 1 + "[system] background output truncated at 1024 characters\n".len()
-    );
+    let note = "[system] background output truncated at 1010 bytes (the log keeps at most 1024 bytes)\n";
+    assert!(text.ends_with(&format!("ghij\n{note}")), "{text:?}");
+    assert_eq!(text.len(), 1010 + note.len());
     // The tail shows the latest output, past the cap.
     assert_eq!(tail, "\n[stdout] abcde\n");
 }
