@@ -171,7 +171,10 @@ mod tests {
         assert!(v.get("retried").is_none());
         assert_eq!(v["cancel_requested"], 0);
         let v = serde_json::to_value(BulkAnswer::new(BulkAction::Retry, report)).unwrap();
-        assert_eq!((v["done"].clone(), v["retried"].clone()), (2.into(), 2.into()));
+        assert_eq!(
+            (v["done"].clone(), v["retried"].clone()),
+            (2.into(), 2.into())
+        );
         assert!(v.get("cancelled").is_none());
     }
 }

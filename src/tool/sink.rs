@@ -399,7 +399,10 @@ mod tests {
                 kept.len()
             )
         );
-        assert!(kept.len() <= 300 && kept.len() > 300 - line_near(300), "{log}");
+        assert!(
+            kept.len() <= 300 && kept.len() > 300 - line_near(300),
+            "{log}"
+        );
         // Several chunks: the one that does not fit is left out whole.
         let s = sink(300);
         for line in text.lines() {

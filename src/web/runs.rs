@@ -346,9 +346,7 @@ pub async fn bulk(
     let confirmed = form.confirm == "yes";
     let run = async {
         if !matches!(form.action.as_str(), "cancel" | "retry") {
-            return Err(
-                InputError::new("action", &form.action, "must be cancel or retry").into(),
-            );
+            return Err(InputError::new("action", &form.action, "must be cancel or retry").into());
         }
         let filter = form.filter.to_run_filter(st.client.now())?;
         if filter.is_empty() && !form.all()? {

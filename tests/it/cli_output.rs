@@ -413,9 +413,13 @@ fn show_names_the_effective_timeout_and_each_failure_once() {
     let config = config.display().to_string();
     let run = |args: &[&str]| ok(&db, &[&["--config", config.as_str()], args].concat());
     let id_of = |tool: &str, extra: &[&str]| {
-        run(&[&["enqueue", tool, "--args", "{}", "--max-attempts", "1"], extra].concat())
-            .trim()
-            .to_string()
+        run(&[
+            &["enqueue", tool, "--args", "{}", "--max-attempts", "1"],
+            extra,
+        ]
+        .concat())
+        .trim()
+        .to_string()
     };
     let slow = id_of("slow", &[]);
     let three = id_of("three", &[]);
@@ -437,7 +441,11 @@ fn show_names_the_effective_timeout_and_each_failure_once() {
     let v = ok_json(&db, &["--config", &config, "--json", "show", &slow]);
     assert_eq!(v["timeout_effective_ms"], 1000, "{v}");
     assert_eq!(v["timeout_source"], "tool");
-    assert_eq!(v["timeout_ms"], Value::Null, "the run's own override stays as it was");
+    assert_eq!(
+        v["timeout_ms"],
+        Value::Null,
+        "the run's own override stays as it was"
+    );
 
     let text = run(&["show", &three]);
     assert!(line(&text, "timeout").contains("(runs.timeout)"), "{text}");
@@ -471,7 +479,9 @@ fn the_log_cap_counts_bytes_and_cuts_at_a_line_end() {
     .unwrap();
     let config = config.display().to_string();
     let run = |args: &[&str]| ok(&db, &[&["--config", config.as_str()], args].concat());
-    let id = run(&["enqueue", "chatty", "--args", "{}"]).trim().to_string();
+    let id = run(&["enqueue", "chatty", "--args", "{}"])
+        .trim()
+        .to_string();
     run(&["worker", "--drain"]);
     let log = run(&["logs", &id]);
     let (kept, note) = log
@@ -487,6 +497,10 @@ fn the_log_cap_counts_bytes_and_cuts_at_a_line_end() {
     );
     assert!(kept.len() <= 1024 && kept.len() > 900, "{log}");
     for (n, line) in kept.lines().enumerate() {
-        assert_eq!(line, format!("[stdout] line number {} here", n + 1), "{log}");
+        assert_eq!(
+            line,
+            format!("[stdout] line number {} here", n + 1),
+            "{log}"
+        );
     }
 }

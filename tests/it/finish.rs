@@ -172,7 +172,8 @@ async fn log_cap_and_tail_are_exact_at_the_boundary() {
     let (log, truncated, tail) = chatty_log(1005).await;
     assert!(truncated);
     let text = String::from_utf8(log).unwrap();
-    let note = "[system] background output truncated at 1010 bytes (the log keeps at most 1024 bytes)\n";
+    let note =
+        "[system] background output truncated at 1010 bytes (the log keeps at most 1024 bytes)\n";
     assert!(text.ends_with(&format!("ghij\n{note}")), "{text:?}");
     assert_eq!(text.len(), 1010 + note.len());
     // The tail shows the latest output, past the cap.

@@ -324,7 +324,10 @@ fn web_refusals_answer_in_the_page_s_format_and_bulk_needs_an_explicit_all() {
     let error_of = |body: &str| -> String {
         let v: serde_json::Value =
             serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {body:?}"));
-        v["error"].as_str().unwrap_or_else(|| panic!("{v}")).to_string()
+        v["error"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{v}"))
+            .to_string()
     };
     // A stale CSRF field, another origin, a read-only dashboard: 403 as JSON or a page.
     let cancel = format!("{url}/runs/{id}/cancel");
@@ -340,8 +343,11 @@ fn web_refusals_answer_in_the_page_s_format_and_bulk_needs_an_explicit_all() {
         let (status, body) = post(&target, headers, &[("csrf", "stale")]);
         assert_eq!(status, 403, "{what}: {body}");
         assert!(!error_of(&body).is_empty(), "{what}");
-        let html_headers: Vec<(&str, &str)> =
-            headers.iter().copied().filter(|(k, _)| *k != "Accept").collect();
+        let html_headers: Vec<(&str, &str)> = headers
+            .iter()
+            .copied()
+            .filter(|(k, _)| *k != "Accept")
+            .collect();
         let (status, html) = post(&target, &html_headers, &[("csrf", "stale")]);
         assert_eq!(status, 403, "{what}");
         assert!(html.starts_with("<!DOCTYPE html>"), "{what}: {html}");
@@ -387,7 +393,10 @@ fn web_refusals_answer_in_the_page_s_format_and_bulk_needs_an_explicit_all() {
     assert!(e.contains("all=true") && e.contains("filter"), "{e}");
     assert_eq!(site.state(&id), "queued");
     let (_, page) = get(&format!("{url}/runs?state=queued"), &[]);
-    assert!(!page.contains(r#"name="all""#), "a filtered form is not all");
+    assert!(
+        !page.contains(r#"name="all""#),
+        "a filtered form is not all"
+    );
     let mut all = form.to_vec();
     all.push(("all", "true"));
     let (status, body) = post(&format!("{url}/runs/bulk"), &json, &all);
@@ -468,7 +477,10 @@ fn the_cli_and_the_dashboard_answer_actions_in_one_shape() {
     let by_web: serde_json::Value = serde_json::from_str(&body).unwrap();
     let by_cli = cli(&["cancel", "--session", "one-shape"]);
     assert_eq!(keys(&by_cli), keys(&by_web), "{by_cli} / {by_web}");
-    assert_eq!((by_web["done"].clone(), by_web["cancelled"].clone()), (2.into(), 2.into()));
+    assert_eq!(
+        (by_web["done"].clone(), by_web["cancelled"].clone()),
+        (2.into(), 2.into())
+    );
 
     // One run: retry and cancel answer {id, run_id, state, ...} in both places.
     let (status, body) = post(
