@@ -173,25 +173,25 @@ impl TimeoutSource {
     }
 }
 
-/// The limit the worker applies to `run` (as this configuration says: the run's own timeout,
-/// else its tool's, else `runs.timeout`; the same order as `worker::execute`), and where it
-/// comes from.
+/// The limit the worker applies to `run` (as this configuration says, in the worker's order:
+/// [`crate::tool::time_limit`]), and where it comes from.
 fn effective_timeout(ctx: &Ctx, run: &Run) -> (Duration, TimeoutSource) {
-    if let Some(ms) = run.timeout_ms {
-        return (
-            Duration::from_millis(u64::try_from(ms).unwrap_or(0)),
-            TimeoutSource::Run,
-        );
-    }
+    use crate::tool::time_limit::{LimitSource, time_limit};
     let config = ctx.client.config();
-    match ctx.client.registry().get(&run.tool) {
-        Some(entry) => match entry.def.timeout {
-            Some(d) if config.tools.contains_key(&run.tool) => (d, TimeoutSource::CommandTool),
-            Some(d) => (d, TimeoutSource::Tool),
-            None => (config.runs.timeout, TimeoutSource::Config),
-        },
-        None => (config.runs.timeout, TimeoutSource::ConfigUnknownTool),
-    }
+    let entry = ctx.client.registry().get(&run.tool);
+    let (limit, source) = time_limit(
+        run.timeout_ms,
+        entry.and_then(|e| e.def.timeout),
+        config.runs.timeout,
+    );
+    let source = match source {
+        LimitSource::Run => TimeoutSource::Run,
+        LimitSource::Tool if config.tools.contains_key(&run.tool) => TimeoutSource::CommandTool,
+        LimitSource::Tool => TimeoutSource::Tool,
+        LimitSource::Default if entry.is_some() => TimeoutSource::Config,
+        LimitSource::Default => TimeoutSource::ConfigUnknownTool,
+    };
+    (limit, source)
 }
 
 fn with_paths(run: &Run) -> serde_json::Value {

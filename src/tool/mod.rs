@@ -10,6 +10,7 @@ pub mod process;
 pub mod registry;
 pub mod result;
 pub mod sink;
+pub mod time_limit;
 pub mod typed;
 
 use std::time::Duration;

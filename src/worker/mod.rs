@@ -245,11 +245,11 @@ pub(super) fn start(sh: &Arc<Shared>, run: Run, jobs: mpsc::UnboundedSender<Job>
     .flush_on_operation(sh.flush_now.clone());
     let stop = StopSignal::default();
     let entry = client.registry().get(&run.tool);
-    let timeout = run
-        .timeout_ms
-        .map(|ms| Duration::from_millis(ms as u64))
-        .or_else(|| entry.and_then(|e| e.def.timeout))
-        .unwrap_or(defaults.timeout);
+    let (timeout, _) = crate::tool::time_limit::time_limit(
+        run.timeout_ms,
+        entry.and_then(|e| e.def.timeout),
+        defaults.timeout,
+    );
     let tool = entry.map(|e| e.tool.clone());
     let run = Arc::new(run);
     let ended = Arc::new(std::sync::atomic::AtomicBool::new(false));
