@@ -573,9 +573,8 @@ fn unique_check(
     now: DateTime<Utc>,
 ) -> Result<UniqueCheck, InputError> {
     if u.states.is_empty() {
-        return Err(InputError::new(
+        return Err(InputError::about(
             "unique_states",
-            "",
             "must name at least one state",
         ));
     }

@@ -99,9 +99,8 @@ impl Filter {
             created_after: ago("--newer-than", &self.newer_than)?,
         };
         if filter.is_empty() && !self.all {
-            return Err(InputError::new(
+            return Err(InputError::about(
                 cmd,
-                "",
                 format!(
                     "give a RUN id, or filters (--state, --tool, --session, --schedule, \
                      --older-than, --newer-than), or --all to {cmd} every run it can"

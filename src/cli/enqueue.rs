@@ -127,9 +127,8 @@ fn unique(
     let [by_name, for_name, states_name] = names;
     let Some(by) = by else {
         if within.is_some() || states.is_some() {
-            return Err(InputError::new(
+            return Err(InputError::about(
                 by_name,
-                "",
                 format!("is needed with {for_name} and {states_name}"),
             ));
         }
@@ -187,7 +186,7 @@ fn run_at(
     in_: Option<&str>,
 ) -> Result<Option<DateTime<Utc>>, InputError> {
     match (at, in_) {
-        (Some(_), Some(_)) => Err(InputError::new("at", "", "give either at or in, not both")),
+        (Some(_), Some(_)) => Err(InputError::about("at", "give either at or in, not both")),
         (Some(a), None) => parse_at("--at", a).map(Some),
         (None, Some(d)) => {
             let given = d;

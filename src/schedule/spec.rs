@@ -19,9 +19,8 @@ pub const NEITHER_MESSAGE: &str =
 
 /// A seed message as an input error on the field `schedule` (displayed as `schedule: ...`).
 fn reason(message: &str) -> InputError {
-    InputError::new(
+    InputError::about(
         "schedule",
-        "",
         message.strip_prefix("schedule ").unwrap_or(message),
     )
 }
