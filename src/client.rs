@@ -314,20 +314,20 @@ impl Client {
         }
         let timeout_ms = match req.timeout {
             Some(t) if t.is_zero() => {
-                return Err(InputError::new("timeout", "0", "must be greater than zero"));
+                return Err(InputError::new("timeout", "0s", "must be greater than zero"));
             }
             // Stored in whole milliseconds: less would be stored as no time at all.
             Some(t) if t < Duration::from_millis(1) => {
                 return Err(InputError::new(
                     "timeout",
-                    format!("{t:?}"),
+                    crate::clock::format_duration(t),
                     "must be at least 1ms",
                 ));
             }
             Some(t) if t > Duration::from_secs(7 * 86_400) => {
                 return Err(InputError::new(
                     "timeout",
-                    humantime::format_duration(t).to_string(),
+                    crate::clock::format_duration(t),
                     "must be at most 7 days",
                 ));
             }
@@ -583,7 +583,7 @@ fn unique_check(
         Some(d) if d.is_zero() => {
             return Err(InputError::new(
                 "unique_for",
-                "0",
+                "0s",
                 "must be greater than zero",
             ));
         }
@@ -594,7 +594,7 @@ fn unique_check(
                 .ok_or_else(|| {
                     InputError::new(
                         "unique_for",
-                        humantime::format_duration(d).to_string(),
+                        crate::clock::format_duration(d),
                         "is too long",
                     )
                 })?,

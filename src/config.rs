@@ -538,8 +538,11 @@ impl Config {
         if worker.heartbeat_interval * 2 > worker.lease {
             return Err(c.bad(
                 "worker.heartbeat_interval",
-                format!("{:?}", worker.heartbeat_interval),
-                format!("must be at most half of worker.lease ({:?})", worker.lease),
+                crate::clock::format_duration(worker.heartbeat_interval),
+                format!(
+                    "must be at most half of worker.lease ({})",
+                    crate::clock::format_duration(worker.lease)
+                ),
             ));
         }
         let runs = RunDefaults {
@@ -621,10 +624,10 @@ impl Config {
         if schedules.late_after < worker.poll_interval * 2 {
             return Err(c.bad(
                 "schedules.late_after",
-                format!("{:?}", schedules.late_after),
+                crate::clock::format_duration(schedules.late_after),
                 format!(
-                    "must be at least twice worker.poll_interval ({:?}), or every tick would count as missed",
-                    worker.poll_interval
+                    "must be at least twice worker.poll_interval ({}), or every tick would count as missed",
+                    crate::clock::format_duration(worker.poll_interval)
                 ),
             ));
         }

@@ -41,7 +41,7 @@ pub fn run(reg: &Registry, json: bool, args: Args) -> Result<()> {
                 (
                     "timeout",
                     d.timeout
-                        .map_or("-".into(), |t| humantime::format_duration(t).to_string()),
+                        .map_or("-".into(), |t| crate::clock::format_duration(t)),
                 ),
             ]);
             render::line("parameters:");

@@ -94,7 +94,7 @@ impl Client {
                 .ok_or_else(|| {
                     InputError::new(
                         field,
-                        humantime::format_duration(d).to_string(),
+                        crate::clock::format_duration(d),
                         "is too long",
                     )
                     .into()

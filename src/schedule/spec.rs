@@ -191,7 +191,10 @@ pub fn validate_window(window: Duration) -> Result<Duration, InputError> {
     if window < Duration::zero() || window > Duration::days(366) {
         return Err(InputError::new(
             "catchup_window",
-            format!("{}s", window.num_seconds()),
+            match window.to_std() {
+                Ok(w) => crate::clock::format_duration(w),
+                Err(_) => format!("-{}", crate::clock::format_duration(window.abs().to_std().unwrap_or_default())),
+            },
             "must be between 0 and 366 days",
         ));
     }
