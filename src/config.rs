@@ -632,6 +632,7 @@ impl Config {
             ));
         }
         let tools = crate::tool::command::parse_tools(file.tools, &|key: &str| c.origin(key))?;
+        refuse_builtin_names(&c, &tools, file.shell.enabled)?;
         let limits = parse_limits(&c, file.limits, &tools)?;
         if let Some(t) = &file.web.token
             && t.trim().is_empty()
@@ -671,6 +672,33 @@ impl Config {
     }
 }
 
+/// Refuses a `[tools.NAME]` whose name a built-in tool has (`shell` and `detached_command`
+/// only while `[shell] enabled`): the registry would refuse the pair without saying where.
+fn refuse_builtin_names(
+    c: &Checker<'_>,
+    tools: &BTreeMap<String, CommandToolConfig>,
+    shell: bool,
+) -> Result<(), ConfigError> {
+    let mut builtins: Vec<String> = crate::tool::builtin::all()
+        .iter()
+        .map(|t| t.definition().name)
+        .collect();
+    if shell {
+        builtins.extend(["shell".to_string(), "detached_command".to_string()]);
+    }
+    match tools.keys().find(|name| builtins.contains(name)) {
+        None => Ok(()),
+        Some(name) => Err(ConfigError::Key {
+            origin: c.origin(&format!("tools.{name}")),
+            message: format!(
+                "[tools.{name}]: {name} is built in, so a command tool cannot have that name\n  \
+                 give it another name (built-in tools: {})",
+                builtins.join(", ")
+            ),
+        }),
+    }
+}
+
 /// `[limits.NAME]` and `[tools.NAME] max_running`, one entry per limited tool. A tool's
 /// `max_running` may be given in one of the two places, not both.
 fn parse_limits(
@@ -692,13 +720,19 @@ fn parse_limits(
                     .map_err(|r| c.bad(&key("rate"), format!("{s:?}"), r))?,
             ),
         };
-        if max_running.is_some()
+        if let Some(limit) = max_running
             && let Some(n) = tools.get(&name).and_then(|t| t.max_running)
         {
+            // The error is at the [limits] key, with its own value; the other one is named
+            // with its own place.
+            let other = format!("tools.{name}.max_running");
             return Err(c.bad(
                 &key("max_running"),
-                n,
-                format!("tools.{name}.max_running is set too; give it in one place"),
+                limit,
+                format!(
+                    "{other} = {n} is set too ({}); give it in one place",
+                    c.origin(&other)
+                ),
             ));
         }
         out.insert(name, crate::flow::ToolLimit { max_running, rate });

@@ -181,7 +181,15 @@ async fn add(ctx: &Ctx, a: AddArgs) -> Result<()> {
         field: "--delivery".into(),
         ..e
     })?;
-    let s = ctx.client.create_schedule(req).await?;
+    let typed = [
+        ("timeout", a.timeout.as_deref()),
+        ("catchup_window", a.catchup_window.as_deref()),
+    ];
+    let s = ctx
+        .client
+        .create_schedule(req)
+        .await
+        .map_err(|e| super::as_typed(e, &typed))?;
     if ctx.json {
         render::json(&s);
     } else {
