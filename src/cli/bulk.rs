@@ -81,8 +81,8 @@ impl Filter {
         };
         let filter = RunFilter {
             states,
-            tool: self.tool.clone(),
-            session: self.session.clone(),
+            tool: super::filter("--tool", self.tool.clone())?,
+            session: super::filter("--session", self.session.clone())?,
             schedule_id: match &self.schedule {
                 // A typo would match nothing and look like "0 runs match".
                 Some(s) => Some(

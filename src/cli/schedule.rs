@@ -134,7 +134,8 @@ pub async fn run(ctx: &Ctx, args: Args) -> Result<()> {
     match args.command {
         Sub::Add(a) => add(ctx, *a).await,
         Sub::List(a) => {
-            let list = ctx.client.list_schedules(a.session.as_deref()).await?;
+            let session = super::filter("--session", a.session.clone())?;
+            let list = ctx.client.list_schedules(session.as_deref()).await?;
             if ctx.json {
                 render::json(&list);
             } else {
