@@ -314,7 +314,11 @@ impl Client {
         }
         let timeout_ms = match req.timeout {
             Some(t) if t.is_zero() => {
-                return Err(InputError::new("timeout", "0s", "must be greater than zero"));
+                return Err(InputError::new(
+                    "timeout",
+                    "0s",
+                    "must be greater than zero",
+                ));
             }
             // Stored in whole milliseconds: less would be stored as no time at all.
             Some(t) if t < Duration::from_millis(1) => {

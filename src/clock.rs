@@ -258,9 +258,18 @@ mod tests {
             assert!(e.contains("write minutes as m"), "{text}: {e}");
         }
         // Fixed units still read, weeks included.
-        assert_eq!(parse_duration("10m"), Ok(std::time::Duration::from_secs(600)));
-        assert_eq!(parse_duration("2w"), Ok(std::time::Duration::from_secs(14 * 86_400)));
-        assert_eq!(parse_duration(" 1h 30m "), Ok(std::time::Duration::from_secs(5400)));
+        assert_eq!(
+            parse_duration("10m"),
+            Ok(std::time::Duration::from_secs(600))
+        );
+        assert_eq!(
+            parse_duration("2w"),
+            Ok(std::time::Duration::from_secs(14 * 86_400))
+        );
+        assert_eq!(
+            parse_duration(" 1h 30m "),
+            Ok(std::time::Duration::from_secs(5400))
+        );
         assert!(parse_duration("5 minutes").is_ok());
     }
 
@@ -282,9 +291,6 @@ mod tests {
         assert_eq!(format_elapsed(D::from_millis(4200)), "4.2s");
         assert_eq!(format_elapsed(D::from_secs(125)), "2m 5s");
         assert_eq!(format_elapsed(D::from_secs(3600 + 185)), "1h 3m");
-        assert_eq!(
-            format_elapsed(D::from_secs(26_300_160 + 37)),
-            "304d 9h 36m"
-        );
+        assert_eq!(format_elapsed(D::from_secs(26_300_160 + 37)), "304d 9h 36m");
     }
 }

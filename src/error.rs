@@ -237,7 +237,8 @@ pub enum StoreError {
     },
     /// Writes made no progress for `worker.stall_timeout` because of a storage error.
     #[error(
-        "database {path}: writes have failed for {secs}s with no progress ({last}); free disk space or fix the storage, then start the worker again"
+        "database {path}: writes have failed for {} with no progress ({last}); free disk space or fix the storage, then start the worker again",
+        crate::clock::format_duration(std::time::Duration::from_secs(*secs))
     )]
     Stalled {
         /// Path of the file.

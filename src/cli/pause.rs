@@ -81,10 +81,7 @@ pub async fn pause(ctx: &Ctx, args: PauseArgs) -> Result<()> {
             ctx.client.registry().names().join(", ")
         ));
     }
-    let done = ctx
-        .client
-        .pause(scope, args.by, args.reason)
-        .await?;
+    let done = ctx.client.pause(scope, args.by, args.reason).await?;
     if ctx.json {
         render::json(&json!({"pause": done.pause, "new": done.new}));
     } else if done.new {

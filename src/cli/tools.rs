@@ -40,8 +40,7 @@ pub fn run(reg: &Registry, json: bool, args: Args) -> Result<()> {
                 ),
                 (
                     "timeout",
-                    d.timeout
-                        .map_or("-".into(), |t| crate::clock::format_duration(t)),
+                    d.timeout.map_or("-".into(), crate::clock::format_duration),
                 ),
             ]);
             render::line("parameters:");

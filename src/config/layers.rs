@@ -176,7 +176,11 @@ fn env_vars() -> Vec<(String, String)> {
             if !head.eq_ignore_ascii_case(ENV_PREFIX) || !rest.contains(ENV_SPLIT) {
                 return None;
             }
-            let key = rest.to_ascii_lowercase().split(ENV_SPLIT).collect::<Vec<_>>().join(".");
+            let key = rest
+                .to_ascii_lowercase()
+                .split(ENV_SPLIT)
+                .collect::<Vec<_>>()
+                .join(".");
             Some((key, name))
         })
         .collect()

@@ -193,7 +193,10 @@ pub fn validate_window(window: Duration) -> Result<Duration, InputError> {
             "catchup_window",
             match window.to_std() {
                 Ok(w) => crate::clock::format_duration(w),
-                Err(_) => format!("-{}", crate::clock::format_duration(window.abs().to_std().unwrap_or_default())),
+                Err(_) => format!(
+                    "-{}",
+                    crate::clock::format_duration(window.abs().to_std().unwrap_or_default())
+                ),
             },
             "must be between 0 and 366 days",
         ));

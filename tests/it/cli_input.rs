@@ -31,7 +31,10 @@ fn toolq_in(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
 fn refused(o: &Output, what: &str, needle: &str) -> String {
     let e = stderr(o);
     assert_eq!(o.status.code(), Some(2), "{what}: {e}");
-    assert!(e.contains(needle), "{what}: stderr should hold {needle:?}: {e}");
+    assert!(
+        e.contains(needle),
+        "{what}: stderr should hold {needle:?}: {e}"
+    );
     assert!(stdout(o).is_empty(), "{what}: nothing on stdout");
     e
 }
@@ -56,20 +59,32 @@ fn issue_40_months_and_years_are_refused_and_durations_read_in_one_style() {
         let e = refused(&toolq(&db, &all), &format!("{args:?}"), needle);
         assert!(e.contains("write minutes as m (e.g. 10m)"), "{e}");
     }
-    let o = toolq(
-        &db,
-        &["cancel", "--older-than", "3M", "--dry-run"],
+    let o = toolq(&db, &["cancel", "--older-than", "3M", "--dry-run"]);
+    refused(
+        &o,
+        "cancel --older-than 3M",
+        "--older-than \"3M\": uses \"M\"",
     );
-    refused(&o, "cancel --older-than 3M", "--older-than \"3M\": uses \"M\"");
     assert_eq!(db.count("SELECT count(*) FROM runs"), 0);
     // A config key likewise, naming the key and where it was set.
     std::fs::write(dir.path().join("m.toml"), "[worker]\nlease = \"10M\"\n").unwrap();
     let o = toolq_in(dir.path(), &["--config", "m.toml", "config"], &[]);
-    refused(&o, "lease = 10M", "m.toml, line 2: worker.lease = \"10M\"\n  uses \"M\" (months)");
+    refused(
+        &o,
+        "lease = 10M",
+        "m.toml, line 2: worker.lease = \"10M\"\n  uses \"M\" (months)",
+    );
     // What is shown reads in days, hours and minutes: never months.
     let o = toolq(
         &db,
-        &["enqueue", "echo", "--args", r#"{"message":"m"}"#, "--in", "3000000s"],
+        &[
+            "enqueue",
+            "echo",
+            "--args",
+            r#"{"message":"m"}"#,
+            "--in",
+            "3000000s",
+        ],
     );
     assert!(o.status.success(), "{}", stderr(&o));
     let o = toolq(&db, &["runs"]);
@@ -86,7 +101,11 @@ fn issue_40_enqueue_file_missing_is_bad_input_and_dash_reads_stdin() {
     let missing = dir.path().join("missing.jsonl");
     let missing = missing.display().to_string();
     let o = toolq(&db, &["enqueue", "--file", &missing]);
-    refused(&o, "missing file", &format!("--file \"{missing}\": cannot be read"));
+    refused(
+        &o,
+        "missing file",
+        &format!("--file \"{missing}\": cannot be read"),
+    );
     let o = toolq(&db, &["enqueue", "--file", dir.path().to_str().unwrap()]);
     refused(&o, "a directory", "--file");
     // `-` is standard input, and errors name it.
@@ -108,7 +127,9 @@ fn issue_40_enqueue_file_missing_is_bad_input_and_dash_reads_stdin() {
             .unwrap();
         child.wait_with_output().unwrap()
     };
-    let o = run("{\"tool\":\"echo\",\"args\":{\"message\":\"a\"}}\n{\"tool\":\"echo\",\"args\":{\"message\":\"b\"}}\n");
+    let o = run(
+        "{\"tool\":\"echo\",\"args\":{\"message\":\"a\"}}\n{\"tool\":\"echo\",\"args\":{\"message\":\"b\"}}\n",
+    );
     assert!(o.status.success(), "{}", stderr(&o));
     assert_eq!(stdout(&o).lines().count(), 2, "{}", stdout(&o));
     assert_eq!(db.count("SELECT count(*) FROM runs"), 2);
@@ -121,7 +142,10 @@ fn issue_40_enqueue_file_missing_is_bad_input_and_dash_reads_stdin() {
 fn issue_40_config_clashes_name_the_file_line_and_the_builtin() {
     let dir = tempfile::tempdir().unwrap();
     let write = |name: &str, text: &str| std::fs::write(dir.path().join(name), text).unwrap();
-    write("dup.toml", "[worker]\nconcurrency = 2\n\n[tools.echo]\ncommand = [\"/bin/echo\"]\n");
+    write(
+        "dup.toml",
+        "[worker]\nconcurrency = 2\n\n[tools.echo]\ncommand = [\"/bin/echo\"]\n",
+    );
     let o = toolq_in(dir.path(), &["--config", "dup.toml", "tools"], &[]);
     refused(
         &o,
@@ -170,7 +194,11 @@ fn issue_40_messages_name_what_was_given_where_it_was_given() {
         "tool \"\": is not registered",
     );
     // The positional SESSION is not the --session flag.
-    let e = refused(&toolq(&db, &["inbox", ""]), "inbox ''", "SESSION \"\": must not be empty");
+    let e = refused(
+        &toolq(&db, &["inbox", ""]),
+        "inbox ''",
+        "SESSION \"\": must not be empty",
+    );
     assert!(!e.contains("--session"), "{e}");
     // An empty TOOLQ_DB is named as the variable.
     let o = toolq_command()
@@ -191,7 +219,17 @@ fn issue_40_messages_name_what_was_given_where_it_was_given() {
     // A timeout is echoed as typed.
     for t in ["0s", "0m"] {
         refused(
-            &toolq(&db, &["enqueue", "echo", "--args", r#"{"message":"m"}"#, "--timeout", t]),
+            &toolq(
+                &db,
+                &[
+                    "enqueue",
+                    "echo",
+                    "--args",
+                    r#"{"message":"m"}"#,
+                    "--timeout",
+                    t,
+                ],
+            ),
             t,
             &format!("--timeout \"{t}\": must be greater than zero"),
         );
@@ -208,9 +246,15 @@ fn issue_40_empty_filters_are_refused_naming_the_flag() {
     let cases: Vec<(Vec<&str>, &str)> = vec![
         (vec!["runs", "--session", ""], "--session \"\""),
         (vec!["runs", "--tool", ""], "--tool \"\""),
-        (vec!["runs", "--tool", " "], "--tool \" \": must not be blank"),
+        (
+            vec!["runs", "--tool", " "],
+            "--tool \" \": must not be blank",
+        ),
         (vec!["runs", "--state", ""], "--state \"\""),
-        (vec!["cancel", "--session", "", "--dry-run"], "--session \"\""),
+        (
+            vec!["cancel", "--session", "", "--dry-run"],
+            "--session \"\"",
+        ),
         (vec!["cancel", "--tool", ""], "--tool \"\""),
         (vec!["retry", "--session", ""], "--session \"\""),
         (vec!["retry", "--state", ""], "--state \"\""),
@@ -225,6 +269,9 @@ fn issue_40_empty_filters_are_refused_naming_the_flag() {
         refused(&toolq(&db, &args), &format!("{args:?}"), needle);
     }
     // Nothing was cancelled, paused or changed.
-    assert_eq!(db.count("SELECT count(*) FROM runs WHERE state = 'queued'"), 1);
+    assert_eq!(
+        db.count("SELECT count(*) FROM runs WHERE state = 'queued'"),
+        1
+    );
     assert_eq!(db.count("SELECT count(*) FROM pauses"), 0);
 }

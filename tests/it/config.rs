@@ -73,7 +73,10 @@ fn durations_past_a_century_are_refused_not_overflowed() {
     ] {
         let e = refused(text);
         assert!(e.contains(key), "{text}: {e}");
-        assert!(e.contains("longer than 36525 days (100 years)"), "{text}: {e}");
+        assert!(
+            e.contains("longer than 36525 days (100 years)"),
+            "{text}: {e}"
+        );
     }
 }
 
