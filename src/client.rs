@@ -314,20 +314,24 @@ impl Client {
         }
         let timeout_ms = match req.timeout {
             Some(t) if t.is_zero() => {
-                return Err(InputError::new("timeout", "0", "must be greater than zero"));
+                return Err(InputError::new(
+                    "timeout",
+                    "0s",
+                    "must be greater than zero",
+                ));
             }
             // Stored in whole milliseconds: less would be stored as no time at all.
             Some(t) if t < Duration::from_millis(1) => {
                 return Err(InputError::new(
                     "timeout",
-                    format!("{t:?}"),
+                    crate::clock::format_duration(t),
                     "must be at least 1ms",
                 ));
             }
             Some(t) if t > Duration::from_secs(7 * 86_400) => {
                 return Err(InputError::new(
                     "timeout",
-                    humantime::format_duration(t).to_string(),
+                    crate::clock::format_duration(t),
                     "must be at most 7 days",
                 ));
             }
@@ -586,9 +590,8 @@ fn unique_check(
     now: DateTime<Utc>,
 ) -> Result<UniqueCheck, InputError> {
     if u.states.is_empty() {
-        return Err(InputError::new(
+        return Err(InputError::about(
             "unique_states",
-            "",
             "must name at least one state",
         ));
     }
@@ -597,7 +600,7 @@ fn unique_check(
         Some(d) if d.is_zero() => {
             return Err(InputError::new(
                 "unique_for",
-                "0",
+                "0s",
                 "must be greater than zero",
             ));
         }
@@ -608,7 +611,7 @@ fn unique_check(
                 .ok_or_else(|| {
                     InputError::new(
                         "unique_for",
-                        humantime::format_duration(d).to_string(),
+                        crate::clock::format_duration(d),
                         "is too long",
                     )
                 })?,

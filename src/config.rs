@@ -538,8 +538,11 @@ impl Config {
         if worker.heartbeat_interval * 2 > worker.lease {
             return Err(c.bad(
                 "worker.heartbeat_interval",
-                format!("{:?}", worker.heartbeat_interval),
-                format!("must be at most half of worker.lease ({:?})", worker.lease),
+                crate::clock::format_duration(worker.heartbeat_interval),
+                format!(
+                    "must be at most half of worker.lease ({})",
+                    crate::clock::format_duration(worker.lease)
+                ),
             ));
         }
         let runs = RunDefaults {
@@ -621,14 +624,15 @@ impl Config {
         if schedules.late_after < worker.poll_interval * 2 {
             return Err(c.bad(
                 "schedules.late_after",
-                format!("{:?}", schedules.late_after),
+                crate::clock::format_duration(schedules.late_after),
                 format!(
-                    "must be at least twice worker.poll_interval ({:?}), or every tick would count as missed",
-                    worker.poll_interval
+                    "must be at least twice worker.poll_interval ({}), or every tick would count as missed",
+                    crate::clock::format_duration(worker.poll_interval)
                 ),
             ));
         }
         let tools = crate::tool::command::parse_tools(file.tools, &|key: &str| c.origin(key))?;
+        refuse_builtin_names(&c, &tools, file.shell.enabled)?;
         let limits = parse_limits(&c, file.limits, &tools)?;
         if let Some(t) = &file.web.token
             && t.trim().is_empty()
@@ -668,6 +672,33 @@ impl Config {
     }
 }
 
+/// Refuses a `[tools.NAME]` whose name a built-in tool has (`shell` and `detached_command`
+/// only while `[shell] enabled`): the registry would refuse the pair without saying where.
+fn refuse_builtin_names(
+    c: &Checker<'_>,
+    tools: &BTreeMap<String, CommandToolConfig>,
+    shell: bool,
+) -> Result<(), ConfigError> {
+    let mut builtins: Vec<String> = crate::tool::builtin::all()
+        .iter()
+        .map(|t| t.definition().name)
+        .collect();
+    if shell {
+        builtins.extend(["shell".to_string(), "detached_command".to_string()]);
+    }
+    match tools.keys().find(|name| builtins.contains(name)) {
+        None => Ok(()),
+        Some(name) => Err(ConfigError::Key {
+            origin: c.origin(&format!("tools.{name}")),
+            message: format!(
+                "[tools.{name}]: {name} is built in, so a command tool cannot have that name\n  \
+                 give it another name (built-in tools: {})",
+                builtins.join(", ")
+            ),
+        }),
+    }
+}
+
 /// `[limits.NAME]` and `[tools.NAME] max_running`, one entry per limited tool. A tool's
 /// `max_running` may be given in one of the two places, not both.
 fn parse_limits(
@@ -689,13 +720,19 @@ fn parse_limits(
                     .map_err(|r| c.bad(&key("rate"), format!("{s:?}"), r))?,
             ),
         };
-        if max_running.is_some()
+        if let Some(limit) = max_running
             && let Some(n) = tools.get(&name).and_then(|t| t.max_running)
         {
+            // The error is at the [limits] key, with its own value; the other one is named
+            // with its own place.
+            let other = format!("tools.{name}.max_running");
             return Err(c.bad(
                 &key("max_running"),
-                n,
-                format!("tools.{name}.max_running is set too; give it in one place"),
+                limit,
+                format!(
+                    "{other} = {n} is set too ({}); give it in one place",
+                    c.origin(&other)
+                ),
             ));
         }
         out.insert(name, crate::flow::ToolLimit { max_running, rate });

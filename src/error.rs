@@ -11,6 +11,9 @@ pub struct InputError {
     pub value: String,
     /// What is wrong with it.
     pub reason: String,
+    /// Whether the message shows `value` (quoted, so an empty one reads `""`); false for
+    /// errors about how fields combine, which have no one value ([`InputError::about`]).
+    pub shows_value: bool,
 }
 
 impl InputError {
@@ -24,6 +27,18 @@ impl InputError {
             field: field.into(),
             value: shorten(value.as_ref(), 120),
             reason: reason.into(),
+            shows_value: true,
+        }
+    }
+
+    /// An input error about a field (or how fields combine) with no one value to show, e.g.
+    /// `at: give either at or in, not both`.
+    pub fn about(field: impl Into<String>, reason: impl Into<String>) -> Self {
+        Self {
+            field: field.into(),
+            value: String::new(),
+            reason: reason.into(),
+            shows_value: false,
         }
     }
 
@@ -36,7 +51,7 @@ impl InputError {
 
 impl fmt::Display for InputError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.value.is_empty() {
+        if !self.shows_value {
             write!(f, "{}: {}", self.field, self.reason)
         } else {
             write!(f, "{} {:?}: {}", self.field, self.value, self.reason)
@@ -222,7 +237,8 @@ pub enum StoreError {
     },
     /// Writes made no progress for `worker.stall_timeout` because of a storage error.
     #[error(
-        "database {path}: writes have failed for {secs}s with no progress ({last}); free disk space or fix the storage, then start the worker again"
+        "database {path}: writes have failed for {} with no progress ({last}); free disk space or fix the storage, then start the worker again",
+        crate::clock::format_duration(std::time::Duration::from_secs(*secs))
     )]
     Stalled {
         /// Path of the file.
@@ -348,6 +364,14 @@ mod tests {
             "line 3: --priority \"abc\": must be an integer"
         );
         assert_eq!(Error::from(e).exit_code(), 2);
+    }
+
+    #[test]
+    fn an_empty_value_is_shown_quoted_and_a_rule_shows_none() {
+        let e = InputError::new("tool", "", "is not registered");
+        assert_eq!(e.to_string(), "tool \"\": is not registered");
+        let e = InputError::about("at", "give either at or in, not both");
+        assert_eq!(e.to_string(), "at: give either at or in, not both");
     }
 
     #[test]

@@ -170,7 +170,7 @@ impl Rate {
 impl fmt::Display for Rate {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let ms = self.window.num_milliseconds();
-        let w = humantime::format_duration(std::time::Duration::from_millis(ms.max(0) as u64));
+        let w = crate::clock::format_duration(std::time::Duration::from_millis(ms.max(0) as u64));
         write!(f, "{}/{}", self.count, w)
     }
 }

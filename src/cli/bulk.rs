@@ -79,8 +79,8 @@ impl Filter {
         };
         let filter = RunFilter {
             states,
-            tool: self.tool.clone(),
-            session: self.session.clone(),
+            tool: super::filter("--tool", self.tool.clone())?,
+            session: super::filter("--session", self.session.clone())?,
             schedule_id: match &self.schedule {
                 // A typo would match nothing and look like "0 runs match".
                 Some(s) => Some(
@@ -97,9 +97,8 @@ impl Filter {
             created_after: ago("--newer-than", &self.newer_than)?,
         };
         if filter.is_empty() && !self.all {
-            return Err(InputError::new(
+            return Err(InputError::about(
                 cmd,
-                "",
                 format!(
                     "give a RUN id, or filters (--state, --tool, --session, --schedule, \
                      --older-than, --newer-than), or --all to {cmd} every run it can"

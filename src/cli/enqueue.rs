@@ -1,6 +1,6 @@
 //! `toolq enqueue TOOL --args JSON` and `toolq enqueue --file runs.jsonl`.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -64,8 +64,9 @@ pub struct Args {
     /// How the completion message is delivered: interrupt, when_idle, silent.
     #[arg(long, default_value = "when_idle")]
     pub delivery: String,
-    /// Enqueue every line of a JSONL file (all or none); see the README for the fields.
-    /// Each line carries its own options, so the per-run flags are refused beside it.
+    /// Enqueue every line of a JSONL file (all or none), or of stdin with `-`; see the README
+    /// for the fields. Each line carries its own options, so the per-run flags are refused
+    /// beside it.
     #[arg(long, value_name = "PATH", conflicts_with_all = [
         "args", "session", "title", "priority", "at", "in_", "max_attempts", "timeout",
         "idempotency_key", "unique_by", "unique_for", "unique_states", "no_signal", "delivery",
@@ -127,9 +128,8 @@ fn unique(
     let [by_name, for_name, states_name] = names;
     let Some(by) = by else {
         if within.is_some() || states.is_some() {
-            return Err(InputError::new(
+            return Err(InputError::about(
                 by_name,
-                "",
                 format!("is needed with {for_name} and {states_name}"),
             ));
         }
@@ -187,7 +187,7 @@ fn run_at(
     in_: Option<&str>,
 ) -> Result<Option<DateTime<Utc>>, InputError> {
     match (at, in_) {
-        (Some(_), Some(_)) => Err(InputError::new("at", "", "give either at or in, not both")),
+        (Some(_), Some(_)) => Err(InputError::about("at", "give either at or in, not both")),
         (Some(a), None) => parse_at("--at", a).map(Some),
         (None, Some(d)) => {
             let given = d;
@@ -267,15 +267,51 @@ impl Line {
     }
 }
 
-/// Reads and validates a whole JSONL file; an error names the line.
-fn read_file(path: &PathBuf, ctx: &Ctx) -> Result<(Vec<EnqueueRequest>, Vec<usize>)> {
-    let text = std::fs::read(path).map_err(|e| Error::io(format!("read {}", path.display()), e))?;
+/// How messages name the `--file` input: its path, or `stdin` for `-`.
+fn source_name(path: &Path) -> String {
+    if path.as_os_str() == "-" {
+        "stdin".into()
+    } else {
+        path.display().to_string()
+    }
+}
+
+/// The bytes of `--file`: the file, or standard input for `-`. A file that is not there, not
+/// readable or a directory is bad input (exit 2); other read failures are I/O errors (exit 1).
+fn read_input(path: &Path) -> Result<Vec<u8>> {
+    use std::io::{ErrorKind, Read};
+    if path.as_os_str() == "-" {
+        let mut bytes = Vec::new();
+        std::io::stdin()
+            .lock()
+            .read_to_end(&mut bytes)
+            .map_err(|e| Error::io("read stdin (--file -)", e))?;
+        return Ok(bytes);
+    }
+    std::fs::read(path).map_err(|e| match e.kind() {
+        ErrorKind::NotFound
+        | ErrorKind::PermissionDenied
+        | ErrorKind::IsADirectory
+        | ErrorKind::InvalidInput => InputError::new(
+            "--file",
+            path.display().to_string(),
+            format!("cannot be read: {e} (give a JSONL file, or - for stdin)"),
+        )
+        .into(),
+        _ => Error::io(format!("read {}", path.display()), e),
+    })
+}
+
+/// Reads and validates a whole JSONL file (or stdin for `-`); an error names the line.
+fn read_file(path: &Path, ctx: &Ctx) -> Result<(Vec<EnqueueRequest>, Vec<usize>)> {
+    let name = source_name(path);
+    let text = read_input(path)?;
     let text = String::from_utf8(text).map_err(|e| {
         let bad = e.utf8_error().valid_up_to();
         let line = e.as_bytes()[..bad].iter().filter(|b| **b == b'\n').count() + 1;
         InputError::new(
             "--file",
-            path.display().to_string(),
+            &name,
             format!("is not UTF-8 text (line {line}: {})", e.utf8_error()),
         )
     })?;
@@ -294,7 +330,7 @@ fn read_file(path: &PathBuf, ctx: &Ctx) -> Result<(Vec<EnqueueRequest>, Vec<usiz
         if let Some(b) = &bar {
             b.inc(1);
         }
-        let at = format!("{} line {}: ", path.display(), i + 1);
+        let at = format!("{name} line {}: ", i + 1);
         if !line.trim_start().starts_with('{') {
             return Err(
                 InputError::new("entry", line, "must be a JSON object: one run per line")
@@ -314,7 +350,7 @@ fn read_file(path: &PathBuf, ctx: &Ctx) -> Result<(Vec<EnqueueRequest>, Vec<usiz
         b.finish_and_clear();
     }
     if reqs.is_empty() {
-        return Err(InputError::new("--file", path.display().to_string(), "holds no runs").into());
+        return Err(InputError::new("--file", &name, "holds no runs").into());
     }
     Ok((reqs, lines))
 }
@@ -331,7 +367,7 @@ fn at_line(e: Error, path: &std::path::Path, lines: &[usize]) -> Error {
             Some((*lines.get(n)?, tail.to_string()))
         });
     if let Some((line, tail)) = line {
-        ie.field = format!("{} line {line}: {tail}", path.display());
+        ie.field = format!("{} line {line}: {tail}", source_name(path));
     }
     Error::Input(ie)
 }
@@ -377,7 +413,15 @@ pub async fn run(ctx: &Ctx, args: Args) -> Result<()> {
     } else {
         "(an existing run with this idempotency key, or of this tool with the same args; nothing new was enqueued)"
     };
-    let Enqueued { run_id, created } = ctx.client.enqueue(req).await?;
+    let typed = [
+        ("timeout", args.timeout.as_deref()),
+        ("unique_for", args.unique_for.as_deref()),
+    ];
+    let Enqueued { run_id, created } = ctx
+        .client
+        .enqueue(req)
+        .await
+        .map_err(|e| super::as_typed(e, &typed))?;
     if ctx.json {
         render::json(
             &json!({"id": run_id, "run_id": run_id, "created": created, "tool": tool,

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use super::{Ctx, render};
-use crate::error::Result;
+use crate::error::{InputError, Result};
 use crate::inbox::InboxFilter;
 use crate::inbox::InboxPage;
 
@@ -133,6 +133,12 @@ fn show(m: &crate::inbox::Message) {
 
 /// Lists (and optionally acknowledges) messages.
 pub async fn run(ctx: &Ctx, args: Args) -> Result<()> {
+    // The session is the positional argument: name it as `--help` shows it, not as the
+    // `--session` flag other commands have.
+    crate::ids::validate_session(&args.session).map_err(|e| InputError {
+        field: "SESSION".into(),
+        ..e
+    })?;
     if args.follow {
         return follow(ctx, &args).await;
     }

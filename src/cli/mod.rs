@@ -35,7 +35,7 @@ use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use crate::client::Client;
 use crate::config::{Config, Layers, Override};
-use crate::error::{Error, Result};
+use crate::error::{Error, InputError, Result};
 use crate::store::OpenMode;
 use crate::tool::{Registry, RegistryBuilder};
 
@@ -48,7 +48,11 @@ const GLOBAL: &str = "Global options";
 pub struct Cli {
     /// The database: a SQLite file, or a Postgres URL (postgres://user@host/db) [default:
     /// database.url, else database.path from the config, else ./toolq.db].
-    #[arg(long, global = true, env = "TOOLQ_DB", value_name = "PATH|URL", help_heading = GLOBAL)]
+    // Empty values pass the parser so that `load_config` can name where one came from
+    // (`TOOLQ_DB=` is not `--db ''`).
+    #[arg(long, global = true, env = "TOOLQ_DB", value_name = "PATH|URL", help_heading = GLOBAL,
+          value_parser = clap::builder::TypedValueParser::map(
+              clap::builder::OsStringValueParser::new(), PathBuf::from))]
     pub db: Option<PathBuf>,
     /// A config file (see config.toml for every key and its default) [default: TOOLQ_CONFIG,
     /// else ./toolq.toml if present, else built-in defaults]. Any key can also be set by an
@@ -188,6 +192,14 @@ pub fn load_config(cli: &Cli, db_from_env: bool) -> Result<(Config, Layers)> {
     let mut overrides = Vec::new();
     if let Some(db) = &cli.db {
         let flag = if db_from_env { "TOOLQ_DB" } else { "--db" };
+        if db.as_os_str().is_empty() {
+            let reason = if db_from_env {
+                "is set but empty: unset it, or set it to a database file or a postgres:// URL"
+            } else {
+                "must not be empty: give a database file or a postgres:// URL"
+            };
+            return Err(InputError::new(flag, "", reason).into());
+        }
         let db = db.display().to_string();
         if crate::db_url::is_postgres(&db) {
             overrides.push(Override::new("database.url", db, flag));
@@ -226,7 +238,7 @@ pub fn registry_with(config: &Config, host: RegistryBuilder) -> Result<Registry>
             Some(s) => format!("; did you mean `{s}`?"),
             None => String::new(),
         };
-        return Err(crate::error::InputError::new(
+        return Err(InputError::new(
             "approvals.require",
             name,
             format!(
@@ -447,6 +459,40 @@ fn name_flags(e: Error) -> Error {
         }
         Error::Input(mut ie) if ie.field == "schedule" => {
             ie.reason = "give exactly one of --cron (recurring) or --at (one-shot)".into();
+            Error::Input(ie)
+        }
+        e => e,
+    }
+}
+
+/// A filter flag's value (`--tool`, `--session`, ...), refused when empty or blank: no run has
+/// an empty tool or session, so such a filter would list nothing and exit 0 as if there were
+/// no such runs (and `enqueue --session ''` is refused the same way).
+pub(crate) fn filter(flag: &str, value: Option<String>) -> Result<Option<String>, InputError> {
+    match value {
+        Some(v) if v.is_empty() => Err(InputError::new(
+            flag,
+            v,
+            "must not be empty: a filter on an empty value matches nothing (leave the flag out to match all)",
+        )),
+        Some(v) if v.trim().is_empty() => Err(InputError::new(
+            flag,
+            v,
+            "must not be blank: a filter on a blank value matches nothing (leave the flag out to match all)",
+        )),
+        v => Ok(v),
+    }
+}
+
+/// A library error about one of the request's fields, shown with the text the user typed for
+/// it: the library knows only the parsed value (`--timeout 0m` is echoed as "0m"). `typed`
+/// pairs the library's field names with the flag values given.
+pub(crate) fn as_typed(e: Error, typed: &[(&str, Option<&str>)]) -> Error {
+    match e {
+        Error::Input(mut ie) => {
+            if let Some((_, Some(text))) = typed.iter().find(|(f, _)| *f == ie.field) {
+                ie.value = (*text).to_string();
+            }
             Error::Input(ie)
         }
         e => e,

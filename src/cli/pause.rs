@@ -22,12 +22,16 @@ pub struct Scope {
 }
 
 impl Scope {
-    fn scope(&self) -> PauseScope {
-        match (&self.tool, &self.session) {
-            (Some(t), _) => PauseScope::Tool(t.clone()),
-            (None, Some(s)) => PauseScope::Session(s.clone()),
+    /// The scope; an empty or blank `--tool` or `--session` is refused here, before anything
+    /// is printed about it.
+    fn scope(&self) -> Result<PauseScope> {
+        let tool = super::filter("--tool", self.tool.clone())?;
+        let session = super::filter("--session", self.session.clone())?;
+        Ok(match (tool, session) {
+            (Some(t), _) => PauseScope::Tool(t),
+            (None, Some(s)) => PauseScope::Session(s),
             (None, None) => PauseScope::All,
-        }
+        })
     }
 }
 
@@ -66,6 +70,7 @@ pub(crate) fn describe(p: &Pause) -> String {
 
 /// Pauses and says what is paused.
 pub async fn pause(ctx: &Ctx, args: PauseArgs) -> Result<()> {
+    let scope = args.scope.scope()?;
     // A host that embeds toolq may register tools this CLI does not know, so an unknown name
     // is paused as asked, with a note in case it is a typo.
     if let Some(tool) = &args.scope.tool
@@ -76,10 +81,7 @@ pub async fn pause(ctx: &Ctx, args: PauseArgs) -> Result<()> {
             ctx.client.registry().names().join(", ")
         ));
     }
-    let done = ctx
-        .client
-        .pause(args.scope.scope(), args.by, args.reason)
-        .await?;
+    let done = ctx.client.pause(scope, args.by, args.reason).await?;
     if ctx.json {
         render::json(&json!({"pause": done.pause, "new": done.new}));
     } else if done.new {
@@ -92,7 +94,7 @@ pub async fn pause(ctx: &Ctx, args: PauseArgs) -> Result<()> {
 
 /// Resumes; exits 0 also when the scope was not paused (says so).
 pub async fn resume(ctx: &Ctx, args: ResumeArgs) -> Result<()> {
-    let scope = args.scope.scope();
+    let scope = args.scope.scope()?;
     let lifted = ctx.client.resume(scope.clone()).await?;
     if ctx.json {
         render::json(&json!({"resumed": lifted, "was_paused": lifted.is_some()}));

@@ -162,18 +162,9 @@ pub fn time(t: &chrono::DateTime<chrono::Utc>) -> String {
 }
 
 /// A duration for people: `350ms`, `4.2s`, `2m`, `2m 5s`, `1h 3m` (whole seconds from a
-/// minute up, whole minutes from an hour up).
+/// minute up, whole minutes from an hour up): [`crate::clock::format_elapsed`].
 pub fn duration(d: std::time::Duration) -> String {
-    let ms = d.as_millis();
-    if ms < 1000 {
-        return format!("{ms}ms");
-    }
-    if ms < 10_000 {
-        return format!("{:.1}s", ms as f64 / 1000.0);
-    }
-    let secs = d.as_secs();
-    let rounded = if secs >= 3600 { secs - secs % 60 } else { secs };
-    humantime::format_duration(std::time::Duration::from_secs(rounded)).to_string()
+    crate::clock::format_elapsed(d)
 }
 
 /// A duration in milliseconds as stored (negative clamps to zero), for people.

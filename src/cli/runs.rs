@@ -47,8 +47,8 @@ pub async fn run(ctx: &Ctx, args: Args) -> Result<()> {
         .client
         .list(ListFilter {
             state,
-            session: args.session,
-            tool: args.tool,
+            session: super::filter("--session", args.session)?,
+            tool: super::filter("--tool", args.tool)?,
             schedule_id: None,
             limit: args.limit,
         })

@@ -134,7 +134,8 @@ pub async fn run(ctx: &Ctx, args: Args) -> Result<()> {
     match args.command {
         Sub::Add(a) => add(ctx, *a).await,
         Sub::List(a) => {
-            let list = ctx.client.list_schedules(a.session.as_deref()).await?;
+            let session = super::filter("--session", a.session.clone())?;
+            let list = ctx.client.list_schedules(session.as_deref()).await?;
             if ctx.json {
                 render::json(&list);
             } else {
@@ -181,7 +182,15 @@ async fn add(ctx: &Ctx, a: AddArgs) -> Result<()> {
         field: "--delivery".into(),
         ..e
     })?;
-    let s = ctx.client.create_schedule(req).await?;
+    let typed = [
+        ("timeout", a.timeout.as_deref()),
+        ("catchup_window", a.catchup_window.as_deref()),
+    ];
+    let s = ctx
+        .client
+        .create_schedule(req)
+        .await
+        .map_err(|e| super::as_typed(e, &typed))?;
     if ctx.json {
         render::json(&s);
     } else {

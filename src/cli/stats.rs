@@ -69,7 +69,11 @@ pub async fn run(ctx: &Ctx, _args: Args) -> Result<()> {
     pairs.push((
         "oldest queued",
         oldest_age.map_or("-".into(), |a| {
-            format!("{a:.1}s ago ({})", oldest.unwrap_or_default())
+            format!(
+                "{} ago ({})",
+                render::duration(std::time::Duration::from_secs_f64(a.max(0.0))),
+                oldest.unwrap_or_default()
+            )
         }),
     ));
     pairs.push(("busy retries", busy.to_string()));

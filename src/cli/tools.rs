@@ -40,8 +40,7 @@ pub fn run(reg: &Registry, json: bool, args: Args) -> Result<()> {
                 ),
                 (
                     "timeout",
-                    d.timeout
-                        .map_or("-".into(), |t| humantime::format_duration(t).to_string()),
+                    d.timeout.map_or("-".into(), crate::clock::format_duration),
                 ),
             ]);
             render::line("parameters:");

@@ -92,12 +92,7 @@ impl Client {
                 .ok()
                 .and_then(|d| now.checked_sub_signed(d))
                 .ok_or_else(|| {
-                    InputError::new(
-                        field,
-                        humantime::format_duration(d).to_string(),
-                        "is too long",
-                    )
-                    .into()
+                    InputError::new(field, crate::clock::format_duration(d), "is too long").into()
                 })
         };
         let pick = |configured: Duration| older_than.unwrap_or(configured);

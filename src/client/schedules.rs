@@ -40,7 +40,11 @@ impl Client {
         let window = match req.catchup_window {
             Some(w) => {
                 let w = chrono::Duration::from_std(w).map_err(|_| {
-                    InputError::new("catchup_window", format!("{w:?}"), "is too large")
+                    InputError::new(
+                        "catchup_window",
+                        crate::clock::format_duration(w),
+                        "is too large",
+                    )
                 })?;
                 Some(validate_window(w)?.num_milliseconds())
             }

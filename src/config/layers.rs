@@ -160,6 +160,30 @@ pub struct Layers {
     /// The config file, if any.
     pub file: Option<ConfigFile>,
     pub(crate) figment: Figment,
+    /// The `TOOLQ_*__*` variables read, as (dotted key in lower case, the name as set):
+    /// figment matches names in any case, and origins name the variable as it was written.
+    env_vars: Vec<(String, String)>,
+}
+
+/// The `TOOLQ_*__*` variables of this process, as (dotted key in lower case, name as set), in
+/// the order figment reads them (a later one of the same key wins there, and here).
+fn env_vars() -> Vec<(String, String)> {
+    std::env::vars_os()
+        .filter_map(|(name, _)| name.into_string().ok())
+        .filter_map(|name| {
+            let head = name.get(..ENV_PREFIX.len())?;
+            let rest = name.get(ENV_PREFIX.len()..)?;
+            if !head.eq_ignore_ascii_case(ENV_PREFIX) || !rest.contains(ENV_SPLIT) {
+                return None;
+            }
+            let key = rest
+                .to_ascii_lowercase()
+                .split(ENV_SPLIT)
+                .collect::<Vec<_>>()
+                .join(".");
+            Some((key, name))
+        })
+        .collect()
 }
 
 /// A layer of already-parsed values under a chosen name.
@@ -209,7 +233,9 @@ impl Layers {
                 dict: toml_dict(&f.text, &f.name)?,
             });
         }
+        let mut env_vars_read = Vec::new();
         if env {
+            env_vars_read = env_vars();
             // Only names with a `__` are keys: every key sits in a section, and `TOOLQ_DB`,
             // `TOOLQ_CONFIG` (and a command tool's `TOOLQ_ARGS`) are not config keys.
             let mut data = figment::providers::Env::prefixed(ENV_PREFIX)
@@ -233,7 +259,11 @@ impl Layers {
                     .unwrap_or_default(),
             });
         }
-        Ok(Self { file, figment })
+        Ok(Self {
+            file,
+            figment,
+            env_vars: env_vars_read,
+        })
     }
 
     /// Where the value at `path` (dotted key segments) came from.
@@ -265,6 +295,10 @@ impl Layers {
             return Origin::Flag { flag: flag.into() };
         }
         if md.name == ENV_NAME {
+            let key = path.join(".").to_ascii_lowercase();
+            if let Some((_, name)) = self.env_vars.iter().rev().find(|(k, _)| *k == key) {
+                return Origin::Env { var: name.clone() };
+            }
             let var = path
                 .iter()
                 .map(|k| k.to_ascii_uppercase())

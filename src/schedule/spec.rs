@@ -19,9 +19,8 @@ pub const NEITHER_MESSAGE: &str =
 
 /// A seed message as an input error on the field `schedule` (displayed as `schedule: ...`).
 fn reason(message: &str) -> InputError {
-    InputError::new(
+    InputError::about(
         "schedule",
-        "",
         message.strip_prefix("schedule ").unwrap_or(message),
     )
 }
@@ -192,7 +191,13 @@ pub fn validate_window(window: Duration) -> Result<Duration, InputError> {
     if window < Duration::zero() || window > Duration::days(366) {
         return Err(InputError::new(
             "catchup_window",
-            format!("{}s", window.num_seconds()),
+            match window.to_std() {
+                Ok(w) => crate::clock::format_duration(w),
+                Err(_) => format!(
+                    "-{}",
+                    crate::clock::format_duration(window.abs().to_std().unwrap_or_default())
+                ),
+            },
             "must be between 0 and 366 days",
         ));
     }

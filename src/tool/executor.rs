@@ -303,7 +303,7 @@ async fn inline(
             task.abort();
             ToolOutcome::tool_error(format!(
                 "timed out after {}",
-                humantime::format_duration(limit)
+                crate::clock::format_duration(limit)
             ))
         }
     }

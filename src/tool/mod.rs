@@ -108,7 +108,7 @@ pub struct ToolDef {
 
 fn ser_opt_duration<S: serde::Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
     match d {
-        Some(d) => s.serialize_str(&humantime::format_duration(*d).to_string()),
+        Some(d) => s.serialize_str(&crate::clock::format_duration(*d)),
         None => s.serialize_none(),
     }
 }

@@ -149,7 +149,12 @@ impl RegistryBuilder {
             })?;
             let name = def.name.clone();
             if tools.contains_key(&name) {
-                return Err(InputError::new("tool", &name, "is registered twice"));
+                return Err(InputError::new(
+                    "tool",
+                    &name,
+                    "is registered twice: built-in tools, a host's own tools and the config's \
+                     [tools.NAME] need names of their own",
+                ));
             }
             let mode = self.modes.remove(&name).unwrap_or_default();
             tools.insert(

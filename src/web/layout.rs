@@ -40,7 +40,7 @@ pub fn unreadable(
     what: &str,
     e: impl std::fmt::Display,
 ) -> Response {
-    let e = crate::error::InputError::new(what, "", e.to_string());
+    let e = crate::error::InputError::about(what, e.to_string());
     error(st, headers, &Error::Input(e))
 }
 

@@ -81,7 +81,10 @@ pub async fn execute(
     tool_cancel.cancel();
     if tokio::time::timeout(grace, &mut call).await.is_err() {
         drop(call);
-        tracing::warn!("tool ignored its cancellation for {grace:?}; aborted");
+        tracing::warn!(
+            "tool ignored its cancellation for {}; aborted",
+            crate::clock::format_duration(grace)
+        );
     }
     early
 }

@@ -96,7 +96,7 @@ pub fn decide(
             FinalKind::Failed,
         ),
         AttemptEnd::TimedOut(limit) => {
-            let text = format!("timed out after {}", humantime::format_duration(limit));
+            let text = format!("timed out after {}", crate::clock::format_duration(limit));
             (text.clone(), Some(text), true, FinalKind::Failed)
         }
         AttemptEnd::WorkerLost(reason, detail) => (

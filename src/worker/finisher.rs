@@ -207,7 +207,7 @@ fn log_end(job: &Job, flight: Option<&InFlight>, now: chrono::DateTime<chrono::U
         session = %r.session_id,
         outcome = %outcome,
         attempt = r.attempt,
-        duration = %humantime::format_duration(took),
+        duration = %crate::clock::format_elapsed(took),
         "run ended"
     );
 }

@@ -150,7 +150,7 @@ fn bad_input_is_refused_with_exit_2_and_writes_nothing() {
         (vec!["enqueue", "get_current_time", "--in", "soon"], "--in"),
         (
             vec!["enqueue", "get_current_time", "--in", "99999999999d"],
-            "--in \"99999999999d\": is longer than 100 years",
+            "--in \"99999999999d\": is longer than 36525 days",
         ),
         (
             vec![
@@ -169,7 +169,7 @@ fn bad_input_is_refused_with_exit_2_and_writes_nothing() {
         ),
         (
             vec!["enqueue", "get_current_time", "--timeout", "999us"],
-            "--timeout \"999\u{b5}s\": must be at least 1ms",
+            "--timeout \"999us\": must be at least 1ms",
         ),
         (
             vec!["enqueue", "get_current_time", "--max-attempts", "0"],

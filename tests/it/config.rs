@@ -61,19 +61,22 @@ fn durations_past_a_century_are_refused_not_overflowed() {
     // Each of these once overflowed an instant or a multiplication in the worker.
     for (text, key) in [
         (
-            "[worker]\nheartbeat_interval = \"500000000000y\"\n",
+            "[worker]\nheartbeat_interval = \"500000000000d\"\n",
             "worker.heartbeat_interval",
         ),
-        ("[worker]\nlease = \"200y\"\n", "worker.lease"),
-        ("[runs]\nbackoff_max = \"1000000y\"\n", "runs.backoff_max"),
+        ("[worker]\nlease = \"73000d\"\n", "worker.lease"),
+        ("[runs]\nbackoff_max = \"1000000d\"\n", "runs.backoff_max"),
         (
-            "[limits.echo]\nrate = \"5/100000000y\"\n",
+            "[limits.echo]\nrate = \"5/100000000d\"\n",
             "limits.echo.rate",
         ),
     ] {
         let e = refused(text);
         assert!(e.contains(key), "{text}: {e}");
-        assert!(e.contains("longer than 100 years"), "{text}: {e}");
+        assert!(
+            e.contains("longer than 36525 days (100 years)"),
+            "{text}: {e}"
+        );
     }
 }
 

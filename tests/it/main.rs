@@ -21,6 +21,7 @@ mod browser;
 mod bulk;
 mod checkpoints;
 mod cli;
+mod cli_input;
 mod cli_output;
 mod cli_tools;
 mod config;

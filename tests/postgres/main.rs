@@ -51,6 +51,8 @@ mod browser;
 mod bulk;
 #[path = "../it/cli.rs"]
 mod cli;
+#[path = "../it/cli_input.rs"]
+mod cli_input;
 #[path = "../it/cli_output.rs"]
 mod cli_output;
 #[path = "../it/cli_tools.rs"]
