@@ -26,6 +26,7 @@ mod cli_tools;
 mod config;
 mod crash;
 mod custom_cli;
+mod db_locations;
 mod deploy;
 mod ends;
 mod enqueue;
