@@ -33,6 +33,7 @@ mod support;
 mod bad_input;
 mod harness;
 mod hosts;
+mod postgres_credentials;
 mod postgres_inbox;
 mod postgres_open;
 mod postgres_outage;

@@ -71,6 +71,11 @@ pub(crate) fn connect_error(
                 text = format!("{text}: {s}");
                 source = s.source();
             }
+            if text.contains("password missing") {
+                text.push_str(
+                    " (none in the URL, PGPASSWORD or the password file: PGPASSFILE, else ~/.pgpass)",
+                );
+            }
             text
         }
     };

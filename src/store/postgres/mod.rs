@@ -7,6 +7,7 @@
 mod change_feed;
 mod claim;
 mod codec;
+mod credentials;
 mod engine;
 mod finish;
 mod flow;
@@ -210,6 +211,7 @@ impl PgStore {
         let tls_url = tls::TlsUrl::parse(url).map_err(bad_url)?;
         let mut config = tokio_postgres::Config::from_str(&tls_url.driver_url)
             .map_err(|e| bad_url(PgError(e).to_string()))?;
+        credentials::fill(&mut config, &tls_url.driver_url).map_err(bad_url)?;
         let connector = tls_url.connector().map_err(bad_url)?;
         let ssl_mode = tls_url.mode;
         config.connect_timeout(CONNECT_TIMEOUT);
