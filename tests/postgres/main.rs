@@ -37,6 +37,7 @@ mod postgres_credentials;
 mod postgres_inbox;
 mod postgres_open;
 mod postgres_outage;
+mod postgres_startup;
 mod postgres_tls;
 mod ticks;
 

@@ -126,10 +126,29 @@ pub(crate) fn pg_fault(e: &tokio_postgres::Error) -> Fault {
 }
 
 fn pool_error(e: deadpool_postgres::PoolError) -> StoreError {
-    use deadpool_postgres::PoolError;
-    match e {
-        PoolError::Backend(e) => StoreError::pg("connect", e),
-        other => StoreError::Pool(crate::store::EngineError::new(other, Fault::Storage)),
+    use deadpool_postgres::{PoolError, TimeoutType};
+    // deadpool's own texts ("Timeout occurred while creating a new object") say neither
+    // what was waited for nor for how long.
+    let why = match &e {
+        PoolError::Backend(_) => None,
+        PoolError::Timeout(TimeoutType::Create) => Some(format!(
+            "connect: no answer from the server within {}s",
+            CONNECT_TIMEOUT.as_secs()
+        )),
+        PoolError::Timeout(TimeoutType::Wait) => Some(format!(
+            "no free connection in time (all {POOL_SIZE} of this process's are in use)"
+        )),
+        PoolError::Timeout(TimeoutType::Recycle) => {
+            Some("checking a pooled connection: no answer from the server".into())
+        }
+        other => Some(other.to_string()),
+    };
+    match (e, why) {
+        (PoolError::Backend(e), _) => StoreError::pg("connect", e),
+        (_, why) => StoreError::Pool(crate::store::EngineError::new(
+            std::io::Error::other(why.unwrap_or_default()),
+            Fault::Storage,
+        )),
     }
 }
 
