@@ -53,6 +53,7 @@ mod schedules;
 mod shutdown;
 mod spawn_background;
 mod sqlite_build;
+mod stats_size;
 mod status;
 mod tools;
 mod typed_tools;

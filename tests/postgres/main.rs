@@ -97,6 +97,8 @@ mod schedules;
 mod shutdown;
 #[path = "../it/spawn_background.rs"]
 mod spawn_background;
+#[path = "../it/stats_size.rs"]
+mod stats_size;
 #[path = "../it/status.rs"]
 mod status;
 #[path = "../it/tools.rs"]
