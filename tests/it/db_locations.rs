@@ -12,6 +12,13 @@ use crate::support::toolq_command;
 const SECRET: &str = "Secret-9x";
 const KV_SECRET: &str = "KVSECRET";
 
+/// Where a location is given: its name in messages, flags, an environment variable.
+type Way<'a> = (
+    &'a str,
+    Vec<&'a std::ffi::OsStr>,
+    Option<(&'a str, &'a str)>,
+);
+
 /// The locations that must be refused, each with what its hint must mention.
 fn bad_locations() -> Vec<(String, &'static str)> {
     vec![
@@ -86,7 +93,7 @@ fn a_location_that_is_not_a_path_or_postgres_url_is_refused_without_its_password
             let before = std::fs::read_dir(dir.path()).unwrap().count();
             let loc = location.as_str();
             // (where it is given, flags, environment)
-            let ways: [(&str, Vec<&std::ffi::OsStr>, Option<(&str, &str)>); 5] = [
+            let ways: [Way; 5] = [
                 ("--db", vec!["--db".as_ref(), loc.as_ref()], None),
                 ("TOOLQ_DB", vec![], Some(("TOOLQ_DB", loc))),
                 (
