@@ -16,8 +16,10 @@
 --     INSERT needs no statement journal (version 11). A violation still fails the whole
 --     transaction. Their ON DELETE actions run at once, as before.
 --   * States are CHECK-constrained; the lifecycle is
---       queued -> (awaiting_approval ->) running -> completed | failed | cancelled
---     and a running run whose attempt fails with a retryable error goes back to queued.
+--       (awaiting_approval ->) queued -> running -> completed | failed | cancelled
+--     (a run that needs approval is inserted awaiting_approval; a worker may still park a
+--     queued one there), and a running run whose attempt fails with a retryable error goes
+--     back to queued.
 --   * Index names say which query they serve.
 --   * CHECKs and partial-index conditions on the hot tables (runs, inbox) spell out
 --     `x = 'a' OR x = 'b' ...` instead of `x IN ('a', 'b', 'c')`: SQLite builds a temporary

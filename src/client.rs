@@ -367,8 +367,7 @@ impl Client {
         // Encoded here rather than in the store, so the write transaction only binds text
         // (a batch's encoding was ~5 % of its instructions inside the transaction).
         let args = crate::run::encode_args(&req.args)?;
-        drop(req.args);
-        Ok(NewRun {
+        let mut row = NewRun {
             id: RunId::generate(),
             session_id: req.session,
             tool: req.tool,
@@ -386,7 +385,12 @@ impl Client {
             fire_at: None,
             ticks: 1,
             unique,
-        })
+            approval: None,
+        };
+        // This process's rules decide whether the run waits for approval from its creation.
+        row.approval = crate::approval::pending_for(self, &row, &req.args);
+        drop(req.args);
+        Ok(row)
     }
 
     /// Validates and inserts one run. Bad input writes nothing; a known idempotency key
@@ -474,8 +478,11 @@ impl Client {
         }
     }
 
-    /// Re-queues a failed or cancelled run as a new attempt.
-    pub async fn retry(&self, id: &RunId) -> Result<()> {
+    /// Re-queues a failed or cancelled run as a new attempt. A run of a tool that requires
+    /// approval, and that was not approved before, waits for approval again
+    /// (`awaiting_approval`, with a new request message) instead. Returns the state it moved
+    /// to: `queued` or `awaiting_approval`.
+    pub async fn retry(&self, id: &RunId) -> Result<RunState> {
         let run = self.get(id).await?;
         if !matches!(run.state, RunState::Failed | RunState::Cancelled) {
             return Err(Error::Conflict(format!(
@@ -484,12 +491,18 @@ impl Client {
             )));
         }
         let now = self.now();
+        let approval = crate::approval::pending_for_retry(self, &run, now);
+        let state = match approval {
+            Some(_) => RunState::AwaitingApproval,
+            None => RunState::Queued,
+        };
         let ok = self
             .engine()
             .run_retry(RunRetry {
                 id: run.id.clone(),
                 expected: run.state,
                 now,
+                approval,
             })
             .await?;
         if !ok {
@@ -498,7 +511,7 @@ impl Client {
             )));
         }
         self.inner.wake.notify_one();
-        Ok(())
+        Ok(state)
     }
 
     /// A session's inbox messages.

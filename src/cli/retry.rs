@@ -27,9 +27,11 @@ pub async fn run(ctx: &Ctx, args: Args) -> Result<()> {
         return Err(bulk::refuse_mixed("retry", run).into());
     }
     let id = run_id(run)?;
-    ctx.client.retry(&id).await?;
+    let state = ctx.client.retry(&id).await?;
     if ctx.json {
-        render::json(&json!({"id": id, "run_id": id, "state": "queued"}));
+        render::json(&json!({"id": id, "run_id": id, "state": state.as_str()}));
+    } else if state == crate::run::RunState::AwaitingApproval {
+        render::line(&format!("re-queued {id}: awaiting approval"));
     } else {
         render::line(&format!("re-queued {id}"));
     }

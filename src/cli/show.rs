@@ -77,15 +77,20 @@ pub async fn run(ctx: &Ctx, args: Args) -> Result<()> {
         pairs.push(("stages", stage_lines(&run.stages)));
     }
     if let Some(a) = &run.approval_state {
-        pairs.push((
-            "approval",
-            format!(
+        // Pending is no decision yet: say until when, not an empty who and when.
+        let text = match run.approval_by.as_deref() {
+            None if a == "pending" => match run.approval_deadline {
+                Some(_) => format!("pending until {}", t(&run.approval_deadline)),
+                None => "pending (no deadline)".to_string(),
+            },
+            _ => format!(
                 "{a} by {} at {} ({})",
                 render::opt(&run.approval_by),
                 t(&run.approval_at),
                 render::opt(&run.approval_note)
             ),
-        ));
+        };
+        pairs.push(("approval", text));
     }
     if run.errors.as_array().is_some_and(|a| !a.is_empty()) {
         pairs.push(("errors", error_lines(&run.errors)));

@@ -62,12 +62,18 @@ impl Client {
         let mut pages = Pages::new(filter, opts.batch_size);
         while let Some(page) = self.next_page(&mut pages).await? {
             report.matched += page.len() as u64;
+            let now = self.now();
+            let approvals = page
+                .iter()
+                .map(|r| crate::approval::pending_for_retry(self, r, now))
+                .collect();
             let runs: Vec<(RunId, RunState)> = page.into_iter().map(|r| (r.id, r.state)).collect();
             let applied = self
                 .engine()
                 .run_retry_many(RunRetryMany {
                     runs: runs.clone(),
-                    now: self.now(),
+                    now,
+                    approvals,
                 })
                 .await?;
             report.batches += 1;

@@ -295,6 +295,22 @@ pub struct NewRun {
     pub ticks: i64,
     /// Return a matching run instead of inserting (unique runs).
     pub unique: Option<UniqueCheck>,
+    /// Set when the run needs an operator's approval before it may run: the insert stores it
+    /// `awaiting_approval` (approval `pending`) with its request message, in the same
+    /// transaction, instead of `queued`. Decided by the creating process's rules
+    /// ([`crate::approval::pending_for`]).
+    pub approval: Option<PendingApproval>,
+}
+
+/// What a run that waits for approval from its creation is stored with.
+#[derive(Debug, Clone)]
+pub struct PendingApproval {
+    /// When the approval expires (the run ends cancelled as expired); `None`: never.
+    pub deadline: Option<DateTime<Utc>>,
+    /// The `approval_request` message to the run's session (attempt 0).
+    pub message: crate::inbox::NewMessage,
+    /// The message's `data`, encoded as JSON text.
+    pub message_data: String,
 }
 
 /// A run's args as stored: compact JSON text. Serialised straight into a `String`:

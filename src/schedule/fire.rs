@@ -92,14 +92,16 @@ impl Fire {
     }
 
     /// The run this fire of `s` starts (keyed by schedule and tick), due at `run_at`; both
-    /// engines insert exactly this row.
+    /// engines insert exactly this row, after `gate` (the claiming process's approval rules)
+    /// has said whether it waits for approval.
     pub fn new_run(
         &self,
         s: &crate::schedule::model::Schedule,
         run_at: DateTime<Utc>,
         now: DateTime<Utc>,
+        gate: &crate::store::GateRun,
     ) -> crate::run::NewRun {
-        crate::run::NewRun {
+        let mut row = crate::run::NewRun {
             id: crate::ids::RunId::generate(),
             session_id: s.session_id.clone(),
             tool: s.tool.clone(),
@@ -117,7 +119,10 @@ impl Fire {
             fire_at: Some(self.fire_at),
             ticks: self.ticks(),
             unique: None,
-        }
+            approval: None,
+        };
+        row.approval = gate(&row, &s.args);
+        row
     }
 }
 

@@ -5,7 +5,7 @@ use chrono::{DateTime, Utc};
 
 use crate::client::Client;
 use crate::error::Result;
-use crate::store::{ClaimDue, ClaimReport};
+use crate::store::{ClaimDue, ClaimReport, GateRun};
 
 /// Schedules handled per transaction (keeps each write short).
 const BATCH: usize = 100;
@@ -25,6 +25,12 @@ pub(crate) async fn schedule_tick(client: &Client) -> Result<(ClaimReport, Optio
     if next.is_none_or(|n| n > client.now()) {
         return Ok((total, next));
     }
+    // The runs a fire makes wait for approval as this process's rules say (see
+    // `approval::pending_for`), like the runs it enqueues.
+    let gate: GateRun = {
+        let client = client.clone();
+        std::sync::Arc::new(move |row, args| crate::approval::pending_for(&client, row, args))
+    };
     for _ in 0..MAX_BATCHES {
         let p = ClaimDue {
             now: client.now(),
@@ -32,7 +38,7 @@ pub(crate) async fn schedule_tick(client: &Client) -> Result<(ClaimReport, Optio
             late_after,
             catchup_spacing: spacing,
         };
-        let r = client.engine().schedule_claim_due(p).await?;
+        let r = client.engine().schedule_claim_due(p, gate.clone()).await?;
         for (id, why) in &r.broken {
             tracing::error!(schedule_id = %id, reason = %why, "schedule disabled: it no longer fires");
         }

@@ -22,6 +22,12 @@ pub type EngineResult<T> = Result<T, StoreError>;
 /// Decides how a rescued run's attempt ends (pure; called inside the rescue transaction).
 pub type DecideRescue = Arc<dyn Fn(&Run, RescueReason) -> FinishRecord + Send + Sync>;
 
+/// Whether a run about to be created (with its arguments as given) waits for approval, and
+/// what it is stored with then (pure; called inside a schedule claim's transaction for each
+/// run a fire makes). The creating process's rules: [`crate::approval::pending_for`].
+pub type GateRun =
+    Arc<dyn Fn(&NewRun, &serde_json::Value) -> Option<crate::run::PendingApproval> + Send + Sync>;
+
 /// Called by a change feed when another connection or process may have committed.
 pub type OnChange = Arc<dyn Fn() + Send + Sync>;
 
@@ -30,7 +36,9 @@ pub type OnChange = Arc<dyn Fn() + Send + Sync>;
 pub trait Engine: Send + Sync + std::fmt::Debug + 'static {
     // ---- runs -------------------------------------------------------------------------
     /// Inserts runs in one transaction, all or none; a known idempotency key returns the
-    /// run that holds it.
+    /// run that holds it. A new run with `approval` is stored `awaiting_approval` (approval
+    /// `pending`, its deadline) with its `approval_request` message, in the same transaction;
+    /// an existing one returned instead writes nothing.
     async fn run_insert(&self, runs: Vec<NewRun>) -> EngineResult<Vec<Inserted>>;
     /// Inserts one run unless the queued and running runs (not counting `except`) already
     /// reach a limit: over all sessions first, then in the run's session. Count and insert
@@ -206,8 +214,9 @@ pub trait Engine: Send + Sync + std::fmt::Debug + 'static {
     /// The earliest next tick of an enabled schedule.
     async fn schedule_next_due(&self) -> EngineResult<Option<DateTime<Utc>>>;
     /// Fires due schedules: runs, ledger rows and the advance of each, in one transaction;
-    /// a tick fires once however many workers poll.
-    async fn schedule_claim_due(&self, p: ClaimDue) -> EngineResult<ClaimReport>;
+    /// a tick fires once however many workers poll. `gate` says which of the runs made wait
+    /// for approval (inserted as [`Engine::run_insert`] does with `NewRun::approval`).
+    async fn schedule_claim_due(&self, p: ClaimDue, gate: GateRun) -> EngineResult<ClaimReport>;
 
     // ---- retention --------------------------------------------------------------------
     /// What a prune with these cutoffs would remove.
@@ -280,6 +289,10 @@ pub struct RunRetry {
     pub expected: RunState,
     /// Now.
     pub now: DateTime<Utc>,
+    /// Set when the retried run must wait for approval again
+    /// ([`crate::approval::pending_for_retry`]): it goes to `awaiting_approval` with its
+    /// request message, in the same transaction, instead of `queued`.
+    pub approval: Option<crate::run::PendingApproval>,
 }
 
 /// Parameters of [`Engine::run_select`].
@@ -342,6 +355,8 @@ pub struct RunRetryMany {
     pub runs: Vec<(RunId, RunState)>,
     /// Now.
     pub now: DateTime<Utc>,
+    /// Per run of `runs` (same index; missing: none), as [`RunRetry::approval`].
+    pub approvals: Vec<Option<crate::run::PendingApproval>>,
 }
 
 /// Parameters of [`Engine::run_approve`].
@@ -506,6 +521,21 @@ pub struct Rescue {
     pub now: DateTime<Utc>,
     /// Whether a worker process (pid, start time) on this host is gone.
     pub is_dead: fn(i64, &str) -> bool,
+    /// The runs that the rescuing worker itself is running or recording: never taken back,
+    /// whatever their lease says (after an outage it extends or records them itself).
+    pub spare: Vec<String>,
+    /// Whether a run may be taken back because its lease expired. A worker that was itself
+    /// cut off from the database lately passes `false`: the other hosts' leases ran out
+    /// during the same outage, and they get a lease's time to extend them.
+    pub lease_expiry: bool,
+}
+
+impl Rescue {
+    /// Whether this rescue takes `run` back for `reason` (the owner's death always counts).
+    pub fn takes(&self, run: &Run, reason: RescueReason) -> bool {
+        (self.lease_expiry || reason != RescueReason::LeaseExpired)
+            && !self.spare.iter().any(|id| run.id.as_str() == id)
+    }
 }
 
 /// One run taken back by a rescue.

@@ -95,7 +95,7 @@ pub async fn run(
     let c = &st.client;
     let state = match action {
         RunAction::Cancel => c.cancel(&id).await.map(|s| s.as_str().to_string()),
-        RunAction::Retry => c.retry(&id).await.map(|_| "queued".to_string()),
+        RunAction::Retry => c.retry(&id).await.map(|s| s.as_str().to_string()),
         RunAction::Approve => c
             .approve(&id, BY, note)
             .await

@@ -208,6 +208,9 @@ pub enum WaitingEnd {
 pub fn decide_waiting(run: &Run, end: WaitingEnd) -> FinishRecord {
     let mut rec = blank(run, Fence::Waiting(run.state));
     let error = match end {
+        WaitingEnd::Cancelled if run.state == RunState::AwaitingApproval => {
+            "cancelled by request while awaiting approval".to_string()
+        }
         WaitingEnd::Cancelled => "cancelled by request before it started".to_string(),
         WaitingEnd::Denied { by, reason } => {
             let error = match &reason {

@@ -24,12 +24,16 @@ pub struct Health {
     last_error: String,
     /// Failures since the state became failing (drives the backoff).
     failures: u32,
+    /// The latest storage error's time, kept after the state clears (see
+    /// [`Health::judges_leases`]).
+    last_failure: Option<DateTime<Utc>>,
 }
 
 impl Health {
     /// A storage error at `now`: [`Change::Failing`] when writes were healthy until now.
     pub fn failed(&mut self, now: DateTime<Utc>, error: &str) -> Option<Change> {
         self.last_error = error.to_string();
+        self.last_failure = Some(now);
         self.failures = self.failures.saturating_add(1);
         if self.failing_since.is_some() {
             return None;
@@ -43,6 +47,16 @@ impl Health {
         let since = self.failing_since.take()?;
         self.failures = 0;
         Some(Change::Cleared((now - since).to_std().unwrap_or_default()))
+    }
+
+    /// Whether this worker may take runs back because their lease expired, at `now`: only
+    /// once a whole `lease` has passed since its own latest storage error. An outage that cut
+    /// this worker off cut the others off too (a restarted server, a partition): their leases
+    /// ran out for want of a database, not of a live owner, and they need up to a lease to
+    /// extend them again once it is back.
+    pub fn judges_leases(&self, now: DateTime<Utc>, lease: std::time::Duration) -> bool {
+        self.last_failure
+            .is_none_or(|at| (now - at).to_std().is_ok_and(|since| since >= lease))
     }
 
     /// Whether writes are failing.
@@ -166,6 +180,29 @@ mod tests {
         h.progressed(clock.now());
         clock.advance(chrono::Duration::seconds(600));
         assert_eq!(h.stalled(clock.now(), timeout), None);
+    }
+
+    #[test]
+    fn leases_are_judged_again_only_a_lease_after_the_last_storage_error() {
+        let clock = clock();
+        let lease = Duration::from_secs(10);
+        let mut h = Health::default();
+        assert!(
+            h.judges_leases(clock.now(), lease),
+            "a fresh worker judges leases"
+        );
+        h.failed(clock.now(), "connection refused");
+        clock.advance(chrono::Duration::seconds(20));
+        h.failed(clock.now(), "connection refused");
+        assert!(!h.judges_leases(clock.now(), lease), "not during an outage");
+        h.progressed(clock.now());
+        clock.advance(chrono::Duration::seconds(9));
+        assert!(
+            !h.judges_leases(clock.now(), lease),
+            "not within a lease of it"
+        );
+        clock.advance(chrono::Duration::seconds(1));
+        assert!(h.judges_leases(clock.now(), lease));
     }
 
     #[test]

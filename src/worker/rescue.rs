@@ -80,10 +80,21 @@ pub fn decide_rescue(
     decide(run, end, SinkSnapshot::default(), defaults, now, jitter)
 }
 
-/// One rescue pass over the database, as any worker (or an operator tool) runs it. It looks
-/// first with a read; only when there is something to take back does it open a write
-/// transaction, which looks again before acting (every write in it is fenced anyway).
+/// One rescue pass over the database, as an operator tool (or a test) runs it: it spares
+/// nothing and judges every lease. It looks first with a read; only when there is something to
+/// take back does it open a write transaction, which looks again before acting (every write in
+/// it is fenced anyway).
 pub async fn rescue_tick(client: &Client) -> Result<RescueReport> {
+    rescue_pass(client, Vec::new(), true).await
+}
+
+/// A rescue pass that spares the runs in `spare` (the rescuing worker's own) and takes runs
+/// back for an expired lease only when `lease_expiry` holds.
+async fn rescue_pass(
+    client: &Client,
+    spare: Vec<String>,
+    lease_expiry: bool,
+) -> Result<RescueReport> {
     let now = client.now();
     let params = Rescue {
         host: identity::host_of(&client.config().worker),
@@ -91,6 +102,8 @@ pub async fn rescue_tick(client: &Client) -> Result<RescueReport> {
         pid_namespace: identity::pid_namespace(),
         now,
         is_dead: identity::is_dead,
+        spare,
+        lease_expiry,
     };
     let defaults = client.config().runs.clone();
     let formatter = client.clone();
@@ -122,7 +135,12 @@ pub async fn rescue_tick(client: &Client) -> Result<RescueReport> {
 
 /// Runs a rescue pass and logs (rather than returns) a failure: the next tick tries again.
 pub(super) async fn rescue_once(sh: &Arc<Shared>) {
-    match rescue_tick(&sh.client).await {
+    // Its own runs, ended or not, stay this worker's: it extends their leases and records
+    // their ends itself, also when the database comes back from an outage.
+    let spare: Vec<String> = sh.flights().keys().cloned().collect();
+    let lease = sh.client.config().worker.lease;
+    let lease_expiry = sh.health().judges_leases(sh.client.now(), lease);
+    match rescue_pass(&sh.client, spare, lease_expiry).await {
         Ok(r) if r.rescued() > 0 || r.workers_died > 0 => {
             sh.progressed();
             tracing::info!(

@@ -443,6 +443,7 @@ async fn a_batch_leaves_runs_that_changed_state_since_the_page_was_read() {
                 (b.clone(), RunState::Failed),
             ],
             now,
+            approvals: Vec::new(),
         })
         .await
         .unwrap();

@@ -241,3 +241,54 @@ fn an_approval_requirement_for_an_unknown_tool_is_a_config_error() {
         "{e}"
     );
 }
+
+/// Issue 40 item 6 through the binary: `enqueue` and `enqueue --file` of a tool that requires
+/// approval leave the run `awaiting_approval`, so `approve` right after works; `cancel` of a
+/// waiting run is a cancel, not a denial.
+#[test]
+fn approve_right_after_enqueue_from_the_cli() {
+    let dir = tempfile::tempdir().unwrap();
+    let cli = Cli::new(
+        dir.path(),
+        "[tools.deploy]\ncommand = [\"sh\", \"-c\", \"echo deployed\"]\nrequires_approval = true\n",
+    );
+    let a = cli.enqueue("deploy", "ops");
+    let v = cli.json(&["show", &a]);
+    assert_eq!(v["state"], "awaiting_approval", "{v}");
+    assert_eq!(v["attempt"], 0, "{v}");
+    assert!(v["started_at"].is_null(), "{v}");
+    let text = cli.ok(&["show", &a]);
+    assert!(text.contains("pending (no deadline)"), "{text}");
+    let file = dir.path().join("runs.jsonl");
+    std::fs::write(
+        &file,
+        "{\"tool\":\"deploy\",\"session\":\"ops\"}\n{\"tool\":\"echo\",\"args\":{\"message\":\"x\"},\"session\":\"ops\"}\n",
+    )
+    .unwrap();
+    let ids = cli.json(&["enqueue", "--file", file.to_str().unwrap()]);
+    let ids: Vec<String> = ids["ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i.as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(cli.json(&["show", &ids[0]])["state"], "awaiting_approval");
+    assert_eq!(cli.json(&["show", &ids[1]])["state"], "queued");
+    let listed = cli.ok(&["runs", "--state", "awaiting_approval"]);
+    assert!(listed.contains(&a) && listed.contains(&ids[0]), "{listed}");
+    let v = cli.json(&["approve", &a, "--by", "alice"]);
+    assert_eq!(v["state"], "queued", "{v}");
+    let v = cli.json(&["cancel", &ids[0]]);
+    assert_eq!(v["state"], "cancelled", "{v}");
+    let v = cli.json(&["show", &ids[0]]);
+    assert_eq!(v["state"], "cancelled", "{v}");
+    assert_ne!(v["approval_state"], "denied", "{v}");
+    cli.ok(&["worker", "--drain"]);
+    let v = cli.json(&["show", &a]);
+    assert_eq!(
+        (v["state"].as_str(), v["attempt"].as_i64()),
+        (Some("completed"), Some(1))
+    );
+    let stats = cli.json(&["stats"]);
+    assert!(stats.to_string().contains("awaiting_approval"), "{stats}");
+}

@@ -266,3 +266,105 @@ fn a_host_that_stops_heartbeating_loses_its_runs_at_lease_expiry_and_its_late_fi
         2
     );
 }
+
+/// Issue 40, item 1: a host frozen by SIGSTOP anywhere (inside a transaction that holds the
+/// inbox or claim lock, or a row lock) holds nothing the others wait on for longer than the
+/// server's idle-in-transaction bound. Over several stops, the other hosts keep completing runs
+/// and heartbeating, none of their runs is taken from them, and the frozen host's runs are
+/// rescued once their lease expires. Prints the longest stall it saw.
+#[test]
+fn a_host_frozen_mid_transaction_never_stops_the_other_hosts() {
+    const RUNS: usize = 6000;
+    const STOPS: usize = 4;
+    let lease = Duration::from_secs(4);
+    let s = setup(
+        "[worker]\nconcurrency = 6\nper_session = 2\npoll_interval = \"20ms\"\n\
+         heartbeat_interval = \"500ms\"\nlease = \"4s\"\nshutdown_grace = \"10s\"\n\
+         [runs]\nbackoff_base = \"10ms\"\nbackoff_max = \"50ms\"\n",
+    );
+    enqueue_sleeps(
+        &s.db,
+        (0..RUNS)
+            .map(|i| (format!("s{}", i % 40), 100 + (i % 3) as u64 * 100, None))
+            .collect(),
+    );
+    let completed = || {
+        s.db.count("SELECT count(*) FROM runs WHERE state = 'completed'")
+    };
+    let mut workers: Vec<Killed> = ["host-a", "host-b", "host-c"]
+        .into_iter()
+        .map(|h| Killed(spawn_worker_on(&s, false, Some(h))))
+        .collect();
+    wait_until("the hosts complete runs", || completed() > 100);
+    let mut longest = Duration::ZERO;
+    for round in 0..STOPS {
+        // Frozen for twice its lease: long enough for its runs to be rescued.
+        signal(&workers[0].0, Signal::SIGSTOP);
+        let stopped = Instant::now();
+        let (mut last, mut since) = (completed(), Instant::now());
+        while stopped.elapsed() < lease * 2 {
+            std::thread::sleep(Duration::from_millis(50));
+            let now = completed();
+            if now > last {
+                longest = longest.max(since.elapsed());
+                (last, since) = (now, Instant::now());
+            }
+        }
+        longest = longest.max(since.elapsed());
+        assert!(
+            since.elapsed() < lease,
+            "round {round}: no run completed in the last {:?} of a {:?} stop of host-a",
+            since.elapsed(),
+            lease * 2
+        );
+        signal(&workers[0].0, Signal::SIGCONT);
+        std::thread::sleep(Duration::from_millis(700));
+    }
+    eprintln!("a frozen host: longest stall of the others over {STOPS} stops: {longest:?}");
+    // The others were never taken for dead: every run taken back was host-a's.
+    let a_id =
+        s.db.column("SELECT id FROM workers WHERE host = 'host-a'")
+            .remove(0);
+    let lost: Vec<String> =
+        s.db.column("SELECT errors FROM runs WHERE errors LIKE '%worker lost%'");
+    assert!(
+        !lost.is_empty(),
+        "host-a's runs were rescued while it was frozen"
+    );
+    for errors in &lost {
+        let v: serde_json::Value = serde_json::from_str(errors).unwrap();
+        for e in v.as_array().unwrap() {
+            let internal = e["internal_error"].as_str().unwrap_or_default();
+            if e["error"]
+                .as_str()
+                .unwrap_or_default()
+                .starts_with("worker lost")
+            {
+                assert!(
+                    internal.contains(&a_id),
+                    "a live host lost a run: {internal} (host-a is {a_id})"
+                );
+            }
+        }
+    }
+    // What is still queued is not this test's subject: cancelled, and the rest ends.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_toolq"))
+        .args(["--db", &s.db.url, "cancel", "--state", "queued", "--all"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    wait_until("the running runs end", || {
+        s.db.count("SELECT count(*) FROM runs WHERE state = 'running'") == 0
+    });
+    for w in &mut workers {
+        signal(&w.0, Signal::SIGTERM);
+    }
+    for w in &mut workers {
+        wait_exit(&mut w.0, Duration::from_secs(60));
+    }
+    assert_recorded_exactly_once(&s.db);
+}

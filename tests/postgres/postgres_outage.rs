@@ -245,3 +245,95 @@ async fn a_dropped_listening_connection_is_replaced_and_other_hosts_enqueues_sti
     stop.cancel();
     worker.await.unwrap().unwrap();
 }
+
+/// Another host on the test database through `proxy`, sharing `env`'s clock.
+fn host_through(proxy: &Proxy, env: &TestEnv, host: &str) -> Client {
+    let mut config = Config {
+        db_path: proxy.url(&env.db.url),
+        ..Config::default()
+    };
+    config.worker.poll_interval = Duration::from_millis(20);
+    config.worker.lease = Duration::from_secs(30);
+    config.worker.concurrency = 1;
+    config.worker.stall_timeout = Duration::from_secs(86_400);
+    config.worker.host_id = Some(host.into());
+    let registry = RegistryBuilder::new().with_builtins().build().unwrap();
+    Client::open_with_clock(config, registry, Arc::new(env.clock.clone())).unwrap()
+}
+
+/// Issue 40, item 2: the database goes away for longer than a lease while a worker's run ends.
+/// Back online, the worker is the first to look: it records its own run, and does not take it
+/// back from itself as if its lease had expired (which dropped the result and ran it again).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_back_from_an_outage_longer_than_its_lease_records_its_own_run() {
+    let proxy = Proxy::start();
+    // A heartbeat too rare to extend the lease before the worker's own rescue pass looks.
+    let env = TestEnv::with_config(|c| {
+        proxied(&proxy, c);
+        c.worker.lease = Duration::from_secs(30);
+        c.worker.heartbeat_interval = Duration::from_secs(15);
+        c.worker.stall_timeout = Duration::from_secs(86_400);
+    });
+    let id = env
+        .client
+        .enqueue(EnqueueRequest::new("sleep", json!({"ms": 1500})))
+        .await
+        .unwrap()
+        .run_id;
+    let worker = drain_holding_the_run(&env);
+    proxy.cut();
+    env.clock.advance(chrono::Duration::seconds(60));
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    proxy.restore();
+    let report = tokio::time::timeout(Duration::from_secs(60), worker)
+        .await
+        .expect("the worker drains once the database is back")
+        .unwrap()
+        .unwrap();
+    assert_eq!((report.recorded, report.fenced_out), (1, 0), "{report:?}");
+    let run = env.client.get(&id).await.unwrap();
+    assert_eq!((run.state, run.attempt), (RunState::Completed, 1));
+    assert_eq!(run.errors, json!([]), "nothing was rescued");
+}
+
+/// Issue 40, item 2, across hosts: two live workers, each running one run, lose the server for
+/// longer than a lease. Whichever is back first leaves the other's run alone for a lease, in
+/// which the other extends its lease and records its run: nothing runs twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn live_hosts_back_from_an_outage_do_not_rescue_each_others_runs() {
+    let proxy = Proxy::start();
+    let env = env_through(&proxy);
+    let (a, b) = (
+        host_through(&proxy, &env, "host-a"),
+        host_through(&proxy, &env, "host-b"),
+    );
+    let mut ids = Vec::new();
+    for session in ["s1", "s2"] {
+        let req = EnqueueRequest::new("sleep", json!({"ms": 1500})).session(session);
+        ids.push(env.client.enqueue(req).await.unwrap().run_id);
+    }
+    let mut handles = Vec::new();
+    for (n, host) in [&a, &b].into_iter().enumerate() {
+        let worker = host.worker(WorkerOptions { drain: true });
+        let metrics = worker.metrics();
+        handles.push(tokio::spawn(worker.run(Default::default())));
+        wait_until("the host claimed a run", || metrics.claims() == 1);
+        assert_eq!(running(&env), n as i64 + 1);
+    }
+    proxy.cut();
+    env.clock.advance(chrono::Duration::seconds(60));
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    proxy.restore();
+    for handle in handles {
+        let report = tokio::time::timeout(Duration::from_secs(60), handle)
+            .await
+            .expect("each host drains once the database is back")
+            .unwrap()
+            .unwrap();
+        assert_eq!((report.recorded, report.fenced_out), (1, 0), "{report:?}");
+    }
+    for id in ids {
+        let run = env.client.get(&id).await.unwrap();
+        assert_eq!((run.state, run.attempt), (RunState::Completed, 1), "{id}");
+    }
+}

@@ -55,6 +55,11 @@ impl Engine for PgStore {
         run: NewRun,
         approval: Option<RunApprove>,
     ) -> EngineResult<()> {
+        // A host's approval replaces the request the row may carry: it is inserted queued.
+        let mut run = run;
+        if approval.is_some() {
+            run.approval = None;
+        }
         write_tx!(self, |tx| {
             runs::insert(&tx, &run).await?;
             if let Some(a) = &approval {
@@ -80,6 +85,9 @@ impl Engine for PgStore {
     async fn run_retry(&self, p: RunRetry) -> EngineResult<bool> {
         write_tx!(self, |tx| {
             let ok = runs::requeue_finished(&tx, p.id.as_str(), p.expected, p.now).await?;
+            if let (true, Some(a)) = (ok, &p.approval) {
+                runs::mark_awaiting(&tx, p.id.as_str(), a, p.now).await?;
+            }
             if ok {
                 notify(&tx).await?;
             }
@@ -122,8 +130,12 @@ impl Engine for PgStore {
     async fn run_retry_many(&self, p: RunRetryMany) -> EngineResult<Vec<bool>> {
         write_tx!(self, |tx| {
             let mut done = Vec::with_capacity(p.runs.len());
-            for (id, state) in &p.runs {
-                done.push(runs::requeue_finished(&tx, id.as_str(), *state, p.now).await?);
+            for (i, (id, state)) in p.runs.iter().enumerate() {
+                let ok = runs::requeue_finished(&tx, id.as_str(), *state, p.now).await?;
+                if let (true, Some(Some(a))) = (ok, p.approvals.get(i)) {
+                    runs::mark_awaiting(&tx, id.as_str(), a, p.now).await?;
+                }
+                done.push(ok);
             }
             if done.contains(&true) {
                 notify(&tx).await?;
@@ -286,7 +298,10 @@ impl Engine for PgStore {
                 .filter(|(_, pid, start)| (p.is_dead)(*pid, start))
                 .map(|(id, _, _)| id)
                 .collect();
-            let pending = !claim::rescuable(&c, p.now).await?.is_empty();
+            let pending = claim::rescuable(&c, p.now)
+                .await?
+                .iter()
+                .any(|(run, reason)| p.takes(run, *reason));
             (dead, pending)
         };
         if dead.is_empty() && !pending {
@@ -300,6 +315,9 @@ impl Engine for PgStore {
             };
             let mut records = Vec::new();
             for (run, reason) in claim::rescuable(&tx, p.now).await? {
+                if !p.takes(&run, reason) {
+                    continue;
+                }
                 let record = decide(&run, reason);
                 if finish::apply_states(&tx, &[&record], p.now).await? == [true] {
                     done.runs.push(RescuedRun {
@@ -477,8 +495,8 @@ impl Engine for PgStore {
         schedules::next_due(&self.conn().await?).await
     }
 
-    async fn schedule_claim_due(&self, p: ClaimDue) -> EngineResult<ClaimReport> {
-        write_tx!(self, |tx| schedules::claim_due(&tx, &p).await)
+    async fn schedule_claim_due(&self, p: ClaimDue, gate: GateRun) -> EngineResult<ClaimReport> {
+        write_tx!(self, |tx| schedules::claim_due(&tx, &p, &gate).await)
     }
 
     async fn prune_count(&self, cutoffs: PruneCutoffs) -> EngineResult<Removed> {

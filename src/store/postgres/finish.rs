@@ -26,6 +26,8 @@ const FINISH_MANY: &str = "UPDATE runs r SET state = u.state, run_at = coalesce(
     approval_state = coalesce(u.approval, r.approval_state), \
     approval_deadline = coalesce(u.deadline, r.approval_deadline), \
     attempt = CASE WHEN u.state = 'awaiting_approval' THEN r.attempt - 1 ELSE r.attempt END, \
+    started_at = CASE WHEN u.state = 'awaiting_approval' THEN NULL ELSE r.started_at END, \
+    heartbeat_at = CASE WHEN u.state = 'awaiting_approval' THEN NULL ELSE r.heartbeat_at END, \
     lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL \
     FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], \
         $7::text[], $8::text[], $9::text[], $10::text[], $11::text[], $12::text[], $13::bigint[], \
@@ -35,13 +37,16 @@ const FINISH_MANY: &str = "UPDATE runs r SET state = u.state, run_at = coalesce(
     RETURNING r.id, r.tool";
 
 /// The end of a run that is not running, fenced by (id, state, attempt); counts as attempt + 1.
+/// Cancelling a run that awaits approval is no decision: its pending approval is cleared (not
+/// marked denied), and so is its "awaiting approval" status line.
 const END_WAITING: &str = "UPDATE runs SET state = $1, finished_at = $2, error = $3, \
     internal_error = coalesce($4, internal_error), \
     errors = CASE WHEN $5::text IS NULL THEN errors WHEN errors = '[]' THEN '[' || $5 || ']' \
         ELSE left(errors, length(errors) - 1) || ',' || $5 || ']' END, \
     attempt = attempt + 1, \
-    approval_state = coalesce($6::text, CASE WHEN approval_state = 'pending' THEN 'denied' \
+    approval_state = coalesce($6::text, CASE WHEN approval_state = 'pending' THEN NULL \
         ELSE approval_state END), \
+    status_text = CASE WHEN state = 'awaiting_approval' THEN NULL ELSE status_text END, \
     approval_by = CASE WHEN $6::text IS NULL THEN approval_by ELSE $7 END, \
     approval_at = CASE WHEN $6::text IS NULL THEN approval_at ELSE $2 END, \
     approval_note = CASE WHEN $6::text IS NULL THEN approval_note ELSE $8 END, \

@@ -17,6 +17,7 @@ pub(crate) mod migrate;
 mod retention;
 mod runs;
 mod schedules;
+mod session;
 pub(crate) mod tls;
 mod workers;
 
@@ -161,7 +162,11 @@ fn retryable(e: &StoreError) -> bool {
         .downcast_ref::<PgError>()
         .and_then(|e| e.0.code())
         .is_some_and(|c| {
-            *c == SqlState::T_R_SERIALIZATION_FAILURE || *c == SqlState::T_R_DEADLOCK_DETECTED
+            // A lock wait that ran out (`session::LOCK_WAIT`) is another transaction in the
+            // way, for longer.
+            *c == SqlState::T_R_SERIALIZATION_FAILURE
+                || *c == SqlState::T_R_DEADLOCK_DETECTED
+                || *c == SqlState::LOCK_NOT_AVAILABLE
         })
 }
 
@@ -238,7 +243,9 @@ impl PgStore {
         if config.get_application_name().is_none() {
             config.application_name("toolq");
         }
-        let setup = config.clone();
+        let mut setup = config.clone();
+        session::bound(&mut setup, session::Bounds::IdleOnly);
+        session::bound(&mut config, session::Bounds::All);
         let setup_tls = connector.clone();
         let loc = location.clone();
         std::thread::scope(|s| {

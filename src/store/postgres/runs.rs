@@ -134,10 +134,55 @@ pub(crate) async fn insert_many<C: GenericClient>(
         let mut one = Columns::default();
         one.push(run)?;
         one.insert(c).await?;
+        // At once: a later unique run of this insert compares states with it.
+        await_approval(c, run).await?;
         done.push(Inserted::New(run.id.clone()));
     }
     plain.insert(c).await?;
+    // Runs without a key or unique check are never compared with: mark them after.
+    for run in runs
+        .iter()
+        .filter(|r| r.idempotency_key.is_none() && r.unique.is_none())
+    {
+        await_approval(c, run).await?;
+    }
     Ok(done)
+}
+
+/// Moves a run just inserted `queued` to `awaiting_approval` when it was created needing
+/// approval (`NewRun::approval`); does nothing otherwise.
+async fn await_approval<C: GenericClient>(c: &C, run: &NewRun) -> Result<(), StoreError> {
+    match &run.approval {
+        Some(p) => mark_awaiting(c, run.id.as_str(), p, run.created_at).await,
+        None => Ok(()),
+    }
+}
+
+/// Moves a queued run (just inserted or re-queued by a retry, in this transaction) to
+/// `awaiting_approval`: approval `pending` with its deadline, the decision fields of an
+/// earlier one cleared, and posts its approval request.
+pub(crate) async fn mark_awaiting<C: GenericClient>(
+    c: &C,
+    id: &str,
+    p: &crate::run::PendingApproval,
+    now: DateTime<Utc>,
+) -> Result<(), StoreError> {
+    let n = exec(
+        c,
+        "UPDATE runs SET state = 'awaiting_approval', approval_state = 'pending', \
+         approval_deadline = $1, approval_by = NULL, approval_at = NULL, \
+         approval_note = NULL, status_text = 'awaiting approval' \
+         WHERE id = $2 AND state = 'queued'",
+        &[&p.deadline.map(ts), &id],
+        "await approval",
+    )
+    .await?;
+    if n != 1 {
+        return Err(StoreError::Invalid(format!(
+            "run {id}: written, but not found queued to await approval"
+        )));
+    }
+    super::inbox::insert_many(c, &[(&p.message, p.message_data.as_str())], now).await
 }
 
 async fn existing_key<C: GenericClient>(
@@ -331,7 +376,7 @@ pub(crate) async fn count<C: GenericClient>(c: &C, f: &RunFilter) -> Result<i64,
     get(&query_one(c, &sql, &params, "count runs").await?, 0)
 }
 
-/// Queues an awaiting run as approved.
+/// Queues an awaiting run as approved: due now, or at its own later `run_at`.
 pub(crate) async fn approve<C: GenericClient>(
     c: &C,
     id: &str,
@@ -341,7 +386,7 @@ pub(crate) async fn approve<C: GenericClient>(
 ) -> Result<bool, StoreError> {
     let n = exec(
         c,
-        "UPDATE runs SET state = 'queued', run_at = $1, approval_state = 'approved', \
+        "UPDATE runs SET state = 'queued', run_at = GREATEST(run_at, $1), approval_state = 'approved', \
          approval_by = $2, approval_at = $1, approval_note = $3, status_text = NULL \
          WHERE id = $4 AND state = 'awaiting_approval'",
         &[&ts(now), &by, &note, &id],

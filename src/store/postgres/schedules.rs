@@ -16,7 +16,7 @@ use crate::schedule::OverlapPolicy;
 use crate::schedule::fire::{Fire, Plan, PlanInput, plan};
 use crate::schedule::model::{NewSchedule, Occurrence, Schedule};
 use crate::schedule::spec::ScheduleSpec;
-use crate::store::{ClaimDue, ClaimReport};
+use crate::store::{ClaimDue, ClaimReport, GateRun};
 
 const COLUMNS: &str = "id, session_id, tool, args, title, cron_expression, scheduled_at, timezone, \
     enabled, next_trigger_at, last_triggered_at, trigger_count, missed_policy, catchup_window_ms, \
@@ -303,6 +303,7 @@ async fn record<C: GenericClient>(
 pub(crate) async fn claim_due<C: GenericClient>(
     c: &C,
     p: &ClaimDue,
+    gate: &GateRun,
 ) -> Result<ClaimReport, StoreError> {
     let now = p.now;
     let sql = format!(
@@ -339,7 +340,7 @@ pub(crate) async fn claim_due<C: GenericClient>(
     for s in due {
         report.schedules += 1;
         let held = paused.holds(&s.tool, &s.session_id);
-        fire_one(c, p, &s, held, &mut slot, &mut report).await?;
+        fire_one(c, p, gate, &s, held, &mut slot, &mut report).await?;
     }
     if !report.runs.is_empty() {
         super::notify(c).await?;
@@ -350,6 +351,7 @@ pub(crate) async fn claim_due<C: GenericClient>(
 async fn fire_one<C: GenericClient>(
     c: &C,
     p: &ClaimDue,
+    gate: &GateRun,
     s: &Schedule,
     paused: bool,
     slot: &mut Option<DateTime<Utc>>,
@@ -409,7 +411,7 @@ async fn fire_one<C: GenericClient>(
             continue;
         }
         let run_at = fire.run_at(slot, p.catchup_spacing, now);
-        start_run(c, s, fire, run_at, now, report).await?;
+        start_run(c, s, fire, run_at, now, gate, report).await?;
         runs += 1;
         last = Some(fire.fire_at);
     }
@@ -452,9 +454,10 @@ async fn start_run<C: GenericClient>(
     fire: &Fire,
     run_at: DateTime<Utc>,
     now: DateTime<Utc>,
+    gate: &GateRun,
     report: &mut ClaimReport,
 ) -> Result<(), StoreError> {
-    let row = fire.new_run(s, run_at, now);
+    let row = fire.new_run(s, run_at, now, gate);
     let id = super::runs::insert(c, &row).await?.id().clone();
     let (fired, coalesced) = fire.fired_rows();
     report.fired += record(c, &s.id, "fired", Some(&id), &fired, now).await?;

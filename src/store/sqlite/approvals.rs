@@ -22,11 +22,12 @@ pub struct Decision<'a> {
     pub now: DateTime<Utc>,
 }
 
-/// Queues an awaiting run to execute as approved. False when it was not awaiting approval.
+/// Queues an awaiting run to execute as approved: due now, or at its own later `run_at` (a
+/// run enqueued with a delay keeps it). False when it was not awaiting approval.
 pub fn approve(tx: &Transaction<'_>, d: &Decision<'_>) -> Result<bool, StoreError> {
     let n = tx
         .prepare_cached(
-            "UPDATE runs SET state = 'queued', run_at = :now, approval_state = 'approved', \
+            "UPDATE runs SET state = 'queued', run_at = max(run_at, :now), approval_state = 'approved', \
              approval_by = :by, approval_at = :now, approval_note = :note, status_text = NULL \
              WHERE id = :id AND state = 'awaiting_approval'",
         )

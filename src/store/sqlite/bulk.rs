@@ -100,10 +100,18 @@ pub fn count(conn: &Connection, f: &RunFilter) -> Result<i64, StoreError> {
 pub fn retry_many(
     tx: &Transaction<'_>,
     runs: &[(RunId, RunState)],
+    approvals: &[Option<crate::run::PendingApproval>],
     now: chrono::DateTime<chrono::Utc>,
 ) -> Result<Vec<bool>, StoreError> {
     runs.iter()
-        .map(|(id, state)| super::runs::requeue_finished(tx, id, *state, now))
+        .enumerate()
+        .map(|(i, (id, state))| {
+            let ok = super::runs::requeue_finished(tx, id, *state, now)?;
+            if let (true, Some(Some(a))) = (ok, approvals.get(i)) {
+                super::runs::mark_awaiting(tx, id, a, now)?;
+            }
+            Ok(ok)
+        })
         .collect()
 }
 

@@ -62,6 +62,11 @@ impl Engine for Store {
         run: NewRun,
         approval: Option<RunApprove>,
     ) -> EngineResult<()> {
+        // A host's approval replaces the request the row may carry: it is inserted queued.
+        let mut run = run;
+        if approval.is_some() {
+            run.approval = None;
+        }
         self.write_async(move |tx| {
             runs::insert(tx, &run)?;
             if let Some(a) = &approval {
@@ -92,8 +97,14 @@ impl Engine for Store {
     }
 
     async fn run_retry(&self, p: RunRetry) -> EngineResult<bool> {
-        self.write_async(move |tx| runs::requeue_finished(tx, &p.id, p.expected, p.now))
-            .await
+        self.write_async(move |tx| {
+            let ok = runs::requeue_finished(tx, &p.id, p.expected, p.now)?;
+            if let (true, Some(a)) = (ok, &p.approval) {
+                runs::mark_awaiting(tx, &p.id, a, p.now)?;
+            }
+            Ok(ok)
+        })
+        .await
     }
 
     async fn run_select(&self, p: RunSelect) -> EngineResult<Vec<Run>> {
@@ -129,7 +140,7 @@ impl Engine for Store {
     }
 
     async fn run_retry_many(&self, p: RunRetryMany) -> EngineResult<Vec<bool>> {
-        self.write_async(move |tx| bulk::retry_many(tx, &p.runs, p.now))
+        self.write_async(move |tx| bulk::retry_many(tx, &p.runs, &p.approvals, p.now))
             .await
     }
 
@@ -268,7 +279,9 @@ impl Engine for Store {
                     pid_namespace: &here.pid_namespace,
                 };
                 let dead = rescue::dead_workers(c, &loc, here.is_dead)?;
-                let pending = !rescue::rescuable(c, here.now)?.is_empty();
+                let pending = rescue::rescuable(c, here.now)?
+                    .iter()
+                    .any(|(run, reason)| here.takes(run, *reason));
                 Ok((dead, pending))
             })
             .await?;
@@ -282,6 +295,9 @@ impl Engine for Store {
                 runs: Vec::new(),
             };
             for (run, reason) in rescue::rescuable(tx, p.now)? {
+                if !p.takes(&run, reason) {
+                    continue;
+                }
                 let record = decide(&run, reason);
                 if finish::record_ends(tx, &[&record], p.now)? == [true] {
                     done.runs.push(RescuedRun {
@@ -462,8 +478,8 @@ impl Engine for Store {
         self.read_async(schedules::next_due).await
     }
 
-    async fn schedule_claim_due(&self, p: ClaimDue) -> EngineResult<ClaimReport> {
-        self.write_async(move |tx| schedules::claim_due(tx, &p))
+    async fn schedule_claim_due(&self, p: ClaimDue, gate: GateRun) -> EngineResult<ClaimReport> {
+        self.write_async(move |tx| schedules::claim_due(tx, &p, &gate))
             .await
     }
 

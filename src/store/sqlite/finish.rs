@@ -24,6 +24,8 @@ pub(crate) static FINISH: std::sync::LazyLock<String> = std::sync::LazyLock::new
      approval_state = coalesce(?10, approval_state), \
      approval_deadline = coalesce(?11, approval_deadline), \
      attempt = CASE WHEN ?1 = 'awaiting_approval' THEN attempt - 1 ELSE attempt END, \
+     started_at = CASE WHEN ?1 = 'awaiting_approval' THEN NULL ELSE started_at END, \
+     heartbeat_at = CASE WHEN ?1 = 'awaiting_approval' THEN NULL ELSE heartbeat_at END, \
      lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL \
      WHERE id = ?12 AND state = 'running' AND attempt = ?13 AND lease_token = ?14"
         .to_string()
@@ -98,13 +100,15 @@ fn finish_state(
 
 /// The end of a run that is not running (cancelled while queued or awaiting approval, denied,
 /// expired): fenced by (id, state, attempt); the end counts as attempt + 1. Cancelling a run
-/// that awaits approval marks the approval denied.
+/// that awaits approval is no decision: its pending approval is cleared (not marked denied),
+/// and so is its "awaiting approval" status line.
 const END_WAITING: &str = "UPDATE runs SET state = ?1, finished_at = ?2, error = ?3, \
      internal_error = coalesce(?4, internal_error), \
      errors = CASE WHEN ?5 IS NULL THEN errors ELSE json_insert(errors, '$[#]', json(?5)) END, \
      attempt = attempt + 1, \
-     approval_state = coalesce(?6, CASE WHEN approval_state = 'pending' THEN 'denied' \
+     approval_state = coalesce(?6, CASE WHEN approval_state = 'pending' THEN NULL \
          ELSE approval_state END), \
+     status_text = CASE WHEN state = 'awaiting_approval' THEN NULL ELSE status_text END, \
      approval_by = CASE WHEN ?6 IS NULL THEN approval_by ELSE ?7 END, \
      approval_at = CASE WHEN ?6 IS NULL THEN approval_at ELSE ?2 END, \
      approval_note = CASE WHEN ?6 IS NULL THEN approval_note ELSE ?8 END, \

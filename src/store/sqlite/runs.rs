@@ -58,10 +58,55 @@ pub fn insert_many(tx: &Transaction<'_>, runs: &[NewRun]) -> Result<Vec<Inserted
             continue;
         }
         insert_plain(tx, std::slice::from_ref(run))?;
+        // At once: a later unique run of this insert compares states with it.
+        await_approval(tx, run)?;
         done.push(Inserted::New(run.id.clone()));
     }
     insert_plain(tx, &runs[plain_from..])?;
+    // Runs without a key or unique check are never compared with: mark them after.
+    for run in runs
+        .iter()
+        .filter(|r| r.idempotency_key.is_none() && r.unique.is_none())
+    {
+        await_approval(tx, run)?;
+    }
     Ok(done)
+}
+
+/// Moves a run just inserted `queued` to `awaiting_approval` when it was created needing
+/// approval (`NewRun::approval`); does nothing otherwise.
+fn await_approval(tx: &Transaction<'_>, run: &NewRun) -> Result<(), StoreError> {
+    match &run.approval {
+        Some(p) => mark_awaiting(tx, &run.id, p, run.created_at),
+        None => Ok(()),
+    }
+}
+
+/// Moves a queued run (just inserted or re-queued by a retry, in this transaction) to
+/// `awaiting_approval`: approval `pending` with its deadline, the decision fields of an
+/// earlier one cleared, and posts its approval request.
+pub(crate) fn mark_awaiting(
+    tx: &Transaction<'_>,
+    id: &RunId,
+    p: &crate::run::PendingApproval,
+    now: DateTime<Utc>,
+) -> Result<(), StoreError> {
+    let n = tx
+        .prepare_cached(
+            "UPDATE runs SET state = 'awaiting_approval', approval_state = 'pending', \
+             approval_deadline = ?1, approval_by = NULL, approval_at = NULL, \
+             approval_note = NULL, status_text = 'awaiting approval' \
+             WHERE id = ?2 AND state = 'queued'",
+        )
+        .ctx("prepare await approval")?
+        .execute(rusqlite::params![p.deadline.map(ts), id.as_str()])
+        .ctx("await approval")?;
+    if n != 1 {
+        return Err(StoreError::Invalid(format!(
+            "run {id}: written, but not found queued to await approval"
+        )));
+    }
+    super::inbox::insert_many_encoded(tx, &[(&p.message, &p.message_data)], now)
 }
 
 /// Rows in one multi-row INSERT at most (17 parameters each: 1,105 of SQLite's 32,766).
@@ -548,6 +593,7 @@ mod tests {
             fire_at: None,
             ticks: 1,
             unique: None,
+            approval: None,
         }
     }
 

@@ -13,7 +13,7 @@ use crate::schedule::OverlapPolicy;
 use crate::schedule::fire::{Fire, Plan, PlanInput, plan};
 use crate::schedule::model::{NewSchedule, Schedule};
 use crate::schedule::spec::ScheduleSpec;
-use crate::store::{ClaimDue, ClaimReport};
+use crate::store::{ClaimDue, ClaimReport, GateRun};
 
 const COLUMNS: &str = "id, session_id, tool, args, title, cron_expression, scheduled_at, timezone, \
     enabled, next_trigger_at, last_triggered_at, trigger_count, missed_policy, catchup_window_ms, \
@@ -209,7 +209,11 @@ const ADVANCE: &str = "UPDATE schedules SET next_trigger_at = :next, \
 /// (schedule, fire time), writes a ledger row for every tick, and advances next_trigger_at,
 /// last_triggered_at and trigger_count (a one-shot is disabled). The advance is guarded by the
 /// next_trigger_at it read, so however many workers poll, a tick fires once.
-pub fn claim_due(tx: &Transaction<'_>, p: &ClaimDue) -> Result<ClaimReport, StoreError> {
+pub fn claim_due(
+    tx: &Transaction<'_>,
+    p: &ClaimDue,
+    gate: &GateRun,
+) -> Result<ClaimReport, StoreError> {
     let now = p.now;
     let mut due: Vec<Schedule> = tx
         .prepare_cached(&DUE.replace("{cols}", COLUMNS))
@@ -237,7 +241,7 @@ pub fn claim_due(tx: &Transaction<'_>, p: &ClaimDue) -> Result<ClaimReport, Stor
     for s in due {
         report.schedules += 1;
         let held = paused.holds(&s.tool, &s.session_id);
-        fire_one(tx, p, &s, held, &mut slot, &mut report)?;
+        fire_one(tx, p, gate, &s, held, &mut slot, &mut report)?;
     }
     Ok(report)
 }
@@ -245,6 +249,7 @@ pub fn claim_due(tx: &Transaction<'_>, p: &ClaimDue) -> Result<ClaimReport, Stor
 fn fire_one(
     tx: &Transaction<'_>,
     p: &ClaimDue,
+    gate: &GateRun,
     s: &Schedule,
     paused: bool,
     slot: &mut Option<DateTime<Utc>>,
@@ -297,7 +302,7 @@ fn fire_one(
             continue;
         }
         let run_at = fire.run_at(slot, p.catchup_spacing, now);
-        start_run(tx, s, fire, run_at, now, report)?;
+        start_run(tx, s, fire, run_at, now, gate, report)?;
         runs += 1;
         last = Some(fire.fire_at);
     }
@@ -332,9 +337,10 @@ fn start_run(
     fire: &Fire,
     run_at: DateTime<Utc>,
     now: DateTime<Utc>,
+    gate: &GateRun,
     report: &mut ClaimReport,
 ) -> Result<(), StoreError> {
-    let row = fire.new_run(s, run_at, now);
+    let row = fire.new_run(s, run_at, now, gate);
     let id = super::runs::insert(tx, &row)?.id().clone();
     let (fired, coalesced) = fire.fired_rows();
     report.fired += record(tx, &s.id, "fired", Some(&id), &fired, now)?;
