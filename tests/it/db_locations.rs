@@ -173,3 +173,43 @@ fn a_sqlite_path_that_merely_contains_an_equals_sign_or_colon_still_works() {
         assert!(dir.path().join(name).exists(), "{name}");
     }
 }
+
+#[test]
+fn a_library_config_with_such_a_location_is_refused_too() {
+    let dir = tempfile::tempdir().unwrap();
+    let location = dir
+        .path()
+        .join(format!("mysql://u:{SECRET}@h/db"))
+        .display()
+        .to_string();
+    // A path that starts with `/` is a path: only a bare URL is refused.
+    for (db_path, refused) in [
+        (format!("mysql://u:{SECRET}@h/db"), true),
+        (format!("host=h password={KV_SECRET}"), true),
+        (location, false),
+    ] {
+        let config = toolq::Config {
+            db_path: db_path.clone(),
+            ..toolq::Config::default()
+        };
+        let registry = toolq::RegistryBuilder::new()
+            .with_builtins()
+            .build()
+            .unwrap();
+        let opened = toolq::Client::open(config, registry).map(|_| ());
+        if refused {
+            let e = opened.unwrap_err();
+            let text = e.to_string();
+            assert_eq!(e.exit_code(), 2, "{db_path}: {text}");
+            assert!(text.contains("db_path") && text.contains("***"), "{text}");
+            assert!(
+                !text.contains(SECRET) && !text.contains(KV_SECRET),
+                "{text}"
+            );
+        } else {
+            // `/tmp/.../mysql:/u:...` has no such directory: an open error, not a refusal.
+            assert!(opened.is_err_and(|e| e.exit_code() != 2), "{db_path}");
+        }
+    }
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+}

@@ -73,15 +73,23 @@ impl std::fmt::Debug for PgStore {
     }
 }
 
-/// A tokio-postgres error shown whole: its own text ("db error", "error connecting to
-/// server") is followed by its cause (the server's message, the I/O error).
+/// A tokio-postgres error shown whole: its own text ("error connecting to server") is
+/// followed by its cause (the server's message, the I/O error). The server's message stands
+/// alone: tokio-postgres's "db error" before it says nothing.
 #[derive(Debug)]
 pub(crate) struct PgError(pub(crate) tokio_postgres::Error);
 
 impl std::fmt::Display for PgError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}", self.0)?;
         let mut source = std::error::Error::source(&self.0);
+        if self.0.as_db_error().is_some()
+            && let Some(s) = source
+        {
+            write!(f, "{s}")?;
+            source = s.source();
+        } else {
+            write!(f, "{}", self.0)?;
+        }
         while let Some(s) = source {
             write!(f, ": {s}")?;
             source = s.source();
