@@ -213,6 +213,12 @@ impl Client {
         let (engine, store): (Arc<dyn Engine>, Option<Store>) = match &url {
             Some(url) => (Arc::new(crate::store::PgStore::open(url, mode)?), None),
             None => {
+                // Config::from_layers refuses these too; a library caller's Config is not
+                // validated there.
+                if let Some(reason) = crate::db_url::refuse_path(&config.db_path) {
+                    let shown = format!("{:?}", crate::db_url::redact(&config.db_path));
+                    return Err(crate::error::InputError::new("db_path", shown, reason).into());
+                }
                 let store = Store::open_with(&config.db_path, mode)?;
                 (Arc::new(store.clone()), Some(store))
             }

@@ -474,13 +474,18 @@ impl Config {
         // An empty url means none: `--db PATH` sets it so, to win over a url in the file.
         let db_url = database.url.filter(|u| !u.trim().is_empty());
         if let Some(u) = &db_url
-            && !crate::db_url::is_postgres(u)
+            && let Some(reason) = crate::db_url::refuse_url(u)
         {
-            return Err(c.bad(
-                "database.url",
-                format!("{:?}", crate::db_url::redact(u)),
-                "must be a Postgres URL: postgres://user@host:port/dbname",
-            ));
+            let shown = format!("{:?}", crate::db_url::redact(u));
+            return Err(c.bad("database.url", shown, reason));
+        }
+        // A URL of another scheme or a keyword string would otherwise become a SQLite file
+        // named after it, password and all.
+        if db_url.is_none()
+            && let Some(reason) = crate::db_url::refuse_path(&db_path)
+        {
+            let shown = format!("{:?}", crate::db_url::redact(&db_path));
+            return Err(c.bad("database.path", shown, reason));
         }
         let worker = WorkerConfig {
             concurrency: c.int(

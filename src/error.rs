@@ -202,6 +202,10 @@ pub enum StoreError {
         url: String,
         /// Why (refused, timed out, authentication failed, no such database).
         reason: String,
+        /// Whether trying again later may succeed: the server is down, starting, shutting
+        /// down or full, or the network failed; not a refused login, a missing database or
+        /// a TLS mismatch.
+        transient: bool,
     },
     /// The command only makes sense for another engine (exit code 2).
     #[error("{what}")]
@@ -267,7 +271,10 @@ impl StoreError {
     pub fn fault(&self) -> Fault {
         match self {
             StoreError::Damaged { .. } => Fault::Damaged,
-            StoreError::Stalled { .. } | StoreError::Connect { .. } => Fault::Storage,
+            StoreError::Stalled { .. }
+            | StoreError::Connect {
+                transient: true, ..
+            } => Fault::Storage,
             StoreError::Sqlite { source, .. } => source.fault(),
             _ => Fault::Other,
         }

@@ -67,13 +67,21 @@ pub fn init(format: LogFormat, filter: Option<&str>, default: &str) -> Result<()
             _ => ("default", default.to_string()),
         },
     };
-    let env_filter = EnvFilter::try_new(&spec).map_err(|e| {
+    let mut env_filter = EnvFilter::try_new(&spec).map_err(|e| {
         InputError::new(
             field,
             &spec,
             format!("is not a log filter like info or toolq=debug,warn ({e})"),
         )
     })?;
+    // The connection pool's own warnings ("Connection error: db error") say neither which
+    // operation failed nor why; the worker's outage line says both. A filter that names
+    // deadpool still gets them.
+    if !spec.contains("deadpool")
+        && let Ok(quiet) = "deadpool=error".parse()
+    {
+        env_filter = env_filter.add_directive(quiet);
+    }
     let builder = tracing_subscriber::fmt()
         .with_env_filter(env_filter)
         .with_writer(LossyStderrMaker)

@@ -28,6 +28,7 @@ mod tools;
 mod wait;
 mod web;
 mod worker;
+mod worker_start;
 
 use std::path::PathBuf;
 
@@ -315,6 +316,13 @@ async fn dispatch(cli: Cli, host: RegistryBuilder, db_from_env: bool) -> Result<
         }) => return schedule::preview(cli.json, a),
         other => other,
     };
+    // A worker waits for a Postgres server that cannot be reached yet, as it waits out an
+    // outage.
+    if let Command::Worker(a) = &command
+        && !worker_start::wait_for_database(&config, open_mode(&command), a.drain).await?
+    {
+        return Ok(());
+    }
     let client = Client::open_as(
         config,
         registry,

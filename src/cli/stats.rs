@@ -38,7 +38,8 @@ pub async fn run(ctx: &Ctx, _args: Args) -> Result<()> {
         .as_deref()
         .and_then(crate::clock::parse_ts)
         .map(|t| (now - t).num_milliseconds().max(0) as f64 / 1000.0);
-    let size = ctx.client.engine().size_bytes().unwrap_or(0);
+    // Unknown (a Postgres server, or a file that cannot be measured) is null, not 0.
+    let size = ctx.client.engine().size_bytes();
     let v = json!({
         "runs": Value::Object(by_state.clone()),
         "oldest_queued_run_at": oldest,
@@ -95,8 +96,9 @@ pub async fn run(ctx: &Ctx, _args: Args) -> Result<()> {
         pairs.push((
             "database",
             format!(
-                "{} ({size} bytes, journal {}, synchronous {}, sqlite {})",
+                "{} ({}, journal {}, synchronous {}, sqlite {})",
                 v["db"].as_str().unwrap_or(""),
+                size.map_or("size unknown".to_string(), |n| format!("{n} bytes")),
                 info.journal_mode,
                 info.synchronous,
                 info.sqlite_version

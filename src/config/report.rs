@@ -11,7 +11,9 @@ pub(crate) fn parse_error(e: &toml::de::Error, text: &str, name: &str) -> Config
     let line = e.span().map(|s| line_at(text, s.start));
     let mut message = e.message().trim().to_string();
     if let Some(l) = line {
-        let shown = text.lines().nth(l - 1).unwrap_or("").trim_end();
+        // The line may hold a database URL with its password: it is shown redacted.
+        let line_text = crate::db_url::redact_text(text.lines().nth(l - 1).unwrap_or(""));
+        let shown = line_text.trim_end();
         let header = shown
             .trim()
             .strip_prefix('[')

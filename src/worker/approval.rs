@@ -47,7 +47,7 @@ pub(super) async fn approval_loop(sh: Arc<Shared>, stop: CancellationToken) {
         match approval_tick(&sh).await {
             Ok(0) => {}
             Ok(n) => tracing::info!(expired = n, "approvals expired"),
-            Err(e) => sh.store_failed("approval expiry", e),
+            Err(e) => sh.store_failed("expiring overdue approvals", e),
         }
     }
 }

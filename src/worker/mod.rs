@@ -138,7 +138,10 @@ impl Worker {
                     Ok(runs) => {
                         failures = 0;
                         claimed = runs.len();
-                        if claimed > 0 {
+                        // A committed claim shows that a Postgres server answers again. On
+                        // SQLite a claim of no rows writes no page, so proves nothing about
+                        // a full disk: only a claim that took runs counts there.
+                        if claimed > 0 || client.is_postgres() {
                             sh.progressed();
                         }
                         if let Some(last) = runs.last() {
@@ -150,7 +153,7 @@ impl Worker {
                     }
                     Err(e) => {
                         failures = failures.saturating_add(1);
-                        sh.store_failed("claim", e);
+                        sh.store_failed("claiming runs", e);
                     }
                 }
             }

@@ -21,7 +21,7 @@ pub(super) async fn schedule_loop(sh: Arc<Shared>, stop: CancellationToken) {
                 .min(poll),
             Ok((_, None)) => poll,
             Err(e) => {
-                sh.store_failed("schedule tick", e);
+                sh.store_failed("looking for due schedules", e);
                 poll
             }
         };

@@ -101,8 +101,8 @@ impl Shared {
             Fault::Storage => {
                 let change = self.health().failed(self.client.now(), &e.to_string());
                 if change.is_some() {
-                    tracing::error!(error = %e,
-                        "database writes are failing ({what}); backing off, and logging again once they succeed");
+                    tracing::error!(db = %self.client.engine().location(), error = %e,
+                        "database writes are failing: {what} failed; backing off, and logging again once they succeed");
                 } else {
                     tracing::debug!(error = %e, "{what} failed; still backing off");
                 }

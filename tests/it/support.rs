@@ -389,17 +389,19 @@ pub fn toolq(db: impl AsRef<std::ffi::OsStr>, args: &[&str]) -> std::process::Ou
 }
 
 /// The toolq binary with nothing from the test's environment that would change what it does:
-/// no `TOOLQ_*` override, no log filter, and no libpq TLS variable (`PGSSLMODE`...), which the
-/// Postgres engine reads.
+/// no `TOOLQ_*` override, no log filter, no libpq variable (`PGSSLMODE`, `PGPASSWORD`,
+/// `PGHOST`...), which the Postgres engine reads, and no password file (`PGPASSFILE` names
+/// one that does not exist, so the developer's `~/.pgpass` is not read either).
 pub fn toolq_command() -> std::process::Command {
     let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_toolq"));
     cmd.env_remove("RUST_LOG");
     for (k, _) in std::env::vars_os() {
         let name = k.to_string_lossy();
-        if name.starts_with("TOOLQ_") || name.starts_with("PGSSL") {
+        if name.starts_with("TOOLQ_") || name.starts_with("PG") {
             cmd.env_remove(k);
         }
     }
+    cmd.env("PGPASSFILE", "/nonexistent/toolq-tests/pgpass");
     cmd
 }
 

@@ -33,9 +33,11 @@ mod support;
 mod bad_input;
 mod harness;
 mod hosts;
+mod postgres_credentials;
 mod postgres_inbox;
 mod postgres_open;
 mod postgres_outage;
+mod postgres_startup;
 mod postgres_tls;
 mod ticks;
 
@@ -97,6 +99,8 @@ mod schedules;
 mod shutdown;
 #[path = "../it/spawn_background.rs"]
 mod spawn_background;
+#[path = "../it/stats_size.rs"]
+mod stats_size;
 #[path = "../it/status.rs"]
 mod status;
 #[path = "../it/tools.rs"]

@@ -16,14 +16,14 @@ use crate::support::{TestEnv, pg, wait_until};
 
 /// Forwards local connections to the test server until cut: a cut closes every open
 /// connection and refuses new ones until restored.
-struct Proxy {
+pub(crate) struct Proxy {
     port: u16,
     up: Arc<AtomicBool>,
     open: Arc<Mutex<Vec<TcpStream>>>,
 }
 
 impl Proxy {
-    fn start() -> Proxy {
+    pub(crate) fn start() -> Proxy {
         let upstream = pg::server().port;
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
@@ -60,14 +60,14 @@ impl Proxy {
     }
 
     /// `url` (of the test server) through this proxy.
-    fn url(&self, url: &str) -> String {
+    pub(crate) fn url(&self, url: &str) -> String {
         url.replace(
             &format!(":{}/", pg::server().port),
             &format!(":{}/", self.port),
         )
     }
 
-    fn cut(&self) {
+    pub(crate) fn cut(&self) {
         let mut open = self.open.lock().unwrap();
         self.up.store(false, Ordering::SeqCst);
         for s in open.drain(..) {
@@ -75,7 +75,7 @@ impl Proxy {
         }
     }
 
-    fn restore(&self) {
+    pub(crate) fn restore(&self) {
         self.up.store(true, Ordering::SeqCst);
     }
 }

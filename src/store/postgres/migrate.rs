@@ -46,8 +46,17 @@ pub(crate) fn connect_error(
     ssl_mode: SslMode,
     e: &tokio_postgres::Error,
 ) -> StoreError {
+    let tls_problem = tls::explain(e, ssl_mode);
+    // No SQLSTATE and no TLS problem: refused, timed out, reset, unresolved (the network
+    // or a server that is down); a server starting, stopping or full says so by its class.
+    let transient = match e.code() {
+        None => tls_problem.is_none(),
+        Some(c) => ["08", "53", "57P"]
+            .iter()
+            .any(|class| c.code().starts_with(class)),
+    };
     let reason = match e.code() {
-        None if let Some(why) = tls::explain(e, ssl_mode) => why,
+        None if let Some(why) = tls_problem => why,
         Some(c) if *c == SqlState::INVALID_PASSWORD => {
             "password authentication failed (check the user and password)".to_string()
         }
@@ -71,12 +80,18 @@ pub(crate) fn connect_error(
                 text = format!("{text}: {s}");
                 source = s.source();
             }
+            if text.contains("password missing") {
+                text.push_str(
+                    " (none in the URL, PGPASSWORD or the password file: PGPASSFILE, else ~/.pgpass)",
+                );
+            }
             text
         }
     };
     StoreError::Connect {
         url: location.to_string(),
         reason,
+        transient,
     }
 }
 

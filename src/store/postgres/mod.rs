@@ -7,6 +7,7 @@
 mod change_feed;
 mod claim;
 mod codec;
+mod credentials;
 mod engine;
 mod finish;
 mod flow;
@@ -72,15 +73,23 @@ impl std::fmt::Debug for PgStore {
     }
 }
 
-/// A tokio-postgres error shown whole: its own text ("db error", "error connecting to
-/// server") is followed by its cause (the server's message, the I/O error).
+/// A tokio-postgres error shown whole: its own text ("error connecting to server") is
+/// followed by its cause (the server's message, the I/O error). The server's message stands
+/// alone: tokio-postgres's "db error" before it says nothing.
 #[derive(Debug)]
 pub(crate) struct PgError(pub(crate) tokio_postgres::Error);
 
 impl std::fmt::Display for PgError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}", self.0)?;
         let mut source = std::error::Error::source(&self.0);
+        if self.0.as_db_error().is_some()
+            && let Some(s) = source
+        {
+            write!(f, "{s}")?;
+            source = s.source();
+        } else {
+            write!(f, "{}", self.0)?;
+        }
         while let Some(s) = source {
             write!(f, ": {s}")?;
             source = s.source();
@@ -126,10 +135,29 @@ pub(crate) fn pg_fault(e: &tokio_postgres::Error) -> Fault {
 }
 
 fn pool_error(e: deadpool_postgres::PoolError) -> StoreError {
-    use deadpool_postgres::PoolError;
-    match e {
-        PoolError::Backend(e) => StoreError::pg("connect", e),
-        other => StoreError::Pool(crate::store::EngineError::new(other, Fault::Storage)),
+    use deadpool_postgres::{PoolError, TimeoutType};
+    // deadpool's own texts ("Timeout occurred while creating a new object") say neither
+    // what was waited for nor for how long.
+    let why = match &e {
+        PoolError::Backend(_) => None,
+        PoolError::Timeout(TimeoutType::Create) => Some(format!(
+            "connect: no answer from the server within {}s",
+            CONNECT_TIMEOUT.as_secs()
+        )),
+        PoolError::Timeout(TimeoutType::Wait) => Some(format!(
+            "no free connection in time (all {POOL_SIZE} of this process's are in use)"
+        )),
+        PoolError::Timeout(TimeoutType::Recycle) => {
+            Some("checking a pooled connection: no answer from the server".into())
+        }
+        other => Some(other.to_string()),
+    };
+    match (e, why) {
+        (PoolError::Backend(e), _) => StoreError::pg("connect", e),
+        (_, why) => StoreError::Pool(crate::store::EngineError::new(
+            std::io::Error::other(why.unwrap_or_default()),
+            Fault::Storage,
+        )),
     }
 }
 
@@ -215,6 +243,7 @@ impl PgStore {
         let tls_url = tls::TlsUrl::parse(url).map_err(bad_url)?;
         let mut config = tokio_postgres::Config::from_str(&tls_url.driver_url)
             .map_err(|e| bad_url(PgError(e).to_string()))?;
+        credentials::fill(&mut config, &tls_url.driver_url).map_err(bad_url)?;
         let connector = tls_url.connector().map_err(bad_url)?;
         let ssl_mode = tls_url.mode;
         config.connect_timeout(CONNECT_TIMEOUT);
