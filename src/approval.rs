@@ -66,16 +66,7 @@ pub fn pending_for(client: &Client, run: &NewRun, args: &Value) -> Option<Pendin
         attempt: 0,
         delivery: run.delivery,
     };
-    let mut message = approval_message(&about, args, deadline.map(ts).as_deref());
-    if let Some(entry) = client.registry().get(&run.tool) {
-        entry.format_message(&mut message);
-    }
-    let message_data = message.data.to_string();
-    Some(PendingApproval {
-        deadline,
-        message,
-        message_data,
-    })
+    Some(pending(client, &about, args, deadline))
 }
 
 /// Whether a failed or cancelled run that is being retried must wait for approval again
@@ -91,16 +82,26 @@ pub fn pending_for_retry(
         return None;
     }
     let deadline = deadline_from(requirement(client, &run.tool)?, now);
-    let mut message = approval_message(&about_of(run), &run.args, deadline.map(ts).as_deref());
-    if let Some(entry) = client.registry().get(&run.tool) {
+    Some(pending(client, &about_of(run), &run.args, deadline))
+}
+
+/// A pending approval with its `approval_request` message, shaped by the tool's formatter.
+fn pending(
+    client: &Client,
+    about: &About<'_>,
+    args: &Value,
+    deadline: Option<DateTime<Utc>>,
+) -> PendingApproval {
+    let mut message = approval_message(about, args, deadline.map(ts).as_deref());
+    if let Some(entry) = client.registry().get(about.tool) {
         entry.format_message(&mut message);
     }
     let message_data = message.data.to_string();
-    Some(PendingApproval {
+    PendingApproval {
         deadline,
         message,
         message_data,
-    })
+    }
 }
 
 /// The records that move a claimed run to `awaiting_approval` (fenced by its lease) and post
