@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Before and after, interleaved: the workload's enqueue, drain and enqueue-batch on REV's code
+# and on the working tree's, alternating which goes first in each round, with the raw SQLite
+# limit measured in every round. Prints each figure's runs and median, and new/base ratios.
+#
+#   bench/ab.sh REV [ROUNDS] [N]        (defaults: 4 rounds of 20,000 runs; BENCH_DIR as run.sh)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+REV=${1:?usage: bench/ab.sh REV [ROUNDS] [N]}
+ROUNDS=${2:-4}
+N=${3:-20000}
+CONC=16
+DIR=${BENCH_DIR:-bench/out}/ab
+mkdir -p "$DIR"
+if [ "$(stat -f -c %T "$DIR")" = tmpfs ]; then echo "bench/ab.sh: $DIR is on tmpfs; set BENCH_DIR to a real disk" >&2; exit 2; fi
+BASE=$(mktemp -d -p "${TMPDIR:-/tmp}" toolq-ab.XXXXXX)
+trap 'git worktree remove --force "$BASE/src" >/dev/null 2>&1 || true; rm -rf "$BASE"' EXIT
+git worktree add --detach "$BASE/src" "$REV" >/dev/null
+# One target directory for both: the dependencies build once.
+export CARGO_TARGET_DIR=$PWD/target/ab
+(cd "$BASE/src" && cargo build --release --quiet --example workload)
+cp "$CARGO_TARGET_DIR/release/examples/workload" "$BASE/base"
+cargo build --release --quiet --example workload --example sqlite_limit
+cp "$CARGO_TARGET_DIR/release/examples/workload" "$BASE/new"
+L=$CARGO_TARGET_DIR/release/examples/sqlite_limit
+RAW="$DIR/ab.jsonl"
+: > "$RAW"
+tag() { sed "s/^/{\"v\":\"$1\",\"round\":$2,\"x\":/; s/\$/}/"; }
+for r in $(seq "$ROUNDS"); do
+  "$L" "$DIR" "$N" | tag raw "$r" >> "$RAW"
+  order="base new"; [ $((r % 2)) = 0 ] && order="new base"
+  for v in $order; do
+    rm -f "$DIR/$v"-*.db*
+    "$BASE/$v" enqueue "$DIR/$v-e.db" "$N" "$CONC" 2>/dev/null | tag "$v" "$r" >> "$RAW"
+    "$BASE/$v" drain "$DIR/$v-e.db" "$N" "$CONC" 2>/dev/null | tag "$v" "$r" >> "$RAW"
+    "$BASE/$v" enqueue-batch "$DIR/$v-b.db" "$N" "$CONC" 2>/dev/null | tag "$v" "$r" >> "$RAW"
+  done
+done
+python3 - "$RAW" "$REV" <<'PY'
+import json, statistics as st, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+raw = st.median(r["x"]["insert_commits_per_s"] for r in rows if r["v"] == "raw")
+print(f"# base {sys.argv[2]} against the working tree; raw SQLite {raw:,.0f} commits/s (median)")
+for mode in ["enqueue", "drain", "enqueue-batch"]:
+    med = {}
+    for v in ["base", "new"]:
+        xs = [r["x"]["rate"] for r in rows if r["v"] == v and r["x"]["mode"] == mode]
+        med[v] = st.median(xs)
+        print(f"{mode:14} {v:4} median {med[v]:>9,.0f}/s ({med[v] / raw:.2f}x raw)  runs {[round(x) for x in xs]}")
+    print(f"{mode:14} new/base {med['new'] / med['base']:.3f}")
+for v in ["base", "new"]:
+    kib = [r["x"]["peak_rss_kib"] for r in rows if r["v"] == v and r["x"]["mode"] == "drain"]
+    print(f"drain peak RSS {v}: median {st.median(kib) / 1024:.2f} MiB, runs {kib}")
+PY
