@@ -1,7 +1,7 @@
 //! Deciding how an attempt ends (pure): state, errors, retry time, result and inbox message.
 
 use chrono::{DateTime, Utc};
-use serde_json::{Value, json};
+use serde_json::json;
 
 use crate::client::about_of;
 use crate::config::RunDefaults;
@@ -54,7 +54,8 @@ pub fn decide(
         AttemptEnd::Returned(ToolOutcome::Success(s)) => {
             let mut result = json!({"status": "completed", "result": s.value});
             if !s.images.is_empty() {
-                result["images"] = serde_json::to_value(&s.images).unwrap_or(Value::Null);
+                // toolq's field names only: the seed's pair would store the data twice.
+                result["images"] = s.images.iter().map(crate::tool::Image::stored).collect();
             }
             if let Some(raw) = s.raw_output {
                 rec.extra_blobs.push((
@@ -363,7 +364,7 @@ mod tests {
         );
         assert_eq!(rec.outcome, Outcome::Final(RunState::Completed));
         assert!(rec.error.is_none());
-        let result: Value = serde_json::from_slice(&rec.result.unwrap()).unwrap();
+        let result: serde_json::Value = serde_json::from_slice(&rec.result.unwrap()).unwrap();
         assert_eq!(
             result,
             json!({"status": "completed", "result": {"connection_required": "github"}})
