@@ -82,7 +82,10 @@ fn issue_33_the_embedding_section_explains_the_registry_and_ends_with_the_differ
         .expect("README has the Embedding section");
     let section = &README[start + 1..];
     let section = &section[..section[3..].find("\n## ").map_or(section.len(), |i| i + 3)];
-    assert!(section.contains("`Registry` is not a `ToolExecutor`"), "{section}");
+    assert!(
+        section.contains("`Registry` is not a `ToolExecutor`"),
+        "{section}"
+    );
     assert!(section.contains("passes `client.executor()`"), "{section}");
     let table = section
         .rfind("### Deliberate differences from the reference contract")
@@ -97,5 +100,8 @@ fn issue_33_the_embedding_section_explains_the_registry_and_ends_with_the_differ
         assert!(table.contains(row), "{row:?} missing:\n{table}");
     }
     let last = table.trim_end().lines().last().unwrap_or_default();
-    assert!(last.starts_with('|'), "the table ends the section: {last:?}");
+    assert!(
+        last.starts_with('|'),
+        "the table ends the section: {last:?}"
+    );
 }

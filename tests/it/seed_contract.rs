@@ -39,8 +39,12 @@ struct NeedsGithub;
 #[async_trait]
 impl Tool for NeedsGithub {
     fn definition(&self) -> ToolDef {
-        ToolDef::new("needs_github", "needs a connection", json!({"type": "object"}))
-            .hints(ToolHints::default().with_supports_background(true))
+        ToolDef::new(
+            "needs_github",
+            "needs a connection",
+            json!({"type": "object"}),
+        )
+        .hints(ToolHints::default().with_supports_background(true))
     }
     async fn call(&self, _ctx: ToolContext) -> ToolOutcome {
         ToolOutcome::connection_required("github")
@@ -121,8 +125,8 @@ async fn issue_33_raw_output_reaches_the_host_and_images_speak_both_field_names(
         json!({"base64": "AA==", "media_type": "image/png", "data": "AA==", "mime_type": "image/png"})
     );
     // Both names are accepted on input.
-    let seed: Image = serde_json::from_value(json!({"base64": "AQ==", "media_type": "image/gif"}))
-        .unwrap();
+    let seed: Image =
+        serde_json::from_value(json!({"base64": "AQ==", "media_type": "image/gif"})).unwrap();
     let ours: Image =
         serde_json::from_value(json!({"data": "AQ==", "mime_type": "image/gif"})).unwrap();
     assert_eq!(seed, ours);
@@ -131,11 +135,18 @@ async fn issue_33_raw_output_reaches_the_host_and_images_speak_both_field_names(
     // The seed's internal_error_msg: the details stay out of what the model sees.
     let i = ToolOutcome::internal_error_msg("dsn=secret").into_tool_result("c", "t");
     assert!(i.is_error && !i.content.to_string().contains("secret"));
-    assert_eq!(ToolOutcome::success(json!(1)).into_tool_result("c", "t").content, json!(1));
+    assert_eq!(
+        ToolOutcome::success(json!(1))
+            .into_tool_result("c", "t")
+            .content,
+        json!(1)
+    );
 
     // Queued: the raw output is kept beside the result; result.json keeps toolq's image fields.
     let raw = h.enqueue("raw", json!({}), Delivery::WhenIdle).await;
-    let pics = h.enqueue("raw", json!({"images": true}), Delivery::WhenIdle).await;
+    let pics = h
+        .enqueue("raw", json!({"images": true}), Delivery::WhenIdle)
+        .await;
     h.drain().await;
     let side = h.db.count(&format!(
         "SELECT size FROM blobs WHERE path = '/.background/{raw}/raw_output.txt'"
@@ -163,7 +174,9 @@ async fn issue_33_connection_required_fails_a_background_run_but_not_an_inline_c
     assert_eq!(r.content, json!({"connection_required": "github"}));
 
     // Background: the run fails with the seed's error, once (not retried).
-    let id = h.enqueue("needs_github", json!({}), Delivery::WhenIdle).await;
+    let id = h
+        .enqueue("needs_github", json!({}), Delivery::WhenIdle)
+        .await;
     h.drain().await;
     let run = h.client.get(&id).await.unwrap();
     let text = "Background tool requires connection setup: github";
@@ -175,19 +188,28 @@ async fn issue_33_connection_required_fails_a_background_run_but_not_an_inline_c
     assert_eq!(result, json!({"status": "failed", "error": text}));
     let msgs = h
         .client
-        .inbox("s", InboxFilter { limit: 10, ..Default::default() })
+        .inbox(
+            "s",
+            InboxFilter {
+                limit: 10,
+                ..Default::default()
+            },
+        )
         .await
         .unwrap();
     assert_eq!(msgs.len(), 1, "{msgs:?}");
     assert_eq!(msgs[0].kind, "failed");
-    assert!(msgs[0].body.starts_with("Background run failed."), "{}", msgs[0].body);
+    assert!(
+        msgs[0].body.starts_with("Background run failed."),
+        "{}",
+        msgs[0].body
+    );
     assert!(msgs[0].body.contains(text), "{}", msgs[0].body);
     assert_eq!(msgs[0].data["summary"], text);
 }
 
 #[tokio::test]
-async fn issue_33_silent_messages_are_delivered_marked_silent_and_never_acknowledged_by_the_call()
-{
+async fn issue_33_silent_messages_are_delivered_marked_silent_and_never_acknowledged_by_the_call() {
     let h = host();
     for (delivery, n) in [
         (Delivery::WhenIdle, 1),
@@ -213,7 +235,10 @@ async fn issue_33_silent_messages_are_delivered_marked_silent_and_never_acknowle
     assert_eq!(silent.len(), 1);
     assert!(silent[0].body.starts_with("Background run completed."));
     // Offering it acknowledged nothing: the host does, once it is in the context.
-    assert_eq!(h.db.count("SELECT count(*) FROM inbox WHERE acked_at IS NOT NULL"), 0);
+    assert_eq!(
+        h.db.count("SELECT count(*) FROM inbox WHERE acked_at IS NOT NULL"),
+        0
+    );
     let idle = h
         .client
         .deliverable("s", SessionActivity::Idle)
