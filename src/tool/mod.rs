@@ -227,7 +227,9 @@ pub enum ToolOutcome {
     /// Something broke inside: the session sees only [`INTERNAL_ERROR_TEXT`]; the details (the
     /// full error chain) go to `internal_error` and tracing. Retried while attempts remain.
     Internal(String),
-    /// The tool needs a connection to a provider that is not set up.
+    /// The tool needs a connection to a provider that is not set up. Inline (the executor)
+    /// it is not an error: the host gets the provider to connect. A queued run with it fails
+    /// without retry: "Background tool requires connection setup: {provider}" (the seed's).
     ConnectionRequired {
         /// Provider name.
         provider: String,

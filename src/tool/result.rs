@@ -1,6 +1,7 @@
 //! The seed's tool result for hosts: [`ToolOutcome::into_tool_result`] turns an outcome into
 //! what an agent host hands back to its model (call id, tool name, content, error flag,
-//! images, raw output). `connection_required` is not an error there: it carries the provider.
+//! images, raw output). `connection_required` is not an error there: it carries the provider
+//! (a queued run with it fails instead; see [`ToolOutcome::ConnectionRequired`]).
 
 use serde::Serialize;
 use serde_json::{Value, json};
