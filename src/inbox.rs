@@ -207,6 +207,14 @@ pub struct Message {
     pub acked_at: Option<String>,
 }
 
+impl Message {
+    /// A `silent` message: add it to the model's context without starting a turn or
+    /// notifying the user (the seed's `Silent`), then acknowledge it.
+    pub fn is_silent(&self) -> bool {
+        self.delivery == "silent"
+    }
+}
+
 /// Which messages `Engine::inbox_list` returns.
 #[derive(Debug, Clone, Default)]
 pub struct InboxFilter {

@@ -34,8 +34,9 @@ pub struct Args {
     /// Ctrl-C). With --json, one compact JSON object per line.
     #[arg(long, short = 'f', conflicts_with = "before")]
     pub follow: bool,
-    /// Only what to deliver now, oldest first: interrupt messages (and, with --idle,
-    /// when_idle ones). Silent messages are acknowledged, never shown here.
+    /// Only what to deliver now, oldest first: interrupt and silent messages (and, with
+    /// --idle, when_idle ones). A silent one (its delivery says so) goes into the model's
+    /// context without starting a turn. Nothing is acknowledged without --ack.
     #[arg(long, conflicts_with_all = ["follow", "before", "after", "unread"])]
     pub deliverable: bool,
     /// With --deliverable: the session is idle (also deliver when_idle messages).

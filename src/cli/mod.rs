@@ -282,8 +282,8 @@ fn open_mode(command: &Command) -> OpenMode {
         // Read-only from the flag opens read-only; otherwise its actions write.
         Command::Web(a) if a.read_only => OpenMode::Read,
         Command::Web(_) => OpenMode::Existing,
-        // --deliverable acknowledges silent messages: a write.
-        Command::Inbox(a) if a.ack || a.deliverable => OpenMode::Existing,
+        // Only --ack writes (--deliverable alone reads, silent messages included).
+        Command::Inbox(a) if a.ack => OpenMode::Existing,
         Command::Inbox(_)
         | Command::Runs(_)
         | Command::Show(_)

@@ -9,9 +9,10 @@ use crate::inbox::Message;
 /// Whether the session is in the middle of a turn.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SessionActivity {
-    /// Producing output: only `interrupt` messages are delivered.
+    /// Producing output: `interrupt` messages are delivered (and `silent` ones, which add
+    /// context without starting a turn).
     Busy,
-    /// Waiting for input: `interrupt` and `when_idle` messages are delivered.
+    /// Waiting for input: `interrupt`, `when_idle` and `silent` messages are delivered.
     Idle,
 }
 
@@ -19,24 +20,25 @@ pub enum SessionActivity {
 const BATCH: i64 = 500;
 
 impl Client {
-    /// The unacknowledged messages to deliver to `session` now, oldest first: `interrupt`
-    /// always, `when_idle` only when the session is idle. `silent` messages are never
-    /// returned; this call acknowledges them (they stay readable in `inbox`). Acknowledge
-    /// what you delivered with [`Client::mark_inbox`], or it is offered again.
+    /// The unacknowledged messages to deliver to `session` now, oldest first: `interrupt` and
+    /// `silent` always, `when_idle` only when the session is idle. A silent message
+    /// ([`Message::is_silent`]) goes into the model's context without starting a turn or
+    /// notifying the user (the seed's `Silent`). This call only reads: acknowledge what you
+    /// delivered, silent messages included, with [`Client::mark_inbox`], or it is offered
+    /// again.
     pub async fn deliverable(
         &self,
         session: &str,
         activity: SessionActivity,
     ) -> Result<Vec<Message>> {
         validate_session(session)?;
-        let now = self.now();
         let modes: &'static [&'static str] = match activity {
-            SessionActivity::Busy => &["interrupt"],
-            SessionActivity::Idle => &["interrupt", "when_idle"],
+            SessionActivity::Busy => &["interrupt", "silent"],
+            SessionActivity::Idle => &["interrupt", "when_idle", "silent"],
         };
         Ok(self
             .engine()
-            .inbox_deliverable(session.to_string(), modes, BATCH, now)
+            .inbox_deliverable(session.to_string(), modes, BATCH)
             .await?)
     }
 }

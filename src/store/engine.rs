@@ -173,14 +173,14 @@ pub trait Engine: Send + Sync + std::fmt::Debug + 'static {
     async fn inbox_list(&self, session: String, filter: InboxFilter) -> EngineResult<Vec<Message>>;
     /// A page of a session's messages, newest first (before or after an id).
     async fn inbox_page(&self, session: String, page: InboxPage) -> EngineResult<Vec<Message>>;
-    /// The messages to deliver to a session now: acknowledges its silent ones, then returns
-    /// (oldest first, at most `limit`) its unacknowledged ones of the `modes` deliveries.
+    /// The messages to deliver to a session now: its unacknowledged ones of the `modes`
+    /// deliveries, oldest first, at most `limit`. Only reads: the host acknowledges what it
+    /// delivered (silent messages too) with `inbox_mark`.
     async fn inbox_deliverable(
         &self,
         session: String,
         modes: &'static [&'static str],
         limit: i64,
-        now: DateTime<Utc>,
     ) -> EngineResult<Vec<Message>>;
     /// Marks messages read (and, with `ack`, acknowledged); returns how many changed.
     async fn inbox_mark(&self, p: InboxMark) -> EngineResult<usize>;

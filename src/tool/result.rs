@@ -1,6 +1,7 @@
 //! The seed's tool result for hosts: [`ToolOutcome::into_tool_result`] turns an outcome into
 //! what an agent host hands back to its model (call id, tool name, content, error flag,
-//! images). `connection_required` is not an error there: it carries the provider.
+//! images, raw output). `connection_required` is not an error there: it carries the provider
+//! (a queued run with it fails instead; see [`ToolOutcome::ConnectionRequired`]).
 
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -24,6 +25,10 @@ pub struct ToolResult {
     /// The provider to connect, when the tool needs a connection first (not an error).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub connection_required: Option<String>,
+    /// The tool's raw output, when it returned one
+    /// ([`ToolOutcome::success_with_raw_output`]): for the host (logs, UI), not the model.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub raw_output: Option<String>,
 }
 
 impl ToolOutcome {
@@ -59,11 +64,13 @@ impl ToolOutcome {
             is_error: false,
             images: Vec::new(),
             connection_required: None,
+            raw_output: None,
         };
         match self {
             ToolOutcome::Success(s) => {
                 r.content = s.value;
                 r.images = s.images;
+                r.raw_output = s.raw_output;
             }
             ToolOutcome::ToolError(message) => {
                 r.content = json!({ "error": message });

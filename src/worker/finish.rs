@@ -1,7 +1,7 @@
 //! Deciding how an attempt ends (pure): state, errors, retry time, result and inbox message.
 
 use chrono::{DateTime, Utc};
-use serde_json::{Value, json};
+use serde_json::json;
 
 use crate::client::about_of;
 use crate::config::RunDefaults;
@@ -42,19 +42,12 @@ pub fn decide(
     rec.output_tail = snap.output_tail;
     rec.log = snap.log;
     // (visible error, ops detail, retryable, final kind)
-    let end = match end {
-        // Not an error (the seed's contract): the run completes with a result naming the
-        // provider, so the session can ask for the connection and try again.
-        AttemptEnd::Returned(ToolOutcome::ConnectionRequired { provider }) => {
-            AttemptEnd::Returned(ToolOutcome::ok(json!({ "connection_required": provider })))
-        }
-        other => other,
-    };
     let (error, internal, retryable, kind) = match end {
         AttemptEnd::Returned(ToolOutcome::Success(s)) => {
             let mut result = json!({"status": "completed", "result": s.value});
             if !s.images.is_empty() {
-                result["images"] = serde_json::to_value(&s.images).unwrap_or(Value::Null);
+                // toolq's field names only: the seed's pair would store the data twice.
+                result["images"] = s.images.iter().map(crate::tool::Image::stored).collect();
             }
             if let Some(raw) = s.raw_output {
                 rec.extra_blobs.push((
@@ -82,9 +75,11 @@ pub fn decide(
             true,
             FinalKind::Failed,
         ),
-        // Mapped to a success above; only here because the match must be exhaustive.
+        // The seed fails a background run whose tool needs a connection (an inline call
+        // returns it as a non-error instead): nobody is there to set the connection up, and
+        // retrying cannot help until someone does.
         AttemptEnd::Returned(ToolOutcome::ConnectionRequired { provider }) => (
-            format!("connection required: {provider}"),
+            format!("Background tool requires connection setup: {provider}"),
             None,
             false,
             FinalKind::Failed,
@@ -351,26 +346,25 @@ mod tests {
     }
 
     #[test]
-    fn cancellation_does_not_retry_and_connection_required_is_not_an_error() {
+    fn cancellation_does_not_retry_and_connection_required_fails_the_run() {
         let rec = go(&crate::run::running_fixture(1, 3), AttemptEnd::Cancelled);
         assert_eq!(rec.outcome, Outcome::Final(RunState::Cancelled));
         assert_eq!(rec.message.unwrap().kind, "cancelled");
+        // The seed's background path: failed at once (not retried), with its text.
         let rec = go(
             &crate::run::running_fixture(1, 3),
             AttemptEnd::Returned(ToolOutcome::ConnectionRequired {
                 provider: "github".into(),
             }),
         );
-        assert_eq!(rec.outcome, Outcome::Final(RunState::Completed));
-        assert!(rec.error.is_none());
-        let result: Value = serde_json::from_slice(&rec.result.unwrap()).unwrap();
-        assert_eq!(
-            result,
-            json!({"status": "completed", "result": {"connection_required": "github"}})
-        );
+        let text = "Background tool requires connection setup: github";
+        assert_eq!(rec.outcome, Outcome::Final(RunState::Failed));
+        assert_eq!(rec.error.as_deref(), Some(text));
+        let result: serde_json::Value = serde_json::from_slice(&rec.result.unwrap()).unwrap();
+        assert_eq!(result, json!({"status": "failed", "error": text}));
         let m = rec.message.unwrap();
-        assert_eq!(m.kind, "completed");
-        assert!(m.body.contains("connection_required"), "{}", m.body);
+        assert_eq!(m.kind, "failed");
+        assert!(m.body.contains(text), "{}", m.body);
     }
 
     #[test]

@@ -239,10 +239,16 @@ async fn background_tools_acknowledge_at_once_and_deliver_by_their_scheduling() 
         .deliverable("agent", SessionActivity::Busy)
         .await
         .unwrap();
-    assert_eq!(busy.len(), 1, "{busy:?}");
-    assert_eq!(busy[0].body, "REPORT COMPLETED");
-    assert_eq!(busy[0].delivery, "interrupt");
-    // The silent deploy message was never offered, and is acknowledged but kept.
+    assert_eq!(busy.len(), 2, "{busy:?}");
+    let interrupt: Vec<_> = busy.iter().filter(|m| !m.is_silent()).collect();
+    assert_eq!(interrupt.len(), 1, "{busy:?}");
+    assert_eq!(interrupt[0].body, "REPORT COMPLETED");
+    assert_eq!(interrupt[0].delivery, "interrupt");
+    // The silent deploy message is offered too, marked silent, and left for the host to ack.
+    let silent: Vec<_> = busy.iter().filter(|m| m.is_silent()).collect();
+    assert_eq!(silent.len(), 1);
+    assert!(silent[0].acked_at.is_none());
+    assert!(silent[0].body.starts_with("Background run completed."));
     let all = h
         .client
         .inbox(
@@ -254,10 +260,7 @@ async fn background_tools_acknowledge_at_once_and_deliver_by_their_scheduling() 
         )
         .await
         .unwrap();
-    let silent: Vec<_> = all.iter().filter(|m| m.delivery == "silent").collect();
-    assert_eq!(silent.len(), 1);
-    assert!(silent[0].acked_at.is_some());
-    assert!(silent[0].body.starts_with("Background run completed."));
+    assert_eq!(all.len(), 2);
 }
 
 #[tokio::test]
@@ -278,10 +281,9 @@ async fn deliverable_follows_interrupt_when_idle_and_silent() {
         .deliverable("s", SessionActivity::Busy)
         .await
         .unwrap();
-    assert_eq!(
-        busy.iter().map(|m| m.delivery.as_str()).collect::<Vec<_>>(),
-        ["interrupt"]
-    );
+    let mut busy_modes: Vec<&str> = busy.iter().map(|m| m.delivery.as_str()).collect();
+    busy_modes.sort();
+    assert_eq!(busy_modes, ["interrupt", "silent"]);
     let idle = h
         .client
         .deliverable("s", SessionActivity::Idle)
@@ -291,7 +293,7 @@ async fn deliverable_follows_interrupt_when_idle_and_silent() {
     assert!(idle.windows(2).all(|w| w[0].id < w[1].id), "{idle:?}");
     let mut modes: Vec<&str> = idle.iter().map(|m| m.delivery.as_str()).collect();
     modes.sort();
-    assert_eq!(modes, ["interrupt", "when_idle"]);
+    assert_eq!(modes, ["interrupt", "silent", "when_idle"]);
     h.client
         .mark_inbox("s", idle.iter().map(|m| m.id).collect(), true)
         .await
@@ -308,8 +310,8 @@ async fn deliverable_follows_interrupt_when_idle_and_silent() {
         3
     );
     assert_eq!(
-        h.count("SELECT count(*) FROM inbox WHERE acked_at IS NOT NULL AND delivery = 'silent'"),
-        1
+        h.count("SELECT count(*) FROM inbox WHERE acked_at IS NOT NULL"),
+        3
     );
 }
 
@@ -350,12 +352,12 @@ fn cli_inbox_deliverable_by_mode() {
         m
     };
     let busy = json(&["--json", "inbox", "s", "--deliverable"]);
-    assert_eq!(modes(&busy), ["interrupt"]);
+    assert_eq!(modes(&busy), ["interrupt", "silent"]);
     let idle = json(&["--json", "inbox", "s", "--deliverable", "--idle", "--ack"]);
-    assert_eq!(modes(&idle), ["interrupt", "when_idle"]);
+    assert_eq!(modes(&idle), ["interrupt", "silent", "when_idle"]);
     let again = json(&["--json", "inbox", "s", "--deliverable", "--idle"]);
     assert_eq!(modes(&again), Vec::<String>::new());
-    // All three stay in history, the silent one acknowledged without being announced.
+    // All three stay in history, acknowledged by --ack.
     let all = json(&["--json", "inbox", "s"]);
     assert_eq!(all.as_array().unwrap().len(), 3);
     for m in all.as_array().unwrap() {

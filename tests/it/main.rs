@@ -51,6 +51,7 @@ mod routing;
 mod run_end_log;
 mod schedule_cli;
 mod schedules;
+mod seed_contract;
 mod shutdown;
 mod spawn_background;
 mod sqlite_build;

@@ -71,3 +71,37 @@ fn the_readme_try_it_runs_as_written_on_a_fresh_database() {
     assert!(out.contains("hi"), "{out}");
     assert!(out.contains("# config file: built-in defaults"), "{out}");
 }
+
+/// Issue 33 item 5: the README says why `Registry` is not the executor and how a host that used
+/// the seed's registry as one moves over, and "Embedding in an agent host" ends with the table
+/// of deliberate differences from the reference contract.
+#[test]
+fn issue_33_the_embedding_section_explains_the_registry_and_ends_with_the_differences() {
+    let start = README
+        .find("\n## Embedding in an agent host\n")
+        .expect("README has the Embedding section");
+    let section = &README[start + 1..];
+    let section = &section[..section[3..].find("\n## ").map_or(section.len(), |i| i + 3)];
+    assert!(
+        section.contains("`Registry` is not a `ToolExecutor`"),
+        "{section}"
+    );
+    assert!(section.contains("passes `client.executor()`"), "{section}");
+    let table = section
+        .rfind("### Deliberate differences from the reference contract")
+        .expect("the differences table");
+    let table = &section[table..];
+    for row in [
+        "`{\"status\": \"completed\", \"result\": value}`",
+        "raw_output.txt",
+        "media_type",
+        "`ToolRegistry` is a `ToolExecutor`",
+    ] {
+        assert!(table.contains(row), "{row:?} missing:\n{table}");
+    }
+    let last = table.trim_end().lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with('|'),
+        "the table ends the section: {last:?}"
+    );
+}

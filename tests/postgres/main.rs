@@ -95,6 +95,8 @@ mod run_end_log;
 mod schedule_cli;
 #[path = "../it/schedules.rs"]
 mod schedules;
+#[path = "../it/seed_contract.rs"]
+mod seed_contract;
 #[path = "../it/shutdown.rs"]
 mod shutdown;
 #[path = "../it/spawn_background.rs"]

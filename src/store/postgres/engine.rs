@@ -420,12 +420,8 @@ impl Engine for PgStore {
         session: String,
         modes: &'static [&'static str],
         limit: i64,
-        now: DateTime<Utc>,
     ) -> EngineResult<Vec<Message>> {
-        write_tx!(self, |tx| inbox::deliverable(
-            &tx, &session, modes, limit, now
-        )
-        .await)
+        inbox::deliverable(&self.conn().await?, &session, modes, limit).await
     }
 
     async fn inbox_mark(&self, p: InboxMark) -> EngineResult<usize> {

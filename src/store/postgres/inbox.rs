@@ -147,23 +147,13 @@ pub(crate) async fn mark<C: GenericClient>(
     Ok(exec(c, sql, &[&ts(now), &session, &ids], "mark messages").await? as usize)
 }
 
-/// Acknowledges a session's silent messages, then returns its unacknowledged ones of
-/// `deliveries`, oldest first.
+/// A session's unacknowledged messages of `deliveries`, oldest first (reads only).
 pub(crate) async fn deliverable<C: GenericClient>(
     c: &C,
     session: &str,
     deliveries: &[&str],
     limit: i64,
-    now: DateTime<Utc>,
 ) -> Result<Vec<Message>, StoreError> {
-    exec(
-        c,
-        "UPDATE inbox SET acked_at = $1, read_at = coalesce(read_at, $1) \
-         WHERE session_id = $2 AND acked_at IS NULL AND delivery = 'silent'",
-        &[&ts(now), &session],
-        "ack silent messages",
-    )
-    .await?;
     let sql = format!(
         "SELECT {MESSAGE_COLUMNS} FROM inbox WHERE session_id = $1 AND acked_at IS NULL \
          AND delivery = ANY($2) ORDER BY id LIMIT $3"

@@ -401,13 +401,9 @@ impl Engine for Store {
         session: String,
         modes: &'static [&'static str],
         limit: i64,
-        now: DateTime<Utc>,
     ) -> EngineResult<Vec<Message>> {
-        self.write_async(move |tx| {
-            inbox::ack_silent(tx, &session, now)?;
-            inbox::unacked_with_delivery(tx, &session, modes, limit)
-        })
-        .await
+        self.read_async(move |c| inbox::unacked_with_delivery(c, &session, modes, limit))
+            .await
     }
 
     async fn inbox_mark(&self, p: InboxMark) -> EngineResult<usize> {

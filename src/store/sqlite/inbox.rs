@@ -181,19 +181,3 @@ pub fn unacked_with_delivery(
         .ctx("list deliverable inbox")?;
     rows.collect::<Result<_, _>>().ctx("read deliverable inbox")
 }
-
-/// Acknowledges (and marks read) every unacknowledged `silent` message of a session: they are
-/// never announced, only kept in history.
-pub fn ack_silent(
-    tx: &Transaction<'_>,
-    session: &str,
-    now: DateTime<Utc>,
-) -> Result<usize, StoreError> {
-    tx.prepare_cached(
-        "UPDATE inbox SET acked_at = :now, read_at = coalesce(read_at, :now) \
-         WHERE session_id = :session AND acked_at IS NULL AND delivery = 'silent'",
-    )
-    .ctx("prepare ack silent")?
-    .execute(named_params! {":now": ts(now), ":session": session})
-    .ctx("ack silent messages")
-}
