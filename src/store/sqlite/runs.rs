@@ -493,6 +493,12 @@ pub(crate) fn guard_sql(set: &str) -> String {
     )
 }
 
+/// [`count_active_background`]'s statement.
+pub(crate) const COUNT_ACTIVE_BACKGROUND: &str = "SELECT count(*) FROM (SELECT 1 FROM runs \
+    INDEXED BY runs_background_idx WHERE background = 1 AND session_id = :session \
+    AND (state = 'running' OR (state IN ('queued', 'awaiting_approval') AND run_at <= :now)) \
+    AND id <> coalesce(:except, '') LIMIT :cap)";
+
 /// Active background runs of `session` (`runs.background` = 1): queued or awaiting approval
 /// and due at `now`, or running; not counting `except` (the calling spawn_background run).
 /// Delayed runs are not active. Counts at most `cap` rows through `runs_background_idx`,
@@ -505,18 +511,13 @@ pub fn count_active_background(
     now: DateTime<Utc>,
     cap: i64,
 ) -> Result<i64, StoreError> {
-    conn.prepare_cached(
-        "SELECT count(*) FROM (SELECT 1 FROM runs INDEXED BY runs_background_idx \
-           WHERE background = 1 AND session_id = :session \
-           AND (state = 'running' OR (state IN ('queued', 'awaiting_approval') AND run_at <= :now)) \
-           AND id <> coalesce(:except, '') LIMIT :cap)",
-    )
-    .ctx("prepare count active background runs")?
-    .query_row(
-        named_params! {":session": session, ":except": except, ":now": ts(now), ":cap": cap},
-        |r| r.get(0),
-    )
-    .ctx("count active background runs")
+    conn.prepare_cached(COUNT_ACTIVE_BACKGROUND)
+        .ctx("prepare count active background runs")?
+        .query_row(
+            named_params! {":session": session, ":except": except, ":now": ts(now), ":cap": cap},
+            |r| r.get(0),
+        )
+        .ctx("count active background runs")
 }
 
 /// Marks a run just inserted as started in the background (`runs.background` = 1).
