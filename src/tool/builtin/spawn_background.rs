@@ -106,7 +106,9 @@ pub(crate) async fn insert_background(
     })
 }
 
-/// The seed's message for the per-worker run limit.
+/// The seed's message for the per-worker run limit. toolq's per-worker limit is the worker's
+/// claim (a background run beyond it waits queued), so no call rejects with it; kept for hosts
+/// that show the seed's texts.
 pub fn worker_limit_message(max: i64) -> String {
     format!(
         "Worker is already running the maximum {max} active background runs. Try again after an existing run finishes."
