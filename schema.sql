@@ -71,9 +71,14 @@ CREATE TABLE runs (
     approval_at           TEXT,
     approval_note         TEXT,
     cancel_requested_at   TEXT                               -- a running run is asked to stop
-, unique_key TEXT);  -- unique runs (version 7): hex SHA-256 of tool and canonical args; NULL unless enqueued unique
+, unique_key TEXT, background INTEGER NOT NULL DEFAULT 0 CHECK (background IN (0, 1)));
+-- unique_key (version 7): hex SHA-256 of tool and canonical args; NULL unless enqueued unique.
+-- background (version 12): 1 for a run started in the background (spawn_background, a
+-- Background-mode tool through the executor); spawn_background's limits count these only.
 -- Uniqueness only where a value exists: partial indexes keep ad-hoc runs (no key, no schedule)
 -- out of them, so an enqueue commits fewer index pages.
+-- Background runs only (version 12): spawn_background's per-session count seeks it.
+CREATE INDEX runs_background_idx ON runs (session_id, state, run_at) WHERE background = 1;
 CREATE UNIQUE INDEX runs_idempotency_idx ON runs (idempotency_key) WHERE idempotency_key IS NOT NULL;
 -- Unique runs (version 7): an enqueue with --unique-by args finds a run of the same tool and
 -- canonical args in a given state, created since a given instant: one seek per state. Only

@@ -188,13 +188,14 @@ pub struct RunDefaults {
 /// Per-session limits.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SessionLimits {
-    /// Active (queued or running) background runs a session may have when it calls
-    /// spawn_background (the seed's 5).
+    /// Active background runs (queued or awaiting approval and due, or running) a session may
+    /// have when it calls spawn_background or a Background-mode tool (the seed's 5). Runs not
+    /// started in the background and delayed runs do not count.
     pub max_active_runs: i64,
-    /// Active (queued or running) runs in the whole queue when spawn_background is called
-    /// (the seed's per-worker 64).
+    /// Background runs one worker process runs at once (the seed's per-worker 64): its claim
+    /// takes no more; its other slots take other runs. Not a count of the queue.
     pub max_active_runs_per_worker: i64,
-    /// Batch use: spawn_background queues beyond both limits instead of rejecting.
+    /// Batch use: spawn_background queues beyond the per-session limit instead of rejecting.
     pub queue_beyond_limit: bool,
     /// Enabled schedules per session.
     pub max_active_schedules: i64,

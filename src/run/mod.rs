@@ -229,6 +229,9 @@ pub struct Run {
     pub approval_note: Option<String>,
     /// When cancellation was requested for a running run.
     pub cancel_requested_at: Option<DateTime<Utc>>,
+    /// Started in the background (`spawn_background`, or a Background-mode tool called
+    /// through the executor): spawn_background's limits count these runs only.
+    pub background: bool,
 }
 
 impl Run {
@@ -390,6 +393,7 @@ pub(crate) fn running_fixture(attempt: i64, max_attempts: i64) -> Run {
         approval_at: None,
         approval_note: None,
         cancel_requested_at: None,
+        background: false,
     }
 }
 

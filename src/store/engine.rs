@@ -40,9 +40,12 @@ pub trait Engine: Send + Sync + std::fmt::Debug + 'static {
     /// `pending`, its deadline) with its `approval_request` message, in the same transaction;
     /// an existing one returned instead writes nothing.
     async fn run_insert(&self, runs: Vec<NewRun>) -> EngineResult<Vec<Inserted>>;
-    /// Inserts one run unless the queued and running runs (not counting `except`) already
-    /// reach a limit: over all sessions first, then in the run's session. Count and insert
-    /// are one transaction, so two calls cannot both take the last slot.
+    /// Inserts one background run (`runs.background` = 1: spawn_background, a Background-mode
+    /// tool through the executor) unless the run's session already has `limit` active
+    /// background runs (not counting `except`): queued or awaiting approval and due at `now`,
+    /// or running. Delayed runs and runs not started in the background never count. With
+    /// `approval`, the run is recorded as approved before it is queued. Count and insert are
+    /// one transaction, so two calls cannot both take the last slot.
     async fn run_insert_within_limit(&self, p: RunInsertLimited) -> EngineResult<LimitedInsert>;
     /// Inserts one run and, with `approval`, records it as approved before it is queued (a
     /// host approved the call), in one transaction.
@@ -264,9 +267,12 @@ pub struct RunInsertLimited {
     pub run: NewRun,
     /// A run not to count (the caller's own).
     pub except: Option<String>,
-    /// (limit over all sessions, limit in the run's session) of queued and running runs;
-    /// `None`: no limit.
-    pub limits: Option<(i64, i64)>,
+    /// At most this many active background runs in the run's session; `None`: no limit.
+    pub limit: Option<i64>,
+    /// Now: a queued run whose `run_at` is later is delayed, not active.
+    pub now: DateTime<Utc>,
+    /// A host's approval, recorded before the run is queued (as [`Engine::run_insert_preapproved`]).
+    pub approval: Option<RunApprove>,
 }
 
 /// What [`Engine::run_insert_within_limit`] did.
@@ -274,9 +280,7 @@ pub struct RunInsertLimited {
 pub enum LimitedInsert {
     /// Inserted (or found by its idempotency key).
     Inserted(Inserted),
-    /// Nothing written: this many runs are queued or running over all sessions.
-    OverAll(i64),
-    /// Nothing written: this many runs are queued or running in the session.
+    /// Nothing written: the session has this many active background runs.
     OverSession(i64),
 }
 
@@ -391,6 +395,10 @@ pub struct Claim {
     pub tools: Arc<[String]>,
     /// Per-tool limits (`max_running`, `rate`), counted over all workers.
     pub limits: Arc<crate::flow::ToolLimits>,
+    /// At most this many background runs (`runs.background`) among the claimed ones: what
+    /// the worker's per-worker limit leaves (`sessions.max_active_runs_per_worker` less the
+    /// background runs it runs). `None`: no limit (the claim cannot reach it).
+    pub background_room: Option<usize>,
 }
 
 /// An attempt handed back to the queue uncounted (clean shutdown), fenced by its lease.

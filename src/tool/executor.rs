@@ -269,13 +269,20 @@ impl BasicToolExecutor {
             note: Some("approved by the host before it was queued".into()),
             now,
         });
-        let written = self
-            .client
-            .engine()
-            .run_insert_preapproved(row, approval)
-            .await;
-        if let Err(e) = written {
-            return ToolOutcome::internal(&e);
+        // A background run of the session, under spawn_background's limits.
+        let limits = &self.client.config().sessions;
+        let written = super::builtin::spawn_background::insert_background(
+            &self.client,
+            row,
+            None,
+            approval,
+            limits,
+        )
+        .await;
+        match written {
+            Ok(Ok(_)) => {}
+            Ok(Err(message)) => return ToolOutcome::tool_error(message),
+            Err(e) => return ToolOutcome::internal(&e),
         }
         self.client.wake_workers();
         let value = match entry.mode.formatter() {

@@ -70,11 +70,20 @@ pub(super) struct ClaimArgs {
     cursor: Option<String>,
     tools: Arc<[String]>,
     limits: Arc<crate::flow::ToolLimits>,
+    background_room: Option<usize>,
 }
 
 impl ClaimArgs {
     pub(super) fn new(sh: &Shared, max: usize, cursor: Option<String>) -> Self {
         let cfg = &sh.client.config().worker;
+        // The per-worker limit of background runs (the seed's semaphore, claim side): what it
+        // leaves after the background runs this worker runs. A claim that cannot reach it
+        // (the default: 64 against a few slots) passes none, so its SQL is the plain one.
+        let limit =
+            usize::try_from(sh.client.config().sessions.max_active_runs_per_worker).unwrap_or(0);
+        let held = sh.flights().values().filter(|f| f.run.background).count();
+        let room = limit.saturating_sub(held);
+        let background_room = (room < max).then_some(room);
         Self {
             worker: sh.id.to_string(),
             lease: chrono::Duration::from_std(cfg.lease).unwrap_or(chrono::Duration::seconds(30)),
@@ -83,6 +92,7 @@ impl ClaimArgs {
             cursor,
             tools: sh.tools.clone(),
             limits: sh.limits.clone(),
+            background_room,
         }
     }
 
@@ -97,6 +107,7 @@ impl ClaimArgs {
             after_session: self.cursor.clone(),
             tools: self.tools.clone(),
             limits: self.limits.clone(),
+            background_room: self.background_room,
         }
     }
 }

@@ -104,6 +104,7 @@ async fn a_detached_operation_is_resumed_after_the_worker_dies() {
                 after_session: None,
                 tools: Vec::new().into(),
                 limits: Default::default(),
+                background_room: None,
             },
         })
         .await

@@ -250,6 +250,7 @@ impl Env {
                     after_session: None,
                     tools: self.client.registry().names().into(),
                     limits: Default::default(),
+                    background_room: None,
                 };
                 let claimed = self.client.engine().attempt_claim(claim).await.unwrap();
                 assert_eq!(claimed.len(), 1);

@@ -411,3 +411,42 @@ async fn the_executor_is_usable_through_the_seed_trait() {
         json!({"echoed": "yo", "length": 2})
     );
 }
+
+/// Issue 33, item 1: a Background-mode call through the executor is a background run of the
+/// session and meets spawn_background's per-session limit, with its message.
+#[tokio::test]
+async fn background_mode_calls_meet_the_spawn_background_session_limit() {
+    let h = host(|c| c.sessions.max_active_runs = 2);
+    let ex = h.client.executor();
+    let ctx = ExecContext::new("agent");
+    for i in 0..2 {
+        let ack = completed(
+            ex.execute(
+                ToolRequest::new(format!("c{i}"), "counter", json!({})),
+                &ctx,
+            )
+            .await,
+        );
+        assert!(matches!(ack, ToolOutcome::Success(_)), "{ack:?}");
+    }
+    let over = completed(
+        ex.execute(ToolRequest::new("c3", "counter", json!({})), &ctx)
+            .await,
+    );
+    let ToolOutcome::ToolError(message) = over else {
+        panic!("{over:?}")
+    };
+    assert_eq!(
+        message,
+        "Maximum 2 active background runs per session. Wait for an existing run to finish before starting another."
+    );
+    // Another session has its own slots.
+    let other = completed(
+        ex.execute(
+            ToolRequest::new("c4", "counter", json!({})),
+            &ExecContext::new("other"),
+        )
+        .await,
+    );
+    assert!(matches!(other, ToolOutcome::Success(_)), "{other:?}");
+}

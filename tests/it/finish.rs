@@ -233,6 +233,7 @@ async fn a_large_batch_of_ends_writes_each_runs_artifacts_once() {
             after_session: None,
             tools: env.client.registry().names().into(),
             limits: Default::default(),
+            background_room: None,
         })
         .await
         .unwrap();

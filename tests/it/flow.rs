@@ -308,6 +308,7 @@ async fn claim(
             after_session: None,
             tools: env.client.registry().names().into(),
             limits: std::sync::Arc::new(limits.clone()),
+            background_room: None,
         })
         .await
         .unwrap()

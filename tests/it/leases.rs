@@ -56,6 +56,7 @@ async fn claim_tools(env: &TestEnv, worker: &str, tools: &[String]) -> Vec<Run> 
             after_session: None,
             tools: tools.into(),
             limits: Default::default(),
+            background_room: None,
         })
         .await
         .unwrap()

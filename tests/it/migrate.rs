@@ -609,3 +609,43 @@ fn a_version_10_file_defers_its_insert_foreign_keys_and_keeps_its_rows() {
         .unwrap();
     assert_eq!(violations, 0);
 }
+
+/// Version 11 as a file had it: version 10 (above) and migration 11.
+const MIGRATION_11: &str = include_str!("../../migrations/011_no_statement_journal.sql");
+
+/// Version 11 -> 12 (issue 33): runs gain `background` (0 for every run already there: none
+/// was started in the background as the limits now count) and `runs_background_idx`. The
+/// column is added after version 11's in-place edits of the same table in the same
+/// transaction, which needs the schema parsed again after each step.
+#[test]
+fn a_version_11_file_gains_the_background_flag_and_keeps_its_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let (old, new) = (dir.path().join("v11.db"), dir.path().join("new.db"));
+    {
+        let c = Connection::open(&old).unwrap();
+        c.execute_batch(SCHEMA_V9).unwrap();
+        c.execute_batch(MIGRATION_10).unwrap();
+        c.execute_batch(MIGRATION_11).unwrap();
+        c.execute_batch(
+            "PRAGMA user_version = 11;
+             INSERT INTO runs (id, session_id, tool, args, title, run_at, created_at)
+               VALUES ('bg_old', 's1', 'echo', '{}', 'old one', '2026-01-01T00:00:00.000Z', '2026-01-01T00:00:00.000Z');",
+        )
+        .unwrap();
+    }
+    let o = upgrade(&old, &new);
+    assert_intact(&o);
+    let (state, background): (String, i64) = o
+        .query_row(
+            "SELECT state, background FROM runs WHERE id = 'bg_old'",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    assert_eq!((state.as_str(), background), ("queued", 0));
+    assert!(
+        o.execute("UPDATE runs SET background = 2 WHERE id = 'bg_old'", [])
+            .is_err(),
+        "background is 0 or 1"
+    );
+}

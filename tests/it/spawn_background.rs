@@ -318,22 +318,80 @@ async fn a_sixth_active_run_per_session_is_rejected_by_default() {
         .unwrap();
 }
 
+/// Enqueues `sleep` runs through the CLI: `n` of them, in sessions named `{prefix}{i}`, with
+/// `extra` flags (e.g. `--in 1h`).
+fn cli_sleeps(env: &TestEnv, n: usize, session: impl Fn(usize) -> String, extra: &[&str]) {
+    for i in 0..n {
+        let session = session(i);
+        let mut args = vec![
+            "enqueue",
+            "sleep",
+            "--args",
+            r#"{"ms": 1}"#,
+            "--session",
+            &session,
+        ];
+        args.extend_from_slice(extra);
+        let out = crate::support::toolq(&env.db, &args);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+/// Issue 33, item 1 (the reproduction): 60 delayed runs queued by an operator in other
+/// sessions, then 4 background runs in an empty session; the fifth spawn in that session is
+/// accepted (the per-worker limit bounds one worker's running background runs, not the
+/// queue), and the sixth meets the per-session limit.
 #[tokio::test]
-async fn the_per_worker_limit_counts_the_whole_queue_and_batch_users_may_queue_beyond() {
-    let env = TestEnv::with_config(|c| c.sessions.max_active_runs_per_worker = 2);
-    let other = toolq::EnqueueRequest::new("counter", json!({})).session("other");
-    env.client.enqueue(other).await.unwrap();
-    spawn(&env.client, json!({"tool": "counter", "args": {}}))
-        .await
-        .unwrap();
+async fn delayed_runs_of_other_sessions_do_not_block_spawn_background() {
+    let env = TestEnv::new();
+    cli_sleeps(&env, 60, |i| format!("other-{i}"), &["--in", "1h"]);
+    assert_eq!(
+        env.count("SELECT count(*) FROM runs WHERE state = 'queued'"),
+        60
+    );
+    for _ in 0..5 {
+        spawn(&env.client, json!({"tool": "sleep", "args": {"ms": 1}}))
+            .await
+            .unwrap();
+    }
+    assert_eq!(
+        spawn(&env.client, json!({"tool": "sleep", "args": {"ms": 1}}))
+            .await
+            .unwrap_err(),
+        "Maximum 5 active background runs per session. Wait for an existing run to finish before starting another."
+    );
+}
+
+/// Runs a session did not start in the background (CLI enqueues, here due now) do not count
+/// against its spawn_background limit; neither do background runs of other sessions.
+#[tokio::test]
+async fn cli_enqueued_runs_do_not_count_against_the_session_limit() {
+    let env = TestEnv::with_config(|c| c.sessions.max_active_runs = 2);
+    cli_sleeps(&env, 3, |_| "s1".to_string(), &[]);
+    for _ in 0..2 {
+        spawn(&env.client, json!({"tool": "counter", "args": {}}))
+            .await
+            .unwrap();
+    }
     assert_eq!(
         spawn(&env.client, json!({"tool": "counter", "args": {}}))
             .await
             .unwrap_err(),
-        "Worker is already running the maximum 2 active background runs. Try again after an existing run finishes."
+        "Maximum 2 active background runs per session. Wait for an existing run to finish before starting another."
     );
-    assert_eq!(env.count("SELECT count(*) FROM runs"), 2);
+    assert_eq!(
+        env.count("SELECT count(*) FROM runs WHERE session_id = 's1'"),
+        5
+    );
+}
 
+/// Batch use: with `queue_beyond_limit`, spawn_background queues beyond the session limit.
+#[tokio::test]
+async fn batch_users_may_queue_beyond_the_session_limit() {
     let env = TestEnv::with_config(|c| {
         c.sessions.max_active_runs = 1;
         c.sessions.queue_beyond_limit = true;
@@ -347,4 +405,51 @@ async fn the_per_worker_limit_counts_the_whole_queue_and_batch_users_may_queue_b
         env.count("SELECT count(*) FROM runs WHERE state = 'queued'"),
         3
     );
+}
+
+/// The per-worker limit is the claim's: a worker with 4 slots and
+/// `max_active_runs_per_worker = 2` runs 2 background runs at once, and its other slots take
+/// runs that were not started in the background, though those come later in priority.
+#[tokio::test]
+async fn a_worker_runs_at_most_its_background_limit_and_fills_the_other_slots() {
+    let env = TestEnv::with_config(|c| {
+        c.worker.concurrency = 4;
+        c.worker.per_session = 10;
+        c.worker.shutdown_grace = std::time::Duration::from_millis(100);
+        c.sessions.max_active_runs_per_worker = 2;
+    });
+    let mut background = BTreeSet::new();
+    for _ in 0..4 {
+        let ack = spawn(
+            &env.client,
+            json!({"tool": "sleep", "args": {"ms": 60_000}}),
+        )
+        .await
+        .unwrap();
+        background.insert(ack["run_id"].as_str().unwrap().to_string());
+    }
+    for _ in 0..3 {
+        let mut req = toolq::EnqueueRequest::new("sleep", json!({"ms": 60_000})).session("s1");
+        req.priority = -1;
+        env.client.enqueue(req).await.unwrap();
+    }
+    let stop = CancellationToken::new();
+    let worker = env.client.worker(toolq::WorkerOptions { drain: false });
+    let running = tokio::spawn(worker.run(stop.clone()));
+    crate::support::wait_for("4 running runs", async || {
+        let n = env.count("SELECT count(*) FROM runs WHERE state = 'running'");
+        ((n >= 4).then_some(()), format!("{n} running"))
+    })
+    .await;
+    // Another claim would find nothing more for this worker to take.
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    let ids: Vec<String> = rows(&env, "SELECT id FROM runs WHERE state = 'running'")
+        .into_iter()
+        .map(|r| r[0].clone())
+        .collect();
+    assert!(ids.len() >= 4, "{ids:?}");
+    let bg = ids.iter().filter(|id| background.contains(*id)).count();
+    assert_eq!((bg, ids.len() - bg), (2, 2), "running: {ids:?}");
+    stop.cancel();
+    running.await.unwrap().unwrap();
 }

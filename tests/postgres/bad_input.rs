@@ -142,3 +142,38 @@ fn a_newer_schema_is_refused_before_any_write() {
         tables
     );
 }
+
+/// Schema version 1 -> 2 (issue 33): `toolq init` adds `runs.background`, 0 for the runs
+/// already there (none was started in the background as spawn_background's limits count),
+/// and records version 2; the rows stay and the worker runs them.
+#[test]
+fn a_version_1_database_gains_the_background_flag_and_keeps_its_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = TestDb::at(dir.path());
+    db.exec(include_str!("../../migrations/postgres/001_schema.sql"));
+    db.exec(
+        "CREATE TABLE schema_version (version BIGINT PRIMARY KEY, applied_at TEXT NOT NULL);
+         INSERT INTO schema_version (version, applied_at) VALUES (1, '2026-01-01T00:00:00.000Z');
+         INSERT INTO runs (id, session_id, tool, args, title, run_at, created_at)
+           VALUES ('bg_old', 's1', 'echo', '{\"message\":\"hi\"}', 'old one',
+                   '2026-01-01T00:00:00.000Z', '2026-01-01T00:00:00.000Z');",
+    );
+    let o = toolq(&db, &["init"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(db.count("SELECT max(version) FROM schema_version"), 2);
+    assert_eq!(
+        db.count("SELECT background FROM runs WHERE id = 'bg_old'"),
+        0
+    );
+    assert!(
+        db.try_exec("UPDATE runs SET background = 2 WHERE id = 'bg_old'")
+            .is_err()
+    );
+    let o = toolq(&db, &["worker", "--drain"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        db.text("SELECT state FROM runs WHERE id = 'bg_old'")
+            .as_deref(),
+        Some("completed")
+    );
+}

@@ -45,7 +45,8 @@ fn assert_ok(o: &Output, what: &str, db: &TestDb) {
         !out.contains(pg::PASSWORD),
         "{what} showed the password: {out}"
     );
-    assert_eq!(db.count("SELECT count(*) FROM schema_version"), 1, "{what}");
+    // One row per schema step (001_schema, 002_background_runs), each applied once.
+    assert_eq!(db.count("SELECT count(*) FROM schema_version"), 2, "{what}");
 }
 
 fn write_private(path: &Path, text: &str, mode: u32) {

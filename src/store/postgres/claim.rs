@@ -31,12 +31,13 @@ const SESSIONS: &str = "WITH RECURSIVE s(session_id) AS ( \
 /// The head of each (session, tool) pair given: its best runnable runs, at most the
 /// session's free slots and the tool's room, locked for this claim (rows another
 /// transaction holds are skipped).
-const HEADS: &str = "SELECT h.id, h.session_id, h.tool, h.priority, h.run_at \
+/// `$6` false leaves background runs out (a worker at its per-worker limit of them).
+const HEADS: &str = "SELECT h.id, h.session_id, h.tool, h.priority, h.run_at, h.background \
     FROM unnest($1::text[], $2::bigint[]) AS s(session_id, take) \
     CROSS JOIN unnest($3::text[], $4::bigint[]) AS t(tool, cap) \
-    CROSS JOIN LATERAL (SELECT r.id, r.session_id, r.tool, r.priority, r.run_at FROM runs r \
+    CROSS JOIN LATERAL (SELECT r.id, r.session_id, r.tool, r.priority, r.run_at, r.background FROM runs r \
         WHERE r.state = 'queued' AND r.session_id = s.session_id AND r.tool = t.tool \
-        AND r.run_at <= $5 ORDER BY r.priority DESC, r.run_at, r.id LIMIT least(s.take, t.cap) \
+        AND r.run_at <= $5 AND ($6::boolean OR r.background = 0) ORDER BY r.priority DESC, r.run_at, r.id LIMIT least(s.take, t.cap) \
         FOR UPDATE SKIP LOCKED) h";
 
 /// A fresh lease token: 24 hex digits (96 random bits).
@@ -196,10 +197,11 @@ pub(crate) async fn claim<C: GenericClient>(c: &C, p: &Claim) -> Result<Vec<Run>
     if tools.is_empty() {
         return Ok(Vec::new());
     }
+    let background_ok = p.background_room != Some(0);
     let heads = query(
         c,
         HEADS,
-        &[&take_sessions, &takes, &tools, &caps, &now],
+        &[&take_sessions, &takes, &tools, &caps, &now, &background_ok],
         "session heads",
     )
     .await?;
@@ -209,23 +211,36 @@ pub(crate) async fn claim<C: GenericClient>(c: &C, p: &Claim) -> Result<Vec<Run>
         .map(String::as_str)
         .zip(takes.iter().copied())
         .collect();
-    let mut by_session: HashMap<String, Vec<Head<()>>> = HashMap::new();
+    // Each head's key: whether it is a background run.
+    let mut by_session: HashMap<String, Vec<Head<bool>>> = HashMap::new();
     for r in &heads {
         let (id, session, tool, priority, run_at): (String, String, String, i64, String) =
             (get(r, 0)?, get(r, 1)?, get(r, 2)?, get(r, 3)?, get(r, 4)?);
+        let background = get::<i64>(r, 5)? != 0;
         by_session.entry(session).or_default().push(Head {
             priority,
             run_at,
             id,
             tool,
-            key: (),
+            key: background,
         });
     }
     let per_session = by_session.into_iter().map(|(session, heads)| {
         let take = take_of.get(session.as_str()).copied().unwrap_or(0);
         (heads, usize::try_from(take).unwrap_or(0))
     });
-    let candidates = pick(per_session, &mut room, p.max);
+    let mut candidates = pick(per_session, &mut room, p.max);
+    // The per-worker limit of background runs: the best ones up to the room; the rest stay
+    // queued (their rows are unlocked at commit).
+    if let Some(mut left) = p.background_room {
+        candidates.retain(|h| {
+            let keep = !h.key || left > 0;
+            if h.key && keep {
+                left -= 1;
+            }
+            keep
+        });
+    }
     if candidates.is_empty() {
         return Ok(Vec::new());
     }

@@ -80,6 +80,7 @@ pub(crate) fn run_from_row(row: &Row) -> Result<Run, StoreError> {
         approval_at: ts_opt(row, APPROVAL_AT)?,
         approval_note: get(row, APPROVAL_NOTE)?,
         cancel_requested_at: ts_opt(row, CANCEL_REQUESTED_AT)?,
+        background: get::<i64>(row, BACKGROUND)? != 0,
     })
 }
 

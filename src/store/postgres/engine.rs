@@ -32,21 +32,29 @@ impl Engine for PgStore {
     }
 
     async fn run_insert_within_limit(&self, p: RunInsertLimited) -> EngineResult<LimitedInsert> {
+        let mut run = p.run;
+        if p.approval.is_some() {
+            run.approval = None;
+        }
         write_tx!(self, |tx| {
             let except = p.except.as_deref();
-            if let Some((all, session)) = p.limits {
+            if let Some(limit) = p.limit {
                 locks::take(&tx, locks::LIMITED_INSERT).await?;
-                if runs::count_queued_or_running(&tx, None, except, all).await? >= all {
-                    return Ok(LimitedInsert::OverAll(all));
-                }
-                let own = Some(p.run.session_id.as_str());
-                if runs::count_queued_or_running(&tx, own, except, session).await? >= session {
-                    return Ok(LimitedInsert::OverSession(session));
+                let session = run.session_id.as_str();
+                if runs::count_active_background(&tx, session, except, p.now, limit).await? >= limit
+                {
+                    return Ok(LimitedInsert::OverSession(limit));
                 }
             }
-            let done = runs::insert(&tx, &p.run).await?;
+            let inserted = runs::insert(&tx, &run).await?;
+            if let Inserted::New(id) = &inserted {
+                runs::mark_background(&tx, id.as_str()).await?;
+            }
+            if let Some(a) = &p.approval {
+                runs::preapprove(&tx, a.id.as_str(), &a.by, a.note.as_deref(), a.now).await?;
+            }
             notify(&tx).await?;
-            Ok(LimitedInsert::Inserted(done))
+            Ok(LimitedInsert::Inserted(inserted))
         })
     }
 

@@ -230,24 +230,38 @@ async fn existing_unique<C: GenericClient>(
         .transpose()
 }
 
-/// Queued and running runs (not `except`), in `session` or everywhere, counted up to `cap`.
-pub(crate) async fn count_queued_or_running<C: GenericClient>(
+/// Active background runs of `session` (`runs.background` = 1): queued or awaiting approval
+/// and due at `now`, or running; not `except`; counted up to `cap` through
+/// `runs_background_idx` (background runs only).
+pub(crate) async fn count_active_background<C: GenericClient>(
     c: &C,
-    session: Option<&str>,
+    session: &str,
     except: Option<&str>,
+    now: DateTime<Utc>,
     cap: i64,
 ) -> Result<i64, StoreError> {
     let row = query_one(
         c,
-        "SELECT (SELECT count(*) FROM (SELECT 1 FROM runs WHERE state = 'queued' \
-           AND ($1::text IS NULL OR session_id = $1) AND id <> coalesce($2::text, '') LIMIT $3) q) \
-         + (SELECT count(*) FROM (SELECT 1 FROM runs WHERE state = 'running' \
-           AND ($1::text IS NULL OR session_id = $1) AND id <> coalesce($2::text, '') LIMIT $3) r)",
-        &[&session, &except, &cap],
-        "count queued or running runs",
+        "SELECT count(*) FROM (SELECT 1 FROM runs WHERE background = 1 AND session_id = $1 \
+           AND (state = 'running' OR (state IN ('queued', 'awaiting_approval') AND run_at <= $3)) \
+           AND id <> coalesce($2::text, '') LIMIT $4) b",
+        &[&session, &except, &ts(now), &cap],
+        "count active background runs",
     )
     .await?;
     get(&row, 0)
+}
+
+/// Marks a run just inserted as started in the background (`runs.background` = 1).
+pub(crate) async fn mark_background<C: GenericClient>(c: &C, id: &str) -> Result<(), StoreError> {
+    exec(
+        c,
+        "UPDATE runs SET background = 1 WHERE id = $1",
+        &[&id],
+        "mark background run",
+    )
+    .await?;
+    Ok(())
 }
 
 /// Reads one run.

@@ -32,6 +32,8 @@ pub struct ClaimParams<'a> {
     pub tools: &'a [String],
     /// Per-tool limits (`max_running`, `rate`), counted over all workers.
     pub limits: &'a crate::flow::ToolLimits,
+    /// At most this many background runs among those claimed; `None`: no limit.
+    pub background_room: Option<usize>,
 }
 
 // Without ANALYZE statistics the planner may prefer another index on state for these,
@@ -52,6 +54,13 @@ pub(crate) const SESSION_HEAD: &str = "SELECT rowid, priority, run_at, id FROM r
     WHERE state = 'queued' AND session_id = ?1 AND tool = ?2 AND run_at <= ?3 \
     ORDER BY priority DESC, run_at, id LIMIT ?4";
 
+/// [`SESSION_HEAD`] without background runs, for a worker at its per-worker limit of
+/// background runs: the filter reads the table row of each head it passes (the index does not
+/// hold `background`), which only such a claim pays.
+pub(crate) const SESSION_HEAD_NOT_BACKGROUND: &str = "SELECT rowid, priority, run_at, id FROM runs \
+    INDEXED BY runs_claimable_idx WHERE state = 'queued' AND session_id = ?1 AND tool = ?2 \
+    AND run_at <= ?3 AND background = 0 ORDER BY priority DESC, run_at, id LIMIT ?4";
+
 /// Marks one queued run running under a fresh lease. The run is addressed by the rowid the
 /// claimable index gave in this transaction (one b-tree descent instead of two through the
 /// id index), and there is no RETURNING: SQLite buffers returned rows in a temporary b-tree,
@@ -60,6 +69,12 @@ pub(crate) const CLAIM_ONE: &str = "UPDATE runs SET state = 'running', attempt =
     lease_owner = ?1, lease_token = ?2, lease_expires_at = ?3, heartbeat_at = ?4, started_at = ?4, \
     cancel_requested_at = NULL, status_text = NULL, progress = NULL, output_tail = NULL \
     WHERE rowid = ?5 AND state = 'queued'";
+/// [`CLAIM_ONE`] for a claim whose room for background runs is used up: a background run is
+/// left queued (the UPDATE reads the row anyway, so the filter costs nothing more).
+pub(crate) const CLAIM_ONE_NOT_BACKGROUND: &str = "UPDATE runs SET state = 'running', attempt = attempt + 1, \
+    lease_owner = ?1, lease_token = ?2, lease_expires_at = ?3, heartbeat_at = ?4, started_at = ?4, \
+    cancel_requested_at = NULL, status_text = NULL, progress = NULL, output_tail = NULL \
+    WHERE rowid = ?5 AND state = 'queued' AND background = 0";
 
 /// A claimed run as stored, by rowid.
 static CLAIMED: std::sync::LazyLock<String> =
@@ -229,9 +244,12 @@ pub fn claim(tx: &Transaction<'_>, p: &ClaimParams<'_>) -> Result<Vec<Run>, Stor
     let now = ts(p.now);
     // Each visited session's heads (keyed by rowid) with its take, for `pick`.
     let mut per_session: Vec<(Vec<Head<i64>>, usize)> = Vec::new();
-    let mut head = tx
-        .prepare_cached(SESSION_HEAD)
-        .ctx("prepare session head")?;
+    // A worker at its per-worker limit of background runs reads heads without them.
+    let head_sql = match p.background_room {
+        Some(0) => SESSION_HEAD_NOT_BACKGROUND,
+        _ => SESSION_HEAD,
+    };
+    let mut head = tx.prepare_cached(head_sql).ctx("prepare session head")?;
     // Room per limited tool, worked out once per claim for the tools met on the way only:
     // the claim's cost follows the tools it visits, not the number of limits configured.
     let mut room: HashMap<String, i64> = HashMap::new();
@@ -288,12 +306,26 @@ pub fn claim(tx: &Transaction<'_>, p: &ClaimParams<'_>) -> Result<Vec<Run>, Stor
     let mut read = tx.prepare_cached(&CLAIMED).ctx("prepare read claimed")?;
     let (until, mut claimed) = (ts(p.lease_until), Vec::with_capacity(candidates.len()));
     let mut started: HashMap<&str, u64> = HashMap::new();
+    // Room for background runs: once it is used up, the rest of the candidates are claimed
+    // only if they are not background runs (a background one stays queued for later).
+    let mut background_room = p.background_room;
     for c in &candidates {
         let params = rusqlite::params![p.worker, lease_token(), until, now, c.key];
-        if update.execute(params).ctx("claim run")? == 1 {
+        let updated = if background_room == Some(0) {
+            tx.prepare_cached(CLAIM_ONE_NOT_BACKGROUND)
+                .ctx("prepare claim")?
+                .execute(params)
+                .ctx("claim run")?
+        } else {
+            update.execute(params).ctx("claim run")?
+        };
+        if updated == 1 {
             let run = read
                 .query_row([c.key], run_from_row)
                 .ctx("read claimed run")?;
+            if run.background {
+                background_room = background_room.map(|n| n.saturating_sub(1));
+            }
             if p.limits.get(&c.tool).is_some_and(|l| l.rate.is_some()) {
                 *started.entry(c.tool.as_str()).or_default() += 1;
             }

@@ -48,7 +48,7 @@ pub const RUN_COLUMNS: &str = "id, session_id, tool, args, title, state, priorit
     run_at, created_at, started_at, finished_at, lease_owner, lease_token, lease_expires_at, heartbeat_at, \
     idempotency_key, timeout_ms, signal_on_completion, delivery, schedule_id, fire_at, ticks, status_text, \
     progress, output_tail, error, internal_error, errors, operation_id, stages, approval_state, \
-    approval_deadline, approval_by, approval_at, approval_note, cancel_requested_at";
+    approval_deadline, approval_by, approval_at, approval_note, cancel_requested_at, background";
 
 /// Positions of [`RUN_COLUMNS`]: reading by position instead of by name saves a scan of the
 /// column names per value (a third of the cost of decoding a claimed run).
@@ -92,6 +92,7 @@ pub mod col {
     pub const APPROVAL_AT: usize = 35;
     pub const APPROVAL_NOTE: usize = 36;
     pub const CANCEL_REQUESTED_AT: usize = 37;
+    pub const BACKGROUND: usize = 38;
 }
 
 /// A text column parsed with `FromStr`, read without copying it into a `String`; `None` when
@@ -155,6 +156,7 @@ pub fn run_from_row(row: &Row<'_>) -> rusqlite::Result<Run> {
         approval_at: ts_col(row, APPROVAL_AT)?,
         approval_note: row.get(APPROVAL_NOTE)?,
         cancel_requested_at: ts_col(row, CANCEL_REQUESTED_AT)?,
+        background: row.get::<_, i64>(BACKGROUND)? != 0,
     })
 }
 
@@ -210,6 +212,7 @@ mod tests {
             (APPROVAL_AT, "approval_at"),
             (APPROVAL_NOTE, "approval_note"),
             (CANCEL_REQUESTED_AT, "cancel_requested_at"),
+            (BACKGROUND, "background"),
         ];
         assert_eq!(names.len(), expect.len());
         for (i, name) in expect {

@@ -30,6 +30,7 @@ fn claim_params(c: &Claim) -> claim::ClaimParams<'_> {
         after_session: c.after_session.as_deref(),
         tools: &c.tools,
         limits: &c.limits,
+        background_room: c.background_room,
     }
 }
 
@@ -41,18 +42,33 @@ impl Engine for Store {
     }
 
     async fn run_insert_within_limit(&self, p: RunInsertLimited) -> EngineResult<LimitedInsert> {
+        // A host's approval replaces the request the row may carry: it is inserted queued.
+        let mut run = p.run;
+        if p.approval.is_some() {
+            run.approval = None;
+        }
         self.write_async(move |tx| {
             let except = p.except.as_deref();
-            if let Some((all, session)) = p.limits {
-                if runs::count_queued_or_running(tx, None, except, all)? >= all {
-                    return Ok(LimitedInsert::OverAll(all));
-                }
-                let own = Some(p.run.session_id.as_str());
-                if runs::count_queued_or_running(tx, own, except, session)? >= session {
-                    return Ok(LimitedInsert::OverSession(session));
+            if let Some(limit) = p.limit {
+                let session = run.session_id.as_str();
+                if runs::count_active_background(tx, session, except, p.now, limit)? >= limit {
+                    return Ok(LimitedInsert::OverSession(limit));
                 }
             }
-            runs::insert(tx, &p.run).map(LimitedInsert::Inserted)
+            let inserted = runs::insert(tx, &run)?;
+            if let Inserted::New(id) = &inserted {
+                runs::mark_background(tx, id.as_str())?;
+            }
+            if let Some(a) = &p.approval {
+                let decision = approvals::Decision {
+                    id: a.id.as_str(),
+                    by: &a.by,
+                    note: a.note.as_deref(),
+                    now: a.now,
+                };
+                approvals::preapprove(tx, &decision)?;
+            }
+            Ok(LimitedInsert::Inserted(inserted))
         })
         .await
     }

@@ -9,7 +9,7 @@ use crate::error::StoreError;
 pub const SCHEMA_SQL: &str = include_str!("../../../schema.sql");
 
 /// The schema version this build writes and understands.
-pub const SCHEMA_VERSION: i64 = 11;
+pub const SCHEMA_VERSION: i64 = 12;
 
 /// Ordered migrations: `MIGRATIONS[i]` upgrades version `i + 1` to `i + 2`.
 const MIGRATIONS: &[&str] = &[
@@ -23,6 +23,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../../migrations/009_lean_enqueue.sql"),
     include_str!("../../../migrations/010_lean_errors_stages.sql"),
     include_str!("../../../migrations/011_no_statement_journal.sql"),
+    include_str!("../../../migrations/012_background_runs.sql"),
 ];
 
 /// What the file holds before we touch it.
@@ -113,15 +114,17 @@ pub(crate) fn apply(conn: &mut Connection, state: FileState) -> Result<(), Store
         for (i, step) in MIGRATIONS.iter().enumerate().skip((from - 1) as usize) {
             tx.execute_batch(step)
                 .map_err(|e| StoreError::sqlite(format!("migrate to version {}", i + 2), e))?;
+            // A migration may edit table definitions in sqlite_master (versions 9 to 11 edit
+            // CHECKs and foreign keys that way); a new schema cookie makes every connection,
+            // this one included, parse them again instead of enforcing the definitions it had
+            // loaded. After each step: a later ALTER TABLE (version 12 adds a column) edits
+            // the definition at offsets taken from the parsed one, which must be the new text.
+            let cookie: i64 = tx
+                .query_row("PRAGMA schema_version", [], |r| r.get(0))
+                .map_err(|e| StoreError::sqlite("read schema_version", e))?;
+            tx.execute_batch(&format!("PRAGMA schema_version = {}", cookie + 1))
+                .map_err(|e| StoreError::sqlite("bump schema_version", e))?;
         }
-        // A migration may edit table definitions in sqlite_master (versions 9 to 11 edit
-        // CHECKs and foreign keys that way); a new schema cookie makes every connection, this one included, parse
-        // them again instead of enforcing the definitions it had loaded.
-        let cookie: i64 = tx
-            .query_row("PRAGMA schema_version", [], |r| r.get(0))
-            .map_err(|e| StoreError::sqlite("read schema_version", e))?;
-        tx.execute_batch(&format!("PRAGMA schema_version = {}", cookie + 1))
-            .map_err(|e| StoreError::sqlite("bump schema_version", e))?;
     }
     tx.execute_batch(&format!("PRAGMA user_version = {SCHEMA_VERSION}"))
         .map_err(|e| StoreError::sqlite("set schema version", e))?;

@@ -52,6 +52,11 @@ fn per_run_statements_build_no_temporary_btree() {
             0,
         ),
         ("claim", super::claim::CLAIM_ONE, 0),
+        (
+            "claim at the background limit",
+            super::claim::CLAIM_ONE_NOT_BACKGROUND,
+            0,
+        ),
         ("finish", super::finish::FINISH.as_str(), 0),
         ("blob", super::artifacts::PUT, 0),
         ("inbox", super::inbox::INSERT, 0),
@@ -250,4 +255,25 @@ fn the_work_check_reads_the_queue_indexes() {
         !plan.iter().any(|d| d == "SCAN runs"),
         "a check reads every run: {plan:?}"
     );
+}
+
+/// spawn_background's per-session count seeks the background-only index by session (issue
+/// 33): its cost follows the session's background runs, not the queue or the session's other
+/// runs; a claim at the per-worker limit still walks the claimable index.
+#[test]
+fn background_limits_read_their_indexes() {
+    let count = plan(super::runs::COUNT_ACTIVE_BACKGROUND);
+    assert!(
+        count
+            .iter()
+            .any(|d| d.contains("runs_background_idx (session_id=?")),
+        "{count:?}"
+    );
+    let head = plan(super::claim::SESSION_HEAD_NOT_BACKGROUND);
+    assert!(
+        head.iter()
+            .any(|d| d.contains("USING INDEX runs_claimable_idx")),
+        "{head:?}"
+    );
+    assert!(!head.iter().any(|d| d.contains("TEMP B-TREE")), "{head:?}");
 }

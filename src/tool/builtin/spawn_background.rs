@@ -74,7 +74,41 @@ fn outcome_of(e: Error) -> ToolOutcome {
     }
 }
 
-/// The seed's message for the per-worker run limit.
+/// Inserts `row` as a background run of its session under the per-session limit (unless
+/// `queue_beyond_limit`): the id, the seed's message when the session is at its limit, or the
+/// storage error. Count and insert are one write transaction, so two calls cannot both take
+/// the last slot. `except` is the calling run (not counted); `approval` a host's approval,
+/// recorded before the run is queued. spawn_background and Background-mode tools called
+/// through the executor both insert through this, so they meet the same limits; the
+/// per-worker limit is the claim's (a worker runs at most that many background runs at once).
+pub(crate) async fn insert_background(
+    client: &Client,
+    row: crate::run::NewRun,
+    except: Option<String>,
+    approval: Option<crate::store::RunApprove>,
+    limits: &crate::config::SessionLimits,
+) -> Result<Result<crate::ids::RunId, String>, crate::error::StoreError> {
+    let now = client.now();
+    let limit = (!limits.queue_beyond_limit).then_some(limits.max_active_runs);
+    let done = client
+        .engine()
+        .run_insert_within_limit(RunInsertLimited {
+            run: row,
+            except,
+            limit,
+            now,
+            approval,
+        })
+        .await?;
+    Ok(match done {
+        LimitedInsert::Inserted(i) => Ok(i.id().clone()),
+        LimitedInsert::OverSession(max) => Err(run_limit_message(max)),
+    })
+}
+
+/// The seed's message for the per-worker run limit. toolq's per-worker limit is the worker's
+/// claim (a background run beyond it waits queued), so no call rejects with it; kept for hosts
+/// that show the seed's texts.
 pub fn worker_limit_message(max: i64) -> String {
     format!(
         "Worker is already running the maximum {max} active background runs. Try again after an existing run finishes."
@@ -235,24 +269,9 @@ async fn start_run(
         Ok(row) => row,
         Err(e) => return ToolOutcome::tool_error(e.to_string()),
     };
-    let limits = client.config().sessions.clone();
+    let limits = &client.config().sessions;
     let me = ctx.run_id.to_string();
-    // Count and insert in one write transaction, so two calls cannot both take the last slot.
-    let limited = (!limits.queue_beyond_limit)
-        .then_some((limits.max_active_runs_per_worker, limits.max_active_runs));
-    let inserted = client
-        .engine()
-        .run_insert_within_limit(RunInsertLimited {
-            run: row,
-            except: Some(me),
-            limits: limited,
-        })
-        .await
-        .map(|r| match r {
-            LimitedInsert::Inserted(i) => Ok(i.id().clone()),
-            LimitedInsert::OverAll(max) => Err(worker_limit_message(max)),
-            LimitedInsert::OverSession(max) => Err(run_limit_message(max)),
-        });
+    let inserted = insert_background(client, row, Some(me), None, limits).await;
     let run_id = match inserted {
         Ok(Ok(id)) => id,
         Ok(Err(message)) => return ToolOutcome::tool_error(message),
