@@ -275,11 +275,15 @@ fn a_host_that_stops_heartbeating_loses_its_runs_at_lease_expiry_and_its_late_fi
 #[test]
 fn a_host_frozen_mid_transaction_never_stops_the_other_hosts() {
     const RUNS: usize = 6000;
-    const STOPS: usize = 4;
-    let lease = Duration::from_secs(4);
+    const STOPS: usize = 3;
+    // Well over the server's 3 s idle bound plus a heartbeat interval, as the README asks: a
+    // live host's heartbeat may wait out the frozen host's locks once and still be in time.
+    let lease = Duration::from_secs(8);
+    // Twice that bound: the others go on after one wait, never for a whole stop.
+    let stall_bound = Duration::from_secs(6);
     let s = setup(
         "[worker]\nconcurrency = 6\nper_session = 2\npoll_interval = \"20ms\"\n\
-         heartbeat_interval = \"500ms\"\nlease = \"4s\"\nshutdown_grace = \"10s\"\n\
+         heartbeat_interval = \"500ms\"\nlease = \"8s\"\nshutdown_grace = \"10s\"\n\
          [runs]\nbackoff_base = \"10ms\"\nbackoff_max = \"50ms\"\n",
     );
     enqueue_sleeps(
@@ -298,11 +302,11 @@ fn a_host_frozen_mid_transaction_never_stops_the_other_hosts() {
     wait_until("the hosts complete runs", || completed() > 100);
     let mut longest = Duration::ZERO;
     for round in 0..STOPS {
-        // Frozen for twice its lease: long enough for its runs to be rescued.
+        // Frozen for longer than its lease: its runs are rescued meanwhile.
         signal(&workers[0].0, Signal::SIGSTOP);
         let stopped = Instant::now();
         let (mut last, mut since) = (completed(), Instant::now());
-        while stopped.elapsed() < lease * 2 {
+        while stopped.elapsed() < lease + lease / 2 {
             std::thread::sleep(Duration::from_millis(50));
             let now = completed();
             if now > last {
@@ -312,10 +316,8 @@ fn a_host_frozen_mid_transaction_never_stops_the_other_hosts() {
         }
         longest = longest.max(since.elapsed());
         assert!(
-            since.elapsed() < lease,
-            "round {round}: no run completed in the last {:?} of a {:?} stop of host-a",
-            since.elapsed(),
-            lease * 2
+            longest < stall_bound,
+            "round {round}: the other hosts completed nothing for {longest:?} while host-a was stopped"
         );
         signal(&workers[0].0, Signal::SIGCONT);
         std::thread::sleep(Duration::from_millis(700));
