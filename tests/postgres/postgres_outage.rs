@@ -101,6 +101,15 @@ fn running(env: &TestEnv) -> i64 {
         .count("SELECT count(*) FROM runs WHERE state = 'running'")
 }
 
+/// Enqueues one 1.5 s `sleep` run.
+async fn enqueue_sleep(env: &TestEnv) -> toolq::RunId {
+    env.client
+        .enqueue(EnqueueRequest::new("sleep", json!({"ms": 1500})))
+        .await
+        .unwrap()
+        .run_id
+}
+
 /// Starts a draining worker and returns once it holds the one queued run: its claim's answer
 /// came back through the proxy. (The row says `running` as soon as the claim commits, before
 /// the answer arrives: a cut then would lose the answer, and the worker would never hold it.)
@@ -119,12 +128,7 @@ fn drain_holding_the_run(
 async fn a_worker_that_loses_the_database_keeps_its_run_going_and_records_it_once() {
     let proxy = Proxy::start();
     let env = env_through(&proxy);
-    let id = env
-        .client
-        .enqueue(EnqueueRequest::new("sleep", json!({"ms": 1500})))
-        .await
-        .unwrap()
-        .run_id;
+    let id = enqueue_sleep(&env).await;
     let worker = drain_holding_the_run(&env);
     // The run ends while the database is unreachable: its end is retried until it commits.
     proxy.cut();
@@ -148,20 +152,8 @@ async fn a_run_whose_lease_expired_during_the_outage_is_fenced_out_when_its_work
     let proxy = Proxy::start();
     let env = env_through(&proxy);
     // Another host on the same database, straight to the server.
-    let mut config = Config {
-        db_path: env.db.url.clone(),
-        ..Config::default()
-    };
-    config.worker.poll_interval = Duration::from_millis(20);
-    config.worker.host_id = Some("host-b".into());
-    let registry = RegistryBuilder::new().with_builtins().build().unwrap();
-    let other = Client::open_with_clock(config, registry, Arc::new(env.clock.clone())).unwrap();
-    let id = env
-        .client
-        .enqueue(EnqueueRequest::new("sleep", json!({"ms": 1500})))
-        .await
-        .unwrap()
-        .run_id;
+    let other = host_on(&env.db.url, &env, "host-b");
+    let id = enqueue_sleep(&env).await;
     let worker = drain_holding_the_run(&env);
     proxy.cut();
     // The lease runs out while the worker cannot reach the database: the other host takes
@@ -246,10 +238,10 @@ async fn a_dropped_listening_connection_is_replaced_and_other_hosts_enqueues_sti
     worker.await.unwrap().unwrap();
 }
 
-/// Another host on the test database through `proxy`, sharing `env`'s clock.
-fn host_through(proxy: &Proxy, env: &TestEnv, host: &str) -> Client {
+/// Another host (one slot) on the database at `url`, sharing `env`'s clock.
+fn host_on(url: &str, env: &TestEnv, host: &str) -> Client {
     let mut config = Config {
-        db_path: proxy.url(&env.db.url),
+        db_path: url.to_string(),
         ..Config::default()
     };
     config.worker.poll_interval = Duration::from_millis(20);
@@ -274,12 +266,7 @@ async fn a_worker_back_from_an_outage_longer_than_its_lease_records_its_own_run(
         c.worker.heartbeat_interval = Duration::from_secs(15);
         c.worker.stall_timeout = Duration::from_secs(86_400);
     });
-    let id = env
-        .client
-        .enqueue(EnqueueRequest::new("sleep", json!({"ms": 1500})))
-        .await
-        .unwrap()
-        .run_id;
+    let id = enqueue_sleep(&env).await;
     let worker = drain_holding_the_run(&env);
     proxy.cut();
     env.clock.advance(chrono::Duration::seconds(60));
@@ -304,8 +291,8 @@ async fn live_hosts_back_from_an_outage_do_not_rescue_each_others_runs() {
     let proxy = Proxy::start();
     let env = env_through(&proxy);
     let (a, b) = (
-        host_through(&proxy, &env, "host-a"),
-        host_through(&proxy, &env, "host-b"),
+        host_on(&proxy.url(&env.db.url), &env, "host-a"),
+        host_on(&proxy.url(&env.db.url), &env, "host-b"),
     );
     let mut ids = Vec::new();
     for session in ["s1", "s2"] {

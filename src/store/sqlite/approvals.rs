@@ -22,6 +22,18 @@ pub struct Decision<'a> {
     pub now: DateTime<Utc>,
 }
 
+impl<'a> Decision<'a> {
+    /// The decision an approval carries.
+    pub fn of(a: &'a crate::store::RunApprove) -> Self {
+        Decision {
+            id: a.id.as_str(),
+            by: &a.by,
+            note: a.note.as_deref(),
+            now: a.now,
+        }
+    }
+}
+
 /// Queues an awaiting run to execute as approved: due now, or at its own later `run_at` (a
 /// run enqueued with a delay keeps it). False when it was not awaiting approval.
 pub fn approve(tx: &Transaction<'_>, d: &Decision<'_>) -> Result<bool, StoreError> {

@@ -60,13 +60,7 @@ impl Engine for Store {
                 runs::mark_background(tx, id.as_str())?;
             }
             if let Some(a) = &p.approval {
-                let decision = approvals::Decision {
-                    id: a.id.as_str(),
-                    by: &a.by,
-                    note: a.note.as_deref(),
-                    now: a.now,
-                };
-                approvals::preapprove(tx, &decision)?;
+                approvals::preapprove(tx, &approvals::Decision::of(a))?;
             }
             Ok(LimitedInsert::Inserted(inserted))
         })
@@ -86,13 +80,7 @@ impl Engine for Store {
         self.write_async(move |tx| {
             runs::insert(tx, &run)?;
             if let Some(a) = &approval {
-                let decision = approvals::Decision {
-                    id: a.id.as_str(),
-                    by: &a.by,
-                    note: a.note.as_deref(),
-                    now: a.now,
-                };
-                approvals::preapprove(tx, &decision)?;
+                approvals::preapprove(tx, &approvals::Decision::of(a))?;
             }
             Ok(())
         })
@@ -161,18 +149,8 @@ impl Engine for Store {
     }
 
     async fn run_approve(&self, p: RunApprove) -> EngineResult<bool> {
-        self.write_async(move |tx| {
-            approvals::approve(
-                tx,
-                &approvals::Decision {
-                    id: p.id.as_str(),
-                    by: &p.by,
-                    note: p.note.as_deref(),
-                    now: p.now,
-                },
-            )
-        })
-        .await
+        self.write_async(move |tx| approvals::approve(tx, &approvals::Decision::of(&p)))
+            .await
     }
 
     async fn run_list_overdue_approvals(
