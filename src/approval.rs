@@ -8,21 +8,31 @@
 
 use chrono::{DateTime, Utc};
 
-use crate::client::{Client, about_of};
 use crate::clock::ts;
+use crate::config::Config;
 use crate::inbox::{About, approval_message};
+use crate::run::ending::blank;
 use crate::run::{Fence, FinishRecord, Outcome};
 use crate::run::{NewRun, PendingApproval, Run};
-use crate::tool::ToolPolicy;
-use crate::worker::finish::blank;
+use crate::tool::{Registry, ToolPolicy};
 use serde_json::Value;
 
-/// Whether runs of `tool` need an operator's approval under `client`'s rules (the tool's
+/// Whether runs of `tool` need an operator's approval under `rules` (the tool's
 /// policy, a command tool's `requires_approval`, `[approvals] require`), and then how long
-/// an approval may take (`None`: no deadline). `None` for a tool `client` does not know.
-fn requirement(client: &Client, tool: &str) -> Option<Option<std::time::Duration>> {
-    let entry = client.registry().get(tool)?;
-    let cfg = &client.config().approvals;
+/// an approval may take (`None`: no deadline). `None` for a tool `rules` do not know.
+/// One process's approval rules: its tools' policies and its `[approvals]` section. Approval
+/// is decided by the process that creates, retries or claims a run.
+#[derive(Clone, Copy)]
+pub struct Rules<'a> {
+    /// The process's tools.
+    pub registry: &'a Registry,
+    /// Its configuration (`[approvals]`).
+    pub config: &'a Config,
+}
+
+fn requirement(rules: Rules<'_>, tool: &str) -> Option<Option<std::time::Duration>> {
+    let entry = rules.registry.get(tool)?;
+    let cfg = &rules.config.approvals;
     let required =
         entry.def.policy == ToolPolicy::RequiresApproval || cfg.require.iter().any(|t| t == tool);
     required.then(|| entry.def.approval_deadline.or(cfg.deadline))
@@ -44,19 +54,19 @@ fn deadline_from(after: Option<std::time::Duration>, from: DateTime<Utc>) -> Opt
 /// for a run stored `queued` without that decision: one enqueued by an older toolq, or by a
 /// process whose rules did not require approval while this worker's do (the stricter of
 /// the two configurations wins).
-pub fn gate_of(client: &Client, run: &Run, now: DateTime<Utc>) -> Option<Option<DateTime<Utc>>> {
+pub fn gate_of(rules: Rules<'_>, run: &Run, now: DateTime<Utc>) -> Option<Option<DateTime<Utc>>> {
     if run.approval_state.as_deref() == Some("approved") {
         return None;
     }
-    requirement(client, &run.tool).map(|after| deadline_from(after, now))
+    requirement(rules, &run.tool).map(|after| deadline_from(after, now))
 }
 
 /// Whether a run about to be created must wait for approval under the creating process's
-/// rules (`client`'s configuration and registry), and then what it is stored with: its
+/// rules (`rules`: configuration and registry), and then what it is stored with: its
 /// deadline, counted from its creation, and its `approval_request` message (attempt 0),
 /// shaped by the tool's formatter. `args` are the run's arguments as given.
-pub fn pending_for(client: &Client, run: &NewRun, args: &Value) -> Option<PendingApproval> {
-    let after = requirement(client, &run.tool)?;
+pub fn pending_for(rules: Rules<'_>, run: &NewRun, args: &Value) -> Option<PendingApproval> {
+    let after = requirement(rules, &run.tool)?;
     let deadline = deadline_from(after, run.created_at);
     let about = About {
         run_id: &run.id,
@@ -66,34 +76,34 @@ pub fn pending_for(client: &Client, run: &NewRun, args: &Value) -> Option<Pendin
         attempt: 0,
         delivery: run.delivery,
     };
-    Some(pending(client, &about, args, deadline))
+    Some(pending(rules, &about, args, deadline))
 }
 
 /// Whether a failed or cancelled run that is being retried must wait for approval again
-/// under `client`'s rules, and then what it is stored with (deadline counted from `now`, a
+/// under `rules`, and then what it is stored with (deadline counted from `now`, a
 /// new `approval_request` message for its current attempt). A run approved once is not
 /// asked again.
 pub fn pending_for_retry(
-    client: &Client,
+    rules: Rules<'_>,
     run: &Run,
     now: DateTime<Utc>,
 ) -> Option<PendingApproval> {
     if run.approval_state.as_deref() == Some("approved") {
         return None;
     }
-    let deadline = deadline_from(requirement(client, &run.tool)?, now);
-    Some(pending(client, &about_of(run), &run.args, deadline))
+    let deadline = deadline_from(requirement(rules, &run.tool)?, now);
+    Some(pending(rules, &run.about(), &run.args, deadline))
 }
 
 /// A pending approval with its `approval_request` message, shaped by the tool's formatter.
 fn pending(
-    client: &Client,
+    rules: Rules<'_>,
     about: &About<'_>,
     args: &Value,
     deadline: Option<DateTime<Utc>>,
 ) -> PendingApproval {
     let mut message = approval_message(about, args, deadline.map(ts).as_deref());
-    if let Some(entry) = client.registry().get(about.tool) {
+    if let Some(entry) = rules.registry.get(about.tool) {
         entry.format_message(&mut message);
     }
     let message_data = message.data.to_string();
@@ -107,7 +117,7 @@ fn pending(
 /// The records that move a claimed run to `awaiting_approval` (fenced by its lease) and post
 /// its approval request. Pure.
 pub fn await_approval(run: &Run, deadline: Option<DateTime<Utc>>) -> FinishRecord {
-    let about = about_of(run);
+    let about = run.about();
     let mut rec = blank(
         run,
         Fence::Lease(run.lease_token.clone().unwrap_or_default()),

@@ -3,7 +3,8 @@
 use serde_json::{Value, json};
 
 use crate::ids::RunId;
-use crate::run::{Delivery, log_path, result_path};
+use crate::run::artifacts::{log_path, result_path};
+use crate::run::delivery::Delivery;
 use serde::Serialize;
 
 /// Kinds of final message.

@@ -55,6 +55,7 @@ pub mod cli;
 pub mod client;
 pub mod clock;
 pub mod config;
+pub mod core;
 pub mod db_url;
 pub mod error;
 pub mod flow;

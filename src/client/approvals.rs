@@ -3,9 +3,9 @@
 use crate::client::Client;
 use crate::error::{Error, InputError, Result};
 use crate::ids::RunId;
+use crate::run::ending::WaitingEnd;
 use crate::run::{Run, RunState};
 use crate::store::RunApprove;
-use crate::worker::finish::{WaitingEnd, decide_waiting};
 
 impl Client {
     /// Approves an awaiting run: it is queued again and executes as approved.
@@ -40,8 +40,8 @@ impl Client {
             by: by.to_string(),
             reason: reason.map(str::to_string),
         };
-        let record = decide_waiting(&run, end);
-        let applied = self.record_ends(vec![(run.tool.clone(), record)]).await?;
+        let record = self.core().waiting_end(&run, end);
+        let applied = self.core().record_ends(vec![record]).await?;
         let run = self.get(id).await?;
         if applied.first() != Some(&true) {
             return Err(not_awaiting(&run, "denied"));
@@ -49,20 +49,10 @@ impl Client {
         Ok(run)
     }
 
-    /// Cancels, as expired, every awaiting run whose approval deadline has passed; returns
-    /// how many. The worker calls this on every heartbeat.
+    /// Cancels, as expired, every awaiting run whose approval deadline has passed (with its
+    /// inbox message); returns how many. Workers do this every heartbeat interval.
     pub async fn expire_approvals(&self) -> Result<usize> {
-        let now = self.now();
-        let runs = self.engine().run_list_overdue_approvals(now, 500).await?;
-        if runs.is_empty() {
-            return Ok(0);
-        }
-        let records = runs
-            .into_iter()
-            .map(|r| (r.tool.clone(), decide_waiting(&r, WaitingEnd::Expired)))
-            .collect();
-        let applied = self.record_ends(records).await?;
-        Ok(applied.into_iter().filter(|&ok| ok).count())
+        self.core().expire_approvals().await
     }
 }
 

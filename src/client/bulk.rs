@@ -5,9 +5,9 @@ use crate::bulk::{BulkOptions, BulkReport, CANCELLABLE, RETRYABLE, check, narrow
 use crate::client::Client;
 use crate::error::Result;
 use crate::ids::RunId;
+use crate::run::ending::WaitingEnd;
 use crate::run::{Run, RunFilter, RunState};
 use crate::store::{RunCancelMany, RunRetryMany, RunSelect};
-use crate::worker::finish::{WaitingEnd, decide_waiting};
 
 impl Client {
     /// Cancels every queued, awaiting or running run `filter` matches (its states narrow
@@ -65,7 +65,7 @@ impl Client {
             let now = self.now();
             let approvals = page
                 .iter()
-                .map(|r| crate::approval::pending_for_retry(self, r, now))
+                .map(|r| crate::approval::pending_for_retry(self.core().approval_rules(), r, now))
                 .collect();
             let runs: Vec<(RunId, RunState)> = page.into_iter().map(|r| (r.id, r.state)).collect();
             let applied = self
@@ -149,11 +149,7 @@ impl Client {
             runs.into_iter().partition(|r| r.state == RunState::Running);
         let ends = waiting
             .iter()
-            .map(|r| {
-                let mut rec = decide_waiting(r, WaitingEnd::Cancelled);
-                self.format_end(&r.tool, &mut rec);
-                rec
-            })
+            .map(|r| self.core().waiting_end(r, WaitingEnd::Cancelled))
             .collect();
         let requests: Vec<RunId> = running.iter().map(|r| r.id.clone()).collect();
         let out = self

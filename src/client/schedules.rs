@@ -1,13 +1,13 @@
 //! Creating, inspecting, cancelling, enabling and firing schedules.
 
-use crate::client::{Client, EnqueueRequest};
-use crate::error::{Error, InputError, Result};
+use crate::client::Client;
+use crate::error::{Error, Result};
 use crate::ids::{ScheduleId, validate_session};
 use crate::schedule::api::{
     FireReport, ScheduleDetail, ScheduleRequest, preview, schedule_limit_message,
 };
-use crate::schedule::model::{NewSchedule, Schedule};
-use crate::schedule::spec::{ScheduleSpec, validate_window};
+use crate::schedule::model::Schedule;
+use crate::schedule::spec::ScheduleSpec;
 use crate::store::ScheduleEnable;
 use chrono::{DateTime, Utc};
 
@@ -16,70 +16,7 @@ impl Client {
     /// or the one-shot time, the policies, and the per-session limit of active schedules.
     /// Bad input is an error and writes nothing.
     pub async fn create_schedule(&self, req: ScheduleRequest) -> Result<Schedule> {
-        let now = self.now();
-        let spec = ScheduleSpec::parse(
-            req.cron.as_deref(),
-            req.at.as_deref(),
-            req.timezone.as_deref(),
-            now,
-        )?;
-        let row = self.prepare(&EnqueueRequest {
-            tool: req.tool.clone(),
-            args: req.args.clone(),
-            session: req.session.clone(),
-            title: req.title.clone(),
-            priority: req.priority,
-            run_at: None,
-            max_attempts: req.max_attempts,
-            timeout: req.timeout,
-            idempotency_key: None,
-            signal_on_completion: req.signal_on_completion,
-            delivery: req.delivery,
-            unique: None,
-        })?;
-        let window = match req.catchup_window {
-            Some(w) => {
-                let w = chrono::Duration::from_std(w).map_err(|_| {
-                    InputError::new(
-                        "catchup_window",
-                        crate::clock::format_duration(w),
-                        "is too large",
-                    )
-                })?;
-                Some(validate_window(w)?.num_milliseconds())
-            }
-            None => None,
-        };
-        let new = NewSchedule {
-            id: ScheduleId::generate(),
-            session_id: row.session_id,
-            tool: row.tool,
-            args: req.args,
-            title: row.title,
-            cron_expression: spec.cron_expression().map(str::to_string),
-            scheduled_at: spec.scheduled_at(),
-            timezone: spec
-                .timezone_name()
-                .or_else(|| req.timezone.clone().filter(|t| !t.trim().is_empty()))
-                .unwrap_or_else(|| "UTC".into()),
-            next_trigger_at: spec.next_after(now),
-            missed_policy: req.missed,
-            catchup_window_ms: window,
-            overlap_policy: req.overlap,
-            priority: row.priority,
-            max_attempts: row.max_attempts,
-            timeout_ms: row.timeout_ms,
-            signal_on_completion: row.signal_on_completion,
-            delivery: row.delivery,
-            created_at: now,
-        };
-        let max = self.config().sessions.max_active_schedules;
-        let id = new.id.to_string();
-        let inserted = self.engine().schedule_insert_within_limit(new, max).await?;
-        if !inserted {
-            return Err(Error::Conflict(schedule_limit_message(max)));
-        }
-        self.get_schedule_row(&id).await
+        self.core().create_schedule(req).await
     }
 
     /// Lists schedules of one session (or of all), newest first.
@@ -193,16 +130,10 @@ impl Client {
     /// Fires every due schedule now (workers do this every poll interval): inserts their runs
     /// and ledger rows and wakes this process's workers.
     pub async fn fire_due_schedules(&self) -> Result<FireReport> {
-        Ok(crate::schedule::tick::schedule_tick(self).await?.0)
+        Ok(crate::schedule::tick::schedule_tick(self.core()).await?.0)
     }
 
     async fn get_schedule_row(&self, id: &str) -> Result<Schedule> {
-        self.engine()
-            .schedule_get(id.to_string())
-            .await?
-            .ok_or_else(|| Error::NotFound {
-                what: "schedule",
-                id: id.to_string(),
-            })
+        self.core().schedule_row(id).await
     }
 }

@@ -6,6 +6,12 @@ use crate::tool::{Tool, ToolContext, ToolOutcome};
 use serde_json::Value;
 
 impl Client {
+    /// The narrow handle a tool gets from this client's queue (for a [`ToolContext`] built
+    /// outside a worker).
+    pub fn tool_host(&self) -> std::sync::Arc<dyn crate::tool::ToolHost> {
+        std::sync::Arc::new(self.core().clone())
+    }
+
     /// Calls `spawn_background` for `session` directly, as an agent host does when its session
     /// makes the tool call: same contract, messages and limits as the built-in tool, answered at
     /// once (the run it starts is executed by a worker). Nothing is written on a rejection.
@@ -22,8 +28,9 @@ impl Client {
             attempt: 1,
             sink: crate::tool::RunSink::new(crate::tool::sink::SinkLimits::default()),
             cancel: tokio_util::sync::CancellationToken::new(),
+            stop: crate::tool::StopSignal::default(),
             operation_id: None,
-            client: Some(self.clone()),
+            host: Some(self.tool_host()),
             clock: self.clock().clone(),
         };
         SpawnBackground.call(ctx).await

@@ -14,7 +14,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-use crate::client::Client;
+use crate::core::Core;
 use crate::error::{Error, Result};
 use crate::run::RunState;
 use crate::store;
@@ -109,9 +109,9 @@ fn seconds(total: f64) -> Counter<f64, AtomicU64> {
 
 /// The metrics as OpenMetrics text: the worker's counters plus, read from the database now,
 /// runs by state, queue depth by session and tool, schedule lag and WAL bytes.
-pub async fn render(client: &Client, metrics: &Metrics) -> Result<String> {
-    let now = client.now();
-    let g = client.engine().gauges_read(now).await?;
+pub async fn render(core: &Core, metrics: &Metrics) -> Result<String> {
+    let now = core.now();
+    let g = core.engine().gauges_read(now).await?;
     let (counts, depth, lag) = (g.by_state, g.queue_depth, g.schedule_lag_secs);
     let mut reg = Registry::default();
     reg.register(
@@ -132,14 +132,14 @@ pub async fn render(client: &Client, metrics: &Metrics) -> Result<String> {
     reg.register(
         "toolq_busy_retries",
         "Write transactions this process retried because the database was busy",
-        counter(client.engine().busy_retries()),
+        counter(core.engine().busy_retries()),
     );
     reg.register(
         "toolq_log_write_errors",
         "Log lines this process dropped because stderr could not be written",
         counter(log_write_errors()),
     );
-    let stats = client.engine().write_stats();
+    let stats = core.engine().write_stats();
     reg.register(
         "toolq_write_transactions",
         "Write transactions this process committed",
@@ -173,7 +173,7 @@ pub async fn render(client: &Client, metrics: &Metrics) -> Result<String> {
         lag_g,
     );
     let wal = Gauge::<i64>::default();
-    wal.set(client.engine().wal_bytes() as i64);
+    wal.set(core.engine().wal_bytes() as i64);
     reg.register("toolq_wal_bytes", "Bytes of the database's -wal file", wal);
     reg.register(
         "toolq_wal_backlog_frames",

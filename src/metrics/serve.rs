@@ -97,7 +97,7 @@ async fn read_request(stream: &mut TcpStream) -> std::io::Result<Option<String>>
 async fn answer(mut stream: TcpStream, client: &Client, metrics: &Metrics) -> std::io::Result<()> {
     let path = read_request(&mut stream).await?;
     let (status, ctype, body) = match path.as_deref().map(|p| p.split('?').next().unwrap_or(p)) {
-        Some("/metrics") => match render(client, metrics).await {
+        Some("/metrics") => match render(client.core(), metrics).await {
             Ok(text) => ("200 OK", CONTENT_TYPE, text),
             Err(e) => (
                 "500 Internal Server Error",

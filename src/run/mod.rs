@@ -7,11 +7,16 @@ use std::fmt;
 use std::str::FromStr;
 
 mod answer;
+pub mod artifacts;
+pub mod delivery;
 mod end;
+pub mod ending;
 mod records;
 mod unique;
 
 pub use answer::{Decision, RunAnswer};
+pub use artifacts::{artifact_dir, log_path, result_path};
+pub use delivery::Delivery;
 pub use end::{ApprovalMark, Fence, FinishRecord, Outcome};
 pub use records::{Blob, Inserted, ListFilter, RunFilter};
 pub use unique::{Unique, UniqueBy, UniqueCheck, unique_key};
@@ -89,47 +94,6 @@ impl FromStr for RunState {
                     "must be one of queued, awaiting_approval, running, completed, failed, cancelled",
                 )
             })
-    }
-}
-
-/// How a run's completion message is delivered to its session.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Delivery {
-    /// Interrupt the session as soon as it arrives.
-    Interrupt,
-    /// Deliver when the session is idle (the default).
-    #[default]
-    WhenIdle,
-    /// Record it but do not notify.
-    Silent,
-}
-
-impl Delivery {
-    /// The mode's name as stored.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Delivery::Interrupt => "interrupt",
-            Delivery::WhenIdle => "when_idle",
-            Delivery::Silent => "silent",
-        }
-    }
-}
-
-impl FromStr for Delivery {
-    type Err = InputError;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "interrupt" => Ok(Delivery::Interrupt),
-            "when_idle" => Ok(Delivery::WhenIdle),
-            "silent" => Ok(Delivery::Silent),
-            _ => Err(InputError::new(
-                "delivery",
-                s,
-                "must be one of interrupt, when_idle, silent",
-            )),
-        }
     }
 }
 
@@ -235,6 +199,18 @@ pub struct Run {
 }
 
 impl Run {
+    /// What a message about this run (at its current attempt) is about.
+    pub fn about(&self) -> crate::inbox::About<'_> {
+        crate::inbox::About {
+            run_id: &self.id,
+            session_id: &self.session_id,
+            title: &self.title,
+            tool: &self.tool,
+            attempt: self.attempt,
+            delivery: self.delivery,
+        }
+    }
+
     /// Path of the run's log blob.
     pub fn log_path(&self) -> String {
         log_path(&self.id)
@@ -244,21 +220,6 @@ impl Run {
     pub fn result_path(&self) -> String {
         result_path(&self.id)
     }
-}
-
-/// The directory of a run's artifacts: `/.background/{run_id}`.
-pub fn artifact_dir(id: &RunId) -> String {
-    format!("/.background/{id}")
-}
-
-/// `/.background/{run_id}/output.log`
-pub fn log_path(id: &RunId) -> String {
-    format!("/.background/{id}/output.log")
-}
-
-/// `/.background/{run_id}/result.json`
-pub fn result_path(id: &RunId) -> String {
-    format!("/.background/{id}/result.json")
 }
 
 /// A validated request to insert one run (built by [`crate::EnqueueRequest`] validation).

@@ -3,7 +3,7 @@
 
 use chrono::{DateTime, Utc};
 
-use crate::client::Client;
+use crate::core::Core;
 use crate::error::Result;
 use crate::store::{ClaimDue, ClaimReport, GateRun};
 
@@ -14,31 +14,33 @@ const MAX_BATCHES: usize = 20;
 
 /// One tick: if a schedule is due (a read), claims due schedules in batches, wakes this process's workers when runs were
 /// inserted, and returns what it did with the earliest tick still ahead.
-pub(crate) async fn schedule_tick(client: &Client) -> Result<(ClaimReport, Option<DateTime<Utc>>)> {
-    let cfg = &client.config().schedules;
+pub(crate) async fn schedule_tick(core: &Core) -> Result<(ClaimReport, Option<DateTime<Utc>>)> {
+    let cfg = &core.config().schedules;
     let spacing = chrono::Duration::milliseconds(1000 / cfg.catchup_starts_per_second.max(1));
     let late_after =
         chrono::Duration::from_std(cfg.late_after).unwrap_or(chrono::Duration::minutes(1));
     let mut total = ClaimReport::default();
     // A cheap read first: most ticks find nothing due and should not take the write lock.
-    let next = client.engine().schedule_next_due().await?;
-    if next.is_none_or(|n| n > client.now()) {
+    let next = core.engine().schedule_next_due().await?;
+    if next.is_none_or(|n| n > core.now()) {
         return Ok((total, next));
     }
     // The runs a fire makes wait for approval as this process's rules say (see
     // `approval::pending_for`), like the runs it enqueues.
     let gate: GateRun = {
-        let client = client.clone();
-        std::sync::Arc::new(move |row, args| crate::approval::pending_for(&client, row, args))
+        let core = core.clone();
+        std::sync::Arc::new(move |row, args| {
+            crate::approval::pending_for(core.approval_rules(), row, args)
+        })
     };
     for _ in 0..MAX_BATCHES {
         let p = ClaimDue {
-            now: client.now(),
+            now: core.now(),
             limit: BATCH,
             late_after,
             catchup_spacing: spacing,
         };
-        let r = client.engine().schedule_claim_due(p, gate.clone()).await?;
+        let r = core.engine().schedule_claim_due(p, gate.clone()).await?;
         for (id, why) in &r.broken {
             tracing::error!(schedule_id = %id, reason = %why, "schedule disabled: it no longer fires");
         }
@@ -61,8 +63,8 @@ pub(crate) async fn schedule_tick(client: &Client) -> Result<(ClaimReport, Optio
             missed = total.missed,
             "schedules fired"
         );
-        client.wake_workers();
+        core.wake_workers();
     }
-    let next = client.engine().schedule_next_due().await?;
+    let next = core.engine().schedule_next_due().await?;
     Ok((total, next))
 }

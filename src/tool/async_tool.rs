@@ -20,7 +20,7 @@ use async_trait::async_trait;
 use futures_util::{Stream, StreamExt};
 use serde_json::{Value, json};
 
-use super::{Tool, ToolContext, ToolDef, ToolOutcome, ToolSuccess};
+use super::{StopReason, Tool, ToolContext, ToolDef, ToolOutcome, ToolSuccess};
 use crate::clock::ts;
 use crate::run::Progress;
 
@@ -197,14 +197,13 @@ pub fn stage_record(ctx: &ToolContext, stage: &str, message: Option<&str>, extra
 }
 
 /// Whether the attempt was stopped by an operator's cancel (rather than a shutdown, a
-/// timeout or a lost lease), read from the run. Without a client it counts as a cancel.
+/// timeout or a lost lease), as the worker's stop signal says. A context with no queue behind
+/// it (a test's) counts a bare cancellation as an operator's; an executor's inline call
+/// (a host, no worker) does not.
 pub async fn operator_cancelled(ctx: &ToolContext) -> bool {
-    match &ctx.client {
-        Some(c) => c
-            .get(&ctx.run_id)
-            .await
-            .is_ok_and(|r| r.cancel_requested_at.is_some()),
-        None => true,
+    match ctx.stop_reason() {
+        Some(reason) => reason == StopReason::Cancel,
+        None => ctx.host.is_none(),
     }
 }
 
@@ -216,10 +215,10 @@ const ENDED_STAGES: [&str; 2] = ["failed", "cancelled"];
 /// Whether the run's stored operation failed or was cancelled (its last stage says so): then
 /// the attempt is a retry, which means a new operation, not a resume of the ended one.
 async fn operation_ended(ctx: &ToolContext) -> bool {
-    let Some(client) = &ctx.client else {
+    let Some(host) = &ctx.host else {
         return false;
     };
-    match client.get(&ctx.run_id).await {
+    match host.run(&ctx.run_id).await {
         Ok(run) => run
             .stages
             .as_array()

@@ -231,8 +231,9 @@ impl BasicToolExecutor {
             attempt: 1,
             sink: RunSink::new(SinkLimits::default()),
             cancel: ctx.cancel.child_token(),
+            stop: super::StopSignal::default(),
             operation_id: None,
-            client: Some(self.client.clone()),
+            host: Some(std::sync::Arc::new(self.client.core().clone())),
             clock: self.client.clock().clone(),
         };
         let cancel = tool_ctx.cancel.clone();
@@ -270,21 +271,16 @@ impl BasicToolExecutor {
             now,
         });
         // A background run of the session, under spawn_background's limits.
-        let limits = &self.client.config().sessions;
-        let written = super::builtin::spawn_background::insert_background(
-            &self.client,
-            row,
-            None,
-            approval,
-            limits,
-        )
-        .await;
+        let written = self
+            .client
+            .core()
+            .insert_background(row, None, approval)
+            .await;
         match written {
             Ok(Ok(_)) => {}
             Ok(Err(message)) => return ToolOutcome::tool_error(message),
             Err(e) => return ToolOutcome::internal(&e),
         }
-        self.client.wake_workers();
         let value = match entry.mode.formatter() {
             Some(f) => f.acknowledgement(&ack),
             None => DefaultResultFormatter.acknowledgement(&ack),

@@ -5,11 +5,13 @@ pub mod async_tool;
 pub mod builtin;
 pub mod command;
 pub mod executor;
+pub mod host;
 pub mod mode;
 pub mod process;
 pub mod registry;
 pub mod result;
 pub mod sink;
+pub mod stop;
 pub mod time_limit;
 pub mod typed;
 
@@ -25,6 +27,7 @@ pub use executor::{
     ApprovalRequest, BasicToolExecutor, ExecContext, ToolExecutionOutcome, ToolExecutor,
     ToolRequest,
 };
+pub use host::{BackgroundRun, Refused, ToolHost};
 pub use mode::{
     Acknowledgement, DefaultResultFormatter, FunctionResponseScheduling, ResultFormatter,
     ToolExecutionMode,
@@ -32,6 +35,7 @@ pub use mode::{
 pub use registry::{Registry, RegistryBuilder};
 pub use result::ToolResult;
 pub use sink::{RunSink, Stream};
+pub use stop::{StopReason, StopSignal};
 pub use typed::{Typed, TypedTool, schema_of, typed_def};
 
 use crate::ids::RunId;
@@ -318,12 +322,24 @@ pub struct ToolContext {
     pub sink: RunSink,
     /// Fires when the run is cancelled, timed out or the worker shuts down: stop soon.
     pub cancel: CancellationToken,
+    /// Why it fired, set by the worker before it fires (see [`ToolContext::stop_reason`]).
+    pub stop: StopSignal,
     /// For async tools resumed after a restart: the operation a previous attempt started.
     pub operation_id: Option<String>,
-    /// The queue, for tools that enqueue (spawn_background).
-    pub client: Option<crate::Client>,
+    /// What the tool may ask of the queue (start a background run, create a monitor, read
+    /// its run): a narrow handle, `None` where no queue is at hand (a test's context).
+    pub host: Option<std::sync::Arc<dyn ToolHost>>,
     /// The worker's clock.
     pub clock: crate::clock::SharedClock,
+}
+
+impl ToolContext {
+    /// Why the worker asked this attempt to stop, once it did: an operator's cancel, a
+    /// shutdown (or a lost lease), or the time limit. `None` while it runs, and when the
+    /// token was fired by someone other than a worker (an executor's host).
+    pub fn stop_reason(&self) -> Option<StopReason> {
+        self.stop.reason()
+    }
 }
 
 /// A tool: a named unit of work with a JSON schema for its arguments. (To get the schema

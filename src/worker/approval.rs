@@ -8,24 +8,17 @@ use tokio_util::sync::CancellationToken;
 use tokio::sync::mpsc;
 
 use super::{Job, Shared};
-use crate::client::Client;
+use crate::core::Core;
 use crate::error::Result;
 use crate::run::Run;
 
 /// When `run` needs an approval it does not have, queues the fenced move to
 /// `awaiting_approval` (with its request message) instead of executing it; returns true then.
-pub(super) fn hold_for_approval(
-    client: &Client,
-    run: &Run,
-    jobs: &mpsc::UnboundedSender<Job>,
-) -> bool {
-    let Some(deadline) = crate::approval::gate_of(client, run, client.now()) else {
+pub(super) fn hold_for_approval(core: &Core, run: &Run, jobs: &mpsc::UnboundedSender<Job>) -> bool {
+    let Some(deadline) = crate::approval::gate_of(core.approval_rules(), run, core.now()) else {
         return false;
     };
-    let mut rec = crate::approval::await_approval(run, deadline);
-    if let (Some(m), Some(e)) = (rec.message.as_mut(), client.registry().get(&run.tool)) {
-        e.format_message(m);
-    }
+    let rec = core.finish_record(&run.tool, crate::approval::await_approval(run, deadline));
     if jobs.send(Job::End(Box::new(rec))).is_err() {
         tracing::error!(run_id = %run.id, "finisher is gone; the lease will expire and the run be rescued");
     }
@@ -34,11 +27,11 @@ pub(super) fn hold_for_approval(
 
 /// One pass: expire overdue approvals; returns how many.
 pub(crate) async fn approval_tick(sh: &Arc<Shared>) -> Result<usize> {
-    sh.client.expire_approvals().await
+    sh.core.expire_approvals().await
 }
 
 pub(super) async fn approval_loop(sh: Arc<Shared>, stop: CancellationToken) {
-    let every = sh.client.config().worker.heartbeat_interval;
+    let every = sh.core.config().worker.heartbeat_interval;
     loop {
         tokio::select! {
             _ = tokio::time::sleep(every) => {}

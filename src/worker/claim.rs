@@ -12,19 +12,15 @@ use crate::store;
 /// Whether a run of this worker's tools is due, or waits for a retry (a drain waits for it).
 /// Runs of tools it lacks are left for a worker that has them.
 pub(super) async fn runnable(sh: &Shared) -> Result<bool> {
-    let now = sh.client.now();
-    Ok(sh
-        .client
-        .engine()
-        .run_pending(now, sh.tools.clone())
-        .await?)
+    let now = sh.core.now();
+    Ok(sh.core.engine().run_pending(now, sh.tools.clone()).await?)
 }
 
 /// When the next delayed run of this worker's tools is due; on a failed read, none (the
 /// poll remains).
 pub(super) async fn next_due(sh: &Shared) -> Option<chrono::DateTime<chrono::Utc>> {
-    let now = sh.client.now();
-    match sh.client.engine().run_next_due(now, sh.tools.clone()).await {
+    let now = sh.core.now();
+    match sh.core.engine().run_next_due(now, sh.tools.clone()).await {
         Ok(at) => at,
         // A storage fault (a lost database connection) is logged once by the health
         // state machine when writes fail; this read fails with it at every poll.
@@ -51,8 +47,8 @@ pub(super) async fn next_open(sh: &Shared) -> Option<chrono::DateTime<chrono::Ut
     if rates.is_empty() {
         return None;
     }
-    let now = sh.client.now();
-    match sh.client.engine().limit_next_open(now, rates).await {
+    let now = sh.core.now();
+    match sh.core.engine().limit_next_open(now, rates).await {
         Ok(at) => at,
         Err(e) => {
             tracing::warn!(error = %e, "could not read the rate windows; polling");
@@ -75,12 +71,12 @@ pub(super) struct ClaimArgs {
 
 impl ClaimArgs {
     pub(super) fn new(sh: &Shared, max: usize, cursor: Option<String>) -> Self {
-        let cfg = &sh.client.config().worker;
+        let cfg = &sh.core.config().worker;
         // The per-worker limit of background runs (the seed's semaphore, claim side): what it
         // leaves after the background runs this worker runs. A claim that cannot reach it
         // (the default: 64 against a few slots) passes none, so its SQL is the plain one.
         let limit =
-            usize::try_from(sh.client.config().sessions.max_active_runs_per_worker).unwrap_or(0);
+            usize::try_from(sh.core.config().sessions.max_active_runs_per_worker).unwrap_or(0);
         let held = sh.flights().values().filter(|f| f.run.background).count();
         let room = limit.saturating_sub(held);
         let background_room = (room < max).then_some(room);
@@ -130,9 +126,9 @@ pub(super) async fn claim(
     cursor: Option<String>,
 ) -> Result<Vec<Run>> {
     let args = ClaimArgs::new(sh, free, cursor);
-    let now = sh.client.now();
+    let now = sh.core.now();
     let started = std::time::Instant::now();
-    let runs = sh.client.engine().attempt_claim(args.params(now)).await?;
+    let runs = sh.core.engine().attempt_claim(args.params(now)).await?;
     claimed(sh, &runs, now, started.elapsed());
     Ok(runs)
 }

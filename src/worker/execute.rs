@@ -10,41 +10,9 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use tokio_util::sync::CancellationToken;
-
 use super::finish::AttemptEnd;
+pub use crate::tool::stop::{StopReason, StopSignal};
 use crate::tool::{Tool, ToolContext};
-
-/// Why the worker asks a tool to stop.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StopReason {
-    /// An operator cancelled the run.
-    Cancel,
-    /// The worker is shutting down: hand the run back.
-    Shutdown,
-}
-
-/// Signals from the worker to one attempt.
-#[derive(Debug, Clone, Default)]
-pub struct StopSignal {
-    token: CancellationToken,
-    reason: Arc<std::sync::Mutex<Option<StopReason>>>,
-}
-
-impl StopSignal {
-    /// Asks the attempt to stop for `reason` (the first reason wins).
-    pub fn stop(&self, reason: StopReason) {
-        let mut r = self.reason.lock().unwrap_or_else(|e| e.into_inner());
-        r.get_or_insert(reason);
-        drop(r);
-        self.token.cancel();
-    }
-
-    /// The reason, once stopped.
-    pub fn reason(&self) -> Option<StopReason> {
-        *self.reason.lock().unwrap_or_else(|e| e.into_inner())
-    }
-}
 
 /// How an execution ended: either a normal attempt end, or handed back on shutdown.
 #[derive(Debug)]
@@ -71,8 +39,11 @@ pub async fn execute(
         // The tool first: one that is done at its first poll never arms the timeout's timer.
         biased;
         returned = &mut call => return Executed::End(returned_end(returned)),
-        _ = tokio::time::sleep(timeout) => Executed::End(AttemptEnd::TimedOut(timeout)),
-        _ = stop.token.cancelled() => match stop.reason() {
+        _ = tokio::time::sleep(timeout) => {
+            stop.note(StopReason::TimedOut);
+            Executed::End(AttemptEnd::TimedOut(timeout))
+        }
+        _ = stop.stopped() => match stop.reason() {
             Some(StopReason::Shutdown) => Executed::HandBack,
             _ => Executed::End(AttemptEnd::Cancelled),
         },

@@ -3,11 +3,11 @@
 use chrono::{DateTime, Utc};
 use serde_json::json;
 
-use crate::client::about_of;
 use crate::config::RunDefaults;
 use crate::inbox::{FinalKind, final_message, summary_of};
-use crate::run::{ApprovalMark, Fence, FinishRecord, Outcome};
-use crate::run::{Jitter, Run, RunState, backoff, should_retry};
+use crate::run::ending::{blank, end_unsuccessfully};
+use crate::run::{Fence, FinishRecord, Outcome};
+use crate::run::{Jitter, Run, backoff, should_retry};
 use crate::tool::sink::SinkSnapshot;
 use crate::tool::{INTERNAL_ERROR_TEXT, ToolOutcome};
 
@@ -62,7 +62,7 @@ pub fn decide(
             {
                 rec.message = Some(final_message(
                     FinalKind::Completed,
-                    &about_of(run),
+                    &run.about(),
                     &summary_of(&result["result"]),
                 ));
             }
@@ -130,115 +130,13 @@ pub fn decide(
     end_unsuccessfully(rec, run, kind, &error, run.attempt)
 }
 
-/// A record that changes nothing yet, fenced by `fence`.
-pub(crate) fn blank(run: &Run, fence: Fence) -> FinishRecord {
-    FinishRecord {
-        id: run.id.to_string(),
-        session_id: run.session_id.clone(),
-        attempt: run.attempt,
-        fence,
-        outcome: Outcome::Final(RunState::Completed),
-        error: None,
-        internal_error: None,
-        error_entry: None,
-        status_text: None,
-        progress: None,
-        output_tail: None,
-        log: None,
-        result: None,
-        extra_blobs: Vec::new(),
-        message: None,
-        message_data: None,
-        approval: None,
-    }
-}
-
-/// The final state, result and message of an end that is not a success; `attempt` is the
-/// attempt the end counts as (the message's).
-fn end_unsuccessfully(
-    mut rec: FinishRecord,
-    run: &Run,
-    kind: FinalKind,
-    error: &str,
-    attempt: i64,
-) -> FinishRecord {
-    let state = if kind == FinalKind::Cancelled {
-        RunState::Cancelled
-    } else {
-        RunState::Failed
-    };
-    rec.outcome = Outcome::Final(state);
-    rec.error = Some(error.to_string());
-    rec.result = Some(
-        json!({"status": kind.as_str(), "error": error})
-            .to_string()
-            .into_bytes(),
-    );
-    if run.signal_on_completion {
-        let mut about = about_of(run);
-        about.attempt = attempt;
-        rec.message = Some(final_message(kind, &about, error));
-    }
-    rec
-}
-
-/// How a run that is not running (queued, or awaiting approval) ends.
-#[derive(Debug, Clone)]
-pub enum WaitingEnd {
-    /// An operator cancelled it.
-    Cancelled,
-    /// An operator denied its approval.
-    Denied {
-        /// Who denied it.
-        by: String,
-        /// Why.
-        reason: Option<String>,
-    },
-    /// Its approval deadline passed.
-    Expired,
-}
-
-/// Turns the end of a run that is not running into the records to write (pure). The end
-/// counts as the run's next attempt, fenced by its current state and attempt.
-pub fn decide_waiting(run: &Run, end: WaitingEnd) -> FinishRecord {
-    let mut rec = blank(run, Fence::Waiting(run.state));
-    let error = match end {
-        WaitingEnd::Cancelled if run.state == RunState::AwaitingApproval => {
-            "cancelled by request while awaiting approval".to_string()
-        }
-        WaitingEnd::Cancelled => "cancelled by request before it started".to_string(),
-        WaitingEnd::Denied { by, reason } => {
-            let error = match &reason {
-                Some(r) => format!("approval denied by {by}: {r}"),
-                None => format!("approval denied by {by}"),
-            };
-            rec.approval = Some(ApprovalMark {
-                state: "denied",
-                by,
-                note: reason,
-            });
-            error
-        }
-        WaitingEnd::Expired => {
-            let at = run
-                .approval_deadline
-                .map(crate::clock::ts)
-                .unwrap_or_default();
-            rec.approval = Some(ApprovalMark {
-                state: "expired",
-                by: "toolq".into(),
-                note: None,
-            });
-            format!("approval not given before its deadline {at}; expired")
-        }
-    };
-    end_unsuccessfully(rec, run, FinalKind::Cancelled, &error, run.attempt + 1)
-}
+pub use crate::run::ending::{WaitingEnd, decide_waiting};
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::config::Config;
+    use crate::run::RunState;
     use crate::tool::{Image, ToolSuccess};
     use chrono::TimeZone;
 

@@ -27,7 +27,7 @@ pub(super) async fn finisher_loop(
     claiming: CancellationToken,
     shutdown: CancellationToken,
 ) {
-    let concurrency = sh.client.config().worker.concurrency;
+    let concurrency = sh.core.config().worker.concurrency;
     while let Some(first) = rx.recv().await {
         let mut batch = vec![first];
         // Runs started together tend to end together: give the others a few scheduler turns
@@ -58,9 +58,9 @@ pub(super) async fn finisher_loop(
         let mut delay = Duration::from_millis(50);
         let started = std::time::Instant::now();
         let (applied, runs, now, gave_up) = loop {
-            let now = sh.client.now();
+            let now = sh.core.now();
             let res = sh
-                .client
+                .core
                 .engine()
                 .attempt_settle(store::Settle {
                     batch: batch.clone(),

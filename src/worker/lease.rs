@@ -13,8 +13,8 @@ use crate::store::{self, codec::ts};
 /// Registers this process in `workers`.
 pub(super) async fn register(sh: &Arc<Shared>) -> Result<()> {
     let pid = std::process::id();
-    let now = ts(sh.client.now());
-    let cfg = &sh.client.config().worker;
+    let now = ts(sh.core.now());
+    let cfg = &sh.core.config().worker;
     let row = store::WorkerRow {
         id: sh.id.to_string(),
         host: super::identity::host_of(cfg),
@@ -36,7 +36,7 @@ pub(super) async fn register(sh: &Arc<Shared>) -> Result<()> {
         version: env!("CARGO_PKG_VERSION").into(),
         tools: sh.tools.to_vec(),
     };
-    sh.client.engine().worker_register(row).await?;
+    sh.core.engine().worker_register(row).await?;
     tracing::info!(worker_id = %sh.id, pid, "worker registered");
     Ok(())
 }
@@ -44,9 +44,9 @@ pub(super) async fn register(sh: &Arc<Shared>) -> Result<()> {
 /// Marks this process as cleanly stopped.
 pub(super) async fn deregister(sh: &Arc<Shared>) {
     let id = sh.id.to_string();
-    let now = sh.client.now();
-    let busy = sh.client.engine().busy_retries();
-    if let Err(e) = sh.client.engine().worker_deregister(id, now, busy).await {
+    let now = sh.core.now();
+    let busy = sh.core.engine().busy_retries();
+    if let Err(e) = sh.core.engine().worker_deregister(id, now, busy).await {
         tracing::warn!(error = %e, "could not mark the worker stopped");
     }
 }
@@ -64,15 +64,15 @@ pub(crate) async fn heartbeat_tick(sh: &Arc<Shared>) -> Result<()> {
             )
         })
         .collect();
-    let now = sh.client.now();
+    let now = sh.core.now();
     let until = crate::clock::saturating_add(
         now,
-        chrono::Duration::from_std(sh.client.config().worker.lease)
+        chrono::Duration::from_std(sh.core.config().worker.lease)
             .unwrap_or(chrono::Duration::seconds(30)),
     );
     let last_poll = *sh.last_poll.lock().unwrap_or_else(|e| e.into_inner());
     let alive = sh
-        .client
+        .core
         .engine()
         .attempt_heartbeat(store::Heartbeat {
             worker: sh.id.to_string(),
@@ -80,7 +80,7 @@ pub(crate) async fn heartbeat_tick(sh: &Arc<Shared>) -> Result<()> {
             now,
             until,
             last_poll,
-            busy_retries: sh.client.engine().busy_retries(),
+            busy_retries: sh.core.engine().busy_retries(),
         })
         .await?;
     let flights = sh.flights();
@@ -110,7 +110,7 @@ pub(crate) async fn heartbeat_tick(sh: &Arc<Shared>) -> Result<()> {
 }
 
 pub(super) async fn lease_loop(sh: Arc<Shared>, stop: CancellationToken) {
-    let every = sh.client.config().worker.heartbeat_interval;
+    let every = sh.core.config().worker.heartbeat_interval;
     loop {
         tokio::select! {
             _ = tokio::time::sleep(every) => {}
@@ -161,7 +161,7 @@ pub(crate) async fn flush_tick(sh: &Arc<Shared>) -> Result<()> {
     let flush = store::Flush {
         operations: ops,
         progress: writes,
-        now: sh.client.now(),
+        now: sh.core.now(),
     };
     // Only the ids are kept for the log lines: the writes themselves (logs) move.
     let ops: Vec<(String, i64)> = flush
@@ -174,7 +174,7 @@ pub(crate) async fn flush_tick(sh: &Arc<Shared>) -> Result<()> {
         .iter()
         .map(|w| (w.id.clone(), w.attempt))
         .collect();
-    let done = sh.client.engine().attempt_flush(flush).await?;
+    let done = sh.core.engine().attempt_flush(flush).await?;
     drop(op_guards);
     for ((id, attempt), ok) in ops.iter().zip(done.operations) {
         if !ok {
@@ -194,7 +194,7 @@ pub(crate) async fn flush_tick(sh: &Arc<Shared>) -> Result<()> {
 /// Writes an attempt's operation stages not yet flushed (fenced), at the end of the attempt,
 /// after any periodic flush of them that is still being written.
 pub(super) async fn flush_operation(
-    client: &crate::Client,
+    core: &crate::core::Core,
     run: &crate::run::Run,
     sink: &crate::tool::RunSink,
 ) {
@@ -211,15 +211,15 @@ pub(super) async fn flush_operation(
             stages,
         }],
         progress: Vec::new(),
-        now: client.now(),
+        now: core.now(),
     };
-    if let Err(e) = client.engine().attempt_flush(flush).await {
+    if let Err(e) = core.engine().attempt_flush(flush).await {
         tracing::warn!(error = %e, "could not store the operation's last stages");
     }
 }
 
 pub(super) async fn flush_loop(sh: Arc<Shared>, stop: CancellationToken) {
-    let every = sh.client.config().worker.flush_interval;
+    let every = sh.core.config().worker.flush_interval;
     loop {
         tokio::select! {
             _ = tokio::time::sleep(every) => {}

@@ -27,7 +27,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::client::Client;
+use crate::core::Core;
 use crate::error::Result;
 use crate::ids::WorkerId;
 use crate::run::Run;
@@ -60,16 +60,17 @@ pub struct WorkerReport {
     pub handed_back: u64,
 }
 
-/// A worker bound to a [`Client`]. Start it with [`Worker::run`].
+/// A worker bound to a [`Core`] (a client's: [`crate::Client::worker`]). Start it with
+/// [`Worker::run`].
 pub struct Worker {
     shared: Arc<Shared>,
 }
 
 impl Worker {
-    /// A worker over `client`'s database and tools (see also [`Client::worker`]).
-    pub fn new(client: &Client, opts: WorkerOptions) -> Worker {
+    /// A worker over `core`'s database and tools (see also [`crate::Client::worker`]).
+    pub fn new(core: &Core, opts: WorkerOptions) -> Worker {
         Worker {
-            shared: Arc::new(Shared::new(client, opts)),
+            shared: Arc::new(Shared::new(core, opts)),
         }
     }
 
@@ -87,8 +88,8 @@ impl Worker {
     /// claiming, lets in-flight runs finish within the shutdown grace, hands the rest back.
     pub async fn run(self, shutdown: CancellationToken) -> Result<WorkerReport> {
         let sh = self.shared.clone();
-        let client = sh.client.clone();
-        let cfg = client.config().worker.clone();
+        let core = sh.core.clone();
+        let cfg = core.config().worker.clone();
         lease::register(&sh).await?;
         rescue::rescue_once(&sh).await; // instant rescue of runs left by a dead predecessor
         let (jobs_tx, jobs_rx) = mpsc::unbounded_channel::<Job>();
@@ -122,7 +123,7 @@ impl Worker {
                 break;
             }
             // The loop's liveness for `toolq status`, also when all slots are busy.
-            *sh.last_poll.lock().unwrap_or_else(|e| e.into_inner()) = Some(client.now());
+            *sh.last_poll.lock().unwrap_or_else(|e| e.into_inner()) = Some(core.now());
             let failing = sh.health().is_failing();
             if failing {
                 // While writes fail, the finisher's retries are the probe: claiming more runs
@@ -141,7 +142,7 @@ impl Worker {
                         // A committed claim shows that a Postgres server answers again. On
                         // SQLite a claim of no rows writes no page, so proves nothing about
                         // a full disk: only a claim that took runs counts there.
-                        if claimed > 0 || client.is_postgres() {
+                        if claimed > 0 || core.is_postgres() {
                             sh.progressed();
                         }
                         if let Some(last) = runs.last() {
@@ -178,12 +179,12 @@ impl Worker {
                     (Some(a), Some(b)) => Some(a.min(b)),
                     (a, b) => a.or(b),
                 };
-                due::nap(client.now(), backoff, next)
+                due::nap(core.now(), backoff, next)
             } else {
                 backoff
             };
             tokio::select! {
-                _ = client.inner.wake.notified() => {}
+                _ = core.woken() => {}
                 _ = sh.slot_freed.notified() => {}
                 _ = tokio::time::sleep(nap) => {}
                 _ = shutdown.cancelled() => {}
@@ -229,25 +230,25 @@ impl Worker {
 async fn change_feed(sh: Arc<Shared>, stop: CancellationToken) {
     let shared = sh.clone();
     let wake: store::OnChange = Arc::new(move || {
-        shared.client.wake_workers();
+        shared.core.wake_workers();
         shared.schedules_changed.notify_one();
     });
-    sh.client.engine().change_feed(wake, stop).await;
+    sh.core.engine().change_feed(wake, stop).await;
 }
 
 pub(super) fn start(sh: &Arc<Shared>, run: Run, jobs: mpsc::UnboundedSender<Job>) {
-    let client = sh.client.clone();
-    if approval::hold_for_approval(&client, &run, &jobs) {
+    let core = sh.core.clone();
+    if approval::hold_for_approval(&core, &run, &jobs) {
         return;
     }
-    let defaults = client.config().runs.clone();
+    let defaults = core.config().runs.clone();
     let sink = RunSink::new(SinkLimits {
         log_cap: defaults.log_cap_bytes,
         tail_chars: defaults.tail_chars,
     })
     .flush_on_operation(sh.flush_now.clone());
     let stop = StopSignal::default();
-    let entry = client.registry().get(&run.tool);
+    let entry = core.registry().get(&run.tool);
     let (timeout, _) = crate::tool::time_limit::time_limit(
         run.timeout_ms,
         entry.and_then(|e| e.def.timeout),
@@ -266,7 +267,7 @@ pub(super) fn start(sh: &Arc<Shared>, run: Run, jobs: mpsc::UnboundedSender<Job>
         },
     );
     let span = tracing::info_span!("run", run_id = %run.id, tool = %run.tool, session = %run.session_id, attempt = run.attempt);
-    let grace = client.config().worker.cancel_grace;
+    let grace = core.config().worker.cancel_grace;
     tokio::spawn(
         async move {
             tracing::debug!("started");
@@ -284,23 +285,23 @@ pub(super) fn start(sh: &Arc<Shared>, run: Run, jobs: mpsc::UnboundedSender<Job>
                         attempt: run.attempt,
                         sink: sink.clone(),
                         cancel: CancellationToken::new(),
+                        stop: stop.clone(),
                         operation_id: run.operation_id.clone(),
-                        client: Some(client.clone()),
-                        clock: client.clock().clone(),
+                        host: Some(Arc::new(core.clone())),
+                        clock: core.clock().clone(),
                     };
                     execute(tool, ctx, timeout, grace, stop).await
                 }
             };
             // Stages reported after the last flush still belong in the history.
-            lease::flush_operation(&client, &run, &sink).await;
+            lease::flush_operation(&core, &run, &sink).await;
             let job = match executed {
                 Executed::End(end) => {
                     if let AttemptEnd::Returned(crate::tool::ToolOutcome::Internal(detail)) | AttemptEnd::Panicked(detail) = &end {
                         tracing::error!(internal_error = %detail, "attempt failed with an internal error");
                     }
-                    let mut record = decide(&run, end, sink.final_snapshot(), &defaults, client.now(), rand::random::<f64>());
-                    client.format_end(&run.tool, &mut record);
-                    Job::End(Box::new(record))
+                    let record = decide(&run, end, sink.final_snapshot(), &defaults, core.now(), rand::random::<f64>());
+                    Job::End(Box::new(core.finish_record(&run.tool, record)))
                 }
                 Executed::HandBack => Job::Release(store::Release {
                     id: run.id.to_string(),
@@ -326,7 +327,7 @@ async fn drain_in_flight(sh: &Arc<Shared>, grace: Duration) {
             return;
         }
         // Still looping (shutting down, not stuck): keeps `toolq status` from calling it stale.
-        *sh.last_poll.lock().unwrap_or_else(|e| e.into_inner()) = Some(sh.client.now());
+        *sh.last_poll.lock().unwrap_or_else(|e| e.into_inner()) = Some(sh.core.now());
         if !asked && tokio::time::Instant::now() >= deadline {
             for f in sh.flights().values() {
                 f.stop.stop(StopReason::Shutdown);

@@ -14,8 +14,8 @@ use tokio_util::sync::CancellationToken;
 use super::Shared;
 use super::finish::{AttemptEnd, decide};
 use super::identity;
-use crate::client::Client;
 use crate::config::RunDefaults;
+use crate::core::Core;
 use crate::error::Result;
 use crate::run::{FinishRecord, Outcome};
 use crate::run::{Jitter, Run};
@@ -84,20 +84,16 @@ pub fn decide_rescue(
 /// nothing and judges every lease. It looks first with a read; only when there is something to
 /// take back does it open a write transaction, which looks again before acting (every write in
 /// it is fenced anyway).
-pub async fn rescue_tick(client: &Client) -> Result<RescueReport> {
-    rescue_pass(client, Vec::new(), true).await
+pub async fn rescue_tick(core: &Core) -> Result<RescueReport> {
+    rescue_pass(core, Vec::new(), true).await
 }
 
 /// A rescue pass that spares the runs in `spare` (the rescuing worker's own) and takes runs
 /// back for an expired lease only when `lease_expiry` holds.
-async fn rescue_pass(
-    client: &Client,
-    spare: Vec<String>,
-    lease_expiry: bool,
-) -> Result<RescueReport> {
-    let now = client.now();
+async fn rescue_pass(core: &Core, spare: Vec<String>, lease_expiry: bool) -> Result<RescueReport> {
+    let now = core.now();
     let params = Rescue {
-        host: identity::host_of(&client.config().worker),
+        host: identity::host_of(&core.config().worker),
         boot_id: identity::boot_id(),
         pid_namespace: identity::pid_namespace(),
         now,
@@ -105,14 +101,13 @@ async fn rescue_pass(
         spare,
         lease_expiry,
     };
-    let defaults = client.config().runs.clone();
-    let formatter = client.clone();
+    let defaults = core.config().runs.clone();
+    let finisher = core.clone();
     let decide: DecideRescue = Arc::new(move |run, reason| {
-        let mut record = decide_rescue(run, reason, &defaults, now, rand::random::<f64>());
-        formatter.format_end(&run.tool, &mut record);
-        record
+        let record = decide_rescue(run, reason, &defaults, now, rand::random::<f64>());
+        finisher.finish_record(&run.tool, record)
     });
-    let rescued = client.engine().attempt_rescue(params, decide).await?;
+    let rescued = core.engine().attempt_rescue(params, decide).await?;
     let mut report = RescueReport {
         workers_died: rescued.workers_died,
         ..RescueReport::default()
@@ -128,7 +123,7 @@ async fn rescue_pass(
         }
     }
     if report.requeued > 0 {
-        client.wake_workers();
+        core.wake_workers();
     }
     Ok(report)
 }
@@ -138,9 +133,9 @@ pub(super) async fn rescue_once(sh: &Arc<Shared>) {
     // Its own runs, ended or not, stay this worker's: it extends their leases and records
     // their ends itself, also when the database comes back from an outage.
     let spare: Vec<String> = sh.flights().keys().cloned().collect();
-    let lease = sh.client.config().worker.lease;
-    let lease_expiry = sh.health().judges_leases(sh.client.now(), lease);
-    match rescue_pass(&sh.client, spare, lease_expiry).await {
+    let lease = sh.core.config().worker.lease;
+    let lease_expiry = sh.health().judges_leases(sh.core.now(), lease);
+    match rescue_pass(&sh.core, spare, lease_expiry).await {
         Ok(r) if r.rescued() > 0 || r.workers_died > 0 => {
             sh.progressed();
             tracing::info!(
@@ -158,7 +153,7 @@ pub(super) async fn rescue_once(sh: &Arc<Shared>) {
 
 /// Every poll interval: one rescue pass.
 pub(super) async fn rescue_loop(sh: Arc<Shared>, stop: CancellationToken) {
-    let every = sh.client.config().worker.poll_interval;
+    let every = sh.core.config().worker.poll_interval;
     loop {
         tokio::select! {
             _ = tokio::time::sleep(every) => {}

@@ -13,7 +13,7 @@ pub(crate) async fn retention_tick(
     sh: &Arc<Shared>,
     stop: &CancellationToken,
 ) -> Result<PruneReport> {
-    let report = sh.client.prune_until(PruneOptions::default(), stop).await?;
+    let report = sh.core.prune_until(PruneOptions::default(), stop).await?;
     let r = &report.removed;
     if r.total() > 0 {
         tracing::info!(
@@ -30,7 +30,7 @@ pub(crate) async fn retention_tick(
 }
 
 pub(super) async fn retention_loop(sh: Arc<Shared>, stop: CancellationToken) {
-    let cfg = sh.client.config().retention.clone();
+    let cfg = sh.core.config().retention.clone();
     if !cfg.enabled {
         return;
     }

@@ -11,11 +11,11 @@ use super::Shared;
 use crate::schedule::tick::schedule_tick;
 
 pub(super) async fn schedule_loop(sh: Arc<Shared>, stop: CancellationToken) {
-    let poll = sh.client.config().worker.poll_interval;
+    let poll = sh.core.config().worker.poll_interval;
     loop {
-        let delay = match schedule_tick(&sh.client).await {
+        let delay = match schedule_tick(&sh.core).await {
             Ok((r, _)) if r.more => Duration::ZERO,
-            Ok((_, Some(next))) => (next - sh.client.now())
+            Ok((_, Some(next))) => (next - sh.core.now())
                 .to_std()
                 .unwrap_or(Duration::ZERO)
                 .min(poll),

@@ -1,4 +1,4 @@
-//! What a worker's tasks share: the client, the runs in flight, the slot gate and the
+//! What a worker's tasks share: the core, the runs in flight, the slot gate and the
 //! counters.
 
 use std::collections::HashMap;
@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 use super::WorkerOptions;
 use super::execute::StopSignal;
 use super::health;
-use crate::client::Client;
+use crate::core::Core;
 use crate::error::{Error, Fault, StoreError};
 use crate::ids::WorkerId;
 use crate::run::Run;
@@ -34,7 +34,7 @@ pub(super) type Job = store::Settlement;
 
 /// What the worker's tasks share.
 pub(crate) struct Shared {
-    pub(super) client: Client,
+    pub(super) core: Core,
     pub(super) id: WorkerId,
     pub(super) opts: WorkerOptions,
     /// The registered tools' names, sorted: this worker claims runs of these only.
@@ -99,9 +99,9 @@ impl Shared {
                 self.stop_with(e);
             }
             Fault::Storage => {
-                let change = self.health().failed(self.client.now(), &e.to_string());
+                let change = self.health().failed(self.core.now(), &e.to_string());
                 if change.is_some() {
-                    tracing::error!(db = %self.client.engine().location(), error = %e,
+                    tracing::error!(db = %self.core.engine().location(), error = %e,
                         "database writes are failing: {what} failed; backing off, and logging again once they succeed");
                 } else {
                     tracing::debug!(error = %e, "{what} failed; still backing off");
@@ -114,7 +114,7 @@ impl Shared {
     /// A write made progress (claimed runs, recorded ends, rescued runs): clears a failing
     /// state, with one line.
     pub(crate) fn progressed(&self) {
-        if let Some(health::Change::Cleared(after)) = self.health().progressed(self.client.now()) {
+        if let Some(health::Change::Cleared(after)) = self.health().progressed(self.core.now()) {
             tracing::info!(
                 failed_for_secs = after.as_secs(),
                 "database writes succeed again"
@@ -124,14 +124,14 @@ impl Shared {
 
     /// With `--drain`: gives up once writes have failed for `worker.stall_timeout`.
     pub(super) fn check_stall(&self) {
-        let timeout = self.client.config().worker.stall_timeout;
+        let timeout = self.core.config().worker.stall_timeout;
         let stalled = self
             .health()
-            .stalled(self.client.now(), timeout)
+            .stalled(self.core.now(), timeout)
             .map(|(d, last)| (d.as_secs(), last.to_string()));
         if let Some((secs, last)) = stalled {
             self.stop_with(Error::Store(StoreError::Stalled {
-                path: self.client.engine().location(),
+                path: self.core.engine().location(),
                 secs,
                 last,
             }));
@@ -141,13 +141,13 @@ impl Shared {
 
 impl Shared {
     /// The state of a new worker of `client`.
-    pub(super) fn new(client: &Client, opts: WorkerOptions) -> Self {
+    pub(super) fn new(core: &Core, opts: WorkerOptions) -> Self {
         Shared {
-            client: client.clone(),
+            core: core.clone(),
             id: WorkerId::generate(),
             opts,
-            tools: client.registry().names().into(),
-            limits: Arc::new(client.config().limits.clone()),
+            tools: core.registry().names().into(),
+            limits: Arc::new(core.config().limits.clone()),
             in_flight: Mutex::new(HashMap::new()),
             slot_freed: Notify::new(),
             schedules_changed: Notify::new(),

@@ -33,7 +33,7 @@ pub(crate) async fn wal_tick(sh: &Arc<Shared>, watch: &mut WalWatch) -> Result<W
         mode,
         checkpoint: cp,
         wal_bytes,
-    } = sh.client.engine().checkpoint(idle).await?;
+    } = sh.core.engine().checkpoint(idle).await?;
     let warning = watch.observe(&cp, wal_bytes);
     sh.metrics.wal_checked(cp.backlog(), warning.is_some());
     if let Some(w) = &warning {
@@ -48,7 +48,7 @@ pub(crate) async fn wal_tick(sh: &Arc<Shared>, watch: &mut WalWatch) -> Result<W
 }
 
 pub(super) async fn wal_loop(sh: Arc<Shared>, stop: CancellationToken) {
-    let cfg = sh.client.config().wal.clone();
+    let cfg = sh.core.config().wal.clone();
     let mut watch = WalWatch::new(cfg.warn_frames, STALLED_TICKS);
     loop {
         tokio::select! {

@@ -254,7 +254,7 @@ impl Env {
                 };
                 let claimed = self.client.engine().attempt_claim(claim).await.unwrap();
                 assert_eq!(claimed.len(), 1);
-                assert_eq!(rescue_tick(&self.client).await.unwrap().failed, 1);
+                assert_eq!(rescue_tick(self.client.core()).await.unwrap().failed, 1);
                 RunState::Failed
             }
             "cancel_waiting" => {

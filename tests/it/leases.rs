@@ -120,10 +120,10 @@ async fn stale_attempt_is_fenced_out_after_a_lease_rescue() {
     register(&env, "wk_b", "elsewhere", 2, "2").await;
     let first = claim_as(&env, "wk_a").await.remove(0);
     assert_eq!(first.attempt, 1);
-    assert_eq!(rescue_tick(&env.client).await.unwrap().rescued(), 0);
+    assert_eq!(rescue_tick(env.client.core()).await.unwrap().rescued(), 0);
 
     env.clock.advance(chrono::Duration::seconds(31));
-    let report = rescue_tick(&env.client).await.unwrap();
+    let report = rescue_tick(env.client.core()).await.unwrap();
     assert_eq!((report.requeued, report.failed), (1, 0), "{report:?}");
     let run = env.client.get(&id).await.unwrap();
     assert_eq!((run.state, run.attempt), (RunState::Queued, 1));
@@ -214,12 +214,12 @@ async fn a_heartbeating_owner_is_never_rescued() {
             .await
             .unwrap();
         assert_eq!(alive, vec![(id.to_string(), false)]);
-        assert_eq!(rescue_tick(&env.client).await.unwrap().rescued(), 0);
+        assert_eq!(rescue_tick(env.client.core()).await.unwrap().rescued(), 0);
     }
     assert_eq!(env.client.get(&id).await.unwrap().state, RunState::Running);
     // It stops heartbeating: after the lease it is taken back.
     env.clock.advance(chrono::Duration::seconds(31));
-    assert_eq!(rescue_tick(&env.client).await.unwrap().requeued, 1);
+    assert_eq!(rescue_tick(env.client.core()).await.unwrap().requeued, 1);
 }
 
 #[tokio::test]
@@ -237,7 +237,7 @@ async fn runs_of_a_dead_local_process_are_rescued_without_waiting_for_the_lease(
     assert_eq!(claim_as(&env, "wk_live").await.len(), 1);
 
     // Same instant: no lease has expired, yet the dead owner's runs come back.
-    let report = rescue_tick(&env.client).await.unwrap();
+    let report = rescue_tick(env.client.core()).await.unwrap();
     assert_eq!(report.workers_died, 1, "{report:?}");
     assert_eq!((report.requeued, report.failed), (1, 1), "{report:?}");
 
@@ -297,7 +297,10 @@ async fn runs_of_a_dead_local_process_are_rescued_without_waiting_for_the_lease(
     assert_ne!(live.liveness, toolq::status::Liveness::Dead);
 
     // A second pass finds nothing more to do.
-    assert_eq!(rescue_tick(&env.client).await.unwrap(), Default::default());
+    assert_eq!(
+        rescue_tick(env.client.core()).await.unwrap(),
+        Default::default()
+    );
 }
 
 #[tokio::test]
@@ -305,7 +308,7 @@ async fn a_run_whose_owner_has_no_row_or_stopped_is_rescued_at_once() {
     let env = TestEnv::new();
     let a = enqueue(&env, "echo", json!({"message": "hi"}), None).await;
     claim_as(&env, "wk_unregistered").await;
-    let report = rescue_tick(&env.client).await.unwrap();
+    let report = rescue_tick(env.client.core()).await.unwrap();
     assert_eq!(report.requeued, 1);
     let r = env.client.get(&a).await.unwrap();
     assert_eq!(
@@ -322,7 +325,7 @@ async fn a_run_whose_owner_has_no_row_or_stopped_is_rescued_at_once() {
         .worker_deregister("wk_gone".into(), now, 0)
         .await
         .unwrap();
-    assert_eq!(rescue_tick(&env.client).await.unwrap().requeued, 1);
+    assert_eq!(rescue_tick(env.client.core()).await.unwrap().requeued, 1);
     let r = env.client.get(&a).await.unwrap();
     assert_eq!(r.attempt, 2);
     assert_eq!(r.errors.as_array().unwrap().len(), 2);

@@ -20,12 +20,13 @@ fn ctx(client: Option<Client>, args: Value) -> ToolContext {
         attempt: 1,
         sink: RunSink::new(SinkLimits::default()),
         cancel: CancellationToken::new(),
+        stop: Default::default(),
         operation_id: None,
         clock: client
             .as_ref()
             .map(|c| c.clock().clone())
             .unwrap_or_else(|| Arc::new(ManualClock::new(t("2026-11-01T12:00:00Z")))),
-        client,
+        host: client.map(|c| c.tool_host()),
     }
 }
 

@@ -159,7 +159,7 @@ async fn a_run_whose_lease_expired_during_the_outage_is_fenced_out_when_its_work
     // The lease runs out while the worker cannot reach the database: the other host takes
     // the run back and runs it to the end.
     env.clock.advance(chrono::Duration::seconds(60));
-    let rescued = rescue_tick(&other).await.unwrap();
+    let rescued = rescue_tick(other.core()).await.unwrap();
     assert_eq!(rescued.requeued, 1, "{rescued:?}");
     env.clock.advance(chrono::Duration::minutes(10));
     let report = tokio::time::timeout(

@@ -5,14 +5,12 @@
 use async_trait::async_trait;
 use serde_json::{Value, json};
 
-use crate::client::{Client, EnqueueRequest};
 use crate::error::Error;
 use crate::schedule::ScheduleRequest;
 use crate::schedule::spec::{BOTH_MESSAGE, NEITHER_MESSAGE};
-use crate::store::{LimitedInsert, RunInsertLimited};
 use crate::tool::{
-    Acknowledgement, DefaultResultFormatter, ResultFormatter, Tool, ToolContext, ToolDef,
-    ToolHints, ToolOutcome,
+    Acknowledgement, BackgroundRun, DefaultResultFormatter, Refused, ResultFormatter, Tool,
+    ToolContext, ToolDef, ToolHints, ToolHost, ToolOutcome,
 };
 
 /// The tool's name (it may not target itself).
@@ -74,38 +72,6 @@ fn outcome_of(e: Error) -> ToolOutcome {
     }
 }
 
-/// Inserts `row` as a background run of its session under the per-session limit (unless
-/// `queue_beyond_limit`): the id, the seed's message when the session is at its limit, or the
-/// storage error. Count and insert are one write transaction, so two calls cannot both take
-/// the last slot. `except` is the calling run (not counted); `approval` a host's approval,
-/// recorded before the run is queued. spawn_background and Background-mode tools called
-/// through the executor both insert through this, so they meet the same limits; the
-/// per-worker limit is the claim's (a worker runs at most that many background runs at once).
-pub(crate) async fn insert_background(
-    client: &Client,
-    row: crate::run::NewRun,
-    except: Option<String>,
-    approval: Option<crate::store::RunApprove>,
-    limits: &crate::config::SessionLimits,
-) -> Result<Result<crate::ids::RunId, String>, crate::error::StoreError> {
-    let now = client.now();
-    let limit = (!limits.queue_beyond_limit).then_some(limits.max_active_runs);
-    let done = client
-        .engine()
-        .run_insert_within_limit(RunInsertLimited {
-            run: row,
-            except,
-            limit,
-            now,
-            approval,
-        })
-        .await?;
-    Ok(match done {
-        LimitedInsert::Inserted(i) => Ok(i.id().clone()),
-        LimitedInsert::OverSession(max) => Err(run_limit_message(max)),
-    })
-}
-
 /// The seed's message for the per-worker run limit. toolq's per-worker limit is the worker's
 /// claim (a background run beyond it waits queued), so no call rejects with it; kept for hosts
 /// that show the seed's texts.
@@ -159,7 +125,7 @@ impl Tool for SpawnBackground {
     }
 
     async fn call(&self, ctx: ToolContext) -> ToolOutcome {
-        let Some(client) = ctx.client.clone() else {
+        let Some(host) = ctx.host.clone() else {
             return ToolOutcome::tool_error(
                 "Tool registry not available in this context. spawn_background requires worker-side tool execution.",
             );
@@ -185,7 +151,7 @@ impl Tool for SpawnBackground {
             Ok(s) => s,
             Err(msg) => return ToolOutcome::tool_error(msg),
         };
-        let Some(entry) = client.registry().get(&tool) else {
+        let Some(entry) = host.registry().get(&tool) else {
             return ToolOutcome::tool_error(format!("Unknown tool: {tool}"));
         };
         if tool == NAME {
@@ -211,14 +177,14 @@ impl Tool for SpawnBackground {
                 }
             });
         match schedule {
-            Some(s) => create_monitor(&client, &ctx, tool, tool_args, title, signal, s).await,
-            None => start_run(&client, &ctx, tool, tool_args, title, signal).await,
+            Some(s) => create_monitor(&*host, &ctx, tool, tool_args, title, signal, s).await,
+            None => start_run(&*host, &ctx, tool, tool_args, title, signal).await,
         }
     }
 }
 
 async fn create_monitor(
-    client: &Client,
+    host: &dyn ToolHost,
     ctx: &ToolContext,
     tool: String,
     args: Value,
@@ -231,7 +197,7 @@ async fn create_monitor(
         .session(ctx.session_id.clone());
     req.title = Some(title.clone());
     req.signal_on_completion = signal;
-    match client.create_schedule(req).await {
+    match host.create_schedule(req).await {
         Ok(s) => ToolOutcome::ok(json!({
             "created": true,
             "status": "scheduled",
@@ -251,33 +217,30 @@ async fn create_monitor(
 }
 
 async fn start_run(
-    client: &Client,
+    host: &dyn ToolHost,
     ctx: &ToolContext,
     tool: String,
     args: Value,
     title: String,
     signal: bool,
 ) -> ToolOutcome {
-    let mut req = EnqueueRequest::new(tool.clone(), args)
-        .session(ctx.session_id.clone())
-        .title(title.clone());
-    req.signal_on_completion = signal;
     // A tool registered in Background mode brings its scheduling (the message's delivery).
-    let mode = client.registry().get(&tool).map(|e| e.mode.clone());
-    req.delivery = mode.as_ref().map(|m| m.delivery()).unwrap_or_default();
-    let row = match client.prepare(&req) {
-        Ok(row) => row,
-        Err(e) => return ToolOutcome::tool_error(e.to_string()),
+    let mode = host.registry().get(&tool).map(|e| e.mode.clone());
+    let run = BackgroundRun {
+        session: ctx.session_id.clone(),
+        tool: tool.clone(),
+        args,
+        title: title.clone(),
+        signal_on_completion: signal,
+        delivery: mode.as_ref().map(|m| m.delivery()).unwrap_or_default(),
     };
-    let limits = &client.config().sessions;
-    let me = ctx.run_id.to_string();
-    let inserted = insert_background(client, row, Some(me), None, limits).await;
-    let run_id = match inserted {
-        Ok(Ok(id)) => id,
-        Ok(Err(message)) => return ToolOutcome::tool_error(message),
-        Err(e) => return ToolOutcome::internal(&e),
+    let run_id = match host.start_background(run, &ctx.run_id).await {
+        Ok(id) => id,
+        Err(Refused::Input(message) | Refused::Limit(message)) => {
+            return ToolOutcome::tool_error(message);
+        }
+        Err(Refused::Internal(e)) => return ToolOutcome::internal(&e),
     };
-    client.wake_workers();
     // The seed's reply ("running", the resource id, the artifact paths), or what the target's
     // formatter makes of it.
     let ack = Acknowledgement {
