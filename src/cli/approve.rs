@@ -1,6 +1,7 @@
 //! `toolq approve RUN [--by NAME] [--note TEXT]`: queue an awaiting run to execute.
 
-use super::{Ctx, render, run_id};
+use super::input::run_id;
+use super::{Ctx, render};
 use crate::error::Result;
 use crate::run::RunAnswer;
 

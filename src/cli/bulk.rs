@@ -1,5 +1,6 @@
 //! The filter flags `cancel` and `retry` share, and the rendering of a bulk report.
 
+use super::input::filter;
 use super::{Ctx, render};
 use crate::bulk::{BulkAction, BulkAnswer, BulkOptions, BulkReport, DEFAULT_BATCH};
 use crate::config::parse_duration;
@@ -55,46 +56,13 @@ impl Filter {
     /// The library's filter and options; `cmd` names the command in messages.
     pub fn parse(&self, ctx: &Ctx, cmd: &str) -> Result<(RunFilter, BulkOptions)> {
         let now = ctx.client.now();
-        let ago =
-            |flag: &str, s: &Option<String>| -> Result<Option<chrono::DateTime<chrono::Utc>>> {
-                let Some(s) = s else { return Ok(None) };
-                let d = parse_duration(s).map_err(|r| InputError::new(flag, s, r))?;
-                let t = chrono::Duration::from_std(d)
-                    .ok()
-                    .and_then(|d| now.checked_sub_signed(d))
-                    .ok_or_else(|| InputError::new(flag, s, "is too long"))?;
-                Ok(Some(t))
-            };
-        let states = match &self.state {
-            None => Vec::new(),
-            Some(list) => list
-                .split(',')
-                .map(|s| {
-                    s.trim().parse::<RunState>().map_err(|e| InputError {
-                        field: "--state".into(),
-                        ..e
-                    })
-                })
-                .collect::<Result<Vec<_>, _>>()?,
-        };
         let filter = RunFilter {
-            states,
-            tool: super::filter("--tool", self.tool.clone())?,
-            session: super::filter("--session", self.session.clone())?,
-            schedule_id: match &self.schedule {
-                // A typo would match nothing and look like "0 runs match".
-                Some(s) => Some(
-                    s.parse::<crate::ids::ScheduleId>()
-                        .map_err(|e| InputError {
-                            field: "--schedule".into(),
-                            ..e
-                        })?
-                        .to_string(),
-                ),
-                None => None,
-            },
-            created_before: ago("--older-than", &self.older_than)?,
-            created_after: ago("--newer-than", &self.newer_than)?,
+            states: states(self.state.as_deref())?,
+            tool: filter("--tool", self.tool.clone())?,
+            session: filter("--session", self.session.clone())?,
+            schedule_id: schedule_id(self.schedule.as_deref())?,
+            created_before: ago(now, "--older-than", &self.older_than)?,
+            created_after: ago(now, "--newer-than", &self.newer_than)?,
         };
         if filter.is_empty() && !self.all {
             return Err(InputError::about(
@@ -113,6 +81,49 @@ impl Filter {
         };
         Ok((filter, opts))
     }
+}
+
+/// `--state`: comma-separated state names (none: every state the command acts on).
+fn states(list: Option<&str>) -> Result<Vec<RunState>, InputError> {
+    let Some(list) = list else {
+        return Ok(Vec::new());
+    };
+    list.split(',')
+        .map(|s| {
+            s.trim().parse::<RunState>().map_err(|e| InputError {
+                field: "--state".into(),
+                ..e
+            })
+        })
+        .collect()
+}
+
+/// `--schedule`, checked: a typo would match nothing and look like "0 runs match".
+fn schedule_id(s: Option<&str>) -> Result<Option<String>, InputError> {
+    s.map(|s| {
+        s.parse::<crate::ids::ScheduleId>()
+            .map(|id| id.to_string())
+            .map_err(|e| InputError {
+                field: "--schedule".into(),
+                ..e
+            })
+    })
+    .transpose()
+}
+
+/// The instant `s` (a duration, as `flag` gave it) before `now`.
+fn ago(
+    now: chrono::DateTime<chrono::Utc>,
+    flag: &str,
+    s: &Option<String>,
+) -> Result<Option<chrono::DateTime<chrono::Utc>>, InputError> {
+    let Some(s) = s else { return Ok(None) };
+    let d = parse_duration(s).map_err(|r| InputError::new(flag, s, r))?;
+    let t = chrono::Duration::from_std(d)
+        .ok()
+        .and_then(|d| now.checked_sub_signed(d))
+        .ok_or_else(|| InputError::new(flag, s, "is too long"))?;
+    Ok(Some(t))
 }
 
 /// Refuses a RUN id given together with bulk flags.

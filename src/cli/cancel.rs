@@ -1,6 +1,7 @@
 //! `toolq cancel RUN` and `toolq cancel --state/--tool/... [--dry-run]` (bulk).
 
-use super::{Ctx, bulk, render, run_id};
+use super::input::run_id;
+use super::{Ctx, bulk, render};
 use crate::error::Result;
 use crate::run::{RunAnswer, RunState};
 

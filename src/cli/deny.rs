@@ -1,7 +1,8 @@
 //! `toolq deny RUN [--by NAME] [--reason TEXT]`: cancel an awaiting run with a message.
 
 use super::approve::actor;
-use super::{Ctx, render, run_id};
+use super::input::run_id;
+use super::{Ctx, render};
 use crate::error::Result;
 use crate::run::RunAnswer;
 

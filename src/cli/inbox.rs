@@ -165,8 +165,15 @@ pub async fn run(ctx: &Ctx, args: Args) -> Result<()> {
     }
     if ctx.json {
         render::json(&msgs);
-        return Ok(());
+    } else {
+        print_page(&args, &msgs);
     }
+    Ok(())
+}
+
+/// One page of messages, newest first, with a note when it is empty, when older ones
+/// remain, and of what was acknowledged.
+fn print_page(args: &Args, msgs: &[crate::inbox::Message]) {
     if msgs.is_empty() {
         let page = match (args.before, args.after) {
             (Some(b), _) => format!(" before #{b}"),
@@ -179,7 +186,7 @@ pub async fn run(ctx: &Ctx, args: Args) -> Result<()> {
             args.session
         ));
     }
-    for m in &msgs {
+    for m in msgs {
         show(m);
     }
     if args.after.is_none()
@@ -194,5 +201,4 @@ pub async fn run(ctx: &Ctx, args: Args) -> Result<()> {
     if args.ack && !msgs.is_empty() {
         render::note(&format!("acknowledged {} messages", msgs.len()));
     }
-    Ok(())
 }

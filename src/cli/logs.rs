@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use super::{Ctx, render, run_id};
+use super::input::run_id;
+use super::{Ctx, render};
 use crate::error::{Error, Result};
 use crate::ids::RunId;
 use crate::tool::sink::escape_bytes;

@@ -2,6 +2,7 @@
 
 use serde_json::json;
 
+use super::input::filter;
 use super::{Ctx, render};
 use crate::error::Result;
 use crate::flow::{Pause, PauseScope};
@@ -25,8 +26,8 @@ impl Scope {
     /// The scope; an empty or blank `--tool` or `--session` is refused here, before anything
     /// is printed about it.
     fn scope(&self) -> Result<PauseScope> {
-        let tool = super::filter("--tool", self.tool.clone())?;
-        let session = super::filter("--session", self.session.clone())?;
+        let tool = filter("--tool", self.tool.clone())?;
+        let session = filter("--session", self.session.clone())?;
         Ok(match (tool, session) {
             (Some(t), _) => PauseScope::Tool(t),
             (None, Some(s)) => PauseScope::Session(s),

@@ -1,6 +1,7 @@
 //! `toolq result RUN`: the run's result JSON.
 
-use super::{Ctx, render, run_id};
+use super::input::run_id;
+use super::{Ctx, render};
 use crate::error::{Error, Result};
 
 /// Flags of `result`.

@@ -1,6 +1,7 @@
 //! `toolq retry RUN` and `toolq retry --state/--tool/... [--dry-run]` (bulk).
 
-use super::{Ctx, bulk, render, run_id};
+use super::input::run_id;
+use super::{Ctx, bulk, render};
 use crate::error::Result;
 use crate::run::RunAnswer;
 

@@ -2,6 +2,7 @@
 
 use chrono::{DateTime, Utc};
 
+use super::input::filter;
 use super::{Ctx, render};
 use crate::error::{InputError, Result};
 use crate::run::{ListFilter, Run, RunState};
@@ -33,31 +34,36 @@ pub async fn run(ctx: &Ctx, args: Args) -> Result<()> {
         )
         .into());
     }
-    let state = args
-        .state
-        .as_deref()
-        .map(|s| {
-            s.parse::<RunState>().map_err(|e| InputError {
-                field: "--state".into(),
-                ..e
-            })
-        })
-        .transpose()?;
     let runs = ctx
         .client
         .list(ListFilter {
-            state,
-            session: super::filter("--session", args.session)?,
-            tool: super::filter("--tool", args.tool)?,
+            state: state(args.state.as_deref())?,
+            session: filter("--session", args.session)?,
+            tool: filter("--tool", args.tool)?,
             schedule_id: None,
             limit: args.limit,
         })
         .await?;
     if ctx.json {
         render::json(&runs);
-        return Ok(());
+    } else {
+        print_table(&runs, ctx.client.now());
     }
-    let now = ctx.client.now();
+    Ok(())
+}
+
+/// `--state`, named so when it is not a state.
+fn state(s: Option<&str>) -> Result<Option<RunState>, InputError> {
+    s.map(|s| {
+        s.parse::<RunState>().map_err(|e| InputError {
+            field: "--state".into(),
+            ..e
+        })
+    })
+    .transpose()
+}
+
+fn print_table(runs: &[Run], now: DateTime<Utc>) {
     let rows: Vec<Vec<String>> = runs
         .iter()
         .map(|r| {
@@ -80,7 +86,6 @@ pub async fn run(ctx: &Ctx, args: Args) -> Result<()> {
         ],
         &rows,
     );
-    Ok(())
 }
 
 /// When a queued run may start: `ready`, or `delayed 5m` (until its run_at, or its retry

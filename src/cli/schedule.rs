@@ -3,12 +3,13 @@
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde_json::{Value, json};
 
+use super::input::{as_typed, filter};
 use super::{Ctx, render};
 use crate::config::parse_duration;
 use crate::error::{InputError, Result};
 use crate::ids::ScheduleId;
 use crate::run::Delivery;
-use crate::schedule::{Schedule, ScheduleRequest, Zone, parse_timezone};
+use crate::schedule::{Schedule, ScheduleDetail, ScheduleRequest, Zone, parse_timezone};
 
 /// Flags of `schedule`.
 #[derive(Debug, clap::Args)]
@@ -134,7 +135,7 @@ pub async fn run(ctx: &Ctx, args: Args) -> Result<()> {
     match args.command {
         Sub::Add(a) => add(ctx, *a).await,
         Sub::List(a) => {
-            let session = super::filter("--session", a.session.clone())?;
+            let session = filter("--session", a.session.clone())?;
             let list = ctx.client.list_schedules(session.as_deref()).await?;
             if ctx.json {
                 render::json(&list);
@@ -190,7 +191,7 @@ async fn add(ctx: &Ctx, a: AddArgs) -> Result<()> {
         .client
         .create_schedule(req)
         .await
-        .map_err(|e| super::as_typed(e, &typed))?;
+        .map_err(|e| as_typed(e, &typed))?;
     if ctx.json {
         render::json(&s);
     } else {
@@ -275,8 +276,13 @@ async fn show(ctx: &Ctx, id: &str) -> Result<()> {
         render::json(&d);
         return Ok(());
     }
-    let s = &d.schedule;
-    let tz = zone(s);
+    show_fields(&d.schedule);
+    show_fires(&d, &zone(&d.schedule));
+    Ok(())
+}
+
+/// Every field of the schedule.
+fn show_fields(s: &Schedule) {
     let t = |v: &Option<DateTime<Utc>>| v.as_ref().map_or("-".into(), utc);
     render::fields(&[
         ("id", s.id.to_string()),
@@ -305,12 +311,16 @@ async fn show(ctx: &Ctx, id: &str) -> Result<()> {
         ("created_at", utc(&s.created_at)),
         ("cancelled_at", t(&s.cancelled_at)),
     ]);
+}
+
+/// The next fires (in UTC and the schedule's zone) and the recent occurrences.
+fn show_fires(d: &ScheduleDetail, tz: &Zone) {
     render::line("");
     render::line("next fires:");
     let next: Vec<Vec<String>> = d
         .next_fires
         .iter()
-        .map(|f| vec![utc(f), local(f, &tz)])
+        .map(|f| vec![utc(f), local(f, tz)])
         .collect();
     render::table(&["UTC", "LOCAL"], &next);
     render::line("");
@@ -329,7 +339,6 @@ async fn show(ctx: &Ctx, id: &str) -> Result<()> {
         })
         .collect();
     render::table(&["FIRE_AT", "OUTCOME", "RUN", "RUN_STATE", "DETAIL"], &occ);
-    Ok(())
 }
 
 /// `schedule preview`: needs no database, so it runs without opening one.

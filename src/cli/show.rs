@@ -2,7 +2,8 @@
 
 use std::time::Duration;
 
-use super::{Ctx, render, run_id};
+use super::input::run_id;
+use super::{Ctx, render};
 use crate::error::Result;
 use crate::run::Run;
 
@@ -18,22 +19,47 @@ pub async fn run(ctx: &Ctx, args: Args) -> Result<()> {
     let id = run_id(&args.run)?;
     let run = ctx.client.get(&id).await?;
     let held = ctx.client.hold_reason(&run).await?;
-    let (limit, source) = effective_timeout(ctx, &run);
+    let timeout = effective_timeout(ctx, &run);
     if ctx.json {
-        let mut v = with_paths(&run);
-        if let Some(o) = v.as_object_mut() {
-            o.insert("held".into(), held.into());
-            o.insert(
-                "timeout_effective_ms".into(),
-                u64::try_from(limit.as_millis()).unwrap_or(u64::MAX).into(),
-            );
-            o.insert("timeout_source".into(), source.key().into());
-        }
-        render::json(&v);
+        render::json(&json_of(&run, held, timeout));
         return Ok(());
     }
-    let t = |v: &Option<chrono::DateTime<chrono::Utc>>| v.as_ref().map_or("-".into(), render::time);
-    let mut pairs = vec![
+    let mut pairs = request_fields(&run);
+    pairs.extend(timing_fields(&run, ctx.client.now(), timeout));
+    pairs.extend(outcome_fields(&run));
+    pairs.extend(held.map(|h| ("held", h)));
+    pairs.extend(origin_fields(&run));
+    add_errors_and_tail(&run, &mut pairs);
+    render::fields(&pairs);
+    Ok(())
+}
+
+/// The run as JSON, with its paths, why it is held and its effective timeout.
+fn json_of(
+    run: &Run,
+    held: Option<String>,
+    (limit, source): (Duration, TimeoutSource),
+) -> serde_json::Value {
+    let mut v = with_paths(run);
+    if let Some(o) = v.as_object_mut() {
+        o.insert("held".into(), held.into());
+        o.insert(
+            "timeout_effective_ms".into(),
+            u64::try_from(limit.as_millis()).unwrap_or(u64::MAX).into(),
+        );
+        o.insert("timeout_source".into(), source.key().into());
+    }
+    v
+}
+
+/// A time, or "-".
+fn at(v: &Option<chrono::DateTime<chrono::Utc>>) -> String {
+    v.as_ref().map_or("-".into(), render::time)
+}
+
+/// What was asked: the tool, its args, for whom, how many attempts.
+fn request_fields(run: &Run) -> Vec<(&'static str, String)> {
+    vec![
         ("id", run.id.to_string()),
         ("state", run.state.to_string()),
         ("tool", run.tool.clone()),
@@ -45,15 +71,25 @@ pub async fn run(ctx: &Ctx, args: Args) -> Result<()> {
             "attempt",
             format!("{} of {}", run.attempt, run.max_attempts),
         ),
+    ]
+}
+
+/// When it was due, started and ended, who holds it, and how long it may take.
+fn timing_fields(
+    run: &Run,
+    now: chrono::DateTime<chrono::Utc>,
+    (limit, source): (Duration, TimeoutSource),
+) -> Vec<(&'static str, String)> {
+    vec![
         ("created_at", render::time(&run.created_at)),
         ("run_at", render::time(&run.run_at)),
-        ("started_at", t(&run.started_at)),
-        ("finished_at", t(&run.finished_at)),
+        ("started_at", at(&run.started_at)),
+        ("finished_at", at(&run.finished_at)),
         ("lease_owner", render::opt(&run.lease_owner)),
-        ("lease_expires_at", t(&run.lease_expires_at)),
+        ("lease_expires_at", at(&run.lease_expires_at)),
         (
             "duration",
-            render::run_duration(&run, ctx.client.now()).unwrap_or_else(|| "-".into()),
+            render::run_duration(run, now).unwrap_or_else(|| "-".into()),
         ),
         (
             "timeout",
@@ -63,6 +99,12 @@ pub async fn run(ctx: &Ctx, args: Args) -> Result<()> {
                 source.describe(&run.tool)
             ),
         ),
+    ]
+}
+
+/// How its end is delivered, and what it reported: status, progress, errors, files.
+fn outcome_fields(run: &Run) -> Vec<(&'static str, String)> {
+    vec![
         ("idempotency_key", render::opt(&run.idempotency_key)),
         ("delivery", run.delivery.as_str().to_string()),
         ("signal_on_completion", run.signal_on_completion.to_string()),
@@ -85,13 +127,16 @@ pub async fn run(ctx: &Ctx, args: Args) -> Result<()> {
         ),
         ("result_path", run.result_path()),
         ("log_path", run.log_path()),
-    ];
-    if let Some(h) = held {
-        pairs.push(("held", h));
-    }
+    ]
+}
+
+/// The fields only some runs have: the schedule that fired it, its operation, its stages,
+/// its approval.
+fn origin_fields(run: &Run) -> Vec<(&'static str, String)> {
+    let mut pairs = Vec::new();
     if let Some(s) = &run.schedule_id {
         pairs.push(("schedule_id", s.to_string()));
-        pairs.push(("fire_at", t(&run.fire_at)));
+        pairs.push(("fire_at", at(&run.fire_at)));
     }
     if let Some(op) = &run.operation_id {
         pairs.push(("operation_id", op.clone()));
@@ -103,18 +148,24 @@ pub async fn run(ctx: &Ctx, args: Args) -> Result<()> {
         // Pending is no decision yet: say until when, not an empty who and when.
         let text = match run.approval_by.as_deref() {
             None if a == "pending" => match run.approval_deadline {
-                Some(_) => format!("pending until {}", t(&run.approval_deadline)),
+                Some(_) => format!("pending until {}", at(&run.approval_deadline)),
                 None => "pending (no deadline)".to_string(),
             },
             _ => format!(
                 "{a} by {} at {} ({})",
                 render::opt(&run.approval_by),
-                t(&run.approval_at),
+                at(&run.approval_at),
                 render::opt(&run.approval_note)
             ),
         };
         pairs.push(("approval", text));
     }
+    pairs
+}
+
+/// The error history and the output tail, last: the history's lines are indented to the
+/// value column, which is known only once every key is.
+fn add_errors_and_tail(run: &Run, pairs: &mut Vec<(&'static str, String)>) {
     let has_errors = run.errors.as_array().is_some_and(|a| !a.is_empty());
     if has_errors {
         pairs.push(("errors", String::new()));
@@ -130,8 +181,6 @@ pub async fn run(ctx: &Ctx, args: Args) -> Result<()> {
             p.1 = error_lines(&run.errors, column);
         }
     }
-    render::fields(&pairs);
-    Ok(())
 }
 
 /// Where a run's time limit comes from, in the order the worker looks.

@@ -5,13 +5,13 @@
 
 use super::{Ctx, render};
 use crate::error::{Error, Result};
-use crate::status::{plural, status};
+use crate::status::{Liveness, StatusReport, WorkerStatus, plural, status};
 
 /// The status report with the WAL's health beside it (`--json`).
 #[derive(serde::Serialize)]
 struct WithWal<'a> {
     #[serde(flatten)]
-    report: &'a crate::status::StatusReport,
+    report: &'a StatusReport,
     wal: &'a crate::store::WalHealth,
 }
 
@@ -34,55 +34,63 @@ pub async fn run(ctx: &Ctx, args: Args) -> Result<()> {
             wal: &wal,
         });
     } else {
-        let rows: Vec<Vec<String>> = report
-            .workers
-            .iter()
-            .map(|w| {
-                let r = &w.row;
-                let state = match (&r.stop_reason, w.liveness) {
-                    (Some(reason), crate::status::Liveness::Stopped) => {
-                        format!("stopped ({reason})")
-                    }
-                    (_, l) => l.as_str().to_string(),
-                };
-                vec![
-                    r.id.clone(),
-                    state,
-                    r.host.clone(),
-                    r.pid.to_string(),
-                    r.started_at.clone(),
-                    r.heartbeat_at.clone(),
-                    render::opt(&r.last_poll_at),
-                    r.busy_retries.to_string(),
-                ]
-            })
-            .collect();
-        render::table(
-            &[
-                "WORKER",
-                "STATE",
-                "HOST",
-                "PID",
-                "STARTED",
-                "HEARTBEAT",
-                "LAST POLL",
-                "BUSY",
-            ],
-            &rows,
-        );
-        if report.workers.is_empty() {
-            render::note("no worker processes registered (use --all to include stopped ones)");
-        }
-        for u in &report.unserved_tools {
-            render::note(&u.message());
-        }
-        for p in &report.paused {
-            render::note(&format!("paused: {}", super::pause::describe(p)));
-        }
-        if let Some(w) = &wal.warning {
-            render::note(&format!("WARNING: {w}"));
-        }
+        print_text(&report, &wal);
     }
+    verdict(&report)
+}
+
+/// The workers' table, then a note per unserved tool, pause and WAL warning.
+fn print_text(report: &StatusReport, wal: &crate::store::WalHealth) {
+    let rows: Vec<Vec<String>> = report.workers.iter().map(worker_row).collect();
+    render::table(
+        &[
+            "WORKER",
+            "STATE",
+            "HOST",
+            "PID",
+            "STARTED",
+            "HEARTBEAT",
+            "LAST POLL",
+            "BUSY",
+        ],
+        &rows,
+    );
+    if report.workers.is_empty() {
+        render::note("no worker processes registered (use --all to include stopped ones)");
+    }
+    for u in &report.unserved_tools {
+        render::note(&u.message());
+    }
+    for p in &report.paused {
+        render::note(&format!("paused: {}", super::pause::describe(p)));
+    }
+    if let Some(w) = &wal.warning {
+        render::note(&format!("WARNING: {w}"));
+    }
+}
+
+/// One worker's row: a stopped worker says why it stopped.
+fn worker_row(w: &WorkerStatus) -> Vec<String> {
+    let r = &w.row;
+    let state = match (&r.stop_reason, w.liveness) {
+        (Some(reason), Liveness::Stopped) => format!("stopped ({reason})"),
+        (_, l) => l.as_str().to_string(),
+    };
+    vec![
+        r.id.clone(),
+        state,
+        r.host.clone(),
+        r.pid.to_string(),
+        r.started_at.clone(),
+        r.heartbeat_at.clone(),
+        render::opt(&r.last_poll_at),
+        r.busy_retries.to_string(),
+    ]
+}
+
+/// The health check's answer: an error (exit 1) naming stale workers, or work that waits
+/// with no live worker.
+fn verdict(report: &StatusReport) -> Result<()> {
     let mut problems = Vec::new();
     if report.stale > 0 {
         problems.push(format!(

@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use super::{Ctx, render, run_id};
+use super::input::run_id;
+use super::{Ctx, render};
 use crate::client::WaitOutcome;
 use crate::config::parse_duration;
 use crate::error::{Error, InputError, Result};
@@ -45,6 +46,12 @@ pub async fn run(ctx: &Ctx, args: Args) -> Result<()> {
         ctx.client.get(id).await?;
     }
     let outcomes = wait_all(ctx, &ids, timeout).await?;
+    print(ctx, &outcomes);
+    verdict(&outcomes, args.timeout.unwrap_or_default())
+}
+
+/// How each run ended (or where it stands, when the wait timed out).
+fn print(ctx: &Ctx, outcomes: &[(Run, bool)]) {
     let now = ctx.client.now();
     if ctx.json {
         let list: Vec<_> = outcomes
@@ -54,20 +61,25 @@ pub async fn run(ctx: &Ctx, args: Args) -> Result<()> {
             })
             .collect();
         render::json(&list);
-    } else {
-        let rows: Vec<Vec<String>> = outcomes
-            .iter()
-            .map(|(r, _)| {
-                vec![
-                    r.id.to_string(),
-                    r.state.to_string(),
-                    render::run_duration(r, now).unwrap_or_else(|| "-".into()),
-                    render::opt(&r.error),
-                ]
-            })
-            .collect();
-        render::table(&["ID", "STATE", "DURATION", "ERROR"], &rows);
+        return;
     }
+    let rows: Vec<Vec<String>> = outcomes
+        .iter()
+        .map(|(r, _)| {
+            vec![
+                r.id.to_string(),
+                r.state.to_string(),
+                render::run_duration(r, now).unwrap_or_else(|| "-".into()),
+                render::opt(&r.error),
+            ]
+        })
+        .collect();
+    render::table(&["ID", "STATE", "DURATION", "ERROR"], &rows);
+}
+
+/// An error (exit 1) naming the runs still going after `timeout` (as typed), else the runs
+/// that did not complete.
+fn verdict(outcomes: &[(Run, bool)], timeout: String) -> Result<()> {
     let going: Vec<String> = outcomes
         .iter()
         .filter(|(_, ended)| !ended)
@@ -75,8 +87,7 @@ pub async fn run(ctx: &Ctx, args: Args) -> Result<()> {
         .collect();
     if !going.is_empty() {
         return Err(Error::Conflict(format!(
-            "timed out after {}; still going: {}",
-            args.timeout.unwrap_or_default(),
+            "timed out after {timeout}; still going: {}",
             going.join(", ")
         )));
     }

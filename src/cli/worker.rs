@@ -5,7 +5,7 @@ use tokio_util::sync::CancellationToken;
 use super::{Ctx, render};
 use crate::config::Override;
 use crate::error::{Error, Result};
-use crate::worker::WorkerOptions;
+use crate::worker::{Worker, WorkerOptions};
 
 /// Flags of `worker`.
 #[derive(Debug, clap::Args)]
@@ -73,6 +73,27 @@ impl Args {
 
 /// Runs the worker; the first SIGINT/SIGTERM starts a graceful shutdown.
 pub async fn run(ctx: &Ctx, args: Args) -> Result<()> {
+    let shutdown = shutdown_on_signal()?;
+    let worker = ctx.client.worker(WorkerOptions { drain: args.drain });
+    log_start(ctx, &worker);
+    let stop_extras = CancellationToken::new();
+    start_extras(ctx, &args, &worker, &stop_extras).await?;
+    let report = worker.run(shutdown).await;
+    stop_extras.cancel();
+    let report = report?;
+    if ctx.json {
+        render::json(&report);
+    } else {
+        render::note(&format!(
+            "worker stopped: {} claimed, {} recorded, {} handed back, {} dropped after losing the lease",
+            report.claimed, report.recorded, report.handed_back, report.fenced_out
+        ));
+    }
+    Ok(())
+}
+
+/// A token the first SIGINT or SIGTERM cancels.
+fn shutdown_on_signal() -> Result<CancellationToken> {
     let shutdown = CancellationToken::new();
     let signal_token = shutdown.clone();
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
@@ -86,7 +107,11 @@ pub async fn run(ctx: &Ctx, args: Args) -> Result<()> {
         signal_token.cancel();
         tracing::info!("shutdown requested: no new claims; in-flight runs get the grace period");
     });
-    let worker = ctx.client.worker(WorkerOptions { drain: args.drain });
+    Ok(shutdown)
+}
+
+/// The "worker starting" line: who, on which database and config, with which tools.
+fn log_start(ctx: &Ctx, worker: &Worker) {
     let cfg = &ctx.client.config().worker;
     let tools: Vec<String> = ctx
         .client
@@ -103,22 +128,28 @@ pub async fn run(ctx: &Ctx, args: Args) -> Result<()> {
         tools = %tools.join(","),
         "worker starting"
     );
-    let server = match &args.metrics {
-        Some(addr) => Some(crate::metrics::serve::MetricsServer::bind(addr).await?),
-        None => None,
-    };
-    let stop_extras = CancellationToken::new();
-    if let Some(server) = server {
+}
+
+/// What runs beside the worker until `stop`: the metrics endpoint (`--metrics`), the
+/// dashboard (`--web`) and the drain bar (`--drain` on a terminal).
+async fn start_extras(
+    ctx: &Ctx,
+    args: &Args,
+    worker: &Worker,
+    stop: &CancellationToken,
+) -> Result<()> {
+    if let Some(addr) = &args.metrics {
+        let server = crate::metrics::serve::MetricsServer::bind(addr).await?;
         let bound = server.local_addr()?;
         tracing::info!(address = %bound, "serving metrics at http://{bound}/metrics");
-        tokio::spawn(server.serve(ctx.client.clone(), worker.metrics(), stop_extras.clone()));
+        tokio::spawn(server.serve(ctx.client.clone(), worker.metrics(), stop.clone()));
     }
     if let Some(addr) = &args.web {
         let web =
             crate::web::WebServer::bind(ctx.client.clone(), super::web::options(ctx, addr)).await?;
         let bound = web.local_addr()?;
         tracing::info!(address = %bound, "serving the dashboard at http://{bound}/");
-        let stop = stop_extras.clone();
+        let stop = stop.clone();
         tokio::spawn(async move {
             if let Err(e) = web.serve(stop).await {
                 tracing::warn!(error = %e, "dashboard stopped");
@@ -134,18 +165,7 @@ pub async fn run(ctx: &Ctx, args: Args) -> Result<()> {
             ctx.client.clone(),
             worker.metrics(),
             pb,
-            stop_extras.clone(),
-        ));
-    }
-    let report = worker.run(shutdown).await;
-    stop_extras.cancel();
-    let report = report?;
-    if ctx.json {
-        render::json(&report);
-    } else {
-        render::note(&format!(
-            "worker stopped: {} claimed, {} recorded, {} handed back, {} dropped after losing the lease",
-            report.claimed, report.recorded, report.handed_back, report.fenced_out
+            stop.clone(),
         ));
     }
     Ok(())

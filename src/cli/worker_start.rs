@@ -50,24 +50,16 @@ pub(crate) async fn wait_for_database(
     let started = Instant::now();
     let mut failures = 0u32;
     loop {
-        let attempt = url.clone();
-        let opened = tokio::task::spawn_blocking(move || PgStore::open(&attempt, mode))
-            .await
-            .map_err(|e| StoreError::Task(format!("connecting to the database: {e}")))?;
-        let e = match opened {
-            Ok(_) => {
-                if failures > 0 {
-                    tracing::info!(
-                        db = %location,
-                        waited_secs = started.elapsed().as_secs(),
-                        attempts = failures + 1,
-                        "the database answers; starting"
-                    );
-                }
-                return Ok(true);
+        let Some(e) = try_open(&url, mode).await? else {
+            if failures > 0 {
+                tracing::info!(
+                    db = %location,
+                    waited_secs = started.elapsed().as_secs(),
+                    attempts = failures + 1,
+                    "the database answers; starting"
+                );
             }
-            Err(e) if e.fault() == Fault::Storage => e,
-            Err(e) => return Err(e.into()),
+            return Ok(true);
         };
         failures += 1;
         let wait = backoff(failures);
@@ -79,22 +71,41 @@ pub(crate) async fn wait_for_database(
             );
             return Err(e.into());
         }
-        if failures == 1 {
-            tracing::error!(
-                db = %location,
-                error = %e,
-                "cannot reach the database at start-up; retrying with a backoff of up to {}s, \
-                 and logging again once it answers",
-                MAX_WAIT.as_secs()
-            );
-        } else {
-            tracing::debug!(db = %location, error = %e, wait_secs = wait.as_secs(), "still cannot reach the database");
-        }
+        log_failure(&location, &e, failures, wait);
         tokio::select! {
             _ = tokio::time::sleep(wait) => {}
             _ = tokio::signal::ctrl_c() => return Ok(stopped(&location)),
             _ = term.recv() => return Ok(stopped(&location)),
         }
+    }
+}
+
+/// One attempt to open the database: `None` once it opens, the error when it may pass by
+/// waiting; any other error is returned.
+async fn try_open(url: &str, mode: OpenMode) -> Result<Option<StoreError>> {
+    let attempt = url.to_string();
+    let opened = tokio::task::spawn_blocking(move || PgStore::open(&attempt, mode))
+        .await
+        .map_err(|e| StoreError::Task(format!("connecting to the database: {e}")))?;
+    match opened {
+        Ok(_) => Ok(None),
+        Err(e) if e.fault() == Fault::Storage => Ok(Some(e)),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The first failure is an ERROR that says what happens next; later ones only DEBUG lines.
+fn log_failure(location: &str, e: &StoreError, failures: u32, wait: Duration) {
+    if failures == 1 {
+        tracing::error!(
+            db = %location,
+            error = %e,
+            "cannot reach the database at start-up; retrying with a backoff of up to {}s, \
+             and logging again once it answers",
+            MAX_WAIT.as_secs()
+        );
+    } else {
+        tracing::debug!(db = %location, error = %e, wait_secs = wait.as_secs(), "still cannot reach the database");
     }
 }
 

@@ -205,7 +205,7 @@ impl Provider for Named {
 /// Parses TOML text into a figment dict; errors name the line and show it.
 fn toml_dict(text: &str, name: &str) -> Result<Dict, ConfigError> {
     let table: toml::Table =
-        toml::from_str(text).map_err(|e| super::report::parse_error(&e, text, name))?;
+        toml::from_str(text).map_err(|e| super::toml_text::parse_error(&e, text, name))?;
     let value = Value::serialize(&table).map_err(|e| ConfigError::Parse {
         path: name.into(),
         message: e.to_string(),
@@ -282,7 +282,7 @@ impl Layers {
             let line = self
                 .file
                 .as_ref()
-                .and_then(|f| super::report::line_of(&f.text, path));
+                .and_then(|f| super::toml_text::line_of(&f.text, path));
             return Origin::File {
                 path: md.name.to_string(),
                 line,

@@ -3,68 +3,8 @@
 
 use figment::error::{Actual, Kind};
 
-use super::layers::Layers;
+use super::layers::{DEFAULTS, Layers};
 use crate::error::ConfigError;
-
-/// A TOML syntax error (or a table defined twice): the line, the message and the line's text.
-pub(crate) fn parse_error(e: &toml::de::Error, text: &str, name: &str) -> ConfigError {
-    let line = e.span().map(|s| line_at(text, s.start));
-    let mut message = e.message().trim().to_string();
-    if let Some(l) = line {
-        // The line may hold a database URL with its password: it is shown redacted.
-        let line_text = crate::db_url::redact_text(text.lines().nth(l - 1).unwrap_or(""));
-        let shown = line_text.trim_end();
-        let header = shown
-            .trim()
-            .strip_prefix('[')
-            .and_then(|h| h.split(']').next())
-            .map(str::trim);
-        if message.contains("duplicate") {
-            message = match header {
-                Some(h) if h.starts_with("tools.") => format!(
-                    "tool `{}` is defined twice\n  each [tools.NAME] table may appear once: remove or rename one",
-                    &h["tools.".len()..]
-                ),
-                Some(h) => format!("table [{h}] is defined twice\n  merge the two tables into one"),
-                None => message,
-            };
-        }
-        message.push_str(&format!("\n  {l} | {shown}"));
-    }
-    ConfigError::Parse {
-        path: match line {
-            Some(l) => format!("{name}, line {l}"),
-            None => name.into(),
-        },
-        message,
-    }
-}
-
-/// 1-based line of byte offset `at`.
-fn line_at(text: &str, at: usize) -> usize {
-    text.as_bytes()[..at.min(text.len())]
-        .iter()
-        .filter(|&&b| b == b'\n')
-        .count()
-        + 1
-}
-
-/// The line where the key at `path` (or, failing that, its nearest written parent) is
-/// written in `text`.
-pub(crate) fn line_of(text: &str, path: &[String]) -> Option<usize> {
-    let doc = toml::de::DeTable::parse(text).ok()?;
-    let mut table = doc.get_ref();
-    let mut found = None;
-    for (i, key) in path.iter().enumerate() {
-        let (k, v) = table.iter().find(|(k, _)| k.get_ref() == key)?;
-        found = Some(line_at(text, k.span().start));
-        match v.get_ref() {
-            toml::de::DeValue::Table(t) if i + 1 < path.len() => table = t,
-            _ => break,
-        }
-    }
-    found
-}
 
 /// The dotted key of an error's path.
 fn dotted(path: &[String]) -> String {
@@ -131,7 +71,7 @@ fn is_duration_key(key: &str) -> bool {
     matches!(
         key,
         "timeout" | "approval_deadline" | "kill_grace" | "deadline"
-    ) || toml::from_str::<toml::Table>(super::layers::DEFAULTS).is_ok_and(|t| walk(&t, key))
+    ) || toml::from_str::<toml::Table>(DEFAULTS).is_ok_and(|t| walk(&t, key))
 }
 
 /// Turns figment's errors (unknown key, wrong type, missing key) into one [`ConfigError`]
@@ -150,50 +90,10 @@ fn one(e: &figment::Error, layers: &Layers) -> (String, String) {
     let origin_at = |path: &[String]| layers.origin_of(path).to_string();
     match &e.kind {
         Kind::UnknownField(field, allowed) => {
-            // figment's path may or may not end with the field itself.
-            let mut table = e.path.clone();
-            if table.last() == Some(field) {
-                table.pop();
-            }
-            let mut key = table.clone();
-            key.push(field.clone());
-            let what = if table.is_empty() {
-                format!("unknown section `{field}`")
-            } else {
-                format!("unknown key `{field}` in {}", section(&table))
-            };
-            let mut m = match suggest(field, allowed) {
-                Some(s) => format!("{what}; did you mean `{s}`?"),
-                None => what,
-            };
-            let list = allowed.join(", ");
-            if table.is_empty() {
-                m.push_str(&format!("\n  allowed sections: {list}"));
-            } else {
-                m.push_str(&format!("\n  allowed keys in {}: {list}", section(&table)));
-            }
-            (origin_at(&key), m)
+            let (key, message) = unknown_field(&e.path, field, allowed);
+            (origin_at(&key), message)
         }
-        Kind::InvalidType(actual, exp) => {
-            let numeric = matches!(
-                actual,
-                Actual::Signed(_) | Actual::Unsigned(_) | Actual::Float(_)
-            );
-            let exp = match e.path.last() {
-                Some(k) if numeric && exp == "a string" && is_duration_key(k) => {
-                    "a duration: a quoted string with a unit, like \"30s\" or \"500ms\"".into()
-                }
-                _ => expected(exp),
-            };
-            (
-                origin_at(&e.path),
-                format!(
-                    "{} has the wrong type\n  found:    {}\n  expected: {exp}",
-                    dotted(&e.path),
-                    found(actual),
-                ),
-            )
-        }
+        Kind::InvalidType(actual, exp) => (origin_at(&e.path), wrong_type(&e.path, actual, exp)),
         Kind::InvalidValue(actual, exp) => (
             origin_at(&e.path),
             format!(
@@ -218,6 +118,54 @@ fn one(e: &figment::Error, layers: &Layers) -> (String, String) {
     }
 }
 
+/// (the unknown key's path, what to say) of an unknown key or section at `path`: the likely
+/// meant name and the names allowed there.
+fn unknown_field(path: &[String], field: &str, allowed: &[&str]) -> (Vec<String>, String) {
+    // figment's path may or may not end with the field itself.
+    let mut table = path.to_vec();
+    if table.last().map(String::as_str) == Some(field) {
+        table.pop();
+    }
+    let mut key = table.clone();
+    key.push(field.to_string());
+    let what = if table.is_empty() {
+        format!("unknown section `{field}`")
+    } else {
+        format!("unknown key `{field}` in {}", section(&table))
+    };
+    let mut m = match suggest(field, allowed) {
+        Some(s) => format!("{what}; did you mean `{s}`?"),
+        None => what,
+    };
+    let list = allowed.join(", ");
+    if table.is_empty() {
+        m.push_str(&format!("\n  allowed sections: {list}"));
+    } else {
+        m.push_str(&format!("\n  allowed keys in {}: {list}", section(&table)));
+    }
+    (key, m)
+}
+
+/// A value of the wrong type at `path`: what was found and what is expected (a number where
+/// a duration goes is told how to write one).
+fn wrong_type(path: &[String], actual: &Actual, exp: &str) -> String {
+    let numeric = matches!(
+        actual,
+        Actual::Signed(_) | Actual::Unsigned(_) | Actual::Float(_)
+    );
+    let exp = match path.last() {
+        Some(k) if numeric && exp == "a string" && is_duration_key(k) => {
+            "a duration: a quoted string with a unit, like \"30s\" or \"500ms\"".into()
+        }
+        _ => expected(exp),
+    };
+    format!(
+        "{} has the wrong type\n  found:    {}\n  expected: {exp}",
+        dotted(path),
+        found(actual),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -228,19 +176,5 @@ mod tests {
         assert_eq!(suggest("concurency", &allowed), Some("concurrency"));
         assert_eq!(suggest("poll_intervall", &allowed), Some("poll_interval"));
         assert_eq!(suggest("zzz", &allowed), None);
-    }
-
-    #[test]
-    fn lines_are_found_for_nested_and_dotted_keys() {
-        let text = "# c\n[worker]\nconcurrency = 3\n\n[tools.x]\ncommand = [\"df\"]\n";
-        let p = |s: &str| s.split('.').map(String::from).collect::<Vec<_>>();
-        assert_eq!(line_of(text, &p("worker.concurrency")), Some(3));
-        assert_eq!(line_of(text, &p("tools.x.command")), Some(6));
-        assert_eq!(line_of(text, &p("tools.x")), Some(5));
-        assert_eq!(
-            line_of("worker.lease = \"1s\"\n", &p("worker.lease")),
-            Some(1)
-        );
-        assert_eq!(line_of(text, &p("runs.timeout")), None);
     }
 }

@@ -3,18 +3,15 @@
 //! through the stdout line protocol in `docs/command-tools.md`.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use async_trait::async_trait;
-use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::process::{self, Exit, ProcessSpec, Stopped};
 use super::sink::{RunSink, escape_bytes};
 use super::{Tool, ToolContext, ToolDef, ToolHints, ToolOutcome, ToolPolicy};
-use crate::clock::parse_duration;
+pub use crate::config::CommandToolConfig;
 use crate::error::ConfigError;
 use crate::run::Progress;
 
@@ -24,173 +21,6 @@ pub const MAX_ENV_ARGS: usize = 120 * 1024;
 
 /// Prefix of protocol lines on a command's stdout.
 pub const PROTOCOL_PREFIX: &[u8] = b"::toolq::";
-
-/// A validated `[tools.NAME]` entry.
-#[derive(Debug, Clone, PartialEq)]
-pub struct CommandToolConfig {
-    /// Tool name (the table key).
-    pub name: String,
-    /// Program and arguments.
-    pub command: Vec<String>,
-    /// What the tool does.
-    pub description: String,
-    /// JSON schema of the args (default: any object).
-    pub args_schema: Value,
-    /// Working directory.
-    pub cwd: Option<PathBuf>,
-    /// Extra environment variables.
-    pub env: BTreeMap<String, String>,
-    /// Default timeout of a run.
-    pub timeout: Option<Duration>,
-    /// Log cap for this tool's runs, in bytes (at most the worker's `runs.log_cap_bytes`).
-    pub output_cap: Option<usize>,
-    /// Runs wait for an operator's approval.
-    pub requires_approval: bool,
-    /// An approval not given within this long expires the run.
-    pub approval_deadline: Option<Duration>,
-    /// Between SIGTERM and SIGKILL when a run is cancelled or times out.
-    pub kill_grace: Duration,
-    /// At most this many running runs of this tool over all workers (also `[limits.NAME]`).
-    pub max_running: Option<i64>,
-}
-
-/// A `[tools.NAME]` table as written (unknown keys are rejected by the config loader).
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct FileCommandTool {
-    command: Vec<String>,
-    description: Option<String>,
-    args_schema: Option<toml::Value>,
-    cwd: Option<String>,
-    #[serde(default)]
-    env: BTreeMap<String, String>,
-    timeout: Option<String>,
-    output_cap: Option<i64>,
-    #[serde(default)]
-    requires_approval: bool,
-    approval_deadline: Option<String>,
-    kill_grace: Option<String>,
-    max_running: Option<i64>,
-}
-
-/// Validates every `[tools.NAME]` table; errors name `tools.NAME.key` and, through
-/// `origin` (dotted key -> where it was set), the file and line.
-pub(crate) fn parse_tools(
-    raw: BTreeMap<String, FileCommandTool>,
-    origin: &dyn Fn(&str) -> String,
-) -> Result<BTreeMap<String, CommandToolConfig>, ConfigError> {
-    raw.into_iter()
-        .map(|(name, f)| Ok((name.clone(), parse_one(&name, f, origin)?)))
-        .collect()
-}
-
-fn parse_one(
-    name: &str,
-    f: FileCommandTool,
-    origin: &dyn Fn(&str) -> String,
-) -> Result<CommandToolConfig, ConfigError> {
-    let bad = |key: &str, value: String, reason: String| {
-        let key = format!("tools.{name}{}{key}", if key.is_empty() { "" } else { "." });
-        ConfigError::Invalid {
-            path: origin(&key),
-            key,
-            value,
-            reason,
-        }
-    };
-    let valid_name = !name.is_empty()
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
-    if !valid_name {
-        return Err(bad(
-            "",
-            format!("{name:?}"),
-            "tool names use letters, digits, '_' and '-'".into(),
-        ));
-    }
-    if f.command.first().is_none_or(|p| p.is_empty()) {
-        return Err(bad(
-            "command",
-            format!("{:?}", f.command),
-            "must be a non-empty array: program first, then its arguments".into(),
-        ));
-    }
-    let args_schema = match f.args_schema {
-        None => json!({"type": "object"}),
-        Some(toml::Value::String(s)) => serde_json::from_str(&s)
-            .map_err(|e| bad("args_schema", s.clone(), format!("is not JSON: {e}")))?,
-        Some(v @ toml::Value::Table(_)) => serde_json::to_value(&v).map_err(|e| {
-            bad(
-                "args_schema",
-                v.to_string(),
-                format!("cannot become JSON: {e}"),
-            )
-        })?,
-        Some(v) => {
-            return Err(bad(
-                "args_schema",
-                v.to_string(),
-                "must be a table or a JSON string".into(),
-            ));
-        }
-    };
-    if let Err(e) = jsonschema::validator_for(&args_schema) {
-        return Err(bad(
-            "args_schema",
-            args_schema.to_string(),
-            format!("is not a valid JSON schema: {e}"),
-        ));
-    }
-    let dur = |key: &str, v: Option<String>| -> Result<Option<Duration>, ConfigError> {
-        v.map(|s| match parse_duration(&s) {
-            Ok(d) if d.is_zero() => Err(bad(
-                key,
-                format!("{s:?}"),
-                "must be greater than zero".into(),
-            )),
-            Ok(d) => Ok(d),
-            Err(r) => Err(bad(key, format!("{s:?}"), r)),
-        })
-        .transpose()
-    };
-    let output_cap = match f.output_cap {
-        None => None,
-        Some(n) if (1024..=1 << 30).contains(&n) => Some(n as usize),
-        Some(n) => {
-            return Err(bad(
-                "output_cap",
-                n.to_string(),
-                "must be between 1024 and 1073741824 bytes".into(),
-            ));
-        }
-    };
-    if let Some(n) = f.max_running
-        && !(1..=1_000_000).contains(&n)
-    {
-        return Err(bad(
-            "max_running",
-            n.to_string(),
-            "must be between 1 and 1000000".into(),
-        ));
-    }
-    Ok(CommandToolConfig {
-        max_running: f.max_running,
-        name: name.to_string(),
-        description: f
-            .description
-            .unwrap_or_else(|| format!("Runs {}", f.command.join(" "))),
-        command: f.command,
-        args_schema,
-        cwd: f.cwd.map(PathBuf::from),
-        env: f.env,
-        timeout: dur("timeout", f.timeout)?,
-        output_cap,
-        requires_approval: f.requires_approval,
-        approval_deadline: dur("approval_deadline", f.approval_deadline)?,
-        kill_grace: dur("kill_grace", f.kill_grace)?.unwrap_or(Duration::from_secs(3)),
-    })
-}
 
 /// The command tools defined in a config's `[tools.NAME]` sections, ready to register.
 pub fn command_tools(
@@ -330,6 +160,8 @@ fn outcome_of(name: &str, out: process::ProcessOutput, rep: Reported) -> ToolOut
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     /// Parses `text` whose tables are tools (`[t]` stands for `[tools.t]`).

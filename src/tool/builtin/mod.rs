@@ -55,3 +55,21 @@ pub fn configured(config: &crate::Config) -> Vec<Arc<dyn Tool>> {
     }
     tools
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The config refuses a command tool named like a built-in by its own lists (it sits a
+    /// layer below the tools and cannot ask them): they must name exactly these.
+    #[test]
+    fn config_lists_the_builtin_names() {
+        let names = |tools: Vec<Arc<dyn Tool>>| -> Vec<String> {
+            tools.iter().map(|t| t.definition().name).collect()
+        };
+        assert_eq!(names(all()), crate::config::BUILTIN_TOOLS);
+        let mut config = crate::Config::default();
+        config.shell.enabled = true;
+        assert_eq!(names(configured(&config)), crate::config::SHELL_TOOLS);
+    }
+}
