@@ -198,23 +198,7 @@ impl CronSchedule {
     pub fn parse(expr: &str, tz: &str, now: DateTime<Utc>) -> Result<CronSchedule, ScheduleError> {
         let trimmed = expr.trim();
         let tz = parse_timezone(tz)?;
-        let expanded = if trimmed.starts_with('@') {
-            match trimmed.to_ascii_lowercase().as_str() {
-                "@yearly" | "@annually" => "0 0 1 1 *",
-                "@monthly" => "0 0 1 * *",
-                "@weekly" => "0 0 * * 0",
-                "@daily" | "@midnight" => "0 0 * * *",
-                "@hourly" => "0 * * * *",
-                _ => {
-                    return Err(ScheduleError::UnknownMacro {
-                        expr: trimmed.to_string(),
-                    });
-                }
-            }
-        } else {
-            trimmed
-        };
-        let fields: Vec<&str> = expanded.split_whitespace().collect();
+        let fields: Vec<&str> = expand_macro(trimmed)?.split_whitespace().collect();
         if fields.len() != FIELDS.len() {
             return Err(ScheduleError::FieldCount {
                 expr: trimmed.to_string(),
@@ -391,75 +375,111 @@ fn next_bit(bits: u64, from: u32) -> Option<u32> {
     (masked != 0).then(|| masked.trailing_zeros())
 }
 
+/// The five fields a macro stands for (`@daily` is `0 0 * * *`); any other expression as is.
+fn expand_macro(trimmed: &str) -> Result<&str, ScheduleError> {
+    if !trimmed.starts_with('@') {
+        return Ok(trimmed);
+    }
+    match trimmed.to_ascii_lowercase().as_str() {
+        "@yearly" | "@annually" => Ok("0 0 1 1 *"),
+        "@monthly" => Ok("0 0 1 * *"),
+        "@weekly" => Ok("0 0 * * 0"),
+        "@daily" | "@midnight" => Ok("0 0 * * *"),
+        "@hourly" => Ok("0 * * * *"),
+        _ => Err(ScheduleError::UnknownMacro {
+            expr: trimmed.to_string(),
+        }),
+    }
+}
+
 /// Parse one cron field (a comma-separated list of `*`, `a`, `a-b`, each optionally `/step`)
 /// into a bit set.
 fn parse_field(expr: &str, spec: &FieldSpec, text: &str) -> Result<u64, ScheduleError> {
-    let value = |token: &str| -> Result<u32, ScheduleError> {
-        let v = if !token.is_empty() && token.bytes().all(|b| b.is_ascii_digit()) {
-            token.parse::<u32>().ok()
-        } else {
-            spec.names
-                .iter()
-                .position(|n| n.eq_ignore_ascii_case(token))
-                .map(|i| spec.min + i as u32)
-        };
-        match v {
-            Some(v) if (spec.min..=spec.max).contains(&v) => Ok(v),
-            Some(v) => Err(ScheduleError::OutOfRange {
-                expr: expr.to_string(),
-                field: spec.name,
-                value: v,
-                min: spec.min,
-                max: spec.max,
-            }),
-            None => Err(ScheduleError::InvalidValue {
-                expr: expr.to_string(),
-                field: spec.name,
-                token: token.to_string(),
-                expected: spec.expected,
-            }),
-        }
-    };
     let mut bits = 0u64;
     for item in text.split(',') {
-        let (base, step) = match item.split_once('/') {
-            Some((base, step)) => {
-                let step = Some(step)
-                    .filter(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
-                    .and_then(|s| s.parse::<u32>().ok())
-                    .filter(|&n| n >= 1)
-                    .ok_or_else(|| ScheduleError::InvalidStep {
-                        expr: expr.to_string(),
-                        field: spec.name,
-                        token: item.to_string(),
-                    })?;
-                (base, Some(step))
-            }
-            None => (item, None),
-        };
-        let (lo, hi) = if base == "*" {
-            (spec.min, spec.max)
-        } else if let Some((a, b)) = base.split_once('-') {
-            let (lo, hi) = (value(a)?, value(b)?);
-            if lo > hi {
-                return Err(ScheduleError::InvalidRange {
-                    expr: expr.to_string(),
-                    field: spec.name,
-                    token: base.to_string(),
-                });
-            }
-            (lo, hi)
-        } else {
-            // `a/n` means `a-max/n`.
-            let v = value(base)?;
-            (v, if step.is_some() { spec.max } else { v })
-        };
+        let (base, step) = split_step(expr, spec, item)?;
+        let (lo, hi) = item_range(expr, spec, base, step.is_some())?;
         let step = usize::try_from(step.unwrap_or(1)).unwrap_or(usize::MAX);
         for v in (lo..=hi).step_by(step) {
             bits |= 1 << v;
         }
     }
     Ok(bits)
+}
+
+/// A list item's base and its step (`*/15` is `*` and 15): a whole number of at least 1.
+fn split_step<'a>(
+    expr: &str,
+    spec: &FieldSpec,
+    item: &'a str,
+) -> Result<(&'a str, Option<u32>), ScheduleError> {
+    let Some((base, step)) = item.split_once('/') else {
+        return Ok((item, None));
+    };
+    let step = Some(step)
+        .filter(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
+        .and_then(|s| s.parse::<u32>().ok())
+        .filter(|&n| n >= 1)
+        .ok_or_else(|| ScheduleError::InvalidStep {
+            expr: expr.to_string(),
+            field: spec.name,
+            token: item.to_string(),
+        })?;
+    Ok((base, Some(step)))
+}
+
+/// The values a list item's base spans: `*` the whole field, `a-b` (not starting after it
+/// ends), or `a` alone (`a/n` means `a-max/n`, so `stepped` runs it to the field's end).
+fn item_range(
+    expr: &str,
+    spec: &FieldSpec,
+    base: &str,
+    stepped: bool,
+) -> Result<(u32, u32), ScheduleError> {
+    if base == "*" {
+        return Ok((spec.min, spec.max));
+    }
+    let Some((a, b)) = base.split_once('-') else {
+        let v = field_value(expr, spec, base)?;
+        return Ok((v, if stepped { spec.max } else { v }));
+    };
+    let (lo, hi) = (field_value(expr, spec, a)?, field_value(expr, spec, b)?);
+    if lo > hi {
+        return Err(ScheduleError::InvalidRange {
+            expr: expr.to_string(),
+            field: spec.name,
+            token: base.to_string(),
+        });
+    }
+    Ok((lo, hi))
+}
+
+/// One value of a field: a number, or a name the field accepts (`JAN`, `mon`), in range.
+fn field_value(expr: &str, spec: &FieldSpec, token: &str) -> Result<u32, ScheduleError> {
+    let v = if !token.is_empty() && token.bytes().all(|b| b.is_ascii_digit()) {
+        token.parse::<u32>().ok()
+    } else {
+        spec.names
+            .iter()
+            .position(|n| n.eq_ignore_ascii_case(token))
+            .map(|i| spec.min + i as u32)
+    };
+    match v {
+        Some(v) if (spec.min..=spec.max).contains(&v) => Ok(v),
+        Some(v) => Err(ScheduleError::OutOfRange {
+            expr: expr.to_string(),
+            field: spec.name,
+            value: v,
+            min: spec.min,
+            max: spec.max,
+        }),
+        None => Err(ScheduleError::InvalidValue {
+            expr: expr.to_string(),
+            field: spec.name,
+            token: token.to_string(),
+            expected: spec.expected,
+        }),
+    }
 }
 
 /// Parse an IANA zone name; error names the value (`unknown time zone "Mars/Base": ...`).
