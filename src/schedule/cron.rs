@@ -18,117 +18,14 @@
 //! Fire instants are strictly increasing in UTC; two wall times mapping to one instant fire once.
 
 use super::zone::Zone;
-use chrono::{
-    DateTime, Datelike, Duration, LocalResult, NaiveDate, NaiveDateTime, SecondsFormat, Timelike,
-    Utc,
-};
+use chrono::{DateTime, Datelike, Duration, LocalResult, NaiveDate, NaiveDateTime, Timelike, Utc};
+
+// Both were defined here; kept at these paths for the library's users.
+pub use super::error::ScheduleError;
+pub use super::once::parse_one_shot;
 
 /// How far ahead (in days) a schedule is searched for its next fire: about five years.
 const HORIZON_DAYS: i64 = 5 * 366;
-
-/// Why a schedule specification is invalid. Messages name the field and value.
-#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
-pub enum ScheduleError {
-    /// The time zone is not a known IANA zone name.
-    #[error("unknown time zone {0:?}: give an IANA name such as Europe/Berlin or UTC")]
-    UnknownTimezone(String),
-    /// The expression does not have exactly five whitespace-separated fields.
-    #[error(
-        "cron {expr:?}: expected 5 fields (minute hour day-of-month month day-of-week), got {got}"
-    )]
-    FieldCount {
-        /// The expression as given (trimmed).
-        expr: String,
-        /// How many fields were found.
-        got: usize,
-    },
-    /// The expression starts with `@` but is not a supported macro.
-    #[error(
-        "cron {expr:?}: unknown macro (expected @yearly, @annually, @monthly, @weekly, @daily, @midnight or @hourly)"
-    )]
-    UnknownMacro {
-        /// The expression as given (trimmed).
-        expr: String,
-    },
-    /// A numeric value lies outside the field's allowed range.
-    #[error("cron {expr:?}: {field} {value} is outside {min}-{max}")]
-    OutOfRange {
-        /// The expression as given (trimmed).
-        expr: String,
-        /// The field name, e.g. `minute`.
-        field: &'static str,
-        /// The offending value.
-        value: u32,
-        /// Smallest allowed value.
-        min: u32,
-        /// Largest allowed value.
-        max: u32,
-    },
-    /// A value is neither a number nor a name the field accepts.
-    #[error("cron {expr:?}: {field} {token:?} is not valid (expected {expected})")]
-    InvalidValue {
-        /// The expression as given (trimmed).
-        expr: String,
-        /// The field name, e.g. `month`.
-        field: &'static str,
-        /// The offending token.
-        token: String,
-        /// What the field accepts.
-        expected: &'static str,
-    },
-    /// A step (`/n`) is not a whole number of at least 1.
-    #[error("cron {expr:?}: {field} step in {token:?} must be a whole number of at least 1")]
-    InvalidStep {
-        /// The expression as given (trimmed).
-        expr: String,
-        /// The field name.
-        field: &'static str,
-        /// The list item containing the step, e.g. `*/0`.
-        token: String,
-    },
-    /// A range `a-b` has `a` greater than `b`.
-    #[error("cron {expr:?}: {field} range {token:?} starts after it ends")]
-    InvalidRange {
-        /// The expression as given (trimmed).
-        expr: String,
-        /// The field name.
-        field: &'static str,
-        /// The offending range.
-        token: String,
-    },
-    /// The expression is valid syntax but never fires within about five years.
-    #[error("cron {expr:?}: never fires in the next 5 years")]
-    NeverFires {
-        /// The expression as given (trimmed).
-        expr: String,
-    },
-    /// A one-shot time looks like a date-time but carries no UTC offset.
-    #[error("time {value:?} has no UTC offset; add Z or an offset such as +02:00 (RFC 3339)")]
-    MissingOffset {
-        /// The text as given (trimmed).
-        value: String,
-    },
-    /// A one-shot time is not an RFC 3339 timestamp at all.
-    #[error("time {value:?} is not an RFC 3339 timestamp such as 2026-12-01T10:00:00Z")]
-    InvalidTimestamp {
-        /// The text as given (trimmed).
-        value: String,
-    },
-    /// A one-shot time is not after the current time.
-    #[error("time {value:?} is in the past (now is {now})")]
-    InPast {
-        /// The text as given (trimmed).
-        value: String,
-        /// The current time, RFC 3339 in UTC.
-        now: String,
-    },
-    /// A one-shot time after the last instant toolq stores (9999-12-31T23:59:59.999Z in UTC).
-    #[error("time {value:?} is after the year 9999 in UTC")]
-    TooLate {
-        /// The text as given (trimmed).
-        value: String,
-    },
-}
 
 /// Static description of one cron field.
 struct FieldSpec {
@@ -487,46 +384,10 @@ pub fn parse_timezone(tz: &str) -> Result<Zone, ScheduleError> {
     Zone::parse(tz).ok_or_else(|| ScheduleError::UnknownTimezone(tz.to_string()))
 }
 
-/// Parse a one-shot RFC 3339 instant that must carry an explicit offset (`Z` or `+hh:mm`).
-/// Rejects a date-time without offset, non-RFC 3339 text, and a time not after `now`.
-pub fn parse_one_shot(s: &str, now: DateTime<Utc>) -> Result<DateTime<Utc>, ScheduleError> {
-    let value = s.trim();
-    let t = match DateTime::parse_from_rfc3339(value) {
-        Ok(t) => t.to_utc(),
-        Err(_) => {
-            let naive = [
-                "%Y-%m-%dT%H:%M:%S%.f",
-                "%Y-%m-%d %H:%M:%S%.f",
-                "%Y-%m-%dT%H:%M",
-            ]
-            .iter()
-            .any(|f| NaiveDateTime::parse_from_str(value, f).is_ok());
-            let value = value.to_string();
-            return Err(if naive {
-                ScheduleError::MissingOffset { value }
-            } else {
-                ScheduleError::InvalidTimestamp { value }
-            });
-        }
-    };
-    if t <= now {
-        return Err(ScheduleError::InPast {
-            value: value.to_string(),
-            now: now.to_rfc3339_opts(SecondsFormat::Secs, true),
-        });
-    }
-    // Stored as fixed-width text: a later instant would sort before every due schedule.
-    if t > crate::clock::latest() {
-        return Err(ScheduleError::TooLate {
-            value: value.to_string(),
-        });
-    }
-    Ok(t)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use chrono::SecondsFormat;
     use std::time::Instant;
 
     fn utc(s: &str) -> DateTime<Utc> {
