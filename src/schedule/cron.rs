@@ -18,117 +18,14 @@
 //! Fire instants are strictly increasing in UTC; two wall times mapping to one instant fire once.
 
 use super::zone::Zone;
-use chrono::{
-    DateTime, Datelike, Duration, LocalResult, NaiveDate, NaiveDateTime, SecondsFormat, Timelike,
-    Utc,
-};
+use chrono::{DateTime, Datelike, Duration, LocalResult, NaiveDate, NaiveDateTime, Timelike, Utc};
+
+// Both were defined here; kept at these paths for the library's users.
+pub use super::error::ScheduleError;
+pub use super::once::parse_one_shot;
 
 /// How far ahead (in days) a schedule is searched for its next fire: about five years.
 const HORIZON_DAYS: i64 = 5 * 366;
-
-/// Why a schedule specification is invalid. Messages name the field and value.
-#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
-pub enum ScheduleError {
-    /// The time zone is not a known IANA zone name.
-    #[error("unknown time zone {0:?}: give an IANA name such as Europe/Berlin or UTC")]
-    UnknownTimezone(String),
-    /// The expression does not have exactly five whitespace-separated fields.
-    #[error(
-        "cron {expr:?}: expected 5 fields (minute hour day-of-month month day-of-week), got {got}"
-    )]
-    FieldCount {
-        /// The expression as given (trimmed).
-        expr: String,
-        /// How many fields were found.
-        got: usize,
-    },
-    /// The expression starts with `@` but is not a supported macro.
-    #[error(
-        "cron {expr:?}: unknown macro (expected @yearly, @annually, @monthly, @weekly, @daily, @midnight or @hourly)"
-    )]
-    UnknownMacro {
-        /// The expression as given (trimmed).
-        expr: String,
-    },
-    /// A numeric value lies outside the field's allowed range.
-    #[error("cron {expr:?}: {field} {value} is outside {min}-{max}")]
-    OutOfRange {
-        /// The expression as given (trimmed).
-        expr: String,
-        /// The field name, e.g. `minute`.
-        field: &'static str,
-        /// The offending value.
-        value: u32,
-        /// Smallest allowed value.
-        min: u32,
-        /// Largest allowed value.
-        max: u32,
-    },
-    /// A value is neither a number nor a name the field accepts.
-    #[error("cron {expr:?}: {field} {token:?} is not valid (expected {expected})")]
-    InvalidValue {
-        /// The expression as given (trimmed).
-        expr: String,
-        /// The field name, e.g. `month`.
-        field: &'static str,
-        /// The offending token.
-        token: String,
-        /// What the field accepts.
-        expected: &'static str,
-    },
-    /// A step (`/n`) is not a whole number of at least 1.
-    #[error("cron {expr:?}: {field} step in {token:?} must be a whole number of at least 1")]
-    InvalidStep {
-        /// The expression as given (trimmed).
-        expr: String,
-        /// The field name.
-        field: &'static str,
-        /// The list item containing the step, e.g. `*/0`.
-        token: String,
-    },
-    /// A range `a-b` has `a` greater than `b`.
-    #[error("cron {expr:?}: {field} range {token:?} starts after it ends")]
-    InvalidRange {
-        /// The expression as given (trimmed).
-        expr: String,
-        /// The field name.
-        field: &'static str,
-        /// The offending range.
-        token: String,
-    },
-    /// The expression is valid syntax but never fires within about five years.
-    #[error("cron {expr:?}: never fires in the next 5 years")]
-    NeverFires {
-        /// The expression as given (trimmed).
-        expr: String,
-    },
-    /// A one-shot time looks like a date-time but carries no UTC offset.
-    #[error("time {value:?} has no UTC offset; add Z or an offset such as +02:00 (RFC 3339)")]
-    MissingOffset {
-        /// The text as given (trimmed).
-        value: String,
-    },
-    /// A one-shot time is not an RFC 3339 timestamp at all.
-    #[error("time {value:?} is not an RFC 3339 timestamp such as 2026-12-01T10:00:00Z")]
-    InvalidTimestamp {
-        /// The text as given (trimmed).
-        value: String,
-    },
-    /// A one-shot time is not after the current time.
-    #[error("time {value:?} is in the past (now is {now})")]
-    InPast {
-        /// The text as given (trimmed).
-        value: String,
-        /// The current time, RFC 3339 in UTC.
-        now: String,
-    },
-    /// A one-shot time after the last instant toolq stores (9999-12-31T23:59:59.999Z in UTC).
-    #[error("time {value:?} is after the year 9999 in UTC")]
-    TooLate {
-        /// The text as given (trimmed).
-        value: String,
-    },
-}
 
 /// Static description of one cron field.
 struct FieldSpec {
@@ -198,23 +95,7 @@ impl CronSchedule {
     pub fn parse(expr: &str, tz: &str, now: DateTime<Utc>) -> Result<CronSchedule, ScheduleError> {
         let trimmed = expr.trim();
         let tz = parse_timezone(tz)?;
-        let expanded = if trimmed.starts_with('@') {
-            match trimmed.to_ascii_lowercase().as_str() {
-                "@yearly" | "@annually" => "0 0 1 1 *",
-                "@monthly" => "0 0 1 * *",
-                "@weekly" => "0 0 * * 0",
-                "@daily" | "@midnight" => "0 0 * * *",
-                "@hourly" => "0 * * * *",
-                _ => {
-                    return Err(ScheduleError::UnknownMacro {
-                        expr: trimmed.to_string(),
-                    });
-                }
-            }
-        } else {
-            trimmed
-        };
-        let fields: Vec<&str> = expanded.split_whitespace().collect();
+        let fields: Vec<&str> = expand_macro(trimmed)?.split_whitespace().collect();
         if fields.len() != FIELDS.len() {
             return Err(ScheduleError::FieldCount {
                 expr: trimmed.to_string(),
@@ -391,69 +272,30 @@ fn next_bit(bits: u64, from: u32) -> Option<u32> {
     (masked != 0).then(|| masked.trailing_zeros())
 }
 
+/// The five fields a macro stands for (`@daily` is `0 0 * * *`); any other expression as is.
+fn expand_macro(trimmed: &str) -> Result<&str, ScheduleError> {
+    if !trimmed.starts_with('@') {
+        return Ok(trimmed);
+    }
+    match trimmed.to_ascii_lowercase().as_str() {
+        "@yearly" | "@annually" => Ok("0 0 1 1 *"),
+        "@monthly" => Ok("0 0 1 * *"),
+        "@weekly" => Ok("0 0 * * 0"),
+        "@daily" | "@midnight" => Ok("0 0 * * *"),
+        "@hourly" => Ok("0 * * * *"),
+        _ => Err(ScheduleError::UnknownMacro {
+            expr: trimmed.to_string(),
+        }),
+    }
+}
+
 /// Parse one cron field (a comma-separated list of `*`, `a`, `a-b`, each optionally `/step`)
 /// into a bit set.
 fn parse_field(expr: &str, spec: &FieldSpec, text: &str) -> Result<u64, ScheduleError> {
-    let value = |token: &str| -> Result<u32, ScheduleError> {
-        let v = if !token.is_empty() && token.bytes().all(|b| b.is_ascii_digit()) {
-            token.parse::<u32>().ok()
-        } else {
-            spec.names
-                .iter()
-                .position(|n| n.eq_ignore_ascii_case(token))
-                .map(|i| spec.min + i as u32)
-        };
-        match v {
-            Some(v) if (spec.min..=spec.max).contains(&v) => Ok(v),
-            Some(v) => Err(ScheduleError::OutOfRange {
-                expr: expr.to_string(),
-                field: spec.name,
-                value: v,
-                min: spec.min,
-                max: spec.max,
-            }),
-            None => Err(ScheduleError::InvalidValue {
-                expr: expr.to_string(),
-                field: spec.name,
-                token: token.to_string(),
-                expected: spec.expected,
-            }),
-        }
-    };
     let mut bits = 0u64;
     for item in text.split(',') {
-        let (base, step) = match item.split_once('/') {
-            Some((base, step)) => {
-                let step = Some(step)
-                    .filter(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
-                    .and_then(|s| s.parse::<u32>().ok())
-                    .filter(|&n| n >= 1)
-                    .ok_or_else(|| ScheduleError::InvalidStep {
-                        expr: expr.to_string(),
-                        field: spec.name,
-                        token: item.to_string(),
-                    })?;
-                (base, Some(step))
-            }
-            None => (item, None),
-        };
-        let (lo, hi) = if base == "*" {
-            (spec.min, spec.max)
-        } else if let Some((a, b)) = base.split_once('-') {
-            let (lo, hi) = (value(a)?, value(b)?);
-            if lo > hi {
-                return Err(ScheduleError::InvalidRange {
-                    expr: expr.to_string(),
-                    field: spec.name,
-                    token: base.to_string(),
-                });
-            }
-            (lo, hi)
-        } else {
-            // `a/n` means `a-max/n`.
-            let v = value(base)?;
-            (v, if step.is_some() { spec.max } else { v })
-        };
+        let (base, step) = split_step(expr, spec, item)?;
+        let (lo, hi) = item_range(expr, spec, base, step.is_some())?;
         let step = usize::try_from(step.unwrap_or(1)).unwrap_or(usize::MAX);
         for v in (lo..=hi).step_by(step) {
             bits |= 1 << v;
@@ -462,51 +304,90 @@ fn parse_field(expr: &str, spec: &FieldSpec, text: &str) -> Result<u64, Schedule
     Ok(bits)
 }
 
+/// A list item's base and its step (`*/15` is `*` and 15): a whole number of at least 1.
+fn split_step<'a>(
+    expr: &str,
+    spec: &FieldSpec,
+    item: &'a str,
+) -> Result<(&'a str, Option<u32>), ScheduleError> {
+    let Some((base, step)) = item.split_once('/') else {
+        return Ok((item, None));
+    };
+    let step = Some(step)
+        .filter(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
+        .and_then(|s| s.parse::<u32>().ok())
+        .filter(|&n| n >= 1)
+        .ok_or_else(|| ScheduleError::InvalidStep {
+            expr: expr.to_string(),
+            field: spec.name,
+            token: item.to_string(),
+        })?;
+    Ok((base, Some(step)))
+}
+
+/// The values a list item's base spans: `*` the whole field, `a-b` (not starting after it
+/// ends), or `a` alone (`a/n` means `a-max/n`, so `stepped` runs it to the field's end).
+fn item_range(
+    expr: &str,
+    spec: &FieldSpec,
+    base: &str,
+    stepped: bool,
+) -> Result<(u32, u32), ScheduleError> {
+    if base == "*" {
+        return Ok((spec.min, spec.max));
+    }
+    let Some((a, b)) = base.split_once('-') else {
+        let v = field_value(expr, spec, base)?;
+        return Ok((v, if stepped { spec.max } else { v }));
+    };
+    let (lo, hi) = (field_value(expr, spec, a)?, field_value(expr, spec, b)?);
+    if lo > hi {
+        return Err(ScheduleError::InvalidRange {
+            expr: expr.to_string(),
+            field: spec.name,
+            token: base.to_string(),
+        });
+    }
+    Ok((lo, hi))
+}
+
+/// One value of a field: a number, or a name the field accepts (`JAN`, `mon`), in range.
+fn field_value(expr: &str, spec: &FieldSpec, token: &str) -> Result<u32, ScheduleError> {
+    let v = if !token.is_empty() && token.bytes().all(|b| b.is_ascii_digit()) {
+        token.parse::<u32>().ok()
+    } else {
+        spec.names
+            .iter()
+            .position(|n| n.eq_ignore_ascii_case(token))
+            .map(|i| spec.min + i as u32)
+    };
+    match v {
+        Some(v) if (spec.min..=spec.max).contains(&v) => Ok(v),
+        Some(v) => Err(ScheduleError::OutOfRange {
+            expr: expr.to_string(),
+            field: spec.name,
+            value: v,
+            min: spec.min,
+            max: spec.max,
+        }),
+        None => Err(ScheduleError::InvalidValue {
+            expr: expr.to_string(),
+            field: spec.name,
+            token: token.to_string(),
+            expected: spec.expected,
+        }),
+    }
+}
+
 /// Parse an IANA zone name; error names the value (`unknown time zone "Mars/Base": ...`).
 pub fn parse_timezone(tz: &str) -> Result<Zone, ScheduleError> {
     Zone::parse(tz).ok_or_else(|| ScheduleError::UnknownTimezone(tz.to_string()))
 }
 
-/// Parse a one-shot RFC 3339 instant that must carry an explicit offset (`Z` or `+hh:mm`).
-/// Rejects a date-time without offset, non-RFC 3339 text, and a time not after `now`.
-pub fn parse_one_shot(s: &str, now: DateTime<Utc>) -> Result<DateTime<Utc>, ScheduleError> {
-    let value = s.trim();
-    let t = match DateTime::parse_from_rfc3339(value) {
-        Ok(t) => t.to_utc(),
-        Err(_) => {
-            let naive = [
-                "%Y-%m-%dT%H:%M:%S%.f",
-                "%Y-%m-%d %H:%M:%S%.f",
-                "%Y-%m-%dT%H:%M",
-            ]
-            .iter()
-            .any(|f| NaiveDateTime::parse_from_str(value, f).is_ok());
-            let value = value.to_string();
-            return Err(if naive {
-                ScheduleError::MissingOffset { value }
-            } else {
-                ScheduleError::InvalidTimestamp { value }
-            });
-        }
-    };
-    if t <= now {
-        return Err(ScheduleError::InPast {
-            value: value.to_string(),
-            now: now.to_rfc3339_opts(SecondsFormat::Secs, true),
-        });
-    }
-    // Stored as fixed-width text: a later instant would sort before every due schedule.
-    if t > crate::clock::latest() {
-        return Err(ScheduleError::TooLate {
-            value: value.to_string(),
-        });
-    }
-    Ok(t)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use chrono::SecondsFormat;
     use std::time::Instant;
 
     fn utc(s: &str) -> DateTime<Utc> {

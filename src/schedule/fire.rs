@@ -158,13 +158,6 @@ pub fn plan(spec: &ScheduleSpec, p: PlanInput) -> Plan {
     let Some(&latest) = ticks.last() else {
         return out;
     };
-    let gap_note = |t: DateTime<Utc>| {
-        (gap == Some(t)).then(|| {
-            format!(
-                "ticks after this one up to the next listed were not listed (at most {MAX_LISTED_TICKS} per catch-up)"
-            )
-        })
-    };
     if ticks.len() == 1 && gap.is_none() && p.now - latest <= p.late_after {
         out.fires.push(Fire {
             fire_at: latest,
@@ -179,54 +172,85 @@ pub fn plan(spec: &ScheduleSpec, p: PlanInput) -> Plan {
         _ => None,
     });
     let within = |t: DateTime<Utc>| window.is_none_or(|w| p.now - t <= w);
-    let outside = "missed: outside the catch-up window".to_string();
+    let missed = Missed { ticks: &ticks, gap };
     match p.policy {
-        MissedPolicy::Skip => {
-            for t in ticks {
-                let note = gap_note(t).map(|g| format!("; {g}")).unwrap_or_default();
-                out.missed
-                    .push((t, format!("missed: missed-ticks policy is skip{note}")));
-            }
-        }
-        MissedPolicy::Once if within(latest) => {
-            let coalesced: Vec<_> = ticks[..ticks.len() - 1].to_vec();
-            let n = ticks.len();
-            let mut detail = format!("catch-up run standing for {n} missed tick(s)");
-            if gap.is_some() {
-                detail.push_str(&format!(
-                    "; more ticks were missed than listed (at most {MAX_LISTED_TICKS} per catch-up)"
-                ));
-            }
-            out.fires.push(Fire {
-                fire_at: latest,
-                coalesced,
-                catch_up: true,
-                detail: Some(detail),
-            });
-        }
-        MissedPolicy::Once => {
-            for t in ticks {
-                let note = gap_note(t).map(|g| format!("; {g}")).unwrap_or_default();
-                out.missed.push((t, format!("{outside}{note}")));
-            }
-        }
-        MissedPolicy::All => {
-            for t in ticks {
-                if within(t) {
-                    out.fires.push(Fire {
-                        fire_at: t,
-                        coalesced: Vec::new(),
-                        catch_up: true,
-                        detail: Some("catch-up run for a missed tick".into()),
-                    });
-                } else {
-                    let note = gap_note(t).map(|g| format!("; {g}")).unwrap_or_default();
-                    out.missed.push((t, format!("{outside}{note}")));
-                }
-            }
-        }
+        MissedPolicy::Skip => out.missed = missed.all("missed: missed-ticks policy is skip"),
+        MissedPolicy::Once if within(latest) => out.fires.push(missed.one_catch_up(latest)),
+        MissedPolicy::Once => out.missed = missed.all(OUTSIDE),
+        MissedPolicy::All => (out.fires, out.missed) = missed.each_within(within),
     }
     out
+}
+
+/// Why a tick outside the catch-up window gets no run.
+const OUTSIDE: &str = "missed: outside the catch-up window";
+
+/// Ticks that were missed (not one tick fired on time), and the tick before a jump in their
+/// listing, if any: what each missed-ticks policy decides over.
+struct Missed<'a> {
+    ticks: &'a [DateTime<Utc>],
+    gap: Option<DateTime<Utc>>,
+}
+
+impl Missed<'_> {
+    /// The ledger reason of a tick that gets no run: `why`, and a note at the gap.
+    fn reason(&self, t: DateTime<Utc>, why: &str) -> String {
+        if self.gap == Some(t) {
+            format!(
+                "{why}; ticks after this one up to the next listed were not listed (at most {MAX_LISTED_TICKS} per catch-up)"
+            )
+        } else {
+            why.to_string()
+        }
+    }
+
+    /// No tick gets a run; each is listed with `why`.
+    fn all(&self, why: &str) -> Vec<(DateTime<Utc>, String)> {
+        self.ticks
+            .iter()
+            .map(|&t| (t, self.reason(t, why)))
+            .collect()
+    }
+
+    /// `once`: one catch-up run keyed by the `latest` tick, standing for all of them.
+    fn one_catch_up(&self, latest: DateTime<Utc>) -> Fire {
+        let mut detail = format!(
+            "catch-up run standing for {} missed tick(s)",
+            self.ticks.len()
+        );
+        if self.gap.is_some() {
+            detail.push_str(&format!(
+                "; more ticks were missed than listed (at most {MAX_LISTED_TICKS} per catch-up)"
+            ));
+        }
+        Fire {
+            fire_at: latest,
+            coalesced: self.ticks[..self.ticks.len() - 1].to_vec(),
+            catch_up: true,
+            detail: Some(detail),
+        }
+    }
+
+    /// `all`: a catch-up run for each tick `within` the window; the others are missed.
+    fn each_within(
+        &self,
+        within: impl Fn(DateTime<Utc>) -> bool,
+    ) -> (Vec<Fire>, Vec<(DateTime<Utc>, String)>) {
+        let (mut fires, mut missed) = (Vec::new(), Vec::new());
+        for &t in self.ticks {
+            if within(t) {
+                fires.push(Fire {
+                    fire_at: t,
+                    coalesced: Vec::new(),
+                    catch_up: true,
+                    detail: Some("catch-up run for a missed tick".into()),
+                });
+            } else {
+                missed.push((t, self.reason(t, OUTSIDE)));
+            }
+        }
+        (fires, missed)
+    }
 }
 
 /// Due ticks, the tick before a jump in the listing (if any), and the next tick after now.

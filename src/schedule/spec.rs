@@ -7,7 +7,9 @@ use std::str::FromStr;
 use chrono::{DateTime, Duration, Utc};
 use serde::{Deserialize, Serialize};
 
-use super::cron::{CronSchedule, ScheduleError, parse_one_shot, parse_timezone};
+use super::cron::{CronSchedule, parse_timezone};
+use super::error::ScheduleError;
+use super::once::parse_one_shot;
 use crate::error::{Error, InputError};
 
 /// The seed's message when both a cron expression and a one-shot time are given.

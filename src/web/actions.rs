@@ -84,7 +84,7 @@ pub async fn run(
     };
     // Another last segment is no page of ours (404, as before the routes were one).
     let Ok(action) = serde_json::from_value::<RunAction>(serde_json::Value::String(action)) else {
-        return super::pages::not_found(State(st), headers, uri).await;
+        return super::pages::fallback::not_found(State(st), headers, uri).await;
     };
     if let Some(r) = check_csrf(&st, &headers, &form.csrf) {
         return r;

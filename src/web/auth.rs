@@ -126,65 +126,83 @@ async fn check(State(st): State<Arc<AppState>>, req: Request, next: Next) -> Res
             "this dashboard answers only loopback host names",
         );
     }
-    if let Some(token) = &st.token {
-        let query_token = req.uri().query().and_then(|q| {
-            q.split('&')
-                .filter_map(|kv| kv.split_once('='))
-                .find(|(k, _)| *k == "token")
-                .map(|(_, v)| v.to_string())
-        });
-        if let Some(given) = query_token {
-            if !same(&given, token) {
-                return refuse(None, headers, StatusCode::UNAUTHORIZED, "wrong token");
-            }
-            // Set the cookie once and drop the token from the address bar and history.
-            let cookie = format!("{COOKIE}={given}; HttpOnly; SameSite=Strict; Path=/");
-            let to = without_token(req.uri().path(), req.uri().query());
-            return ([(header::SET_COOKIE, cookie)], Redirect::to(&to)).into_response();
-        }
-        match presented(headers) {
-            Some(given) if same(&given, token) => {}
-            _ => {
-                return refuse(
-                    None,
-                    headers,
-                    StatusCode::UNAUTHORIZED,
-                    "this dashboard needs its token: open it once with ?token=TOKEN, or send Authorization: Bearer TOKEN",
-                );
-            }
-        }
+    if let Some(token) = &st.token
+        && let Some(r) = check_token(token, &req)
+    {
+        return r;
     }
-    if req.method() == Method::POST {
-        if st.read_only {
-            return refuse(
-                Some(&st),
-                headers,
-                StatusCode::FORBIDDEN,
-                "this dashboard is read-only: it takes no actions",
-            );
-        }
-        if let Some(origin) = headers.get(header::ORIGIN).and_then(|v| v.to_str().ok()) {
-            let host = headers
-                .get(header::HOST)
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or("");
-            let ok = origin
-                .strip_prefix("http://")
-                .or_else(|| origin.strip_prefix("https://"))
-                .is_some_and(|o| o == host);
-            if !ok {
-                return refuse(
-                    Some(&st),
-                    headers,
-                    StatusCode::FORBIDDEN,
-                    &format!("cross-origin POST refused: Origin {origin} is not this dashboard"),
-                );
-            }
-        }
+    if req.method() == Method::POST
+        && let Some(r) = check_post(&st, headers)
+    {
+        return r;
     }
     // Other methods reach the router, which answers 405 with the route's `Allow` header
-    // (`pages::method_not_allowed`): no route has a handler for them.
+    // (`pages::fallback::method_not_allowed`): no route has a handler for them.
     next.run(req).await
+}
+
+/// The token check: what to answer instead of the page (a refusal, or the redirect that
+/// trades `?token=` for the cookie), or None when the request carries the token.
+fn check_token(token: &str, req: &Request) -> Option<Response> {
+    let headers = req.headers();
+    let query_token = req.uri().query().and_then(|q| {
+        q.split('&')
+            .filter_map(|kv| kv.split_once('='))
+            .find(|(k, _)| *k == "token")
+            .map(|(_, v)| v.to_string())
+    });
+    if let Some(given) = query_token {
+        if !same(&given, token) {
+            return Some(refuse(
+                None,
+                headers,
+                StatusCode::UNAUTHORIZED,
+                "wrong token",
+            ));
+        }
+        // Set the cookie once and drop the token from the address bar and history.
+        let cookie = format!("{COOKIE}={given}; HttpOnly; SameSite=Strict; Path=/");
+        let to = without_token(req.uri().path(), req.uri().query());
+        return Some(([(header::SET_COOKIE, cookie)], Redirect::to(&to)).into_response());
+    }
+    match presented(headers) {
+        Some(given) if same(&given, token) => None,
+        _ => Some(refuse(
+            None,
+            headers,
+            StatusCode::UNAUTHORIZED,
+            "this dashboard needs its token: open it once with ?token=TOKEN, or send Authorization: Bearer TOKEN",
+        )),
+    }
+}
+
+/// The POST checks: the refusal under `--read-only`, or of an Origin other than this host.
+fn check_post(st: &AppState, headers: &HeaderMap) -> Option<Response> {
+    if st.read_only {
+        return Some(refuse(
+            Some(st),
+            headers,
+            StatusCode::FORBIDDEN,
+            "this dashboard is read-only: it takes no actions",
+        ));
+    }
+    let origin = headers.get(header::ORIGIN).and_then(|v| v.to_str().ok())?;
+    let host = headers
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let ok = origin
+        .strip_prefix("http://")
+        .or_else(|| origin.strip_prefix("https://"))
+        .is_some_and(|o| o == host);
+    (!ok).then(|| {
+        refuse(
+            Some(st),
+            headers,
+            StatusCode::FORBIDDEN,
+            &format!("cross-origin POST refused: Origin {origin} is not this dashboard"),
+        )
+    })
 }
 
 /// Checks a form's CSRF field (unless a script authenticated by header): the refusal, if

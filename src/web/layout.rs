@@ -1,10 +1,10 @@
-//! The page shell (navigation, stylesheet, script) and small view helpers. maud escapes
-//! every value spliced in, so text from runs is shown as text.
+//! The page shell (navigation, stylesheet, script) and how a page answers: the page or its
+//! JSON, or an error in the request's format. maud escapes every value spliced in, so text
+//! from runs is shown as text.
 
 use axum::Json;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use chrono::{DateTime, Utc};
 use maud::{DOCTYPE, Markup, html};
 use serde::Serialize;
 
@@ -118,77 +118,5 @@ pub fn shell(st: &AppState, title: &str, nav: &str, main: Markup) -> Markup {
                 main { (main) }
             }
         }
-    }
-}
-
-/// A state badge.
-pub fn state(s: &str) -> Markup {
-    html! { span class={ "state s-" (s) } { (s.replace('_', " ")) } }
-}
-
-/// An instant as UTC text, or a dash.
-pub fn at(t: Option<DateTime<Utc>>) -> Markup {
-    match t {
-        Some(t) => {
-            html! { time datetime=(t.to_rfc3339()) title=(t.to_rfc3339()) { (t.format("%Y-%m-%d %H:%M:%SZ")) } }
-        }
-        None => html! { span.dim { "—" } },
-    }
-}
-
-/// How long ago `t` was, from `now` ("3s ago", "in 2m").
-pub fn ago(now: DateTime<Utc>, t: DateTime<Utc>) -> String {
-    let secs = (now - t).num_seconds();
-    let (n, future) = if secs < 0 {
-        (-secs, true)
-    } else {
-        (secs, false)
-    };
-    let span = match n {
-        0..=59 => format!("{n}s"),
-        60..=3599 => format!("{}m", n / 60),
-        3600..=86399 => format!("{}h", n / 3600),
-        _ => format!("{}d", n / 86400),
-    };
-    if future {
-        format!("in {span}")
-    } else {
-        format!("{span} ago")
-    }
-}
-
-/// JSON pretty-printed in a `pre`.
-pub fn json_block(v: &serde_json::Value) -> Markup {
-    let text = serde_json::to_string_pretty(v).unwrap_or_else(|_| v.to_string());
-    html! { pre.json { (text) } }
-}
-
-/// A POST form with the CSRF field and one button; nothing under `--read-only`.
-pub fn action(st: &AppState, href: &str, label: &str, class: &str, extra: Markup) -> Markup {
-    if st.read_only {
-        return html! {};
-    }
-    html! {
-        form.inline method="post" action=(href) {
-            input type="hidden" name="csrf" value=(st.csrf);
-            (extra)
-            button type="submit" class=(class) { (label) }
-        }
-    }
-}
-
-/// Bytes as "12.3 MiB".
-pub fn bytes(n: u64) -> String {
-    const UNITS: [&str; 4] = ["B", "KiB", "MiB", "GiB"];
-    let mut v = n as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u + 1 < UNITS.len() {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 {
-        format!("{n} B")
-    } else {
-        format!("{v:.1} {}", UNITS[u])
     }
 }

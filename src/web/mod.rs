@@ -10,10 +10,12 @@
 mod actions;
 mod assets;
 mod auth;
+mod filter;
+mod fires;
 mod layout;
-mod overview;
 mod pages;
-mod runs;
+mod runs_table;
+mod view;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -25,6 +27,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::client::Client;
 use crate::error::{Error, InputError, Result};
+use pages::{
+    approvals, bulk, fallback, overview, run, runs, schedule, schedules, session, workers,
+};
 
 /// How `toolq web` (or `toolq worker --web`) serves the dashboard.
 #[derive(Debug, Clone, Default)]
@@ -121,21 +126,21 @@ impl WebServer {
 fn router(state: Arc<AppState>) -> Router {
     Router::new()
         .route("/", get(overview::page))
-        .route("/runs", get(runs::list))
-        .route("/runs/bulk", post(runs::bulk))
-        .route("/runs/{id}", get(runs::one))
+        .route("/runs", get(runs::page))
+        .route("/runs/bulk", post(bulk::post))
+        .route("/runs/{id}", get(run::page))
         .route("/runs/{id}/{action}", post(actions::run))
-        .route("/schedules", get(pages::schedules))
+        .route("/schedules", get(schedules::page))
         .route(
             "/schedules/{id}",
-            get(pages::schedule).post(actions::schedule),
+            get(schedule::page).post(actions::schedule),
         )
-        .route("/approvals", get(pages::approvals))
-        .route("/sessions/{id}", get(pages::session))
-        .route("/workers", get(pages::workers))
+        .route("/approvals", get(approvals::page))
+        .route("/sessions/{id}", get(session::page))
+        .route("/workers", get(workers::page))
         .route("/assets/{name}", get(assets::serve))
-        .fallback(pages::not_found)
-        .method_not_allowed_fallback(pages::method_not_allowed)
+        .fallback(fallback::not_found)
+        .method_not_allowed_fallback(fallback::method_not_allowed)
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             auth::guard,

@@ -17,12 +17,13 @@ use chrono::{DateTime, Utc};
 use maud::{Markup, html};
 use serde::Serialize;
 
-use super::AppState;
-use super::layout::{self, respond, shell};
 use crate::client::Client;
 use crate::error::Result;
 use crate::status::Liveness;
 use crate::store::QueueDepth;
+use crate::web::AppState;
+use crate::web::layout::{self, respond, shell};
+use crate::web::view::{at, bytes, encode};
 
 /// How long cached figures are served before a refresh starts. At a million runs a refresh
 /// reads for about a second (the counts and the day's buckets), so a watched overview costs
@@ -235,73 +236,98 @@ async fn cached(st: &Arc<AppState>) -> Result<Arc<Overview>> {
     }
 }
 
+/// The page: counts by state, the two windows, queue depth and health.
 fn render(st: &AppState, o: &Overview) -> Markup {
-    let n = |s: &str| o.by_state.get(s).copied().unwrap_or(0);
     let main = html! {
         div #overview data-live {
-            section.tiles {
-                @for s in ["queued", "awaiting_approval", "running", "completed", "failed", "cancelled"] {
-                    a.tile href={ "/runs?state=" (s) } {
-                        span class={ "num s-" (s) } { (n(s)) }
-                        span.label { (s.replace('_', " ")) }
-                    }
-                }
+            (tiles(o))
+            div.grid2 {
+                (window_card("Last hour", &o.last_hour, "%H:%M"))
+                (window_card("Last day", &o.last_day, "%H:00"))
             }
             div.grid2 {
-                section.card {
-                    h2 { "Last hour" span.dim { " · " (o.last_hour.finished) " finished, "
-                        (format!("{:.1}", o.last_hour.failure_rate * 100.0)) "% failed" } }
-                    (chart(&o.last_hour, "%H:%M"))
-                }
-                section.card {
-                    h2 { "Last day" span.dim { " · " (o.last_day.finished) " finished, "
-                        (format!("{:.1}", o.last_day.failure_rate * 100.0)) "% failed" } }
-                    (chart(&o.last_day, "%H:00"))
-                }
-            }
-            div.grid2 {
-                section.card {
-                    h2 { "Queue depth" }
-                    @if o.queue_depth.is_empty() {
-                        p.dim { "Nothing queued, awaiting or running." }
-                    } @else {
-                        table.dense {
-                            thead { tr { th { "Session" } th { "Tool" } th.n { "Queued" } th.n { "Awaiting" } th.n { "Running" } } }
-                            tbody {
-                                @for q in &o.queue_depth {
-                                    tr {
-                                        td { a href={ "/sessions/" (super::runs::encode(&q.session_id)) } { (q.session_id) } }
-                                        td { a href={ "/runs?tool=" (super::runs::encode(&q.tool)) } { (q.tool) } }
-                                        td.n { (q.queued) } td.n { (q.awaiting_approval) } td.n { (q.running) }
-                                    }
-                                }
-                            }
-                        }
-                    }
-                }
-                section.card {
-                    h2 { "Health" }
-                    table.kv {
-                        tr { th { "Workers" } td {
-                            a href="/workers" { (o.workers.alive) " alive" }
-                            @if o.workers.stale > 0 { ", " span.warn { (o.workers.stale) " stale" } }
-                            @if o.workers.dead > 0 { ", " span.bad { (o.workers.dead) " dead" } }
-                        } }
-                        tr { th { "Busy retries" } td { (o.busy_retries) } }
-                        tr { th { "WAL size" } td { (layout::bytes(o.wal_bytes)) } }
-                        tr { th { "Paused" } td {
-                            @if o.paused.is_empty() { span.dim { "nothing" } }
-                            @for p in &o.paused {
-                                div { span.badge.paused { (p.scope.to_string()) } " since " (layout::at(Some(p.since))) (p.by_and_reason()) }
-                            }
-                        } }
-                        tr { th { "Read at" } td { (layout::at(Some(o.read_at))) } }
-                    }
-                }
+                (queue_depth(o))
+                (health(o))
             }
         }
     };
     shell(st, "Overview", "overview", main)
+}
+
+/// One tile per state: its count, linking to its runs.
+fn tiles(o: &Overview) -> Markup {
+    let n = |s: &str| o.by_state.get(s).copied().unwrap_or(0);
+    html! {
+        section.tiles {
+            @for s in ["queued", "awaiting_approval", "running", "completed", "failed", "cancelled"] {
+                a.tile href={ "/runs?state=" (s) } {
+                    span class={ "num s-" (s) } { (n(s)) }
+                    span.label { (s.replace('_', " ")) }
+                }
+            }
+        }
+    }
+}
+
+/// A window's totals and its chart.
+fn window_card(title: &str, w: &Window, label: &str) -> Markup {
+    html! {
+        section.card {
+            h2 { (title) span.dim { " · " (w.finished) " finished, "
+                (format!("{:.1}", w.failure_rate * 100.0)) "% failed" } }
+            (chart(w, label))
+        }
+    }
+}
+
+/// Unfinished runs by session and tool.
+fn queue_depth(o: &Overview) -> Markup {
+    html! {
+        section.card {
+            h2 { "Queue depth" }
+            @if o.queue_depth.is_empty() {
+                p.dim { "Nothing queued, awaiting or running." }
+            } @else {
+                table.dense {
+                    thead { tr { th { "Session" } th { "Tool" } th.n { "Queued" } th.n { "Awaiting" } th.n { "Running" } } }
+                    tbody {
+                        @for q in &o.queue_depth {
+                            tr {
+                                td { a href={ "/sessions/" (encode(&q.session_id)) } { (q.session_id) } }
+                                td { a href={ "/runs?tool=" (encode(&q.tool)) } { (q.tool) } }
+                                td.n { (q.queued) } td.n { (q.awaiting_approval) } td.n { (q.running) }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Workers by liveness, busy retries, WAL size, what is paused, and when this was read.
+fn health(o: &Overview) -> Markup {
+    html! {
+        section.card {
+            h2 { "Health" }
+            table.kv {
+                tr { th { "Workers" } td {
+                    a href="/workers" { (o.workers.alive) " alive" }
+                    @if o.workers.stale > 0 { ", " span.warn { (o.workers.stale) " stale" } }
+                    @if o.workers.dead > 0 { ", " span.bad { (o.workers.dead) " dead" } }
+                } }
+                tr { th { "Busy retries" } td { (o.busy_retries) } }
+                tr { th { "WAL size" } td { (bytes(o.wal_bytes)) } }
+                tr { th { "Paused" } td {
+                    @if o.paused.is_empty() { span.dim { "nothing" } }
+                    @for p in &o.paused {
+                        div { span.badge.paused { (p.scope.to_string()) } " since " (at(Some(p.since))) (p.by_and_reason()) }
+                    }
+                } }
+                tr { th { "Read at" } td { (at(Some(o.read_at))) } }
+            }
+        }
+    }
 }
 
 /// Stacked bars (completed, failed, cancelled) as inline SVG.

@@ -1,0 +1,209 @@
+//! `/runs/{id}`: one run with every field, its actions, progress, the live tail of its log,
+//! its result, errors and stages, and the inbox messages about it.
+
+use std::sync::Arc;
+
+use axum::extract::{Path, State};
+use axum::http::HeaderMap;
+use axum::response::Response;
+use maud::{Markup, html};
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::error::Result;
+use crate::ids::RunId;
+use crate::inbox::Message;
+use crate::run::{Run, RunState};
+use crate::web::AppState;
+use crate::web::layout::{self, respond, shell};
+use crate::web::runs_table::progress_bar;
+use crate::web::view::{action, ago, at, encode, json_block, state};
+
+/// The most of a log a page shows (its end).
+const LOG_SHOWN: usize = 64 * 1024;
+
+/// `/runs/{id}` data.
+#[derive(Debug, Serialize)]
+pub struct RunView {
+    /// The run.
+    pub run: Run,
+    /// The end of its log (at most 64 KiB), if any was written.
+    pub log: Option<String>,
+    /// Whether the log shown is not the whole log.
+    pub log_cut: bool,
+    /// Its result, if it has one.
+    pub result: Option<Value>,
+    /// The inbox messages about it.
+    pub messages: Vec<Message>,
+    /// Why a due queued run is not starting, if this process can tell.
+    pub held: Option<String>,
+}
+
+/// `GET /runs/{id}`.
+pub async fn page(
+    State(st): State<Arc<AppState>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Response {
+    match read(&st, &id).await {
+        Ok(v) => respond(&headers, &v, |v| render(&st, v)),
+        Err(e) => layout::error(&st, &headers, &e),
+    }
+}
+
+/// The run, the end of its log, its result, its messages and why it is held.
+async fn read(st: &AppState, id: &str) -> Result<RunView> {
+    let id: RunId = id.parse()?;
+    let run = st.client.get(&id).await?;
+    let (log, log_cut) = match st.client.log(&run).await? {
+        Some(b) => {
+            let from = b.content.len().saturating_sub(LOG_SHOWN);
+            (
+                Some(String::from_utf8_lossy(&b.content[from..]).into_owned()),
+                from > 0 || b.truncated,
+            )
+        }
+        None => (None, false),
+    };
+    let result = st.client.result(&run).await?.map(|b| {
+        serde_json::from_slice(&b.content)
+            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&b.content).into()))
+    });
+    let messages = st.client.run_messages(&id).await?;
+    let held = st.client.hold_reason(&run).await?;
+    Ok(RunView {
+        run,
+        log,
+        log_cut,
+        result,
+        messages,
+        held,
+    })
+}
+
+/// The page: head, log, fields and args, then result, errors, stages and messages.
+fn render(st: &AppState, v: &RunView) -> Markup {
+    let r = &v.run;
+    let main = html! {
+        (head(st, v))
+        (log(v))
+        div.grid2 {
+            (fields(r))
+            section.card {
+                h2 { "Args" }
+                (json_block(&r.args))
+            }
+        }
+        (more(v))
+    };
+    shell(st, &r.title, "runs", main)
+}
+
+/// State and title, notices, the actions its state allows, and its progress.
+fn head(st: &AppState, v: &RunView) -> Markup {
+    let r = &v.run;
+    let now = st.client.now();
+    let id = r.id.as_str();
+    let running = r.state == RunState::Running;
+    html! {
+        div #head data-live {
+            h1.runtitle { (state(r.state.as_str())) " " span #title { (r.title) } }
+            p.mono.dim { (id) }
+            @if let Some(h) = &v.held { p.notice { "Held: " (h) } }
+            @if let Some(t) = r.cancel_requested_at { @if running { p.notice { "Cancel requested " (ago(now, t)) "; the worker stops it at its next heartbeat." } } }
+            div.actions {
+                @if matches!(r.state, RunState::Queued | RunState::AwaitingApproval | RunState::Running) && r.cancel_requested_at.is_none() {
+                    (action(st, &format!("/runs/{id}/cancel"), "Cancel", "danger", html!{}))
+                }
+                @if matches!(r.state, RunState::Failed | RunState::Cancelled) {
+                    (action(st, &format!("/runs/{id}/retry"), "Retry", "", html!{}))
+                }
+                @if r.state == RunState::AwaitingApproval {
+                    (action(st, &format!("/runs/{id}/approve"), "Approve", "ok", html!{ input name="note" placeholder="note (optional)"; }))
+                    (action(st, &format!("/runs/{id}/deny"), "Deny", "danger", html!{ input name="note" placeholder="reason (optional)"; }))
+                }
+            }
+            @if r.progress.is_some() || r.status_text.is_some() {
+                div.card.progressbox {
+                    (progress_bar(r, false))
+                    @if let Some(s) = &r.status_text { div #status.status { (s) } }
+                }
+            }
+        }
+    }
+}
+
+/// The end of the log (or of the output tail), followed while the run is not final.
+fn log(v: &RunView) -> Markup {
+    let r = &v.run;
+    html! {
+        section.card {
+            h2 { "Log"
+                @if v.log_cut { span.dim { " (the end)" } }
+                label.follow { input #follow type="checkbox" checked[!r.state.is_final()]; " follow" }
+            }
+            pre #log.log data-live data-follow {
+                @if let Some(l) = v.log.as_deref().filter(|l| !l.is_empty()) { (l) }
+                @else if let Some(t) = r.output_tail.as_deref().filter(|t| !t.is_empty()) { (t) }
+                @else { span.dim { (if r.state.is_final() { "(no output)" } else { "(no output yet)" }) } }
+            }
+        }
+    }
+}
+
+/// Every field of the run.
+fn fields(r: &Run) -> Markup {
+    html! {
+        section.card #fields data-live {
+            h2 { "Fields" }
+            table.kv {
+                tr { th { "Tool" } td { a href={ "/runs?tool=" (encode(&r.tool)) } { (r.tool) } } }
+                tr { th { "Session" } td { a href={ "/sessions/" (encode(&r.session_id)) } { (r.session_id) } } }
+                tr { th { "Attempt" } td { (r.attempt) " of " (r.max_attempts) } }
+                tr { th { "Priority" } td { (r.priority) } }
+                tr { th { "Created" } td { (at(Some(r.created_at))) } }
+                tr { th { "Run at" } td { (at(Some(r.run_at))) } }
+                tr { th { "Started" } td { (at(r.started_at)) } }
+                tr { th { "Finished" } td { (at(r.finished_at)) } }
+                tr { th { "Heartbeat" } td { (at(r.heartbeat_at)) } }
+                tr { th { "Lease" } td { @if let Some(o) = &r.lease_owner { span.mono { (o) } " until " (at(r.lease_expires_at)) } @else { span.dim { "—" } } } }
+                tr { th { "Timeout" } td { @if let Some(ms) = r.timeout_ms { (ms) " ms" } @else { span.dim { "default" } } } }
+                tr { th { "Delivery" } td { (r.delivery.as_str()) @if !r.signal_on_completion { " (no message)" } } }
+                tr { th { "Idempotency key" } td { @if let Some(k) = &r.idempotency_key { (k) } @else { span.dim { "—" } } } }
+                tr { th { "Schedule" } td { @if let Some(s) = &r.schedule_id { a href={ "/schedules/" (s.as_str()) } { (s.as_str()) } " tick " (at(r.fire_at)) } @else { span.dim { "—" } } } }
+                tr { th { "Approval" } td { @if let Some(a) = &r.approval_state { (a) @if let Some(b) = &r.approval_by { " by " (b) } @if let Some(n) = &r.approval_note { ": " (n) } @if let Some(d) = r.approval_deadline { " (deadline " (at(Some(d))) ")" } } @else { span.dim { "—" } } } }
+                tr { th { "Operation" } td { @if let Some(o) = &r.operation_id { span.mono { (o) } } @else { span.dim { "—" } } } }
+                @if let Some(e) = &r.error { tr { th { "Error" } td.error { (e) } } }
+                @if let Some(e) = &r.internal_error { tr { th { "Internal error" } td.error { (e) } } }
+            }
+        }
+    }
+}
+
+/// Its result, its errors per attempt and stages (when it has them), and its messages.
+fn more(v: &RunView) -> Markup {
+    let r = &v.run;
+    html! {
+        div #more data-live {
+            @if let Some(res) = &v.result {
+                section.card { h2 { "Result" } (json_block(res)) }
+            }
+            @if r.errors.as_array().is_some_and(|a| !a.is_empty()) {
+                section.card { h2 { "Errors per attempt" } (json_block(&r.errors)) }
+            }
+            @if r.stages.as_array().is_some_and(|a| !a.is_empty()) {
+                section.card { h2 { "Stages" } (json_block(&r.stages)) }
+            }
+            section.card {
+                h2 { "Inbox messages" }
+                @if v.messages.is_empty() { p.dim { "None." } }
+                @for m in &v.messages {
+                    div.message {
+                        span.badge { (m.kind) } " " span.dim { (m.delivery) " · " (m.created_at) " · " (if m.acked_at.is_some() { "acknowledged" } else if m.read_at.is_some() { "read" } else { "unread" }) }
+                        pre.body { (m.body) }
+                    }
+                }
+            }
+        }
+    }
+}
