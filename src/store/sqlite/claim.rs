@@ -109,8 +109,7 @@ pub fn claim(tx: &Transaction<'_>, p: &ClaimParams<'_>) -> Result<Vec<Run>, Stor
         return Ok(Vec::new());
     };
     let now = ts(p.now);
-    // Room per limited tool, worked out once per claim for the tools met on the way only:
-    // the claim's cost follows the tools it visits, not the number of limits configured.
+    // Room per tool met on the way, spent by `pick`.
     let mut room: HashMap<String, i64> = HashMap::new();
     let per_session = session_heads(tx, p, &survey, &now, &mut room)?;
     let candidates = pick(per_session, &mut room, p.max);
@@ -129,7 +128,8 @@ pub fn claim(tx: &Transaction<'_>, p: &ClaimParams<'_>) -> Result<Vec<Run>, Stor
 
 /// Each visited session's heads (keyed by rowid) with its take, for `pick`: per session, the
 /// best `take` over the heads of each of its tools, each tool's read cut to its room (worked
-/// out into `room` the first time the tool is met).
+/// out into `room` the first time the tool is met: a claim's cost follows the tools it
+/// visits, not the number of limits configured).
 fn session_heads(
     tx: &Transaction<'_>,
     p: &ClaimParams<'_>,
@@ -151,14 +151,7 @@ fn session_heads(
         };
         let mut heads: Vec<Head<i64>> = Vec::new();
         for tool in tools {
-            let cap = match room.get(tool) {
-                Some(&n) => n,
-                None => {
-                    let n = tool_room(tx, p, tool, &survey.running)?;
-                    room.insert(tool.clone(), n);
-                    n
-                }
-            };
+            let cap = tool_room(tx, p, &survey.running, room, tool)?;
             if cap > 0 {
                 let at_most = take.min(cap);
                 read_heads(&mut head, (session, tool), now, at_most, &mut heads)?;
@@ -232,19 +225,26 @@ fn claim_heads(
 }
 
 /// How many more runs of `tool` may start now under its limits (see [`RoomPlan`]), reading
-/// (and trimming) its rate's window only when that can cut it.
+/// (and trimming) its rate's window only when that can cut it; worked out once per claim and
+/// kept in `room`.
 fn tool_room(
     tx: &Transaction<'_>,
     p: &ClaimParams<'_>,
-    tool: &str,
     running: &Running,
+    room: &mut HashMap<String, i64>,
+    tool: &str,
 ) -> Result<i64, StoreError> {
+    if let Some(&n) = room.get(tool) {
+        return Ok(n);
+    }
     let plan = RoomPlan::of(p.limits, tool, running.of_tool(tool));
     let rate = plan
         .rate_to_read()
         .map(|rate| super::flow::room_and_forget(tx, tool, rate, p.now))
         .transpose()?;
-    Ok(plan.room(rate))
+    let n = plan.room(rate);
+    room.insert(tool.to_string(), n);
+    Ok(n)
 }
 
 /// A lease this worker holds: (run id, lease token).
