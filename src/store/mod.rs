@@ -3,10 +3,15 @@
 //! server many hosts share). SQLite's items are re-exported here while callers move to the
 //! engine contract.
 
+mod claim_plan;
+mod end_plan;
 pub mod engine;
 mod keys;
 mod pick;
 pub mod postgres;
+mod rescue_plan;
+mod room;
+mod settle;
 pub mod sqlite;
 mod types;
 

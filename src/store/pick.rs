@@ -17,6 +17,9 @@ pub(crate) struct Head<K> {
     pub key: K,
 }
 
+/// Each visited session's heads with its take: what [`pick`] chooses from.
+pub(crate) type SessionHeads<K> = Vec<(Vec<Head<K>>, usize)>;
+
 /// The runs to claim, best first, at most `max`: from each `(heads of one session, its take)`
 /// the best `take`, then ordered across sessions and cut by each tool's `room` (which it
 /// spends). A tool missing from `room` has none.

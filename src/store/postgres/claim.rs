@@ -1,4 +1,4 @@
-//! Claims, heartbeats, live views, releases and the rescue's reads on Postgres.
+//! Claims, heartbeats, live views and releases on Postgres.
 //!
 //! A claim runs under the claim lock ([`super::locks::CLAIM`]): the running counts per
 //! session and per tool, the rate windows and the claim's own writes form one critical
@@ -11,13 +11,16 @@ use std::collections::HashMap;
 use chrono::{DateTime, Utc};
 use deadpool_postgres::GenericClient;
 
-use super::codec::{RUN_COLUMNS, run_from_row, runs_from_rows};
+use super::codec::{RUN_COLUMNS, runs_from_rows};
 use super::{exec, get, locks, query};
 use crate::clock::ts;
 use crate::error::StoreError;
 use crate::run::Run;
-use crate::store::pick::{Head, pick};
-use crate::store::{Claim, ProgressWrite, RescueReason};
+use crate::store::claim_plan::{self, BackgroundRoom, Running, lease_token};
+use crate::store::end_plan::BlobRow;
+use crate::store::pick::{Head, SessionHeads, pick};
+use crate::store::room::{self, RoomPlan};
+use crate::store::{Claim, ProgressWrite};
 
 /// Distinct sessions with queued runs after `$1`, in order: a loose index scan of
 /// `runs_claimable_idx` (one probe per session), at most `$2`.
@@ -40,28 +43,16 @@ const HEADS: &str = "SELECT h.id, h.session_id, h.tool, h.priority, h.run_at, h.
         AND r.run_at <= $5 AND ($6::boolean OR r.background = 0) ORDER BY r.priority DESC, r.run_at, r.id LIMIT least(s.take, t.cap) \
         FOR UPDATE SKIP LOCKED) h";
 
-/// A fresh lease token: 24 hex digits (96 random bits).
-fn lease_token() -> String {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    let bytes: [u8; 12] = rand::random();
-    bytes
-        .iter()
-        .flat_map(|b| [HEX[usize::from(b >> 4)], HEX[usize::from(b & 15)]])
-        .map(char::from)
-        .collect()
-}
-
 /// What a claim reads before it picks: the pauses, the running counts per session and per
 /// tool, and the sessions with queued runs from the cursor on (wrapping around).
 struct Counts {
     paused: crate::flow::Paused,
-    running: HashMap<String, i64>,
-    running_tool: HashMap<String, i64>,
+    running: Running,
     sessions: Vec<String>,
 }
 
 async fn read_counts<C: GenericClient>(c: &C, p: &Claim) -> Result<Counts, StoreError> {
-    let max_sessions = (p.max * 4).max(64) as i64;
+    let max_sessions = claim_plan::max_sessions(p.max) as i64;
     let start = p.after_session.clone().unwrap_or_default();
     let session_params: [super::P<'_>; 2] = [&start, &max_sessions];
     let (paused, running_rows, session_rows) = tokio::try_join!(
@@ -75,13 +66,10 @@ async fn read_counts<C: GenericClient>(c: &C, p: &Claim) -> Result<Counts, Store
         ),
         query(c, SESSIONS, &session_params, "next sessions"),
     )?;
-    let mut running: HashMap<String, i64> = HashMap::new();
-    let mut running_tool: HashMap<String, i64> = HashMap::new();
-    for r in &running_rows {
-        let (s, t, n): (String, String, i64) = (get(r, 0)?, get(r, 1)?, get(r, 2)?);
-        *running.entry(s).or_default() += n;
-        *running_tool.entry(t).or_default() += n;
-    }
+    let running = running_rows
+        .iter()
+        .map(|r| Ok((get(r, 0)?, get(r, 1)?, get(r, 2)?)))
+        .collect::<Result<Vec<_>, StoreError>>()?;
     let mut sessions: Vec<String> = Vec::new();
     for r in &session_rows {
         sessions.push(get(r, 0)?);
@@ -99,8 +87,7 @@ async fn read_counts<C: GenericClient>(c: &C, p: &Claim) -> Result<Counts, Store
     }
     Ok(Counts {
         paused,
-        running,
-        running_tool,
+        running: Running::of(running),
         sessions,
     })
 }
@@ -108,18 +95,7 @@ async fn read_counts<C: GenericClient>(c: &C, p: &Claim) -> Result<Counts, Store
 impl Counts {
     /// The worker's tools that are not paused, sorted, each once.
     fn wanted(&self, p: &Claim) -> Vec<String> {
-        if self.paused.all {
-            return Vec::new();
-        }
-        let mut wanted: Vec<String> = p
-            .tools
-            .iter()
-            .filter(|t| !self.paused.tools.contains(*t))
-            .cloned()
-            .collect();
-        wanted.sort_unstable();
-        wanted.dedup();
-        wanted
+        claim_plan::wanted(&self.paused, &p.tools).unwrap_or_default()
     }
 
     /// The sessions with a free slot, in claim order, and how many each may take.
@@ -130,10 +106,9 @@ impl Counts {
             if self.paused.sessions.contains(s) {
                 continue;
             }
-            let free = p.per_session - self.running.get(s).copied().unwrap_or(0);
-            if free > 0 {
+            if let Some(take) = self.running.take(s, p.per_session, p.max) {
                 take_sessions.push(s.clone());
-                takes.push(free.min(p.max as i64));
+                takes.push(take);
             }
         }
         (take_sessions, takes)
@@ -155,10 +130,9 @@ pub(crate) async fn may_claim<C: GenericClient>(c: &C, p: &Claim) -> Result<bool
     if wanted.is_empty() || counts.takes(p).0.is_empty() {
         return Ok(false);
     }
-    Ok(wanted.iter().any(|tool| {
-        let max = p.limits.get(tool).and_then(|l| l.max_running);
-        max.is_none_or(|m| m > counts.running_tool.get(tool).copied().unwrap_or(0))
-    }))
+    Ok(wanted
+        .iter()
+        .any(|tool| counts.running.may_start(&p.limits, tool)))
 }
 
 /// Claims up to `p.max` runnable runs of the worker's tools: priority first, sessions
@@ -177,73 +151,83 @@ pub(crate) async fn claim<C: GenericClient>(c: &C, p: &Claim) -> Result<Vec<Run>
     locks::take(c, locks::CLAIM).await?;
     let counts = read_counts(c, p).await?;
     let wanted = counts.wanted(p);
-    if wanted.is_empty() {
-        return Ok(Vec::new());
-    }
-    let running_tool = &counts.running_tool;
-    let now = ts(p.now);
     let (take_sessions, takes) = counts.takes(p);
-    if take_sessions.is_empty() {
+    if wanted.is_empty() || take_sessions.is_empty() {
         return Ok(Vec::new());
     }
     // Room per tool: max_running less those running anywhere, and what its rate allows.
     let mut room: HashMap<String, i64> = HashMap::new();
     for tool in &wanted {
-        let n = tool_room(c, p, tool, running_tool).await?;
+        let n = tool_room(c, p, tool, &counts.running).await?;
         room.insert(tool.clone(), n);
     }
+    let per_session = session_heads(c, p, (&take_sessions, &takes), &wanted, &room).await?;
+    let mut candidates = pick(per_session, &mut room, p.max);
+    // The per-worker limit of background runs: the best ones up to the room; the rest stay
+    // queued (their rows are unlocked at commit).
+    let mut background = BackgroundRoom::new(p.background_room);
+    candidates.retain(|h| background.take(h.key));
+    if candidates.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut claimed = claim_heads(c, p, &candidates).await?;
+    let tools = claimed.iter().map(|r| r.tool.as_str());
+    for starts in room::starts_to_record(&p.limits, tools, p.now) {
+        super::flow::record_starts(c, &starts).await?;
+    }
+    claim_plan::order_claimed(&mut claimed);
+    Ok(claimed)
+}
+
+/// The heads of each session given (with its take) over the tools with room, locked for this
+/// claim, grouped by session with its take, for `pick`. Each head's key: whether it is a
+/// background run.
+async fn session_heads<C: GenericClient>(
+    c: &C,
+    p: &Claim,
+    (take_sessions, takes): (&[String], &[i64]),
+    wanted: &[String],
+    room: &HashMap<String, i64>,
+) -> Result<SessionHeads<bool>, StoreError> {
     let tools: Vec<&String> = wanted.iter().filter(|t| room[*t] > 0).collect();
     let caps: Vec<i64> = tools.iter().map(|t| room[*t].min(p.max as i64)).collect();
     if tools.is_empty() {
         return Ok(Vec::new());
     }
-    let background_ok = p.background_room != Some(0);
-    let heads = query(
-        c,
-        HEADS,
-        &[&take_sessions, &takes, &tools, &caps, &now, &background_ok],
-        "session heads",
-    )
-    .await?;
-    // Each session's heads, with its take.
+    let background_ok = !BackgroundRoom::new(p.background_room).full();
+    let now = ts(p.now);
+    let params: [super::P<'_>; 6] = [&take_sessions, &takes, &tools, &caps, &now, &background_ok];
+    let heads = query(c, HEADS, &params, "session heads").await?;
+    let mut by_session: HashMap<String, Vec<Head<bool>>> = HashMap::new();
+    for r in &heads {
+        by_session.entry(get(r, 1)?).or_default().push(Head {
+            priority: get(r, 3)?,
+            run_at: get(r, 4)?,
+            id: get(r, 0)?,
+            tool: get(r, 2)?,
+            key: get::<i64>(r, 5)? != 0,
+        });
+    }
     let take_of: HashMap<&str, i64> = take_sessions
         .iter()
         .map(String::as_str)
         .zip(takes.iter().copied())
         .collect();
-    // Each head's key: whether it is a background run.
-    let mut by_session: HashMap<String, Vec<Head<bool>>> = HashMap::new();
-    for r in &heads {
-        let (id, session, tool, priority, run_at): (String, String, String, i64, String) =
-            (get(r, 0)?, get(r, 1)?, get(r, 2)?, get(r, 3)?, get(r, 4)?);
-        let background = get::<i64>(r, 5)? != 0;
-        by_session.entry(session).or_default().push(Head {
-            priority,
-            run_at,
-            id,
-            tool,
-            key: background,
-        });
-    }
-    let per_session = by_session.into_iter().map(|(session, heads)| {
-        let take = take_of.get(session.as_str()).copied().unwrap_or(0);
-        (heads, usize::try_from(take).unwrap_or(0))
-    });
-    let mut candidates = pick(per_session, &mut room, p.max);
-    // The per-worker limit of background runs: the best ones up to the room; the rest stay
-    // queued (their rows are unlocked at commit).
-    if let Some(mut left) = p.background_room {
-        candidates.retain(|h| {
-            let keep = !h.key || left > 0;
-            if h.key && keep {
-                left -= 1;
-            }
-            keep
-        });
-    }
-    if candidates.is_empty() {
-        return Ok(Vec::new());
-    }
+    Ok(by_session
+        .into_iter()
+        .map(|(session, heads)| {
+            let take = take_of.get(session.as_str()).copied().unwrap_or(0);
+            (heads, usize::try_from(take).unwrap_or(0))
+        })
+        .collect())
+}
+
+/// Marks `candidates` running under fresh leases, in one statement; the runs it changed.
+async fn claim_heads<C: GenericClient>(
+    c: &C,
+    p: &Claim,
+    candidates: &[Head<bool>],
+) -> Result<Vec<Run>, StoreError> {
     let ids: Vec<&str> = candidates.iter().map(|c| c.id.as_str()).collect();
     let tokens: Vec<String> = candidates.iter().map(|_| lease_token()).collect();
     let sql = format!(
@@ -256,49 +240,27 @@ pub(crate) async fn claim<C: GenericClient>(c: &C, p: &Claim) -> Result<Vec<Run>
     let rows = query(
         c,
         &sql,
-        &[&p.worker, &ts(p.lease_until), &now, &ids, &tokens],
+        &[&p.worker, &ts(p.lease_until), &ts(p.now), &ids, &tokens],
         "claim runs",
     )
     .await?;
-    let mut claimed = runs_from_rows(&rows)?;
-    let mut started: HashMap<&str, u64> = HashMap::new();
-    for r in &claimed {
-        if p.limits.get(&r.tool).is_some_and(|l| l.rate.is_some()) {
-            *started.entry(r.tool.as_str()).or_default() += 1;
-        }
-    }
-    for (tool, n) in started {
-        if let Some(rate) = p.limits.get(tool).and_then(|l| l.rate) {
-            super::flow::record_starts(c, tool, rate, p.now, n).await?;
-        }
-    }
-    claimed.sort_by(|a, b| b.priority.cmp(&a.priority).then(a.run_at.cmp(&b.run_at)));
-    Ok(claimed)
+    runs_from_rows(&rows)
 }
 
+/// How many more runs of `tool` may start now under its limits (see [`RoomPlan`]), reading
+/// (and trimming) its rate's window only when that can cut it.
 async fn tool_room<C: GenericClient>(
     c: &C,
     p: &Claim,
     tool: &str,
-    running_tool: &HashMap<String, i64>,
+    running: &Running,
 ) -> Result<i64, StoreError> {
-    let Some(limit) = p.limits.get(tool) else {
-        return Ok(i64::MAX);
+    let plan = RoomPlan::of(&p.limits, tool, running.of_tool(tool));
+    let rate = match plan.rate_to_read() {
+        Some(rate) => Some(super::flow::room_and_forget(c, tool, rate, p.now).await?),
+        None => None,
     };
-    let mut n = i64::MAX;
-    if let Some(max) = limit.max_running {
-        n = max - running_tool.get(tool).copied().unwrap_or(0);
-    }
-    if n > 0
-        && let Some(rate) = limit.rate
-    {
-        n = n.min(i64::from(
-            super::flow::room_and_forget(c, tool, rate, p.now)
-                .await?
-                .starts,
-        ));
-    }
-    Ok(n)
+    Ok(plan.room(rate))
 }
 
 /// Extends the leases this worker still holds; returns (id, cancel requested) for each.
@@ -353,8 +315,14 @@ pub(crate) async fn write_progress<C: GenericClient>(
         return Ok(false);
     }
     if let Some((log, truncated)) = &w.log {
-        let path = format!("/.background/{}/output.log", w.id);
-        super::finish::put_blobs(c, &[(&w.session_id, path, &w.id, log, *truncated)], now).await?;
+        let blob = BlobRow {
+            session_id: &w.session_id,
+            path: crate::store::end_plan::log_path(&w.id),
+            run_id: &w.id,
+            content: std::borrow::Cow::Borrowed(log),
+            truncated: *truncated,
+        };
+        super::finish::put_blobs(c, &[blob], now).await?;
     }
     Ok(true)
 }
@@ -404,74 +372,4 @@ pub(crate) async fn release<C: GenericClient>(
     )
     .await?;
     Ok(n == 1)
-}
-
-/// Live workers registered on this host, boot and pid namespace: (id, pid, start time).
-pub(crate) async fn live_workers_on<C: GenericClient>(
-    c: &C,
-    host: &str,
-    boot: &str,
-    ns: &str,
-) -> Result<Vec<(String, i64, String)>, StoreError> {
-    let rows = query(
-        c,
-        "SELECT id, pid, process_start_time FROM workers \
-         WHERE stopped_at IS NULL AND host = $1 AND boot_id = $2 AND pid_namespace = $3",
-        &[&host, &boot, &ns],
-        "live workers",
-    )
-    .await?;
-    rows.iter()
-        .map(|r| Ok((get(r, 0)?, get(r, 1)?, get(r, 2)?)))
-        .collect()
-}
-
-/// Marks workers whose process is gone as stopped (`died`); how many changed.
-pub(crate) async fn mark_died<C: GenericClient>(
-    c: &C,
-    ids: &[String],
-    now: DateTime<Utc>,
-) -> Result<usize, StoreError> {
-    if ids.is_empty() {
-        return Ok(0);
-    }
-    Ok(exec(
-        c,
-        "UPDATE workers SET stopped_at = $1, stop_reason = 'died' WHERE id = ANY($2) AND stopped_at IS NULL",
-        &[&ts(now), &ids],
-        "mark workers died",
-    )
-    .await? as usize)
-}
-
-/// Running runs whose owner is missing, stopped or dead, or whose lease expired.
-pub(crate) async fn rescuable<C: GenericClient>(
-    c: &C,
-    now: DateTime<Utc>,
-) -> Result<Vec<(Run, RescueReason)>, StoreError> {
-    let cols: String = RUN_COLUMNS
-        .split(',')
-        .map(|c| format!("r.{}", c.trim()))
-        .collect::<Vec<_>>()
-        .join(", ");
-    let sql = format!(
-        "SELECT {cols}, CASE WHEN w.id IS NULL THEN 'owner_missing' \
-            WHEN w.stop_reason = 'died' THEN 'owner_died' \
-            WHEN w.stopped_at IS NOT NULL THEN 'owner_stopped' \
-            ELSE 'lease_expired' END \
-         FROM runs r LEFT JOIN workers w ON w.id = r.lease_owner \
-         WHERE r.state = 'running' AND (w.id IS NULL OR w.stopped_at IS NOT NULL OR r.lease_expires_at < $1) \
-         ORDER BY r.id"
-    );
-    let reason_col = RUN_COLUMNS.split(',').count();
-    let rows = query(c, &sql, &[&ts(now)], "rescuable runs").await?;
-    rows.iter()
-        .map(|r| {
-            let reason: String = get(r, reason_col)?;
-            Ok((
-                run_from_row(r)?,
-                RescueReason::parse(&reason).unwrap_or(RescueReason::LeaseExpired),
-            ))
-        })
-        .collect()
 }

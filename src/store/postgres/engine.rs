@@ -2,7 +2,6 @@
 //! (writes, retried on a serialization failure or deadlock) or one read, composed from the
 //! statements of the sibling modules.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -211,54 +210,24 @@ impl Engine for PgStore {
     }
 
     async fn attempt_settle(&self, p: Settle) -> EngineResult<Settled> {
+        use crate::store::settle;
         write_tx!(self, |tx| {
             let now = p.claim.now;
+            let mut released = Vec::new();
+            for r in settle::releases(&p.batch) {
+                released.push(claim::release(&tx, &r.id, r.attempt, &r.token, now).await?);
+            }
+            // The ends' messages before the claim: the inbox lock is always taken before the
+            // claim lock.
             let ends = p.ends();
-            let (ended, ended_tools) = finish::apply_states_freeing(&tx, &ends, now).await?;
-            // Running attempts ended, per session and per tool (less the runs this settle
-            // claims below); a hand-back or the end of a waiting run always notifies.
-            let mut net: HashMap<(bool, &str), i64> = HashMap::new();
-            let mut freed = false;
-            for (r, &ok) in ends.iter().zip(&ended) {
-                match ended_tools.get(&r.id) {
-                    Some(tool) if ok => {
-                        *net.entry((false, r.session_id.as_str())).or_default() += 1;
-                        *net.entry((true, tool.as_str())).or_default() += 1;
-                    }
-                    _ => freed |= ok,
-                }
-            }
-            let mut ended_iter = ended.iter().copied();
-            let mut applied = Vec::with_capacity(p.batch.len());
-            for s in p.batch.iter() {
-                applied.push(match s {
-                    Settlement::End(_) => ended_iter.next().unwrap_or(false),
-                    Settlement::Release(r) => {
-                        let ok = claim::release(&tx, &r.id, r.attempt, &r.token, now).await?;
-                        freed |= ok;
-                        ok
-                    }
-                });
-            }
-            let done: Vec<&FinishRecord> = ends
-                .iter()
-                .zip(&ended)
-                .filter_map(|(r, &ok)| ok.then_some(*r))
-                .collect();
-            // Messages before the claim: the inbox lock is always taken before the claim lock.
-            finish::write_artifacts(&tx, &done, now).await?;
+            let (ended, tools) = finish::record_ends_freeing(&tx, &ends, now).await?;
             let claimed = claim::claim(&tx, &p.claim).await?;
-            // Other workers are woken only for a slot that stays free: a settle that claims as
-            // many runs of each session and tool as it ended (a busy worker refilling its own
-            // slots) changes no count their claims read, and waking them all at every settle
-            // only has them look and find nothing.
-            for run in &claimed {
-                *net.entry((false, run.session_id.as_str())).or_default() -= 1;
-                *net.entry((true, run.tool.as_str())).or_default() -= 1;
-            }
-            if freed || net.values().any(|&n| n > 0) {
+            // Other workers are woken only for a slot that stays free: waking them all at
+            // every settle only has them look and find nothing.
+            if settle::frees_a_slot(&ends, &ended, &tools, &released, &claimed) {
                 notify(&tx).await?;
             }
+            let applied = settle::applied(&p.batch, &ended, &released);
             Ok(Settled { applied, claimed })
         })
     }
@@ -298,46 +267,22 @@ impl Engine for PgStore {
     }
 
     async fn attempt_rescue(&self, p: Rescue, decide: DecideRescue) -> EngineResult<Rescued> {
-        let (dead, pending) = {
+        use super::rescue;
+        use crate::store::rescue_plan::{FirstLook, Taken};
+        let look = {
             let c = self.conn().await?;
-            let live = claim::live_workers_on(&c, &p.host, &p.boot_id, &p.pid_namespace).await?;
-            let dead: Vec<String> = live
-                .into_iter()
-                .filter(|(_, pid, start)| (p.is_dead)(*pid, start))
-                .map(|(id, _, _)| id)
-                .collect();
-            let pending = claim::rescuable(&c, p.now)
-                .await?
-                .iter()
-                .any(|(run, reason)| p.takes(run, *reason));
-            (dead, pending)
+            let live = rescue::live_workers_on(&c, &p.host, &p.boot_id, &p.pid_namespace).await?;
+            FirstLook::of(&p, live, &rescue::rescuable(&c, p.now).await?)
         };
-        if dead.is_empty() && !pending {
+        if !look.worth_a_write() {
             return Ok(Rescued::default());
         }
         // Looks again inside the write: every write in it is fenced anyway.
         write_tx!(self, |tx| {
-            let mut done = Rescued {
-                workers_died: claim::mark_died(&tx, &dead, p.now).await?,
-                runs: Vec::new(),
-            };
-            let mut records = Vec::new();
-            for (run, reason) in claim::rescuable(&tx, p.now).await? {
-                if !p.takes(&run, reason) {
-                    continue;
-                }
-                let record = decide(&run, reason);
-                if finish::apply_states(&tx, &[&record], p.now).await? == [true] {
-                    done.runs.push(RescuedRun {
-                        run,
-                        reason,
-                        outcome: record.outcome.clone(),
-                    });
-                    records.push(record);
-                }
-            }
-            let refs: Vec<&FinishRecord> = records.iter().collect();
-            finish::write_artifacts(&tx, &refs, p.now).await?;
+            let died = rescue::mark_died(&tx, &look.dead, p.now).await?;
+            let taken = Taken::decide(&p, rescue::rescuable(&tx, p.now).await?, &decide);
+            let applied = finish::record_ends(&tx, &taken.records(), p.now).await?;
+            let done = taken.rescued(died, &applied);
             if !done.runs.is_empty() {
                 notify(&tx).await?;
             }

@@ -1,18 +1,19 @@
-//! The one end-writer on Postgres: each end's fenced state change, then the blobs and inbox
-//! messages of the ends that applied, in the caller's transaction. Split in two so a caller
-//! with more to do (the finisher's settle, a rescue) writes the messages last, holding the
-//! inbox lock (see [`super::locks::INBOX`]) only from there to its commit.
+//! The one end-writer on Postgres ([`record_ends`]): each end's fenced state change, then the
+//! blobs and inbox messages of the ends that applied, in the caller's transaction. What it
+//! writes is decided in [`crate::store::end_plan`]; this file is its statements. A caller
+//! with more to do (the finisher's settle, a rescue) does its other row writes first, so it
+//! holds the inbox lock (see [`super::locks::INBOX`]) only from the messages to its commit.
 
 use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
 use deadpool_postgres::GenericClient;
-use serde_json::Value;
 
 use super::{P, exec, get, query};
 use crate::clock::ts;
 use crate::error::StoreError;
-use crate::run::{Fence, FinishRecord, Outcome, RunState};
+use crate::run::{Fence, FinishRecord};
+use crate::store::end_plan::{self, BlobRow, EmptyLog};
 
 /// The fenced ends of running attempts, all in one statement: each applies only while its
 /// (id, attempt, lease_token) still match; returns the ids that applied, with their tools.
@@ -53,34 +54,31 @@ const END_WAITING: &str = "UPDATE runs SET state = $1, finished_at = $2, error =
     lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL \
     WHERE id = $9 AND state = $10 AND attempt = $11";
 
-/// [`apply_states`] then [`write_artifacts`]: the whole end of each record.
+/// The one end-writer on Postgres: each end's fenced state change, then the blobs and
+/// messages of the ends that applied. Per record, whether it applied.
 pub(crate) async fn record_ends<C: GenericClient>(
     c: &C,
     records: &[&FinishRecord],
     now: DateTime<Utc>,
 ) -> Result<Vec<bool>, StoreError> {
-    let applied = apply_states(c, records, now).await?;
-    let done: Vec<&FinishRecord> = records
-        .iter()
-        .zip(&applied)
-        .filter_map(|(r, &ok)| ok.then_some(*r))
-        .collect();
-    write_artifacts(c, &done, now).await?;
-    Ok(applied)
+    Ok(record_ends_freeing(c, records, now).await?.0)
 }
 
-/// The fenced state change of every record; per record, whether it applied.
-pub(crate) async fn apply_states<C: GenericClient>(
+/// [`record_ends`], with the tool of each running attempt that ended, by run id: the slots
+/// the ends freed.
+pub(crate) async fn record_ends_freeing<C: GenericClient>(
     c: &C,
     records: &[&FinishRecord],
     now: DateTime<Utc>,
-) -> Result<Vec<bool>, StoreError> {
-    Ok(apply_states_freeing(c, records, now).await?.0)
+) -> Result<(Vec<bool>, HashMap<String, String>), StoreError> {
+    let (applied, tools) = apply_states(c, records, now).await?;
+    write_artifacts(c, &end_plan::applied_only(records, &applied), now).await?;
+    Ok((applied, tools))
 }
 
-/// [`apply_states`], with the tool of each running attempt that ended, by run id: the slots
-/// the ends freed.
-pub(crate) async fn apply_states_freeing<C: GenericClient>(
+/// The fenced state change of every record: per record, whether it applied, and the tool of
+/// each running attempt that ended, by run id.
+async fn apply_states<C: GenericClient>(
     c: &C,
     records: &[&FinishRecord],
     now: DateTime<Utc>,
@@ -98,10 +96,44 @@ pub(crate) async fn apply_states_freeing<C: GenericClient>(
     }
     for (i, r) in records.iter().enumerate() {
         if let Fence::Waiting(expected) = r.fence {
-            applied[i] = end_waiting(c, r, expected, now).await?;
+            let end = end_plan::WaitingEnd::of(r, expected, now)?;
+            applied[i] = end_waiting(c, &end).await?;
         }
     }
     Ok((applied, tools))
+}
+
+/// The columns of [`FINISH_MANY`], one row per running attempt's end.
+#[derive(Default)]
+struct FinishColumns {
+    text: [Vec<Option<String>>; 12],
+    attempts: Vec<i64>,
+    tokens: Vec<String>,
+}
+
+impl FinishColumns {
+    fn push(&mut self, r: &FinishRecord, token: &str, now: DateTime<Utc>) {
+        let s = end_plan::StateChange::of(r, now);
+        let row = [
+            Some(s.state.to_string()),
+            s.run_at,
+            s.finished_at,
+            r.error.clone(),
+            r.internal_error.clone(),
+            end_plan::error_entry(r),
+            r.status_text.clone(),
+            r.progress.clone(),
+            r.output_tail.clone(),
+            s.approval.map(str::to_string),
+            s.deadline,
+            Some(r.id.clone()),
+        ];
+        for (col, v) in self.text.iter_mut().zip(row) {
+            col.push(v);
+        }
+        self.attempts.push(r.attempt);
+        self.tokens.push(token.to_string());
+    }
 }
 
 async fn finish_many<'a, C: GenericClient>(
@@ -109,48 +141,15 @@ async fn finish_many<'a, C: GenericClient>(
     records: impl Iterator<Item = &'a FinishRecord>,
     now: DateTime<Utc>,
 ) -> Result<HashMap<String, String>, StoreError> {
-    let mut cols: [Vec<Option<String>>; 12] = Default::default();
-    let mut attempts: Vec<i64> = Vec::new();
-    let mut tokens: Vec<String> = Vec::new();
-    let finished = ts(now);
+    let mut cols = FinishColumns::default();
     for r in records {
-        let Fence::Lease(token) = &r.fence else {
-            continue;
-        };
-        let (state, run_at, fin, approval, deadline) = match &r.outcome {
-            Outcome::Final(s) => (s.as_str(), None, Some(finished.clone()), None, None),
-            Outcome::Retry(at) => ("queued", Some(ts(*at)), None, None, None),
-            Outcome::AwaitApproval { deadline } => (
-                "awaiting_approval",
-                None,
-                None,
-                Some("pending".to_string()),
-                deadline.map(ts),
-            ),
-        };
-        let row = [
-            Some(state.to_string()),
-            run_at,
-            fin,
-            r.error.clone(),
-            r.internal_error.clone(),
-            r.error_entry.as_ref().map(Value::to_string),
-            r.status_text.clone(),
-            r.progress.clone(),
-            r.output_tail.clone(),
-            approval,
-            deadline,
-            Some(r.id.clone()),
-        ];
-        for (col, v) in cols.iter_mut().zip(row) {
-            col.push(v);
+        if let Fence::Lease(token) = &r.fence {
+            cols.push(r, token, now);
         }
-        attempts.push(r.attempt);
-        tokens.push(token.clone());
     }
-    let mut params: Vec<P<'_>> = cols.iter().map(|c| c as P<'_>).collect();
-    params.push(&attempts);
-    params.push(&tokens);
+    let mut params: Vec<P<'_>> = cols.text.iter().map(|c| c as P<'_>).collect();
+    params.push(&cols.attempts);
+    params.push(&cols.tokens);
     let rows = query(c, FINISH_MANY, &params, "finish runs").await?;
     rows.iter()
         .map(|r| Ok((get::<String>(r, 0)?, get::<String>(r, 1)?)))
@@ -159,42 +158,23 @@ async fn finish_many<'a, C: GenericClient>(
 
 async fn end_waiting<C: GenericClient>(
     c: &C,
-    r: &FinishRecord,
-    expected: RunState,
-    now: DateTime<Utc>,
+    w: &end_plan::WaitingEnd<'_>,
 ) -> Result<bool, StoreError> {
-    let Outcome::Final(state) = r.outcome else {
-        return Err(StoreError::Invalid(format!(
-            "run {}: a run that is not running can only end in a final state",
-            r.id
-        )));
-    };
-    let mark = r.approval.as_ref();
-    let entry = r.error_entry.as_ref().map(Value::to_string);
-    let n = exec(
-        c,
-        END_WAITING,
-        &[
-            &state.as_str(),
-            &ts(now),
-            &r.error,
-            &r.internal_error,
-            &entry,
-            &mark.map(|m| m.state),
-            &mark.map(|m| m.by.as_str()),
-            &mark.and_then(|m| m.note.as_deref()),
-            &r.id,
-            &expected.as_str(),
-            &r.attempt,
-        ],
-        "end waiting run",
-    )
-    .await?;
-    Ok(n == 1)
+    let params: [P<'_>; 11] = [
+        &w.state,
+        &w.at,
+        &w.error,
+        &w.internal_error,
+        &w.entry,
+        &w.approval,
+        &w.by,
+        &w.note,
+        &w.id,
+        &w.expected,
+        &w.attempt,
+    ];
+    Ok(exec(c, END_WAITING, &params, "end waiting run").await? == 1)
 }
-
-/// A blob to write: (session, path, run, bytes, truncated).
-type BlobRow<'a> = (&'a str, String, &'a str, &'a [u8], bool);
 
 /// Writes (or replaces) blobs in one statement; a path given twice keeps its last content.
 pub(crate) async fn put_blobs<C: GenericClient>(
@@ -207,16 +187,17 @@ pub(crate) async fn put_blobs<C: GenericClient>(
     }
     let mut last: HashMap<(&str, &str), usize> = HashMap::new();
     for (i, b) in blobs.iter().enumerate() {
-        last.insert((b.0, b.1.as_str()), i);
+        last.insert((b.session_id, b.path.as_str()), i);
     }
     let mut keep: Vec<usize> = last.into_values().collect();
     keep.sort_unstable();
-    let session: Vec<&str> = keep.iter().map(|&i| blobs[i].0).collect();
-    let path: Vec<&str> = keep.iter().map(|&i| blobs[i].1.as_str()).collect();
-    let run: Vec<&str> = keep.iter().map(|&i| blobs[i].2).collect();
-    let content: Vec<&[u8]> = keep.iter().map(|&i| blobs[i].3).collect();
+    let kept: Vec<&BlobRow<'_>> = keep.iter().map(|&i| &blobs[i]).collect();
+    let session: Vec<&str> = kept.iter().map(|b| b.session_id).collect();
+    let path: Vec<&str> = kept.iter().map(|b| b.path.as_str()).collect();
+    let run: Vec<&str> = kept.iter().map(|b| b.run_id).collect();
+    let content: Vec<&[u8]> = kept.iter().map(|b| &*b.content).collect();
     let size: Vec<i64> = content.iter().map(|b| b.len() as i64).collect();
-    let cut: Vec<i64> = keep.iter().map(|&i| blobs[i].4 as i64).collect();
+    let cut: Vec<i64> = kept.iter().map(|b| b.truncated as i64).collect();
     exec(
         c,
         "INSERT INTO blobs (session_id, path, run_id, content, size, truncated, created_at, updated_at) \
@@ -232,10 +213,33 @@ pub(crate) async fn put_blobs<C: GenericClient>(
     Ok(())
 }
 
-/// The blobs and messages of ends that applied: the log (or the one so far, or an empty
-/// one), the result (or `{"status", "error"}`), extra blobs, and one message per run attempt
-/// (`inbox_run_idx` fails the transaction on a second).
-pub(crate) async fn write_artifacts<C: GenericClient>(
+/// Keeps each log written so far, or writes an empty one.
+async fn ensure_logs<C: GenericClient>(
+    c: &C,
+    logs: &[EmptyLog<'_>],
+    now: DateTime<Utc>,
+) -> Result<(), StoreError> {
+    if logs.is_empty() {
+        return Ok(());
+    }
+    let session: Vec<&str> = logs.iter().map(|l| l.session_id).collect();
+    let path: Vec<&str> = logs.iter().map(|l| l.path.as_str()).collect();
+    let run: Vec<&str> = logs.iter().map(|l| l.run_id).collect();
+    exec(
+        c,
+        "INSERT INTO blobs (session_id, path, run_id, content, size, truncated, created_at, updated_at) \
+         SELECT s, p, r, '\\x'::bytea, 0, 0, $4, $4 FROM unnest($1::text[], $2::text[], $3::text[]) \
+         AS u(s, p, r) ON CONFLICT (session_id, path) DO NOTHING",
+        &[&session, &path, &run, &ts(now)],
+        "ensure logs",
+    )
+    .await?;
+    Ok(())
+}
+
+/// The blobs and messages of ends that applied (see [`end_plan::Artifacts`]); one message
+/// per run attempt (`inbox_run_idx` fails the transaction on a second).
+async fn write_artifacts<C: GenericClient>(
     c: &C,
     records: &[&FinishRecord],
     now: DateTime<Utc>,
@@ -243,71 +247,12 @@ pub(crate) async fn write_artifacts<C: GenericClient>(
     if records.is_empty() {
         return Ok(());
     }
-    let fallback: Vec<Option<Vec<u8>>> = records
-        .iter()
-        .map(|r| match (&r.outcome, &r.result) {
-            (Outcome::Final(s), None) => Some(
-                serde_json::json!({"status": s.as_str(), "error": r.error})
-                    .to_string()
-                    .into_bytes(),
-            ),
-            _ => None,
-        })
-        .collect();
-    let mut blobs: Vec<BlobRow<'_>> = Vec::new();
-    let (mut empty_sessions, mut empty_paths, mut empty_runs) =
-        (Vec::new(), Vec::new(), Vec::new());
-    for (r, fallback) in records.iter().zip(&fallback) {
-        let log_path = format!("/.background/{}/output.log", r.id);
-        if let Some((log, cut)) = &r.log {
-            blobs.push((&r.session_id, log_path, &r.id, log, *cut));
-        } else if matches!(r.outcome, Outcome::Final(_)) {
-            empty_sessions.push(r.session_id.as_str());
-            empty_paths.push(log_path);
-            empty_runs.push(r.id.as_str());
-        }
-        if let Some(res) = r.result.as_ref().or(fallback.as_ref()) {
-            let path = format!("/.background/{}/result.json", r.id);
-            blobs.push((&r.session_id, path, &r.id, res, false));
-        }
-        for (path, content) in &r.extra_blobs {
-            blobs.push((&r.session_id, path.clone(), &r.id, content, false));
-        }
-    }
-    let encoded: Vec<Option<String>> = records
-        .iter()
-        .map(|r| match (&r.message, &r.message_data) {
-            (Some(m), None) => Some(m.data.to_string()),
-            _ => None,
-        })
-        .collect();
-    let messages: Vec<(&crate::inbox::NewMessage, &str)> = records
-        .iter()
-        .zip(&encoded)
-        .filter_map(|(r, late)| {
-            let m = r.message.as_ref()?;
-            Some((m, r.message_data.as_deref().or(late.as_deref())?))
-        })
-        .collect();
+    let plan = end_plan::Artifacts::of(records);
+    let messages = plan.message_refs();
     // The three writes are independent: pipelined, one round trip.
-    let ensure = async {
-        if empty_paths.is_empty() {
-            return Ok(());
-        }
-        exec(
-            c,
-            "INSERT INTO blobs (session_id, path, run_id, content, size, truncated, created_at, updated_at) \
-             SELECT s, p, r, '\\x'::bytea, 0, 0, $4, $4 FROM unnest($1::text[], $2::text[], $3::text[]) \
-             AS u(s, p, r) ON CONFLICT (session_id, path) DO NOTHING",
-            &[&empty_sessions, &empty_paths, &empty_runs, &ts(now)],
-            "ensure logs",
-        )
-        .await
-        .map(|_| ())
-    };
     tokio::try_join!(
-        ensure,
-        put_blobs(c, &blobs, now),
+        ensure_logs(c, &plan.empty_logs, now),
+        put_blobs(c, &plan.blobs, now),
         super::inbox::insert_many(c, &messages, now)
     )?;
     Ok(())

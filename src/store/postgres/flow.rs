@@ -7,7 +7,8 @@ use deadpool_postgres::GenericClient;
 use super::{exec, get, query, query_one};
 use crate::clock::{parse_ts, ts};
 use crate::error::StoreError;
-use crate::flow::{Pause, PauseScope, Paused, Rate, Room, Slice, Window, room_in};
+use crate::flow::{Pause, PauseScope, Paused, Rate, Room};
+use crate::store::room;
 
 /// Every pause in force, oldest first.
 pub(crate) async fn list<C: GenericClient>(c: &C) -> Result<Vec<Pause>, StoreError> {
@@ -87,22 +88,15 @@ pub(crate) async fn room<C: GenericClient>(
     let rows = query(
         c,
         "SELECT slice_start, slice_end, starts FROM tool_starts WHERE tool = $1 AND slice_start > $2",
-        &[&tool, &ts(rate.horizon(now))],
+        &[&tool, &room::horizon(rate, now)],
         "rate window",
     )
     .await?;
-    let mut slices = Vec::new();
-    for r in &rows {
-        let (start, end, n): (String, String, i64) = (get(r, 0)?, get(r, 1)?, get(r, 2)?);
-        if let (Some(start), Some(end)) = (parse_ts(&start), parse_ts(&end)) {
-            slices.push(Slice {
-                start,
-                end,
-                starts: n.max(0) as u64,
-            });
-        }
-    }
-    Ok(room_in(rate, &Window::of_slices(rate, now, &slices)))
+    let rows = rows
+        .iter()
+        .map(|r| Ok((get(r, 0)?, get(r, 1)?, get(r, 2)?)))
+        .collect::<Result<Vec<_>, StoreError>>()?;
+    Ok(room::room_of_rows(rate, now, rows))
 }
 
 /// [`room`], forgetting the slices that left every window first (under the claim lock).
@@ -115,27 +109,23 @@ pub(crate) async fn room_and_forget<C: GenericClient>(
     exec(
         c,
         "DELETE FROM tool_starts WHERE tool = $1 AND slice_start <= $2",
-        &[&tool, &ts(rate.horizon(now))],
+        &[&tool, &room::horizon(rate, now)],
         "forget starts",
     )
     .await?;
     room(c, tool, rate, now).await
 }
 
-/// Records `n` starts of a rate-limited tool at `now`, in its slice.
+/// Adds starts to a rate-limited tool's counter for their slice.
 pub(crate) async fn record_starts<C: GenericClient>(
     c: &C,
-    tool: &str,
-    rate: Rate,
-    now: DateTime<Utc>,
-    n: u64,
+    s: &room::Starts<'_>,
 ) -> Result<(), StoreError> {
-    let (start, end) = rate.slice_of(now);
     exec(
         c,
         "INSERT INTO tool_starts (tool, slice_start, slice_end, starts) VALUES ($1, $2, $3, $4) \
          ON CONFLICT (tool, slice_start) DO UPDATE SET starts = tool_starts.starts + excluded.starts",
-        &[&tool, &ts(start), &ts(end), &(n as i64)],
+        &[&s.tool, &s.slice_start, &s.slice_end, &s.n],
         "record starts",
     )
     .await?;
@@ -148,13 +138,11 @@ pub(crate) async fn next_open<C: GenericClient>(
     now: DateTime<Utc>,
     rates: &[(String, Rate)],
 ) -> Result<Option<DateTime<Utc>>, StoreError> {
-    let mut earliest: Option<DateTime<Utc>> = None;
+    let mut rooms = Vec::with_capacity(rates.len());
     for (tool, rate) in rates {
-        if let Some(at) = room(c, tool, *rate, now).await?.opens_at {
-            earliest = Some(earliest.map_or(at, |e| e.min(at)));
-        }
+        rooms.push(room(c, tool, *rate, now).await?);
     }
-    Ok(earliest)
+    Ok(room::earliest_open(rooms))
 }
 
 /// Running runs of `tool` over all workers.

@@ -14,6 +14,7 @@ mod flow;
 mod inbox;
 mod locks;
 pub(crate) mod migrate;
+mod rescue;
 mod retention;
 mod runs;
 mod schedules;

@@ -2,15 +2,18 @@
 //! progress writes while a run executes.
 
 use chrono::{DateTime, Utc};
-use rusqlite::{OptionalExtension, Transaction, named_params};
+use rusqlite::{Transaction, named_params};
 use std::collections::HashMap;
 
 use super::Ctx;
 use super::codec::{RUN_COLUMNS, run_from_row, ts};
+use super::survey::{Survey, survey};
 use crate::error::StoreError;
 use crate::run::Run;
 use crate::store::ProgressWrite;
-use crate::store::pick::{Head, pick};
+use crate::store::claim_plan::{self, BackgroundRoom, Running, lease_token};
+use crate::store::pick::{Head, SessionHeads, pick};
+use crate::store::room::{self, RoomPlan};
 
 /// Parameters of one claim.
 #[derive(Debug, Clone)]
@@ -44,12 +47,6 @@ pub struct ClaimParams<'a> {
 // the worker has only, so runs of tools it lacks are never walked.
 // Version 6 added `tool` to the index, so the per-tool counts (max_running) come from the
 // same read, whatever the number of limited tools.
-pub(crate) const RUNNING_PER_SESSION: &str = "SELECT session_id, tool, count(*) FROM runs \
-    INDEXED BY runs_running_owner_idx WHERE state = 'running' GROUP BY session_id, tool";
-const NEXT_SESSION: &str = "SELECT session_id FROM runs INDEXED BY runs_claimable_idx \
-    WHERE state = 'queued' AND session_id > ?1 ORDER BY session_id LIMIT 1";
-pub(crate) const NEXT_TOOL: &str = "SELECT tool FROM runs INDEXED BY runs_claimable_idx \
-    WHERE state = 'queued' AND session_id = ?1 AND tool > ?2 ORDER BY tool LIMIT 1";
 pub(crate) const SESSION_HEAD: &str = "SELECT rowid, priority, run_at, id FROM runs INDEXED BY runs_claimable_idx \
     WHERE state = 'queued' AND session_id = ?1 AND tool = ?2 AND run_at <= ?3 \
     ORDER BY priority DESC, run_at, id LIMIT ?4";
@@ -80,126 +77,6 @@ pub(crate) const CLAIM_ONE_NOT_BACKGROUND: &str = "UPDATE runs SET state = 'runn
 static CLAIMED: std::sync::LazyLock<String> =
     std::sync::LazyLock::new(|| format!("SELECT {RUN_COLUMNS} FROM runs WHERE rowid = ?1"));
 
-/// A fresh lease token: 24 hex digits (96 random bits), the fence of one attempt.
-fn lease_token() -> String {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    let bytes: [u8; 12] = rand::random();
-    bytes
-        .iter()
-        .flat_map(|b| [HEX[usize::from(b >> 4)], HEX[usize::from(b & 15)]])
-        .map(char::from)
-        .collect()
-}
-
-/// The tools among `wanted` (sorted) that `session` has queued runs of: one index probe per
-/// distinct queued tool of the session, plus one.
-fn session_tools(
-    next_tool: &mut rusqlite::CachedStatement<'_>,
-    session: &str,
-    wanted: &[String],
-) -> Result<Vec<String>, StoreError> {
-    let (mut found, mut after) = (Vec::new(), String::new());
-    while let Some(tool) = next_tool
-        .query_row([session, &after], |r| r.get::<_, String>(0))
-        .optional()
-        .ctx("next tool of session")?
-    {
-        if wanted.binary_search(&tool).is_ok() {
-            found.push(tool.clone());
-        }
-        after = tool;
-    }
-    Ok(found)
-}
-
-/// What a claim reads before it picks: the running counts per session and per tool over
-/// all workers, and the sessions with queued runs of the worker's unpaused tools (visited
-/// round-robin after the cursor), each with those tools.
-struct Survey {
-    running: HashMap<String, i64>,
-    running_tool: HashMap<String, i64>,
-    sessions: Vec<(String, Vec<String>)>,
-}
-
-/// Reads the [`Survey`] on `conn` (a claim's transaction or a reader); None when everything
-/// is paused.
-fn survey(conn: &rusqlite::Connection, p: &ClaimParams<'_>) -> Result<Option<Survey>, StoreError> {
-    // Pauses: a handful of rows, read by every claim so every worker honours them at once.
-    let paused = super::flow::paused(conn)?;
-    if paused.all {
-        return Ok(None);
-    }
-    let mut running: HashMap<String, i64> = HashMap::new();
-    let mut running_tool: HashMap<String, i64> = HashMap::new();
-    {
-        let mut stmt = conn
-            .prepare_cached(RUNNING_PER_SESSION)
-            .ctx("prepare running count")?;
-        let rows = stmt
-            .query_map([], |r| {
-                Ok((
-                    r.get::<_, String>(0)?,
-                    r.get::<_, String>(1)?,
-                    r.get::<_, i64>(2)?,
-                ))
-            })
-            .ctx("count running")?;
-        for row in rows {
-            let (s, t, n) = row.ctx("read running count")?;
-            *running.entry(s).or_default() += n;
-            *running_tool.entry(t).or_default() += n;
-        }
-    }
-    // Visit sessions that have queued runs, starting after the cursor and wrapping around,
-    // each index probe a skip to the next distinct session.
-    let max_sessions = (p.max * 4).max(64);
-    let mut next_session = conn
-        .prepare_cached(NEXT_SESSION)
-        .ctx("prepare next session")?;
-    let mut next_tool = conn.prepare_cached(NEXT_TOOL).ctx("prepare next tool")?;
-    let mut wanted: Vec<String> = p
-        .tools
-        .iter()
-        .filter(|t| !paused.tools.contains(t))
-        .cloned()
-        .collect();
-    wanted.sort_unstable();
-    let start = p.after_session.unwrap_or("").to_string();
-    // (session, its queued tools this worker has); sessions with none do not count.
-    let mut sessions: Vec<(String, Vec<String>)> = Vec::new();
-    let mut cursor = start.clone();
-    let mut wrapped = false;
-    while sessions.len() < max_sessions {
-        let next: Option<String> = next_session
-            .query_row([&cursor], |r| r.get(0))
-            .optional()
-            .ctx("next session")?;
-        match next {
-            Some(s) if wrapped && s > start => break,
-            Some(s) => {
-                cursor.clone_from(&s);
-                if paused.sessions.contains(&s) {
-                    continue;
-                }
-                let tools = session_tools(&mut next_tool, &s, &wanted)?;
-                if !tools.is_empty() {
-                    sessions.push((s, tools));
-                }
-            }
-            None if !wrapped && !start.is_empty() => {
-                wrapped = true;
-                cursor.clear();
-            }
-            None => break,
-        }
-    }
-    Ok(Some(Survey {
-        running,
-        running_tool,
-        sessions,
-    }))
-}
-
 /// Whether a claim could take anything, read on `conn` without the write lock: a worker
 /// with free slots whose every candidate session or tool is at its limit (other processes
 /// hold the slots) learns it without queueing on the database's write lock behind them, and
@@ -211,107 +88,124 @@ pub fn may_claim(conn: &rusqlite::Connection, p: &ClaimParams<'_>) -> Result<boo
     if p.max == 0 {
         return Ok(false);
     }
-    let Some(s) = survey(conn, p)? else {
+    let Some(s) = survey(conn, p.tools, p.max, p.after_session)? else {
         return Ok(false);
     };
     Ok(s.sessions.iter().any(|(session, tools)| {
-        p.per_session > s.running.get(session).copied().unwrap_or(0)
-            && tools.iter().any(|tool| {
-                p.limits
-                    .get(tool)
-                    .and_then(|l| l.max_running)
-                    .is_none_or(|m| m > s.running_tool.get(tool).copied().unwrap_or(0))
-            })
+        s.running.take(session, p.per_session, p.max).is_some()
+            && tools.iter().any(|tool| s.running.may_start(p.limits, tool))
     }))
 }
 
 /// Claims up to `max` runnable runs (state queued, run_at <= now) of the worker's tools in
 /// priority then age order, sharing slots fairly between sessions and never exceeding
-/// `per_session` running runs in a session. Marks them running with a fresh lease token and attempt + 1, in the caller's
-/// transaction.
+/// `per_session` running runs in a session. Marks them running with a fresh lease token and
+/// attempt + 1, in the caller's transaction.
 pub fn claim(tx: &Transaction<'_>, p: &ClaimParams<'_>) -> Result<Vec<Run>, StoreError> {
     if p.max == 0 {
         return Ok(Vec::new());
     }
-    let Some(Survey {
-        running,
-        running_tool,
-        sessions,
-    }) = survey(tx, p)?
-    else {
+    let Some(survey) = survey(tx, p.tools, p.max, p.after_session)? else {
         return Ok(Vec::new());
     };
     let now = ts(p.now);
-    // Each visited session's heads (keyed by rowid) with its take, for `pick`.
-    let mut per_session: Vec<(Vec<Head<i64>>, usize)> = Vec::new();
-    // A worker at its per-worker limit of background runs reads heads without them.
-    let head_sql = match p.background_room {
-        Some(0) => SESSION_HEAD_NOT_BACKGROUND,
-        _ => SESSION_HEAD,
-    };
-    let mut head = tx.prepare_cached(head_sql).ctx("prepare session head")?;
-    // Room per limited tool, worked out once per claim for the tools met on the way only:
-    // the claim's cost follows the tools it visits, not the number of limits configured.
+    // Room per tool met on the way, spent by `pick`.
     let mut room: HashMap<String, i64> = HashMap::new();
-    for (session, tools) in sessions {
-        let free = p.per_session - running.get(&session).copied().unwrap_or(0);
-        if free <= 0 {
-            continue;
-        }
-        let take = free.min(p.max as i64);
-        // The session's head is the best `take` over the heads of each of its tools.
-        let mut heads: Vec<Head<i64>> = Vec::new();
-        for tool in &tools {
-            let cap = match room.get(tool) {
-                Some(&n) => n,
-                None => {
-                    let n = tool_room(tx, p, tool, &running_tool)?;
-                    room.insert(tool.clone(), n);
-                    n
-                }
-            };
-            if cap <= 0 {
-                continue;
-            }
-            let rows = head
-                .query_map(rusqlite::params![session, tool, now, take.min(cap)], |r| {
-                    Ok((
-                        r.get::<_, i64>(1)?,
-                        r.get::<_, String>(2)?,
-                        r.get::<_, String>(3)?,
-                        r.get::<_, i64>(0)?,
-                    ))
-                })
-                .ctx("session head")?;
-            for row in rows {
-                let (priority, run_at, id, rowid) = row.ctx("read session head")?;
-                heads.push(Head {
-                    priority,
-                    run_at,
-                    id,
-                    tool: tool.clone(),
-                    key: rowid,
-                });
-            }
-        }
-        per_session.push((heads, take as usize));
-    }
+    let per_session = session_heads(tx, p, &survey, &now, &mut room)?;
     let candidates = pick(per_session, &mut room, p.max);
     if candidates.is_empty() {
         return Ok(Vec::new());
     }
-    // One prepared UPDATE per candidate, all in the caller's transaction: cheaper than one
-    // UPDATE over `json_each` (no JSON parse, no ephemeral table) and just as atomic.
+    let mut claimed = claim_heads(tx, p, &candidates, &now)?;
+    // One counter update per rate-limited tool claimed (all start at `now`, in one slice).
+    let tools = claimed.iter().map(|r| r.tool.as_str());
+    for starts in room::starts_to_record(p.limits, tools, p.now) {
+        super::flow::record_starts(tx, &starts)?;
+    }
+    claim_plan::order_claimed(&mut claimed);
+    Ok(claimed)
+}
+
+/// Each visited session's heads (keyed by rowid) with its take, for `pick`: per session, the
+/// best `take` over the heads of each of its tools, each tool's read cut to its room (worked
+/// out into `room` the first time the tool is met: a claim's cost follows the tools it
+/// visits, not the number of limits configured).
+fn session_heads(
+    tx: &Transaction<'_>,
+    p: &ClaimParams<'_>,
+    survey: &Survey,
+    now: &str,
+    room: &mut HashMap<String, i64>,
+) -> Result<SessionHeads<i64>, StoreError> {
+    // A worker at its per-worker limit of background runs reads heads without them.
+    let head_sql = if BackgroundRoom::new(p.background_room).full() {
+        SESSION_HEAD_NOT_BACKGROUND
+    } else {
+        SESSION_HEAD
+    };
+    let mut head = tx.prepare_cached(head_sql).ctx("prepare session head")?;
+    let mut per_session = Vec::new();
+    for (session, tools) in &survey.sessions {
+        let Some(take) = survey.running.take(session, p.per_session, p.max) else {
+            continue;
+        };
+        let mut heads: Vec<Head<i64>> = Vec::new();
+        for tool in tools {
+            let cap = tool_room(tx, p, &survey.running, room, tool)?;
+            if cap > 0 {
+                let at_most = take.min(cap);
+                read_heads(&mut head, (session, tool), now, at_most, &mut heads)?;
+            }
+        }
+        per_session.push((heads, take as usize));
+    }
+    Ok(per_session)
+}
+
+/// Adds to `heads` the best `at_most` queued runs of `tool` in `session` due at `now`,
+/// keyed by rowid.
+fn read_heads(
+    head: &mut rusqlite::CachedStatement<'_>,
+    (session, tool): (&str, &str),
+    now: &str,
+    at_most: i64,
+    heads: &mut Vec<Head<i64>>,
+) -> Result<(), StoreError> {
+    let rows = head
+        .query_map(rusqlite::params![session, tool, now, at_most], |r| {
+            Ok(Head {
+                priority: r.get(1)?,
+                run_at: r.get(2)?,
+                id: r.get(3)?,
+                tool: tool.to_string(),
+                key: r.get(0)?,
+            })
+        })
+        .ctx("session head")?;
+    for row in rows {
+        heads.push(row.ctx("read session head")?);
+    }
+    Ok(())
+}
+
+/// Marks `candidates` running under fresh leases, in order, and reads them back: one
+/// prepared UPDATE per candidate, all in the caller's transaction (cheaper than one UPDATE
+/// over `json_each`: no JSON parse, no ephemeral table, and just as atomic). Once the room
+/// for background runs is used up, the rest are claimed only if they are not background runs
+/// (a background one stays queued for later).
+fn claim_heads(
+    tx: &Transaction<'_>,
+    p: &ClaimParams<'_>,
+    candidates: &[Head<i64>],
+    now: &str,
+) -> Result<Vec<Run>, StoreError> {
     let mut update = tx.prepare_cached(CLAIM_ONE).ctx("prepare claim")?;
     let mut read = tx.prepare_cached(&CLAIMED).ctx("prepare read claimed")?;
     let (until, mut claimed) = (ts(p.lease_until), Vec::with_capacity(candidates.len()));
-    let mut started: HashMap<&str, u64> = HashMap::new();
-    // Room for background runs: once it is used up, the rest of the candidates are claimed
-    // only if they are not background runs (a background one stays queued for later).
-    let mut background_room = p.background_room;
-    for c in &candidates {
+    let mut background = BackgroundRoom::new(p.background_room);
+    for c in candidates {
         let params = rusqlite::params![p.worker, lease_token(), until, now, c.key];
-        let updated = if background_room == Some(0) {
+        let updated = if background.full() {
             tx.prepare_cached(CLAIM_ONE_NOT_BACKGROUND)
                 .ctx("prepare claim")?
                 .execute(params)
@@ -323,48 +217,33 @@ pub fn claim(tx: &Transaction<'_>, p: &ClaimParams<'_>) -> Result<Vec<Run>, Stor
             let run = read
                 .query_row([c.key], run_from_row)
                 .ctx("read claimed run")?;
-            if run.background {
-                background_room = background_room.map(|n| n.saturating_sub(1));
-            }
-            if p.limits.get(&c.tool).is_some_and(|l| l.rate.is_some()) {
-                *started.entry(c.tool.as_str()).or_default() += 1;
-            }
+            background.take(run.background);
             claimed.push(run);
         }
     }
-    // One counter update per rate-limited tool claimed (all start at `now`, in one slice).
-    for (tool, n) in started {
-        if let Some(rate) = p.limits.get(tool).and_then(|l| l.rate) {
-            super::flow::record_starts(tx, tool, rate, p.now, n)?;
-        }
-    }
-    claimed.sort_by(|a, b| b.priority.cmp(&a.priority).then(a.run_at.cmp(&b.run_at)));
     Ok(claimed)
 }
 
-/// How many more runs of `tool` may start now under its limits: `max_running` less those
-/// running on every worker, and what its rate's window allows. Unlimited tools get
-/// `i64::MAX` without reading anything.
+/// How many more runs of `tool` may start now under its limits (see [`RoomPlan`]), reading
+/// (and trimming) its rate's window only when that can cut it; worked out once per claim and
+/// kept in `room`.
 fn tool_room(
     tx: &Transaction<'_>,
     p: &ClaimParams<'_>,
+    running: &Running,
+    room: &mut HashMap<String, i64>,
     tool: &str,
-    running_tool: &HashMap<String, i64>,
 ) -> Result<i64, StoreError> {
-    let Some(limit) = p.limits.get(tool) else {
-        return Ok(i64::MAX);
-    };
-    let mut n = i64::MAX;
-    if let Some(max) = limit.max_running {
-        n = max - running_tool.get(tool).copied().unwrap_or(0);
+    if let Some(&n) = room.get(tool) {
+        return Ok(n);
     }
-    if n > 0
-        && let Some(rate) = limit.rate
-    {
-        n = n.min(i64::from(
-            super::flow::room_and_forget(tx, tool, rate, p.now)?.starts,
-        ));
-    }
+    let plan = RoomPlan::of(p.limits, tool, running.of_tool(tool));
+    let rate = plan
+        .rate_to_read()
+        .map(|rate| super::flow::room_and_forget(tx, tool, rate, p.now))
+        .transpose()?;
+    let n = plan.room(rate);
+    room.insert(tool.to_string(), n);
     Ok(n)
 }
 

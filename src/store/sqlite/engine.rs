@@ -207,20 +207,16 @@ impl Engine for Store {
     }
 
     async fn attempt_settle(&self, p: Settle) -> EngineResult<Settled> {
+        use crate::store::settle;
         self.write_async(move |tx| {
             let now = p.claim.now;
-            // The one end-writer for every end in the batch, a few statements for all.
-            let ends = p.ends();
-            let mut ended = finish::record_ends(tx, &ends, now)?.into_iter();
-            let applied = p
-                .batch
-                .iter()
-                .map(|s| match s {
-                    Settlement::End(_) => Ok(ended.next().unwrap_or(false)),
-                    Settlement::Release(r) => claim::release(tx, &r.id, r.attempt, &r.token, now),
-                })
+            let released = settle::releases(&p.batch)
+                .map(|r| claim::release(tx, &r.id, r.attempt, &r.token, now))
                 .collect::<Result<Vec<bool>, _>>()?;
+            // The one end-writer for every end in the batch, a few statements for all.
+            let ended = finish::record_ends(tx, &p.ends(), now)?;
             let claimed = claim::claim(tx, &claim_params(&p.claim))?;
+            let applied = settle::applied(&p.batch, &ended, &released);
             Ok(Settled { applied, claimed })
         })
         .await
@@ -264,44 +260,28 @@ impl Engine for Store {
     }
 
     async fn attempt_rescue(&self, p: Rescue, decide: DecideRescue) -> EngineResult<Rescued> {
+        use crate::store::rescue_plan::{FirstLook, Taken};
         let here = p.clone();
-        let (dead, pending) = self
+        let look = self
             .read_async(move |c| {
                 let loc = rescue::Locality {
                     host: &here.host,
                     boot_id: &here.boot_id,
                     pid_namespace: &here.pid_namespace,
                 };
-                let dead = rescue::dead_workers(c, &loc, here.is_dead)?;
-                let pending = rescue::rescuable(c, here.now)?
-                    .iter()
-                    .any(|(run, reason)| here.takes(run, *reason));
-                Ok((dead, pending))
+                let live = rescue::live_workers_on(c, &loc)?;
+                Ok(FirstLook::of(&here, live, &rescue::rescuable(c, here.now)?))
             })
             .await?;
-        if dead.is_empty() && !pending {
+        if !look.worth_a_write() {
             return Ok(Rescued::default());
         }
         // Looks again inside the write: every write in it is fenced anyway.
         self.write_async(move |tx| {
-            let mut done = Rescued {
-                workers_died: rescue::mark_died(tx, &dead, p.now)?,
-                runs: Vec::new(),
-            };
-            for (run, reason) in rescue::rescuable(tx, p.now)? {
-                if !p.takes(&run, reason) {
-                    continue;
-                }
-                let record = decide(&run, reason);
-                if finish::record_ends(tx, &[&record], p.now)? == [true] {
-                    done.runs.push(RescuedRun {
-                        run,
-                        reason,
-                        outcome: record.outcome,
-                    });
-                }
-            }
-            Ok(done)
+            let died = rescue::mark_died(tx, &look.dead, p.now)?;
+            let taken = Taken::decide(&p, rescue::rescuable(tx, p.now)?, &decide);
+            let applied = finish::record_ends(tx, &taken.records(), p.now)?;
+            Ok(taken.rescued(died, &applied))
         })
         .await
     }

@@ -3,15 +3,13 @@
 
 use chrono::{DateTime, Utc};
 use rusqlite::Transaction;
-use serde_json::Value;
 
 use super::Ctx;
 use super::artifacts::{BlobWrite, put_many};
 use super::codec::ts;
 use crate::error::StoreError;
-use crate::inbox::NewMessage;
-use crate::run::RunState;
-use crate::run::{Fence, FinishRecord, Outcome};
+use crate::run::{Fence, FinishRecord};
+use crate::store::end_plan;
 
 /// The fenced end of an attempt. Built once and bound by position: this runs for every
 /// attempt, and binding 14 parameters by name costs a scan of the names for each.
@@ -45,15 +43,12 @@ pub fn record_ends(
         .iter()
         .map(|r| match &r.fence {
             Fence::Lease(token) => finish_state(tx, r, token, now),
-            Fence::Waiting(expected) => end_waiting(tx, r, *expected, now),
+            Fence::Waiting(expected) => {
+                end_waiting(tx, &end_plan::WaitingEnd::of(r, *expected, now)?)
+            }
         })
         .collect::<Result<Vec<bool>, _>>()?;
-    let done: Vec<&FinishRecord> = records
-        .iter()
-        .zip(&applied)
-        .filter_map(|(r, &ok)| ok.then_some(*r))
-        .collect();
-    write_artifacts_many(tx, &done, now)?;
+    write_artifacts_many(tx, &end_plan::applied_only(records, &applied), now)?;
     Ok(applied)
 }
 
@@ -64,32 +59,22 @@ fn finish_state(
     token: &str,
     now: DateTime<Utc>,
 ) -> Result<bool, StoreError> {
-    let (state, run_at, finished, approval, deadline) = match &r.outcome {
-        Outcome::Final(s) => (s.as_str(), None, Some(ts(now)), None, None),
-        Outcome::Retry(at) => ("queued", Some(ts(*at)), None, None, None),
-        Outcome::AwaitApproval { deadline } => (
-            "awaiting_approval",
-            None,
-            None,
-            Some("pending"),
-            deadline.map(ts),
-        ),
-    };
+    let change = end_plan::StateChange::of(r, now);
     let n = tx
         .prepare_cached(&FINISH)
         .ctx("prepare finish")?
         .execute(rusqlite::params![
-            state,
-            run_at,
-            finished,
+            change.state,
+            change.run_at,
+            change.finished_at,
             r.error,
             r.internal_error,
-            r.error_entry.as_ref().map(Value::to_string),
+            end_plan::error_entry(r),
             r.status_text,
             r.progress,
             r.output_tail,
-            approval,
-            deadline,
+            change.approval,
+            change.deadline,
             r.id,
             r.attempt,
             token,
@@ -115,34 +100,22 @@ const END_WAITING: &str = "UPDATE runs SET state = ?1, finished_at = ?2, error =
      lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL \
      WHERE id = ?9 AND state = ?10 AND attempt = ?11";
 
-fn end_waiting(
-    tx: &Transaction<'_>,
-    r: &FinishRecord,
-    expected: RunState,
-    now: DateTime<Utc>,
-) -> Result<bool, StoreError> {
-    let Outcome::Final(state) = r.outcome else {
-        return Err(StoreError::Invalid(format!(
-            "run {}: a run that is not running can only end in a final state",
-            r.id
-        )));
-    };
-    let mark = r.approval.as_ref();
+fn end_waiting(tx: &Transaction<'_>, w: &end_plan::WaitingEnd<'_>) -> Result<bool, StoreError> {
     let n = tx
         .prepare_cached(END_WAITING)
         .ctx("prepare end waiting run")?
         .execute(rusqlite::params![
-            state.as_str(),
-            ts(now),
-            r.error,
-            r.internal_error,
-            r.error_entry.as_ref().map(Value::to_string),
-            mark.map(|m| m.state),
-            mark.map(|m| &m.by),
-            mark.and_then(|m| m.note.as_deref()),
-            r.id,
-            expected.as_str(),
-            r.attempt,
+            w.state,
+            w.at,
+            w.error,
+            w.internal_error,
+            w.entry,
+            w.approval,
+            w.by,
+            w.note,
+            w.id,
+            w.expected,
+            w.attempt,
         ])
         .ctx("end waiting run")?;
     Ok(n == 1)
@@ -153,78 +126,38 @@ const ENSURE_LOG: &str = "INSERT INTO blobs (session_id, path, run_id, content, 
      created_at, updated_at) VALUES (?2, ?3, ?4, x'', 0, 0, ?1, ?1) \
      ON CONFLICT (session_id, path) DO NOTHING";
 
-/// The blobs and messages of attempt ends whose state change applied, in this transaction:
-/// multi-row inserts for the whole batch instead of one statement per row.
+/// The blobs and messages of attempt ends whose state change applied (see
+/// [`end_plan::Artifacts`]), in this transaction: multi-row inserts for the whole batch
+/// instead of one statement per row.
 fn write_artifacts_many(
     tx: &Transaction<'_>,
     records: &[&FinishRecord],
     now: DateTime<Utc>,
 ) -> Result<(), StoreError> {
-    let paths: Vec<[String; 2]> = records
-        .iter()
-        .map(|r| {
-            [
-                format!("/.background/{}/output.log", r.id),
-                format!("/.background/{}/result.json", r.id),
-            ]
-        })
-        .collect();
-    // A final state's result when its record brought none: its status and error.
-    let fallback: Vec<Option<Vec<u8>>> = records
-        .iter()
-        .map(|r| match (&r.outcome, &r.result) {
-            (Outcome::Final(s), None) => Some(
-                serde_json::json!({"status": s.as_str(), "error": r.error})
-                    .to_string()
-                    .into_bytes(),
-            ),
-            _ => None,
-        })
-        .collect();
-    let mut blobs = Vec::with_capacity(records.len() * 2);
+    let plan = end_plan::Artifacts::of(records);
     let now_s = ts(now);
-    for ((r, [log_path, result_path]), fallback) in records.iter().zip(&paths).zip(&fallback) {
-        let log = r.log.as_ref().map(|(log, cut)| (log_path, log, *cut));
-        let result = r
-            .result
-            .as_ref()
-            .or(fallback.as_ref())
-            .map(|res| (result_path, res, false));
-        let extra = r
-            .extra_blobs
-            .iter()
-            .map(|(path, content)| (path, content, false));
-        for (path, content, truncated) in log.into_iter().chain(result).chain(extra) {
-            blobs.push(BlobWrite {
-                session_id: &r.session_id,
-                path,
-                run_id: &r.id,
-                content,
-                truncated,
-            });
-        }
-        if r.log.is_none() && matches!(r.outcome, Outcome::Final(_)) {
-            tx.prepare_cached(ENSURE_LOG)
-                .ctx("prepare ensure log")?
-                .execute(rusqlite::params![now_s, r.session_id, log_path, r.id])
-                .ctx("ensure log")?;
-        }
+    for log in &plan.empty_logs {
+        tx.prepare_cached(ENSURE_LOG)
+            .ctx("prepare ensure log")?
+            .execute(rusqlite::params![
+                now_s,
+                log.session_id,
+                log.path,
+                log.run_id
+            ])
+            .ctx("ensure log")?;
     }
+    let blobs: Vec<BlobWrite<'_>> = plan
+        .blobs
+        .iter()
+        .map(|b| BlobWrite {
+            session_id: b.session_id,
+            path: &b.path,
+            run_id: b.run_id,
+            content: &b.content,
+            truncated: b.truncated,
+        })
+        .collect();
     put_many(tx, &blobs, now)?;
-    let encoded: Vec<Option<String>> = records
-        .iter()
-        .map(|r| match (&r.message, &r.message_data) {
-            (Some(m), None) => Some(m.data.to_string()),
-            _ => None,
-        })
-        .collect();
-    let messages: Vec<(&NewMessage, &str)> = records
-        .iter()
-        .zip(&encoded)
-        .filter_map(|(r, late)| {
-            let m = r.message.as_ref()?;
-            Some((m, r.message_data.as_deref().or(late.as_deref())?))
-        })
-        .collect();
-    super::inbox::insert_many_encoded(tx, &messages, now)
+    super::inbox::insert_many_encoded(tx, &plan.message_refs(), now)
 }

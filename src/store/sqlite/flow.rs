@@ -7,7 +7,8 @@ use rusqlite::{Connection, Transaction};
 use super::Ctx;
 use super::codec::{parse_ts, ts};
 use crate::error::StoreError;
-use crate::flow::{Pause, PauseScope, Paused, Rate, Room, Slice, Window, room_in};
+use crate::flow::{Pause, PauseScope, Paused, Rate, Room, Window, room_in};
+use crate::store::room;
 
 const LIST: &str =
     "SELECT scope, value, since, by, reason FROM pauses ORDER BY since, scope, value";
@@ -100,26 +101,13 @@ pub fn window(
 ) -> Result<Window, StoreError> {
     let mut stmt = conn.prepare_cached(SLICES).ctx("prepare rate window")?;
     let rows = stmt
-        .query_map(rusqlite::params![tool, ts(rate.horizon(now))], |r| {
-            Ok((
-                r.get::<_, String>(0)?,
-                r.get::<_, String>(1)?,
-                r.get::<_, i64>(2)?,
-            ))
+        .query_map(rusqlite::params![tool, room::horizon(rate, now)], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
         })
-        .ctx("rate window")?;
-    let mut slices = Vec::new();
-    for row in rows {
-        let (start, end, n) = row.ctx("read rate window")?;
-        if let (Some(start), Some(end)) = (parse_ts(&start), parse_ts(&end)) {
-            slices.push(Slice {
-                start,
-                end,
-                starts: n.max(0) as u64,
-            });
-        }
-    }
-    Ok(Window::of_slices(rate, now, &slices))
+        .ctx("rate window")?
+        .collect::<Result<Vec<_>, _>>()
+        .ctx("read rate window")?;
+    Ok(room::window_of_rows(rate, now, rows))
 }
 
 /// What `rate` allows `tool` at `now` (reads only).
@@ -141,23 +129,16 @@ pub fn room_and_forget(
 ) -> Result<Room, StoreError> {
     tx.prepare_cached(FORGET)
         .ctx("prepare forget starts")?
-        .execute([tool, &ts(rate.horizon(now))])
+        .execute([tool, &room::horizon(rate, now)])
         .ctx("forget starts")?;
     room(tx, tool, rate, now)
 }
 
-/// Records `n` starts of a rate-limited tool at `now`, in the slice of its rate `now` is in.
-pub fn record_starts(
-    tx: &Transaction<'_>,
-    tool: &str,
-    rate: Rate,
-    now: DateTime<Utc>,
-    n: u64,
-) -> Result<(), StoreError> {
-    let (start, end) = rate.slice_of(now);
+/// Adds starts to a rate-limited tool's counter for their slice.
+pub(crate) fn record_starts(tx: &Transaction<'_>, s: &room::Starts<'_>) -> Result<(), StoreError> {
     tx.prepare_cached(RECORD)
         .ctx("prepare record starts")?
-        .execute(rusqlite::params![tool, ts(start), ts(end), n as i64])
+        .execute(rusqlite::params![s.tool, s.slice_start, s.slice_end, s.n])
         .ctx("record starts")?;
     Ok(())
 }
@@ -169,13 +150,11 @@ pub fn next_open(
     now: DateTime<Utc>,
     rates: &[(String, Rate)],
 ) -> Result<Option<DateTime<Utc>>, StoreError> {
-    let mut earliest: Option<DateTime<Utc>> = None;
-    for (tool, rate) in rates {
-        if let Some(at) = room(conn, tool, *rate, now)?.opens_at {
-            earliest = Some(earliest.map_or(at, |e| e.min(at)));
-        }
-    }
-    Ok(earliest)
+    let rooms = rates
+        .iter()
+        .map(|(tool, rate)| room(conn, tool, *rate, now))
+        .collect::<Result<Vec<Room>, _>>()?;
+    Ok(room::earliest_open(rooms))
 }
 
 /// Running runs of `tool` over all workers (the small running-owner index, read whole).

@@ -28,6 +28,7 @@ pub mod retention;
 mod rows;
 pub mod runs;
 pub mod schedules;
+mod survey;
 pub mod wal;
 #[cfg(target_os = "linux")]
 mod wal_watch;

@@ -159,7 +159,7 @@ fn claims_and_the_next_due_run_seek_by_tool() {
             "runs_claimable_idx (session_id=? AND tool=?)",
         ),
         (
-            super::claim::NEXT_TOOL,
+            super::survey::NEXT_TOOL,
             "runs_claimable_idx (session_id=? AND tool>?)",
         ),
         (
@@ -180,7 +180,7 @@ fn claims_and_the_next_due_run_seek_by_tool() {
 #[test]
 fn limit_counts_read_the_running_index_and_a_key_range() {
     for (sql, wanted) in [
-        (super::claim::RUNNING_PER_SESSION, "runs_running_owner_idx"),
+        (super::survey::RUNNING_PER_SESSION, "runs_running_owner_idx"),
         (
             super::flow::SLICES,
             "PRIMARY KEY (tool=? AND slice_start>?)",
@@ -195,7 +195,7 @@ fn limit_counts_read_the_running_index_and_a_key_range() {
         );
     }
     // The per-tool counts come from the index alone (tool is in it since version 8).
-    let p = plan(super::claim::RUNNING_PER_SESSION);
+    let p = plan(super::survey::RUNNING_PER_SESSION);
     assert!(p.iter().any(|d| d.contains("COVERING INDEX")), "{p:?}");
 }
 

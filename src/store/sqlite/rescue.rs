@@ -1,7 +1,8 @@
 //! Rescue queries: live worker rows on this host and boot (so their pids can be checked),
 //! marking dead workers stopped, and the running runs whose owner is gone or whose lease
-//! expired. The decision per run is pure and lives in `worker::rescue`; writing it back uses
-//! the fenced end-writer (`super::finish::record_ends`), so a rescue races safely with a late finish.
+//! expired. The decision per run is pure and lives in `worker::rescue`, the bookkeeping
+//! around it in [`crate::store::rescue_plan`]; writing it back uses the fenced end-writer
+//! (`super::finish::record_ends`), so a rescue races safely with a late finish.
 
 use chrono::{DateTime, Utc};
 use rusqlite::{Connection, Transaction, named_params};
@@ -11,17 +12,7 @@ use super::codec::{RUN_COLUMNS, run_from_row, ts};
 use crate::error::StoreError;
 use crate::run::Run;
 use crate::store::RescueReason;
-
-/// A worker row that has not stopped, with what is needed to check its process.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LiveWorker {
-    /// Worker id.
-    pub id: String,
-    /// Its process id.
-    pub pid: i64,
-    /// Its process start time, as recorded at registration.
-    pub process_start_time: String,
-}
+pub use crate::store::rescue_plan::LiveWorker;
 
 /// Where pids can be checked: this host, this boot, this pid namespace.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -59,20 +50,6 @@ pub fn live_workers_on(
         )
         .ctx("live workers")?;
     rows.collect::<Result<_, _>>().ctx("read live workers")
-}
-
-/// Ids of the workers in [`live_workers_on`] whose process `is_dead(pid, start_time)` says
-/// is gone.
-pub fn dead_workers(
-    conn: &Connection,
-    here: &Locality<'_>,
-    is_dead: impl Fn(i64, &str) -> bool,
-) -> Result<Vec<String>, StoreError> {
-    Ok(live_workers_on(conn, here)?
-        .into_iter()
-        .filter(|w| is_dead(w.pid, &w.process_start_time))
-        .map(|w| w.id)
-        .collect())
 }
 
 /// Marks workers whose process is gone as stopped (`stop_reason = 'died'`). Returns how many

@@ -1,0 +1,302 @@
+//! What the end-writer writes for each end, the same on every engine: the columns of its
+//! fenced state change, and, for the ends that applied, the blobs (log, result, extras) and
+//! the inbox message. Each engine's `finish.rs` binds these to its own statements.
+
+use std::borrow::Cow;
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+
+use crate::clock::ts;
+use crate::error::StoreError;
+use crate::inbox::NewMessage;
+use crate::run::{FinishRecord, Outcome, RunState};
+
+/// The path of a run's log blob.
+pub(crate) fn log_path(id: &str) -> String {
+    format!("/.background/{id}/output.log")
+}
+
+/// The path of a run's result blob.
+pub(crate) fn result_path(id: &str) -> String {
+    format!("/.background/{id}/result.json")
+}
+
+/// The state change of a running attempt's end, as the columns it sets (timestamps as
+/// stored text).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct StateChange {
+    /// The new state.
+    pub state: &'static str,
+    /// A retry's `run_at`; `None` keeps it.
+    pub run_at: Option<String>,
+    /// `finished_at`: now, for a final state.
+    pub finished_at: Option<String>,
+    /// `pending` when the run now awaits approval.
+    pub approval: Option<&'static str>,
+    /// The approval deadline, if any.
+    pub deadline: Option<String>,
+}
+
+impl StateChange {
+    /// The change `r`'s outcome makes when it ends at `now`.
+    pub fn of(r: &FinishRecord, now: DateTime<Utc>) -> StateChange {
+        let (state, run_at, finished_at, approval, deadline) = match &r.outcome {
+            Outcome::Final(s) => (s.as_str(), None, Some(ts(now)), None, None),
+            Outcome::Retry(at) => ("queued", Some(ts(*at)), None, None, None),
+            Outcome::AwaitApproval { deadline } => (
+                "awaiting_approval",
+                None,
+                None,
+                Some("pending"),
+                deadline.map(ts),
+            ),
+        };
+        StateChange {
+            state,
+            run_at,
+            finished_at,
+            approval,
+            deadline,
+        }
+    }
+}
+
+/// The entry `r` adds to the run's `errors` history, as JSON text.
+pub(crate) fn error_entry(r: &FinishRecord) -> Option<String> {
+    r.error_entry.as_ref().map(Value::to_string)
+}
+
+/// The end of a run that is not running (fenced by id, `expected` state and attempt), as the
+/// values its statement binds, in order: state, finished_at, error, internal_error, errors
+/// entry, approval state, by, note (the three `None` unless the end records an approval
+/// decision), id, expected state, attempt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct WaitingEnd<'a> {
+    /// The final state.
+    pub state: &'static str,
+    /// `finished_at` (now).
+    pub at: String,
+    /// Error shown to the session.
+    pub error: Option<&'a str>,
+    /// Ops-only detail.
+    pub internal_error: Option<&'a str>,
+    /// The `errors` entry, as JSON text.
+    pub entry: Option<String>,
+    /// `denied` or `expired`, with who and why.
+    pub approval: Option<&'static str>,
+    /// Who decided.
+    pub by: Option<&'a str>,
+    /// Their note.
+    pub note: Option<&'a str>,
+    /// Run id.
+    pub id: &'a str,
+    /// The state the run must still be in.
+    pub expected: &'static str,
+    /// The attempt it must still be at.
+    pub attempt: i64,
+}
+
+impl<'a> WaitingEnd<'a> {
+    /// `r`'s end at `now`, fenced by `expected`: an error unless it ends in a final state
+    /// (a run that is not running can end in no other).
+    pub fn of(
+        r: &'a FinishRecord,
+        expected: RunState,
+        now: DateTime<Utc>,
+    ) -> Result<WaitingEnd<'a>, StoreError> {
+        let Outcome::Final(state) = r.outcome else {
+            return Err(StoreError::Invalid(format!(
+                "run {}: a run that is not running can only end in a final state",
+                r.id
+            )));
+        };
+        let mark = r.approval.as_ref();
+        Ok(WaitingEnd {
+            state: state.as_str(),
+            at: ts(now),
+            error: r.error.as_deref(),
+            internal_error: r.internal_error.as_deref(),
+            entry: error_entry(r),
+            approval: mark.map(|m| m.state),
+            by: mark.map(|m| m.by.as_str()),
+            note: mark.and_then(|m| m.note.as_deref()),
+            id: &r.id,
+            expected: expected.as_str(),
+            attempt: r.attempt,
+        })
+    }
+}
+
+/// The records whose state change applied, in order.
+pub(crate) fn applied_only<'a>(
+    records: &[&'a FinishRecord],
+    applied: &[bool],
+) -> Vec<&'a FinishRecord> {
+    records
+        .iter()
+        .zip(applied)
+        .filter_map(|(r, &ok)| ok.then_some(*r))
+        .collect()
+}
+
+/// A blob an end writes (or replaces).
+#[derive(Debug, Clone)]
+pub(crate) struct BlobRow<'a> {
+    /// Owner session.
+    pub session_id: &'a str,
+    /// Its path.
+    pub path: String,
+    /// The run it belongs to.
+    pub run_id: &'a str,
+    /// The bytes.
+    pub content: Cow<'a, [u8]>,
+    /// Whether the content was cut at its cap.
+    pub truncated: bool,
+}
+
+/// A final state's log when its record brought none: the log written so far is kept, else an
+/// empty one is written.
+#[derive(Debug, Clone)]
+pub(crate) struct EmptyLog<'a> {
+    /// Owner session.
+    pub session_id: &'a str,
+    /// The log's path.
+    pub path: String,
+    /// The run.
+    pub run_id: &'a str,
+}
+
+/// The blobs and messages of the ends that applied, in record order: per record its log
+/// (or an [`EmptyLog`] for a final state without one), its result (a final state without
+/// one gets `{"status", "error"}`), its extra blobs; and its message, with its `data` as
+/// JSON text (encoded here when the record did not bring it encoded).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Artifacts<'a> {
+    /// Blobs to write, in order (a path given twice keeps its last content).
+    pub blobs: Vec<BlobRow<'a>>,
+    /// Logs to keep or create empty.
+    pub empty_logs: Vec<EmptyLog<'a>>,
+    /// Messages with their encoded `data`, in order (their ids follow it).
+    pub messages: Vec<(&'a NewMessage, Cow<'a, str>)>,
+}
+
+impl<'a> Artifacts<'a> {
+    /// What `records` (ends that applied) write besides their state change.
+    pub fn of(records: &[&'a FinishRecord]) -> Artifacts<'a> {
+        let mut out = Artifacts::default();
+        for r in records {
+            out.add(r);
+        }
+        out
+    }
+
+    fn add(&mut self, r: &'a FinishRecord) {
+        let blob = |path: String, content: Cow<'a, [u8]>, truncated: bool| BlobRow {
+            session_id: &r.session_id,
+            path,
+            run_id: &r.id,
+            content,
+            truncated,
+        };
+        let is_final = matches!(r.outcome, Outcome::Final(_));
+        if let Some((log, cut)) = &r.log {
+            self.blobs
+                .push(blob(log_path(&r.id), Cow::Borrowed(log), *cut));
+        } else if is_final {
+            self.empty_logs.push(EmptyLog {
+                session_id: &r.session_id,
+                path: log_path(&r.id),
+                run_id: &r.id,
+            });
+        }
+        let result = match (&r.outcome, &r.result) {
+            (_, Some(res)) => Some(Cow::Borrowed(res.as_slice())),
+            (Outcome::Final(s), None) => Some(Cow::Owned(
+                serde_json::json!({"status": s.as_str(), "error": r.error})
+                    .to_string()
+                    .into_bytes(),
+            )),
+            _ => None,
+        };
+        if let Some(res) = result {
+            self.blobs.push(blob(result_path(&r.id), res, false));
+        }
+        for (path, content) in &r.extra_blobs {
+            self.blobs
+                .push(blob(path.clone(), Cow::Borrowed(content.as_slice()), false));
+        }
+        if let Some(m) = &r.message {
+            let data = match &r.message_data {
+                Some(d) => Cow::Borrowed(d.as_str()),
+                None => Cow::Owned(m.data.to_string()),
+            };
+            self.messages.push((m, data));
+        }
+    }
+
+    /// The messages as the inbox writers take them.
+    pub fn message_refs(&self) -> Vec<(&NewMessage, &str)> {
+        self.messages
+            .iter()
+            .map(|(m, d)| (*m, d.as_ref()))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::TimeZone;
+
+    fn record(outcome: Outcome) -> FinishRecord {
+        FinishRecord {
+            id: "r1".into(),
+            session_id: "s".into(),
+            attempt: 1,
+            fence: crate::run::Fence::Lease("t".into()),
+            outcome,
+            error: Some("boom".into()),
+            internal_error: None,
+            error_entry: None,
+            status_text: None,
+            progress: None,
+            output_tail: None,
+            log: None,
+            result: None,
+            extra_blobs: vec![("/x".into(), b"x".to_vec())],
+            message: None,
+            message_data: None,
+            approval: None,
+        }
+    }
+
+    #[test]
+    fn a_final_end_without_log_or_result_keeps_the_log_and_gets_a_status_result() {
+        let r = record(Outcome::Final(RunState::Failed));
+        let a = Artifacts::of(&[&r]);
+        assert_eq!(a.empty_logs.len(), 1);
+        assert_eq!(a.empty_logs[0].path, "/.background/r1/output.log");
+        let paths: Vec<&str> = a.blobs.iter().map(|b| b.path.as_str()).collect();
+        assert_eq!(paths, ["/.background/r1/result.json", "/x"]);
+        assert_eq!(
+            &*a.blobs[0].content,
+            br#"{"error":"boom","status":"failed"}"#
+        );
+    }
+
+    #[test]
+    fn a_retry_writes_only_what_it_brought() {
+        let at = Utc.with_ymd_and_hms(2026, 1, 2, 3, 4, 5).unwrap();
+        let mut r = record(Outcome::Retry(at));
+        r.log = Some((b"log".to_vec(), true));
+        let a = Artifacts::of(&[&r]);
+        assert!(a.empty_logs.is_empty());
+        assert_eq!(a.blobs.len(), 2);
+        assert!(a.blobs[0].truncated);
+        let s = StateChange::of(&r, at);
+        assert_eq!((s.state, s.finished_at), ("queued", None));
+        assert_eq!(s.run_at.as_deref(), Some("2026-01-02T03:04:05.000Z"));
+        assert!(WaitingEnd::of(&r, RunState::Queued, at).is_err());
+    }
+}
