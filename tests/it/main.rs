@@ -15,6 +15,7 @@ macro_rules! sqlite_only {
 mod support;
 
 mod approvals;
+mod architecture;
 mod async_ops;
 mod async_tool;
 mod browser;
