@@ -55,6 +55,24 @@ async fn attempt_claim_never_claims_a_run_twice() {
     assert!(claim(&env, "wk_a", 5).await.is_empty());
 }
 
+/// Four workers claiming at once never share a run (on Postgres, four connections).
+#[tokio::test]
+async fn attempt_claim_never_claims_a_run_twice_when_workers_race() {
+    let env = TestEnv::new();
+    for _ in 0..20 {
+        queued(&env, "s1").await;
+    }
+    let (a, b, c, d) = tokio::join!(
+        claim(&env, "wk_a", 10),
+        claim(&env, "wk_b", 10),
+        claim(&env, "wk_c", 10),
+        claim(&env, "wk_d", 10),
+    );
+    let all: Vec<RunId> = [a, b, c, d].into_iter().flatten().map(|r| r.id).collect();
+    let distinct: BTreeSet<&RunId> = all.iter().collect();
+    assert_eq!((all.len(), distinct.len()), (20, 20));
+}
+
 #[tokio::test]
 async fn attempt_claim_honours_per_session_over_all_workers() {
     let env = TestEnv::new();

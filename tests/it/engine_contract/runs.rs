@@ -207,6 +207,27 @@ async fn run_insert_within_limit_counts_active_background_runs() {
         matches!(other, LimitedInsert::Inserted(Inserted::New(_))),
         "{other:?}"
     );
+    // The limit holds when inserts race (on Postgres, several connections).
+    let env = TestEnv::new();
+    let race = |run: NewRun| RunInsertLimited {
+        run,
+        except: None,
+        limit: Some(2),
+        now: now(&env),
+        approval: None,
+    };
+    let (a, b, c, d) = tokio::join!(
+        engine(&env).run_insert_within_limit(race(new_run(&env, "s1"))),
+        engine(&env).run_insert_within_limit(race(new_run(&env, "s1"))),
+        engine(&env).run_insert_within_limit(race(new_run(&env, "s1"))),
+        engine(&env).run_insert_within_limit(race(new_run(&env, "s1"))),
+    );
+    let inserted = [a, b, c, d]
+        .into_iter()
+        .filter(|got| matches!(got.as_ref().unwrap(), LimitedInsert::Inserted(_)))
+        .count();
+    assert_eq!(inserted, 2);
+    assert_eq!(engine(&env).run_count_unfinished().await.unwrap(), 2);
     // A delayed run does not count as active.
     let env = TestEnv::new();
     let mut later = new_run(&env, "s1");
@@ -694,12 +715,16 @@ async fn run_end_writes_state_blobs_and_one_message_once() {
         (still.state, still.finished_at),
         (RunState::Completed, done.finished_at)
     );
-    // Per record: a stale lease fails, a fresh one in the same call applies.
+    // A stale lease token does not apply.
     let other = running(&env, "s1", "wk_a").await;
     let mut stale = lease_end(&other, RunState::Completed);
     stale.fence = Fence::Lease("not-the-token".into());
-    let fresh = lease_end(&other, RunState::Completed);
-    assert_eq!(end(&env, vec![stale, fresh]).await, [false, true]);
+    assert_eq!(end(&env, vec![stale]).await, [false]);
+    assert_eq!(get(&env, &other.id).await.state, RunState::Running);
+    assert_eq!(
+        end(&env, vec![lease_end(&other, RunState::Completed)]).await,
+        [true]
+    );
     // A retry outcome re-queues it for later, without a final message.
     let third = running(&env, "s1", "wk_a").await;
     let mut retry = lease_end(&third, RunState::Failed);
@@ -717,6 +742,26 @@ async fn run_end_writes_state_blobs_and_one_message_once() {
             .await
             .unwrap()
             .is_empty()
+    );
+}
+
+/// "Per record all or nothing; returns which fences held": two records of one run in one
+/// call are judged each by its own fence, so only the one holding the lease writes its state
+/// and its message, and the call does not fail.
+#[tokio::test]
+async fn run_end_judges_each_record_by_its_own_fence() {
+    let env = TestEnv::new();
+    let run = running(&env, "s1", "wk_a").await;
+    let mut stale = lease_end(&run, RunState::Failed);
+    stale.fence = Fence::Lease("not-the-token".into());
+    let fresh = lease_end(&run, RunState::Completed);
+    let applied = engine(&env).run_end(vec![stale, fresh], now(&env)).await;
+    assert_eq!(applied.unwrap(), [false, true]);
+    assert_eq!(get(&env, &run.id).await.state, RunState::Completed);
+    let about = engine(&env).inbox_of_run(run.id.clone(), 10).await.unwrap();
+    assert_eq!(
+        about.iter().map(|m| m.kind.as_str()).collect::<Vec<_>>(),
+        ["completed"]
     );
 }
 

@@ -294,7 +294,22 @@ async fn schedule_claim_due_fires_a_tick_once() {
             .len(),
         1
     );
-    // The next tick fires once too.
+    // Two workers polling at once: one of them fires the next tick.
+    env.clock.advance(secs(60));
+    let (x, y) = tokio::join!(
+        engine(&env).schedule_claim_due(due(&env), no_gate()),
+        engine(&env).schedule_claim_due(due(&env), no_gate()),
+    );
+    assert_eq!(x.unwrap().runs.len() + y.unwrap().runs.len(), 1);
+    assert_eq!(
+        engine(&env)
+            .schedule_occurrences(id.clone(), 10)
+            .await
+            .unwrap()
+            .len(),
+        2
+    );
+    // And the tick after.
     env.clock.advance(secs(60));
     let third = engine(&env)
         .schedule_claim_due(due(&env), no_gate())
@@ -307,7 +322,7 @@ async fn schedule_claim_due_fires_a_tick_once() {
             .await
             .unwrap()
             .len(),
-        2
+        3
     );
 }
 
