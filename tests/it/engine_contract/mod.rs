@@ -25,268 +25,85 @@ use toolq::{Delivery, Run, RunId, RunState};
 use crate::support::TestEnv;
 
 /// Each operation of `trait Engine` and the test (`file::name`) that holds it to its contract.
+#[rustfmt::skip]
 const COVERED: &[(&str, &str)] = &[
     // runs
-    (
-        "run_insert",
-        "runs::run_insert_is_all_or_none_and_a_known_key_returns_its_run",
-    ),
-    (
-        "run_insert",
-        "runs::run_insert_with_approval_stores_it_awaiting_with_its_request",
-    ),
-    (
-        "run_insert",
-        "runs::run_insert_with_unique_returns_the_matching_run",
-    ),
-    (
-        "run_insert_within_limit",
-        "runs::run_insert_within_limit_counts_active_background_runs",
-    ),
-    (
-        "run_insert_preapproved",
-        "runs::run_insert_preapproved_queues_it_approved",
-    ),
-    (
-        "run_get",
-        "runs::run_get_and_run_list_read_newest_first_with_filters",
-    ),
-    (
-        "run_list",
-        "runs::run_get_and_run_list_read_newest_first_with_filters",
-    ),
-    (
-        "run_cancel_request",
-        "runs::run_cancel_request_sets_the_time_once_and_only_on_a_running_run",
-    ),
-    (
-        "run_retry",
-        "runs::run_retry_only_from_the_expected_final_state",
-    ),
-    (
-        "run_select",
-        "runs::run_select_pages_in_id_order_after_a_key",
-    ),
-    (
-        "run_count_where",
-        "runs::run_count_where_counts_the_matches",
-    ),
+    ("run_insert", "runs::run_insert_is_all_or_none_and_a_known_key_returns_its_run"),
+    ("run_insert", "runs::run_insert_with_approval_stores_it_awaiting_with_its_request"),
+    ("run_insert", "runs::run_insert_with_unique_returns_the_matching_run"),
+    ("run_insert_within_limit", "runs::run_insert_within_limit_counts_active_background_runs"),
+    ("run_insert_preapproved", "runs::run_insert_preapproved_queues_it_approved"),
+    ("run_get", "runs::run_get_and_run_list_read_newest_first_with_filters"),
+    ("run_list", "runs::run_get_and_run_list_read_newest_first_with_filters"),
+    ("run_cancel_request", "runs::run_cancel_request_sets_the_time_once_and_only_on_a_running_run"),
+    ("run_retry", "runs::run_retry_only_from_the_expected_final_state"),
+    ("run_select", "runs::run_select_pages_in_id_order_after_a_key"),
+    ("run_count_where", "runs::run_count_where_counts_the_matches"),
     ("run_page", "runs::run_page_pages_newest_first_before_a_key"),
-    (
-        "run_finished_buckets",
-        "runs::run_finished_buckets_counts_per_state_and_bucket",
-    ),
-    (
-        "run_cancel_many",
-        "runs::run_cancel_many_ends_waiting_runs_and_asks_running_ones_to_stop",
-    ),
-    (
-        "run_retry_many",
-        "runs::run_retry_many_applies_only_to_runs_still_in_their_read_state",
-    ),
-    (
-        "run_approve",
-        "runs::run_approve_only_from_awaiting_and_keeps_a_delay",
-    ),
-    (
-        "run_list_overdue_approvals",
-        "runs::run_list_overdue_approvals_oldest_deadline_first",
-    ),
-    (
-        "run_end",
-        "runs::run_end_writes_state_blobs_and_one_message_once",
-    ),
-    (
-        "run_pending",
-        "runs::run_pending_counts_due_runs_and_queued_retries_of_the_tools",
-    ),
-    (
-        "run_next_due",
-        "runs::run_next_due_is_the_earliest_later_run_at_of_the_tools",
-    ),
-    (
-        "run_count_unfinished",
-        "runs::run_count_unfinished_counts_queued_awaiting_and_running",
-    ),
-    // attempts
-    (
-        "attempt_claim",
-        "attempts::attempt_claim_never_claims_a_run_twice",
-    ),
-    (
-        "attempt_claim",
-        "attempts::attempt_claim_honours_per_session_over_all_workers",
-    ),
-    (
-        "attempt_claim",
-        "attempts::attempt_claim_takes_priority_first_and_honours_max_running",
-    ),
-    (
-        "attempt_settle",
-        "attempts::attempt_settle_ends_releases_and_claims_fenced",
-    ),
-    (
-        "attempt_heartbeat",
-        "attempts::attempt_heartbeat_extends_only_held_leases",
-    ),
-    (
-        "attempt_flush",
-        "attempts::attempt_flush_writes_only_under_the_lease",
-    ),
-    (
-        "attempt_rescue",
-        "attempts::attempt_rescue_takes_back_runs_of_dead_owners_once",
-    ),
-    (
-        "attempt_rescue",
-        "attempts::attempt_rescue_takes_back_expired_leases_unless_told_not_to",
-    ),
+    ("run_finished_buckets", "runs::run_finished_buckets_counts_per_state_and_bucket"),
+    ("run_cancel_many", "runs::run_cancel_many_ends_waiting_runs_and_asks_running_ones_to_stop"),
+    ("run_retry_many", "runs::run_retry_many_applies_only_to_runs_still_in_their_read_state"),
+    ("run_approve", "runs::run_approve_only_from_awaiting_and_keeps_a_delay"),
+    ("run_list_overdue_approvals", "runs::run_list_overdue_approvals_oldest_deadline_first"),
+    ("run_end", "runs::run_end_writes_state_blobs_and_one_message_once"),
+    ("run_end", "runs::run_end_judges_each_record_by_its_own_fence"),
+    ("run_pending", "runs::run_pending_counts_due_runs_and_queued_retries_of_the_tools"),
+    ("run_next_due", "runs::run_next_due_is_the_earliest_later_run_at_of_the_tools"),
+    ("run_count_unfinished", "runs::run_count_unfinished_counts_queued_awaiting_and_running"),
+    // attempts (a worker's leases)
+    ("attempt_claim", "attempts::attempt_claim_never_claims_a_run_twice"),
+    ("attempt_claim", "attempts::attempt_claim_never_claims_a_run_twice_when_workers_race"),
+    ("attempt_claim", "attempts::attempt_claim_honours_per_session_over_all_workers"),
+    ("attempt_claim", "attempts::attempt_claim_takes_priority_first_and_honours_max_running"),
+    ("attempt_settle", "attempts::attempt_settle_ends_releases_and_claims_fenced"),
+    ("attempt_heartbeat", "attempts::attempt_heartbeat_extends_only_held_leases"),
+    ("attempt_flush", "attempts::attempt_flush_writes_only_under_the_lease"),
+    ("attempt_rescue", "attempts::attempt_rescue_takes_back_runs_of_dead_owners_once"),
+    ("attempt_rescue", "attempts::attempt_rescue_takes_back_expired_leases_unless_told_not_to"),
     // flow control
-    (
-        "pause_set",
-        "flow::pause_set_keeps_an_existing_pause_and_claims_skip_it",
-    ),
-    (
-        "pause_clear",
-        "flow::pause_clear_returns_the_pause_it_lifted",
-    ),
+    ("pause_set", "flow::pause_set_keeps_an_existing_pause_and_claims_skip_it"),
+    ("pause_clear", "flow::pause_clear_returns_the_pause_it_lifted"),
     ("pause_list", "flow::pause_list_is_oldest_first"),
-    (
-        "limit_room",
-        "flow::a_rate_limits_claims_and_the_limit_reads_agree",
-    ),
-    (
-        "limit_next_open",
-        "flow::a_rate_limits_claims_and_the_limit_reads_agree",
-    ),
-    (
-        "limit_running",
-        "flow::a_rate_limits_claims_and_the_limit_reads_agree",
-    ),
+    ("limit_room", "flow::a_rate_limits_claims_and_the_limit_reads_agree"),
+    ("limit_next_open", "flow::a_rate_limits_claims_and_the_limit_reads_agree"),
+    ("limit_running", "flow::a_rate_limits_claims_and_the_limit_reads_agree"),
     // workers, inbox, blobs
-    (
-        "worker_register",
-        "workers::worker_rows_register_list_and_deregister",
-    ),
-    (
-        "worker_deregister",
-        "workers::worker_rows_register_list_and_deregister",
-    ),
-    (
-        "worker_deregister",
-        "workers::worker_deregister_keeps_a_reason_already_set",
-    ),
-    (
-        "worker_list",
-        "workers::worker_rows_register_list_and_deregister",
-    ),
-    (
-        "worker_overview",
-        "workers::worker_overview_reads_workers_queue_and_schedules",
-    ),
-    (
-        "inbox_list",
-        "workers::inbox_list_filters_after_an_id_and_unacked",
-    ),
-    (
-        "inbox_page",
-        "workers::inbox_page_is_newest_first_before_or_after_an_id",
-    ),
+    ("worker_register", "workers::worker_rows_register_list_and_deregister"),
+    ("worker_deregister", "workers::worker_rows_register_list_and_deregister"),
+    ("worker_deregister", "workers::worker_deregister_keeps_a_reason_already_set"),
+    ("worker_list", "workers::worker_rows_register_list_and_deregister"),
+    ("worker_overview", "workers::worker_overview_reads_workers_queue_and_schedules"),
+    ("inbox_list", "workers::inbox_list_filters_after_an_id_and_unacked"),
+    ("inbox_page", "workers::inbox_page_is_newest_first_before_or_after_an_id"),
     ("inbox_of_run", "workers::inbox_of_run_is_oldest_first"),
-    (
-        "inbox_deliverable",
-        "workers::inbox_deliverable_returns_the_sessions_unacked_of_the_modes",
-    ),
-    (
-        "inbox_mark",
-        "workers::inbox_mark_touches_only_the_sessions_own_messages",
-    ),
-    (
-        "blob_get",
-        "workers::blob_get_returns_the_bytes_and_truncated_flag_of_the_session",
-    ),
+    ("inbox_deliverable", "workers::inbox_deliverable_returns_the_sessions_unacked_of_the_modes"),
+    ("inbox_mark", "workers::inbox_mark_touches_only_the_sessions_own_messages"),
+    ("blob_get", "workers::blob_get_returns_the_bytes_and_truncated_flag_of_the_session"),
     // schedules
-    (
-        "schedule_insert_within_limit",
-        "schedules::schedule_insert_within_limit_holds_the_session_limit",
-    ),
-    (
-        "schedule_get",
-        "schedules::schedule_reads_get_list_and_occurrences",
-    ),
-    (
-        "schedule_list",
-        "schedules::schedule_reads_get_list_and_occurrences",
-    ),
-    (
-        "schedule_occurrences",
-        "schedules::schedule_reads_get_list_and_occurrences",
-    ),
-    (
-        "schedule_cancel",
-        "schedules::schedule_cancel_only_an_enabled_schedule",
-    ),
-    (
-        "schedule_enable_within_limit",
-        "schedules::schedule_enable_within_limit_holds_the_session_limit",
-    ),
-    (
-        "schedule_next_due",
-        "schedules::schedule_next_due_is_the_earliest_enabled_tick",
-    ),
-    (
-        "schedule_claim_due",
-        "schedules::schedule_claim_due_fires_a_tick_once",
-    ),
-    (
-        "schedule_claim_due",
-        "schedules::schedule_claim_due_records_a_paused_tick_and_gates_runs",
-    ),
+    ("schedule_insert_within_limit", "schedules::schedule_insert_within_limit_holds_the_session_limit"),
+    ("schedule_get", "schedules::schedule_reads_get_list_and_occurrences"),
+    ("schedule_list", "schedules::schedule_reads_get_list_and_occurrences"),
+    ("schedule_occurrences", "schedules::schedule_reads_get_list_and_occurrences"),
+    ("schedule_cancel", "schedules::schedule_cancel_only_an_enabled_schedule"),
+    ("schedule_enable_within_limit", "schedules::schedule_enable_within_limit_holds_the_session_limit"),
+    ("schedule_next_due", "schedules::schedule_next_due_is_the_earliest_enabled_tick"),
+    ("schedule_claim_due", "schedules::schedule_claim_due_fires_a_tick_once"),
+    ("schedule_claim_due", "schedules::schedule_claim_due_records_a_paused_tick_and_gates_runs"),
     // retention, observation, upkeep
-    (
-        "prune_count",
-        "observe::prune_removes_only_old_finished_runs_and_what_belongs_to_them",
-    ),
-    (
-        "prune_batch",
-        "observe::prune_removes_only_old_finished_runs_and_what_belongs_to_them",
-    ),
-    (
-        "stats_read",
-        "observe::stats_and_gauges_count_runs_by_state",
-    ),
-    (
-        "gauges_read",
-        "observe::stats_and_gauges_count_runs_by_state",
-    ),
+    ("prune_count", "observe::prune_removes_only_old_finished_runs_and_what_belongs_to_them"),
+    ("prune_batch", "observe::prune_removes_only_old_finished_runs_and_what_belongs_to_them"),
+    ("stats_read", "observe::stats_and_gauges_count_runs_by_state"),
+    ("gauges_read", "observe::stats_and_gauges_count_runs_by_state"),
     ("check", "observe::check_finds_nothing_on_healthy_data"),
-    (
-        "info",
-        "observe::info_and_process_counters_describe_the_engine",
-    ),
-    (
-        "location",
-        "observe::info_and_process_counters_describe_the_engine",
-    ),
-    (
-        "size_bytes",
-        "observe::info_and_process_counters_describe_the_engine",
-    ),
-    (
-        "busy_retries",
-        "observe::info_and_process_counters_describe_the_engine",
-    ),
-    (
-        "write_stats",
-        "observe::info_and_process_counters_describe_the_engine",
-    ),
+    ("info", "observe::info_and_process_counters_describe_the_engine"),
+    ("location", "observe::info_and_process_counters_describe_the_engine"),
+    ("size_bytes", "observe::info_and_process_counters_describe_the_engine"),
+    ("busy_retries", "observe::info_and_process_counters_describe_the_engine"),
+    ("write_stats", "observe::info_and_process_counters_describe_the_engine"),
     ("wal_health", "observe::upkeep_reports_the_log_or_zeros"),
     ("wal_bytes", "observe::upkeep_reports_the_log_or_zeros"),
     ("checkpoint", "observe::upkeep_reports_the_log_or_zeros"),
-    (
-        "change_feed",
-        "observe::change_feed_calls_back_after_another_connection_commits",
-    ),
+    ("change_feed", "observe::change_feed_calls_back_after_another_connection_commits"),
 ];
 
 #[test]
