@@ -70,6 +70,22 @@ async fn prune_removes_only_old_finished_runs_and_what_belongs_to_them() {
         .worker_deregister("wk_old".into(), now(&env), 0)
         .await
         .unwrap();
+    // Two old ticks of a schedule: the older ledger row goes, the latest stays.
+    let schedule = super::schedules::insert_schedule(&env, "s2", now(&env)).await;
+    for _ in 0..2 {
+        let due = toolq::store::ClaimDue {
+            now: now(&env),
+            limit: 10,
+            late_after: secs(30),
+            catchup_spacing: secs(1),
+        };
+        let report = engine(&env)
+            .schedule_claim_due(due, Arc::new(|_, _| None))
+            .await
+            .unwrap();
+        assert_eq!(report.runs.len(), 1);
+        env.clock.advance(secs(60));
+    }
     env.clock.advance(secs(10 * 86_400));
     // New: a recent finished run and a live worker.
     let recent = cancelled(&env, "s1").await;
@@ -79,7 +95,8 @@ async fn prune_removes_only_old_finished_runs_and_what_belongs_to_them() {
         .unwrap();
     let cut = cutoffs(now(&env) - secs(86_400));
     let counted = engine(&env).prune_count(cut.clone()).await.unwrap();
-    assert_eq!((counted.runs, counted.workers), (1, 1), "{counted:?}");
+    let counts = (counted.runs, counted.workers, counted.occurrences);
+    assert_eq!(counts, (1, 1, 1), "{counted:?}");
     assert!(counted.blobs >= 2 && counted.inbox >= 1, "{counted:?}");
     let removed = prune(&env, &cut).await;
     assert_eq!(
@@ -122,6 +139,12 @@ async fn prune_removes_only_old_finished_runs_and_what_belongs_to_them() {
         workers.iter().map(|w| w.id.as_str()).collect::<Vec<_>>(),
         ["wk_live"]
     );
+    let ledger = engine(&env)
+        .schedule_occurrences(schedule, 10)
+        .await
+        .unwrap();
+    assert_eq!(ledger.len(), 1, "each schedule keeps its latest occurrence");
+    assert_eq!(ledger[0].fire_at, now(&env) - secs(10 * 86_400 + 60));
     assert_eq!(prune(&env, &cut).await.total(), 0, "nothing left to prune");
 }
 

@@ -278,6 +278,9 @@ async fn inbox_deliverable_returns_the_sessions_unacked_of_the_modes() {
             .unwrap()
             .is_empty()
     );
+    // It only reads: the silent message stays unacknowledged until the host marks it.
+    let all = messages(&env, "s1").await;
+    assert_eq!(all.iter().filter(|m| m.acked_at.is_none()).count(), 3);
 }
 
 #[tokio::test]
