@@ -336,7 +336,7 @@ fn deepest_file(sources: &BTreeMap<Module, (String, String)>, target: &[String])
 /// (flattened), each inline `crate::…` path and each inline `super::…` path. Tests and `//`
 /// comments are left out first.
 fn referenced_paths(text: &str) -> Vec<Vec<String>> {
-    let code = strip_comments(without_tests(text));
+    let code = strip_comments(&without_tests(text));
     let chars: Vec<char> = code.chars().collect();
     let mut paths = Vec::new();
     for statement in use_statements(&chars) {
@@ -347,8 +347,23 @@ fn referenced_paths(text: &str) -> Vec<Vec<String>> {
     paths
 }
 
-/// The text before the first `#[cfg(test)]` that opens an inline `mod name {`.
-fn without_tests(text: &str) -> &str {
+/// The text without its `#[cfg(test)] mod name { … }` blocks, each cut to its closing brace
+/// (code after a test module still counts).
+fn without_tests(text: &str) -> String {
+    let mut out = String::new();
+    let mut rest = text;
+    while let Some((start, body)) = test_module(rest) {
+        out.push_str(&rest[..start]);
+        rest = &rest[body..];
+        rest = &rest[block_end(rest)..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// Where the first `#[cfg(test)]` that opens an inline `mod name {` starts, and the byte just
+/// after its `{`.
+fn test_module(text: &str) -> Option<(usize, usize)> {
     let marker = "#[cfg(test)]";
     let mut from = 0;
     while let Some(found) = text[from..].find(marker) {
@@ -361,13 +376,82 @@ fn without_tests(text: &str) -> &str {
             let name_len = after_ws
                 .find(|c: char| !is_word(c))
                 .unwrap_or(after_ws.len());
-            if name_len > 0 && after_ws[name_len..].trim_start().starts_with('{') {
-                return &text[..start];
+            let after_name = after_ws[name_len..].trim_start();
+            if name_len > 0 && after_name.starts_with('{') {
+                return Some((start, text.len() - after_name.len() + 1));
             }
         }
         from = start + marker.len();
     }
-    text
+    None
+}
+
+/// The byte just after the `}` that closes a block opened just before `text` (the end of
+/// `text` if it never closes). Braces in strings, character literals and comments do not
+/// count.
+fn block_end(text: &str) -> usize {
+    let b = text.as_bytes();
+    let find = |from: usize, what: &str| text[from.min(b.len())..].find(what).map(|at| from + at);
+    let mut depth = 1;
+    let mut i = 0;
+    while i < b.len() {
+        i = match b[i] {
+            b'{' => {
+                depth += 1;
+                i + 1
+            }
+            b'}' if depth == 1 => return i + 1,
+            b'}' => {
+                depth -= 1;
+                i + 1
+            }
+            b'/' if b.get(i + 1) == Some(&b'/') => find(i, "\n").unwrap_or(b.len()),
+            b'/' if b.get(i + 1) == Some(&b'*') => find(i + 2, "*/").map_or(b.len(), |e| e + 2),
+            b'"' => string_end(b, i + 1),
+            b'r' if i == 0 || !is_word(char::from(b[i - 1])) || b[i - 1] == b'b' => {
+                let hashes = b[i + 1..].iter().take_while(|&&c| c == b'#').count();
+                if b.get(i + 1 + hashes) == Some(&b'"') {
+                    let close = format!("\"{}", "#".repeat(hashes));
+                    find(i + 2 + hashes, &close).map_or(b.len(), |e| e + close.len())
+                } else {
+                    i + 1
+                }
+            }
+            b'\'' => char_end(text, i),
+            _ => i + 1,
+        };
+    }
+    b.len()
+}
+
+/// The byte after the `"` that ends a string whose text starts at `from`.
+fn string_end(b: &[u8], from: usize) -> usize {
+    let mut i = from;
+    while i < b.len() {
+        match b[i] {
+            b'\\' => i += 2,
+            b'"' => return i + 1,
+            _ => i += 1,
+        }
+    }
+    b.len()
+}
+
+/// The byte after a character literal that starts at `at` (`'{'`, `'\''`), or just after the
+/// quote when it opens a lifetime (`'a`).
+fn char_end(text: &str, at: usize) -> usize {
+    let rest = &text[at + 1..];
+    if let Some(escaped) = rest.strip_prefix('\\') {
+        // The escape's first character, then up to the closing quote.
+        let skip = escaped.chars().next().map_or(0, char::len_utf8);
+        return escaped[skip..]
+            .find('\'')
+            .map_or(text.len(), |e| at + 2 + skip + e + 1);
+    }
+    match rest.chars().next() {
+        Some(c) if rest[c.len_utf8()..].starts_with('\'') => at + 1 + c.len_utf8() + 1,
+        _ => at + 1,
+    }
 }
 
 /// The text with every `//` to the end of its line removed (in strings too; a `use` inside a
@@ -517,7 +601,10 @@ fn the_parser_reads_nested_multi_line_and_inline_paths_and_skips_comments() {
                 // use crate::commented::out;\n\
                 fn call() { crate::x::y(1); let _ = super::w::v::<u8>(); } // crate::late\n\
                 /// See [`crate::doc`].\n\
-                #[cfg(test)]\nmod tests {\n    use crate::only_in_tests;\n}\n";
+                #[cfg(test)]\nmod tests {\n    use crate::only_in_tests;\n    \
+                const B: &str = \"}\"; const O: char = '{'; const Q: char = '\\''; \
+                const R: &str = r#\"}\"#; fn f<'a>(x: &'a str) -> &'a str { x } // }\n}\n\
+                fn after_tests() { crate::after::tests(); }\n";
     let paths: BTreeSet<String> = referenced_paths(text)
         .iter()
         .map(|p| p.join("::"))
@@ -529,6 +616,7 @@ fn the_parser_reads_nested_multi_line_and_inline_paths_and_skips_comments() {
         "crate::f::g",
         "crate::h::i",
         "crate::x::y",
+        "crate::after::tests",
         "super::super::x",
         "super::y",
         "super::z::*",
