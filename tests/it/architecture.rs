@@ -5,9 +5,10 @@
 //! every path a file names through `use crate::…`, `use super::…` or `use self::…`, and every
 //! inline `crate::…` or `super::…` path, resolved to the deepest file that exists. A module's
 //! paths into its own submodules are containment, not edges, so `self::…` and a parent's
-//! `child::…` paths never count. A file's `#[cfg(test)] mod … { … }` (and everything after it)
-//! and its `//` comments are left out. The lead's measuring script builds the same graph; keep
-//! the two in step.
+//! `child::…` paths never count. A file's `#[cfg(test)] mod … { … }` blocks and its `//`
+//! comments are left out (the text of strings is not, so a `crate::x` in a string counts). The
+//! lead's measuring script builds the same graph (it cuts a file at its first test module,
+//! which gives the same edges today); keep the two in step.
 //!
 //! No engine is needed: this reads source text only, once, in `tests/it`.
 
