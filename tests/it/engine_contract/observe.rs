@@ -151,8 +151,26 @@ async fn prune_removes_only_old_finished_runs_and_what_belongs_to_them() {
 #[tokio::test]
 async fn stats_and_gauges_count_runs_by_state() {
     let env = TestEnv::new();
+    // Busy retries come from heartbeats and the deregistration.
     engine(&env)
         .worker_register(worker_row(&env, "wk_a", "h1"))
+        .await
+        .unwrap();
+    let beat = toolq::store::Heartbeat {
+        worker: "wk_a".into(),
+        held: Vec::new(),
+        now: now(&env),
+        until: now(&env) + secs(30),
+        last_poll: None,
+        busy_retries: 2,
+    };
+    engine(&env).attempt_heartbeat(beat).await.unwrap();
+    engine(&env)
+        .worker_register(worker_row(&env, "wk_gone", "h1"))
+        .await
+        .unwrap();
+    engine(&env)
+        .worker_deregister("wk_gone".into(), now(&env), 5)
         .await
         .unwrap();
     running(&env, "s1", "wk_a").await;
@@ -171,6 +189,10 @@ async fn stats_and_gauges_count_runs_by_state() {
     let stats = engine(&env).stats_read(now(&env)).await.unwrap();
     assert_eq!(sorted(stats.by_state), want);
     assert_eq!(stats.live_workers, 1);
+    assert_eq!(
+        stats.busy_retries, 7,
+        "summed over every worker row, stopped ones too"
+    );
     assert!(stats.oldest_queued.is_some());
     let gauges = engine(&env).gauges_read(now(&env)).await.unwrap();
     let by_state: Vec<(String, i64)> = sorted(gauges.by_state)

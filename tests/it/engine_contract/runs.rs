@@ -175,6 +175,25 @@ async fn run_insert_within_limit_counts_active_background_runs() {
         "{got:?}"
     );
     assert!(get(&env, &first_id).await.background);
+    // With a host's approval, the run is recorded approved before it is queued.
+    let mut asked = new_run(&env, "s3");
+    asked.approval = Some(approval(&asked, None));
+    let asked_id = asked.id.clone();
+    let p = RunInsertLimited {
+        approval: Some(RunApprove {
+            id: asked_id.clone(),
+            by: "host".into(),
+            note: None,
+            now: now(&env),
+        }),
+        ..limited(asked, None)
+    };
+    engine(&env).run_insert_within_limit(p).await.unwrap();
+    let asked = get(&env, &asked_id).await;
+    assert_eq!(
+        (asked.state, asked.approval_by.as_deref()),
+        (RunState::Queued, Some("host"))
+    );
     // The session's one slot is taken ...
     let second = new_run(&env, "s1");
     let second_id = second.id.clone();
