@@ -15,6 +15,7 @@ macro_rules! sqlite_only {
 mod support;
 
 mod approvals;
+mod architecture;
 mod async_ops;
 mod async_tool;
 mod browser;
@@ -30,6 +31,7 @@ mod custom_cli;
 mod db_locations;
 mod deploy;
 mod ends;
+mod engine_contract;
 mod enqueue;
 mod examples;
 mod executor;

@@ -63,6 +63,8 @@ mod cli_tools;
 mod crash;
 #[path = "../it/ends.rs"]
 mod ends;
+#[path = "../it/engine_contract/mod.rs"]
+mod engine_contract;
 #[path = "../it/enqueue.rs"]
 mod enqueue;
 #[path = "../it/examples.rs"]
