@@ -32,10 +32,10 @@ const FINISH_MANY: &str = "UPDATE runs r SET state = u.state, run_at = coalesce(
     lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL \
     FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], \
         $7::text[], $8::text[], $9::text[], $10::text[], $11::text[], $12::text[], $13::bigint[], \
-        $14::text[]) AS u(state, run_at, finished_at, error, internal_error, entry, status_text, \
-        progress, output_tail, approval, deadline, id, attempt, token) \
+        $14::text[]) WITH ORDINALITY AS u(state, run_at, finished_at, error, internal_error, entry, \
+        status_text, progress, output_tail, approval, deadline, id, attempt, token, n) \
     WHERE r.id = u.id AND r.state = 'running' AND r.attempt = u.attempt AND r.lease_token = u.token \
-    RETURNING r.id, r.tool";
+    RETURNING r.id, r.tool, u.n";
 
 /// The end of a run that is not running, fenced by (id, state, attempt); counts as attempt + 1.
 /// Cancelling a run that awaits approval is no decision: its pending approval is cleared (not
@@ -89,9 +89,13 @@ async fn apply_states<C: GenericClient>(
         .collect();
     let mut tools = HashMap::new();
     if !leased.is_empty() {
-        tools = finish_many(c, leased.iter().map(|&i| records[i]), now).await?;
-        for &i in &leased {
-            applied[i] = tools.contains_key(&records[i].id);
+        // Judged per record (its place in the batch), not per run: two ends of one run in a
+        // batch, one of them stale, must not both count as applied.
+        for (n, id, tool) in finish_many(c, leased.iter().map(|&i| records[i]), now).await? {
+            if let Some(&i) = leased.get(n) {
+                applied[i] = true;
+            }
+            tools.insert(id, tool);
         }
     }
     for (i, r) in records.iter().enumerate() {
@@ -136,11 +140,13 @@ impl FinishColumns {
     }
 }
 
+/// Ends running attempts in one statement; per end that applied: its place among `records`
+/// (0-based), its run id and tool.
 async fn finish_many<'a, C: GenericClient>(
     c: &C,
     records: impl Iterator<Item = &'a FinishRecord>,
     now: DateTime<Utc>,
-) -> Result<HashMap<String, String>, StoreError> {
+) -> Result<Vec<(usize, String, String)>, StoreError> {
     let mut cols = FinishColumns::default();
     for r in records {
         if let Fence::Lease(token) = &r.fence {
@@ -152,7 +158,10 @@ async fn finish_many<'a, C: GenericClient>(
     params.push(&cols.tokens);
     let rows = query(c, FINISH_MANY, &params, "finish runs").await?;
     rows.iter()
-        .map(|r| Ok((get::<String>(r, 0)?, get::<String>(r, 1)?)))
+        .map(|r| {
+            let n = usize::try_from(get::<i64>(r, 2)? - 1).unwrap_or(usize::MAX);
+            Ok((n, get::<String>(r, 0)?, get::<String>(r, 1)?))
+        })
         .collect()
 }
 
