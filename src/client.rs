@@ -36,7 +36,9 @@ use crate::inbox::{InboxFilter, Message};
 use crate::run::FinishRecord;
 use crate::run::{Delivery, NewRun, Run, RunState, Unique, UniqueCheck, unique_key};
 use crate::run::{Inserted, ListFilter};
-use crate::store::{Engine, InboxMark, OpenMode, RunRetry, Store};
+use crate::store::postgres::PgStore;
+use crate::store::sqlite::Store;
+use crate::store::{Engine, InboxMark, OpenMode, RunRetry};
 use crate::tool::Registry;
 use crate::worker::finish::{WaitingEnd, decide_waiting};
 
@@ -211,7 +213,7 @@ impl Client {
             crate::db_url::is_postgres(&config.db_path).then(|| config.db_path.clone())
         });
         let (engine, store): (Arc<dyn Engine>, Option<Store>) = match &url {
-            Some(url) => (Arc::new(crate::store::PgStore::open(url, mode)?), None),
+            Some(url) => (Arc::new(PgStore::open(url, mode)?), None),
             None => {
                 // Config::from_layers refuses these too; a library caller's Config is not
                 // validated there.

@@ -22,12 +22,6 @@ pub type EngineResult<T> = Result<T, StoreError>;
 /// Decides how a rescued run's attempt ends (pure; called inside the rescue transaction).
 pub type DecideRescue = Arc<dyn Fn(&Run, RescueReason) -> FinishRecord + Send + Sync>;
 
-/// Whether a run about to be created (with its arguments as given) waits for approval, and
-/// what it is stored with then (pure; called inside a schedule claim's transaction for each
-/// run a fire makes). The creating process's rules: [`crate::approval::pending_for`].
-pub type GateRun =
-    Arc<dyn Fn(&NewRun, &serde_json::Value) -> Option<crate::run::PendingApproval> + Send + Sync>;
-
 /// Called by a change feed when another connection or process may have committed.
 pub type OnChange = Arc<dyn Fn() + Send + Sync>;
 

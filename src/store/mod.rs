@@ -1,8 +1,9 @@
 //! The store: every SQL statement lives under this module. Two engines fill the contract
 //! ([`Engine`]): SQLite ([`sqlite`], the default, one file) and Postgres ([`postgres`], a
-//! server many hosts share). SQLite's items are re-exported here while callers move to the
-//! engine contract.
+//! server many hosts share). Callers name an engine by its path (`store::sqlite::Store`,
+//! `store::postgres::PgStore`); this module re-exports only the contract.
 
+pub mod codec;
 pub mod engine;
 mod keys;
 mod pick;
@@ -11,6 +12,4 @@ pub mod sqlite;
 mod types;
 
 pub use engine::*;
-pub use postgres::PgStore;
-pub use sqlite::*;
 pub use types::*;
