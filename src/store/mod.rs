@@ -5,9 +5,11 @@
 
 pub mod codec;
 pub mod engine;
+pub(crate) mod fire_ledger;
 mod keys;
 mod pick;
 pub mod postgres;
+pub(crate) mod prune;
 pub mod sqlite;
 mod types;
 

@@ -18,6 +18,7 @@ use crate::inbox::{InboxFilter, InboxPage, Message};
 use crate::run::{Blob, FinishRecord, Inserted, ListFilter, NewRun, Run, RunFilter};
 use crate::schedule::model::{NewSchedule, Occurrence, Schedule};
 use crate::store::engine::*;
+use crate::store::prune::TableStep;
 use crate::store::types::*;
 
 fn claim_params(c: &Claim) -> claim::ClaimParams<'_> {
@@ -483,20 +484,9 @@ impl Engine for Store {
             // A busy retry re-runs this closure: start from the same cursor.
             let mut cur = p.cursor.clone();
             let (c, batch) = (&p.cutoffs, p.batch);
-            let removed = match p.step {
-                PruneStep::Runs => retention::prune_runs_batch(tx, c, batch, &mut cur)?,
-                PruneStep::AckedInbox => Removed {
-                    inbox: retention::prune_acked_inbox_batch(tx, c, batch)?,
-                    ..Removed::default()
-                },
-                PruneStep::Occurrences => Removed {
-                    occurrences: retention::prune_occurrences_batch(tx, c, batch)?,
-                    ..Removed::default()
-                },
-                PruneStep::Workers => Removed {
-                    workers: retention::prune_workers_batch(tx, c, batch)?,
-                    ..Removed::default()
-                },
+            let removed = match TableStep::of(p.step) {
+                None => retention::prune_runs_batch(tx, c, batch, &mut cur)?,
+                Some(t) => t.removed(retention::prune_table_batch(tx, t, c, batch)?),
             };
             Ok((removed, cur))
         })

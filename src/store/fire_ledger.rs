@@ -1,0 +1,203 @@
+//! A schedule fire's bookkeeping, decided once for both engines: for one due schedule, which
+//! runs it inserts and which ledger rows it records, in what order, how the claim's report
+//! counts them, and how the schedule is advanced. An engine's `claim_due` only runs the
+//! queries: it reads the due schedules, asks [`FireLedger::of`], writes what the ledger lists
+//! ([`FireWrite`]) and applies its [`Advance`].
+
+use chrono::{DateTime, Duration, Utc};
+
+use super::types::ClaimDue;
+use crate::ids::RunId;
+use crate::run::NewRun;
+use crate::schedule::OverlapPolicy;
+use crate::schedule::fire::{LedgerRow, Plan, PlanInput, plan};
+use crate::schedule::model::{ClaimReport, GateRun, Schedule};
+use crate::schedule::spec::ScheduleSpec;
+
+/// Takes the schedules a claim handles from those read (at most `limit`; the query asks for
+/// one more to learn whether more are due) and starts the claim's report.
+pub(crate) fn take_due(due: &mut Vec<Schedule>, limit: usize) -> ClaimReport {
+    let report = ClaimReport {
+        more: due.len() > limit,
+        ..Default::default()
+    };
+    due.truncate(limit);
+    report
+}
+
+/// What a due schedule does before anything is written.
+pub(crate) enum Due {
+    /// It has no next tick: nothing to do.
+    Idle,
+    /// Its stored cron or instant no longer fires: disable it and report it broken (why).
+    Broken(String),
+    /// Its tick is due: the plan for it.
+    Planned(Planned),
+}
+
+/// A due schedule's plan, before the overlap check.
+pub(crate) struct Planned {
+    due: DateTime<Utc>,
+    plan: Plan,
+    checks_overlap: bool,
+}
+
+/// Plans the due tick of `s` at `p.now` ([`crate::schedule::fire::plan`]).
+pub(crate) fn plan_due(s: &Schedule, p: &ClaimDue) -> Due {
+    let Some(due) = s.next_trigger_at else {
+        return Due::Idle;
+    };
+    let spec = match ScheduleSpec::from_stored(
+        s.cron_expression.as_deref(),
+        s.scheduled_at,
+        &s.timezone,
+        due - Duration::seconds(1),
+    ) {
+        Ok(spec) => spec,
+        Err(e) => return Due::Broken(e.to_string()),
+    };
+    let input = PlanInput {
+        due,
+        now: p.now,
+        policy: s.missed_policy,
+        window: s.catchup_window_ms.map(Duration::milliseconds),
+        late_after: p.late_after,
+    };
+    Due::Planned(Planned {
+        due,
+        plan: plan(&spec, input),
+        checks_overlap: s.overlap_policy == OverlapPolicy::Skip,
+    })
+}
+
+impl Planned {
+    /// Whether the engine must ask if the schedule's previous run is still active (its
+    /// overlap policy skips a tick then); the answer is `busy` in [`FireLedger::of`].
+    pub(crate) fn checks_overlap(&self) -> bool {
+        self.checks_overlap
+    }
+}
+
+/// One write of a fire, in the order the engine performs them.
+pub(crate) enum FireWrite<'p> {
+    /// Insert this run (keyed by schedule and tick); its id is the next in the inserted list.
+    Run(Box<NewRun>),
+    /// Record these ledger rows (never none).
+    Ledger(Ledger<'p>),
+}
+
+/// Ticks of one outcome, recorded in one statement, since a long outage lists many. A tick
+/// already recorded keeps its row.
+pub(crate) struct Ledger<'p> {
+    /// `fired`, `coalesced`, `missed`, `skipped_overlap` or `paused`.
+    pub(crate) outcome: &'static str,
+    /// The run the rows are about, if any: its index among the fire's inserted runs.
+    pub(crate) run: Option<usize>,
+    /// The ticks, each with its detail.
+    pub(crate) rows: Vec<LedgerRow<'p>>,
+}
+
+/// How the schedule row moves on: guarded by the `due` tick it was read with, so a tick
+/// fires once however many workers poll.
+pub(crate) struct Advance {
+    /// The new next_trigger_at (`None` disables the schedule: a one-shot that fired).
+    pub(crate) next: Option<DateTime<Utc>>,
+    /// The new last_triggered_at, if a run started.
+    pub(crate) last: Option<DateTime<Utc>>,
+    /// Runs started (added to trigger_count).
+    pub(crate) runs: i64,
+    /// The next_trigger_at the schedule was read with.
+    pub(crate) due: DateTime<Utc>,
+}
+
+/// Everything one due schedule's fire writes.
+pub(crate) struct FireLedger<'p> {
+    /// The writes, in order.
+    pub(crate) writes: Vec<FireWrite<'p>>,
+    /// The schedule's advance, after the writes.
+    pub(crate) advance: Advance,
+}
+
+impl<'p> FireLedger<'p> {
+    /// The writes of `planned` for `s`: each fire starts a run (due at its tick, or spread
+    /// after the previous catch-up, `slot`) and records its ticks, unless the schedule's tool
+    /// or session is `paused` (all its ticks `paused`) or its previous run is still active
+    /// (`busy`: `skipped_overlap`, and `missed` for the ticks it stood for); then the plan's
+    /// missed ticks. `gate` decides whether each run waits for approval.
+    pub(crate) fn of(
+        planned: &'p Planned,
+        s: &Schedule,
+        p: &ClaimDue,
+        (paused, busy): (bool, bool),
+        slot: &mut Option<DateTime<Utc>>,
+        gate: &GateRun,
+    ) -> Self {
+        let mut writes = Vec::new();
+        let mut runs = 0usize;
+        let mut last = None;
+        for fire in &planned.plan.fires {
+            if paused {
+                ledger(&mut writes, "paused", None, fire.paused_rows());
+            } else if busy {
+                let (skipped, missed) = fire.overlap_rows();
+                ledger(&mut writes, "skipped_overlap", None, skipped.to_vec());
+                ledger(&mut writes, "missed", None, missed);
+            } else {
+                let run_at = fire.run_at(slot, p.catchup_spacing, p.now);
+                let (fired, coalesced) = fire.fired_rows();
+                writes.push(FireWrite::Run(Box::new(
+                    fire.new_run(s, run_at, p.now, gate),
+                )));
+                ledger(&mut writes, "fired", Some(runs), fired.to_vec());
+                ledger(&mut writes, "coalesced", Some(runs), coalesced);
+                runs += 1;
+                last = Some(fire.fire_at);
+            }
+        }
+        let missed = planned.plan.missed.iter();
+        ledger(
+            &mut writes,
+            "missed",
+            None,
+            missed.map(|(t, why)| (*t, why.as_str())).collect(),
+        );
+        let advance = Advance {
+            next: planned.plan.next,
+            last,
+            runs: runs as i64,
+            due: planned.due,
+        };
+        Self { writes, advance }
+    }
+
+    /// Counts what was written into the claim's report: the runs inserted (`ids`, in insert
+    /// order) and the ticks recorded per outcome.
+    pub(crate) fn count(&self, ids: Vec<RunId>, report: &mut ClaimReport) {
+        for write in &self.writes {
+            let FireWrite::Ledger(Ledger { outcome, rows, .. }) = write else {
+                continue;
+            };
+            let n = rows.len();
+            match *outcome {
+                "fired" => report.fired += n,
+                "coalesced" => report.coalesced += n,
+                "skipped_overlap" => report.skipped_overlap += n,
+                "paused" => report.paused += n,
+                _ => report.missed += n,
+            }
+        }
+        report.runs.extend(ids);
+    }
+}
+
+/// Adds the ledger rows of one outcome to `writes`; an outcome with no ticks writes nothing.
+fn ledger<'p>(
+    writes: &mut Vec<FireWrite<'p>>,
+    outcome: &'static str,
+    run: Option<usize>,
+    rows: Vec<LedgerRow<'p>>,
+) {
+    if !rows.is_empty() {
+        writes.push(FireWrite::Ledger(Ledger { outcome, run, rows }));
+    }
+}
