@@ -10,8 +10,12 @@ mod keys;
 mod pick;
 pub mod postgres;
 pub(crate) mod prune;
+mod run_params;
 pub mod sqlite;
 mod types;
+mod upkeep;
 
 pub use engine::*;
+pub use run_params::*;
 pub use types::*;
+pub use upkeep::*;

@@ -4,8 +4,8 @@
 
 use chrono::{DateTime, Utc};
 
-use super::engine::PruneStep;
 use super::types::{PruneCutoffs, RunsCursor};
+use super::upkeep::PruneStep;
 use crate::retention::Removed;
 
 /// The final states, in the order a prune walks them. A batch's query names its state as a

@@ -19,7 +19,9 @@ use crate::run::{Blob, FinishRecord, Inserted, ListFilter, NewRun, Run, RunFilte
 use crate::schedule::model::{NewSchedule, Occurrence, Schedule};
 use crate::store::engine::*;
 use crate::store::prune::TableStep;
+use crate::store::run_params::*;
 use crate::store::types::*;
+use crate::store::upkeep::*;
 
 fn claim_params(c: &Claim) -> claim::ClaimParams<'_> {
     claim::ClaimParams {
