@@ -10,8 +10,8 @@ use chrono::{DateTime, Utc};
 use tokio_util::sync::CancellationToken;
 
 use super::{
-    PgStore, claim, finish, flow, inbox, locks, notify, read_tx, retention, runs, schedules,
-    workers, write_tx,
+    PgStore, claim, finish, flow, inbox, locks, notify, occurrences, read_tx, retention, runs,
+    schedules, workers, write_tx,
 };
 use crate::error::StoreError;
 use crate::ids::RunId;
@@ -478,7 +478,7 @@ impl Engine for PgStore {
     }
 
     async fn schedule_occurrences(&self, id: String, limit: i64) -> EngineResult<Vec<Occurrence>> {
-        schedules::occurrences(&self.conn().await?, &id, limit).await
+        occurrences::list(&self.conn().await?, &id, limit).await
     }
 
     async fn schedule_cancel(&self, id: String, now: DateTime<Utc>) -> EngineResult<bool> {

@@ -15,6 +15,7 @@ mod flow;
 mod inbox;
 mod locks;
 pub(crate) mod migrate;
+mod occurrences;
 mod retention;
 mod runs;
 mod schedules;
