@@ -149,3 +149,11 @@ pub struct ScheduleEnable {
     /// The session's limit of enabled schedules.
     pub max_active: i64,
 }
+
+/// Makes `run` go in queued when a host already approved it (`approval`): its approval
+/// request, if any, is dropped; the approval is recorded with it instead.
+pub(crate) fn queue_if_approved(run: &mut NewRun, approval: Option<&RunApprove>) {
+    if approval.is_some() {
+        run.approval = None;
+    }
+}

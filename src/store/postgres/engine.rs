@@ -10,8 +10,8 @@ use chrono::{DateTime, Utc};
 use tokio_util::sync::CancellationToken;
 
 use super::{
-    PgStore, claim, finish, flow, inbox, locks, notify, occurrences, read_tx, retention, runs,
-    schedules, workers, write_tx,
+    PgStore, claim, finish, flow, inbox, notify, occurrences, read_tx, retention, runs, schedules,
+    workers, write_tx,
 };
 use crate::error::StoreError;
 use crate::ids::RunId;
@@ -35,30 +35,9 @@ impl Engine for PgStore {
     }
 
     async fn run_insert_within_limit(&self, p: RunInsertLimited) -> EngineResult<LimitedInsert> {
-        let mut run = p.run;
-        if p.approval.is_some() {
-            run.approval = None;
-        }
-        write_tx!(self, |tx| {
-            let except = p.except.as_deref();
-            if let Some(limit) = p.limit {
-                locks::take(&tx, locks::LIMITED_INSERT).await?;
-                let session = run.session_id.as_str();
-                if runs::count_active_background(&tx, session, except, p.now, limit).await? >= limit
-                {
-                    return Ok(LimitedInsert::OverSession(limit));
-                }
-            }
-            let inserted = runs::insert(&tx, &run).await?;
-            if let Inserted::New(id) = &inserted {
-                runs::mark_background(&tx, id.as_str()).await?;
-            }
-            if let Some(a) = &p.approval {
-                runs::preapprove(&tx, a.id.as_str(), &a.by, a.note.as_deref(), a.now).await?;
-            }
-            notify(&tx).await?;
-            Ok(LimitedInsert::Inserted(inserted))
-        })
+        let mut p = p;
+        queue_if_approved(&mut p.run, p.approval.as_ref());
+        write_tx!(self, |tx| runs::insert_within_limit(&tx, &p).await)
     }
 
     async fn run_insert_preapproved(
@@ -66,18 +45,10 @@ impl Engine for PgStore {
         run: NewRun,
         approval: Option<RunApprove>,
     ) -> EngineResult<()> {
-        // A host's approval replaces the request the row may carry: it is inserted queued.
         let mut run = run;
-        if approval.is_some() {
-            run.approval = None;
-        }
+        queue_if_approved(&mut run, approval.as_ref());
         write_tx!(self, |tx| {
-            runs::insert(&tx, &run).await?;
-            if let Some(a) = &approval {
-                runs::preapprove(&tx, a.id.as_str(), &a.by, a.note.as_deref(), a.now).await?;
-            }
-            notify(&tx).await?;
-            Ok(())
+            runs::insert_preapproved(&tx, &run, approval.as_ref()).await
         })
     }
 

@@ -45,29 +45,10 @@ impl Engine for Store {
     }
 
     async fn run_insert_within_limit(&self, p: RunInsertLimited) -> EngineResult<LimitedInsert> {
-        // A host's approval replaces the request the row may carry: it is inserted queued.
-        let mut run = p.run;
-        if p.approval.is_some() {
-            run.approval = None;
-        }
-        self.write_async(move |tx| {
-            let except = p.except.as_deref();
-            if let Some(limit) = p.limit {
-                let session = run.session_id.as_str();
-                if runs::count_active_background(tx, session, except, p.now, limit)? >= limit {
-                    return Ok(LimitedInsert::OverSession(limit));
-                }
-            }
-            let inserted = runs::insert(tx, &run)?;
-            if let Inserted::New(id) = &inserted {
-                runs::mark_background(tx, id.as_str())?;
-            }
-            if let Some(a) = &p.approval {
-                approvals::preapprove(tx, &approvals::Decision::of(a))?;
-            }
-            Ok(LimitedInsert::Inserted(inserted))
-        })
-        .await
+        let mut p = p;
+        queue_if_approved(&mut p.run, p.approval.as_ref());
+        self.write_async(move |tx| runs::insert_within_limit(tx, &p))
+            .await
     }
 
     async fn run_insert_preapproved(
@@ -75,19 +56,10 @@ impl Engine for Store {
         run: NewRun,
         approval: Option<RunApprove>,
     ) -> EngineResult<()> {
-        // A host's approval replaces the request the row may carry: it is inserted queued.
         let mut run = run;
-        if approval.is_some() {
-            run.approval = None;
-        }
-        self.write_async(move |tx| {
-            runs::insert(tx, &run)?;
-            if let Some(a) = &approval {
-                approvals::preapprove(tx, &approvals::Decision::of(a))?;
-            }
-            Ok(())
-        })
-        .await
+        queue_if_approved(&mut run, approval.as_ref());
+        self.write_async(move |tx| runs::insert_preapproved(tx, &run, approval.as_ref()))
+            .await
     }
 
     async fn run_get(&self, id: RunId) -> EngineResult<Option<Run>> {

@@ -8,7 +8,8 @@ use crate::clock::ts;
 use crate::error::StoreError;
 use crate::ids::RunId;
 use crate::run::{Inserted, NewRun};
-use crate::store::postgres::{P, exec, get, locks, query_one, query_opt};
+use crate::store::postgres::{P, exec, get, locks, notify, query_one, query_opt};
+use crate::store::run_params::{LimitedInsert, RunApprove, RunInsertLimited};
 
 const INSERT_MANY: &str = "INSERT INTO runs (id, session_id, tool, args, title, state, priority, \
     max_attempts, run_at, created_at, idempotency_key, timeout_ms, signal_on_completion, delivery, \
@@ -262,4 +263,46 @@ pub(crate) async fn mark_background<C: GenericClient>(c: &C, id: &str) -> Result
     )
     .await?;
     Ok(())
+}
+
+/// Inserts one background run (`p.run`, its approval request already dropped when
+/// `p.approval` is given) unless its session already has `p.limit` active ones, counted
+/// under a lock so two calls cannot both take the last slot
+/// ([`crate::store::Engine::run_insert_within_limit`]); with `p.approval`, recorded as
+/// approved before it is queued.
+pub(crate) async fn insert_within_limit<C: GenericClient>(
+    c: &C,
+    p: &RunInsertLimited,
+) -> Result<LimitedInsert, StoreError> {
+    let run = &p.run;
+    if let Some(limit) = p.limit {
+        locks::take(c, locks::LIMITED_INSERT).await?;
+        let session = run.session_id.as_str();
+        let except = p.except.as_deref();
+        if count_active_background(c, session, except, p.now, limit).await? >= limit {
+            return Ok(LimitedInsert::OverSession(limit));
+        }
+    }
+    let inserted = insert(c, run).await?;
+    if let Inserted::New(id) = &inserted {
+        mark_background(c, id.as_str()).await?;
+    }
+    if let Some(a) = &p.approval {
+        super::preapprove(c, a.id.as_str(), &a.by, a.note.as_deref(), a.now).await?;
+    }
+    notify(c).await?;
+    Ok(LimitedInsert::Inserted(inserted))
+}
+
+/// Inserts one run and, with `approval`, records it as approved before it is queued.
+pub(crate) async fn insert_preapproved<C: GenericClient>(
+    c: &C,
+    run: &NewRun,
+    approval: Option<&RunApprove>,
+) -> Result<(), StoreError> {
+    insert(c, run).await?;
+    if let Some(a) = approval {
+        super::preapprove(c, a.id.as_str(), &a.by, a.note.as_deref(), a.now).await?;
+    }
+    notify(c).await
 }
