@@ -400,3 +400,168 @@ pub(crate) fn insert_preapproved(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_shared_group_is_bound_once_and_the_rest_per_row() {
+        let all = Shared(Shared::NAMES | Shared::TIMES | Shared::OPTIONS);
+        assert_eq!(all.per_row(), 2, "id and args");
+        let sql = insert_sql(2, all);
+        let values = &sql[sql.find(" VALUES ").expect("values")..];
+        assert_eq!(
+            values,
+            " VALUES (?18, ?2, ?3, ?19, ?5, 'queued', ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17), \
+             (?20, ?2, ?3, ?21, ?5, 'queued', ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)"
+        );
+        let times = Shared(Shared::TIMES);
+        assert_eq!(times.per_row(), PARAMS - 2);
+        let sql = insert_sql(2, times);
+        assert!(
+            sql.contains("(?18, ?19, ?20, ?21, ?22, 'queued', ?23, ?24, ?8, ?9, ?25,"),
+            "{sql}"
+        );
+        assert!(
+            sql.contains("(?33, ?34, ?35, ?36, ?37, 'queued', ?38, ?39, ?8, ?9, ?40,"),
+            "{sql}"
+        );
+        let none = insert_sql(1, Shared::NONE);
+        assert!(none.ends_with("(?18, ?19, ?20, ?21, ?22, 'queued', ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31, ?32, ?33, ?34)"), "{none}");
+    }
+
+    /// A plain queued run of tool `t` with title `t`, created `now`.
+    fn new_run(session: &str, args: serde_json::Value, now: DateTime<Utc>) -> NewRun {
+        NewRun {
+            id: RunId::generate(),
+            session_id: session.into(),
+            tool: "t".into(),
+            args: args.to_string(),
+            title: "t".into(),
+            priority: 0,
+            max_attempts: 3,
+            run_at: now,
+            created_at: now,
+            idempotency_key: None,
+            timeout_ms: None,
+            signal_on_completion: true,
+            delivery: crate::run::Delivery::WhenIdle,
+            schedule_id: None,
+            fire_at: None,
+            ticks: 1,
+            unique: None,
+            approval: None,
+        }
+    }
+
+    #[test]
+    fn the_shared_groups_are_those_equal_in_every_run() {
+        let now = chrono::Utc::now();
+        let run = |session: &str, priority: i64, at: i64| NewRun {
+            priority,
+            run_at: now + chrono::Duration::seconds(at),
+            ..new_run(session, serde_json::json!({}), now)
+        };
+        let all = Shared::NAMES | Shared::TIMES | Shared::OPTIONS;
+        assert_eq!(Shared::of(&[run("a", 0, 0), run("a", 0, 0)]), Shared(all));
+        assert_eq!(
+            Shared::of(&[run("a", 0, 0), run("b", 0, 0)]),
+            Shared(all & !Shared::NAMES)
+        );
+        assert_eq!(
+            Shared::of(&[run("a", 0, 0), run("a", 1, 0)]),
+            Shared(all & !Shared::OPTIONS)
+        );
+        assert_eq!(
+            Shared::of(&[run("a", 0, 0), run("a", 0, 1), run("b", 1, 0)]),
+            Shared::NONE
+        );
+        assert_eq!(
+            Shared::of(&[run("a", 0, 0)]),
+            Shared::NONE,
+            "one row: nothing to share"
+        );
+    }
+
+    /// Runs enough to fill a file with a few thousand rows in batches of 1,000.
+    fn six_thousand_runs() -> Vec<NewRun> {
+        let now = chrono::Utc::now();
+        (0..6_000)
+            .map(|i| {
+                let args = serde_json::json!({"i": i, "pad": "0123456789abcdef0123456789abcdef"});
+                new_run("s", args, now)
+            })
+            .collect()
+    }
+
+    /// Temporary files SQLite holds open in this process (its names start with `etilqs_`;
+    /// they are unlinked at once, so only `/proc/self/fd` still shows them).
+    #[cfg(target_os = "linux")]
+    fn open_sqlite_temp_files() -> usize {
+        std::fs::read_dir("/proc/self/fd")
+            .expect("list /proc/self/fd")
+            .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+            .filter(|target| target.to_string_lossy().contains("etilqs_"))
+            .count()
+    }
+
+    /// A batch's multi-row INSERTs each keep a statement journal (the pages they change, to
+    /// undo the one statement). SQLite spills one past 64 KiB to a file in the temporary
+    /// directory, which the batches of a file with a few thousand runs did: half the `pwrite`
+    /// calls of a 20,000-run batch enqueue, and an error where that directory is full. The
+    /// writer keeps them in memory. (Fails with SQLite's default `temp_store`.)
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_batch_insert_writes_no_temporary_file() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let store = crate::store::sqlite::Store::open(dir.path().join("q.db")).expect("open");
+        let runs = six_thousand_runs();
+        for batch in runs.chunks(1_000) {
+            let held = store
+                .write(|tx| {
+                    insert_many(tx, batch)?;
+                    Ok(open_sqlite_temp_files())
+                })
+                .expect("insert");
+            assert_eq!(held, 0, "temporary files open at the end of a batch");
+        }
+        let count: i64 = store
+            .read(|c| {
+                c.query_row("SELECT count(*) FROM runs", [], |r| r.get(0))
+                    .ctx("count")
+            })
+            .expect("count");
+        assert_eq!(count, 6_000);
+    }
+
+    /// A multi-row INSERT that may stop halfway keeps a statement journal, to undo its own
+    /// rows (SQLite copies every page the statement changes first, and the journal's 1 KiB
+    /// chunks churned the allocator: a fifth of a batch enqueue's time, BENCHMARKS.md, issue
+    /// 19, session 10). The batch statements are `INSERT OR FAIL` (a failure leaves the
+    /// statement's earlier rows, and the caller's transaction rolls back) and no immediate
+    /// foreign key or function call is checked on insert, so they keep none. Seen from a
+    /// connection with SQLite's default `temp_store`, which spills a journal past 64 KiB to a
+    /// temporary file.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_batch_insert_keeps_no_statement_journal() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("q.db");
+        drop(crate::store::sqlite::Store::open(&path).expect("create the schema"));
+        let mut conn = rusqlite::Connection::open(&path).expect("open");
+        conn.execute_batch("PRAGMA foreign_keys = ON; PRAGMA temp_store = DEFAULT")
+            .expect("pragmas");
+        let runs = six_thousand_runs();
+        for batch in runs.chunks(1_000) {
+            let tx = conn.transaction().expect("begin");
+            insert_many(&tx, batch).expect("insert");
+            assert_eq!(
+                open_sqlite_temp_files(),
+                0,
+                "a statement journal spilled to a file"
+            );
+            tx.commit().expect("commit");
+        }
+    }
+}
