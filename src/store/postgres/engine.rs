@@ -10,8 +10,8 @@ use chrono::{DateTime, Utc};
 use tokio_util::sync::CancellationToken;
 
 use super::{
-    PgStore, claim, finish, flow, inbox, notify, occurrences, read_tx, retention, runs, schedules,
-    workers, write_tx,
+    PgStore, claim, finish, flow, gauges, inbox, notify, occurrences, read_tx, retention, runs,
+    schedules, workers, write_tx,
 };
 use crate::error::StoreError;
 use crate::ids::RunId;
@@ -507,28 +507,9 @@ impl Engine for PgStore {
 
     async fn gauges_read(&self, now: DateTime<Utc>) -> EngineResult<Gauges> {
         read_tx!(self, |tx| {
-            let depth = super::query(
-                &tx,
-                "SELECT session_id, tool, queued, awaiting_approval, running FROM queue_depth \
-                 ORDER BY session_id, tool",
-                &[],
-                "queue depth",
-            )
-            .await?
-            .iter()
-            .map(|r| {
-                Ok(QueueDepth {
-                    session_id: super::get(r, 0)?,
-                    tool: super::get(r, 1)?,
-                    queued: super::get(r, 2)?,
-                    awaiting_approval: super::get(r, 3)?,
-                    running: super::get(r, 4)?,
-                })
-            })
-            .collect::<Result<Vec<_>, StoreError>>()?;
             Ok(Gauges {
                 by_state: runs::count_by_state(&tx).await?,
-                queue_depth: depth,
+                queue_depth: gauges::queue_depth(&tx).await?,
                 schedule_lag_secs: schedules::lag_secs(&tx, now).await?,
             })
         })
@@ -545,23 +526,7 @@ impl Engine for PgStore {
     }
 
     async fn info(&self) -> EngineResult<DbInfo> {
-        let c = self.conn().await?;
-        let row = super::query_one(
-            &c,
-            "SELECT current_setting('synchronous_commit'), current_setting('server_version')",
-            &[],
-            "read server settings",
-        )
-        .await?;
-        let sync: String = super::get(&row, 0)?;
-        let version: String = super::get(&row, 1)?;
-        Ok(DbInfo {
-            journal_mode: "postgres".into(),
-            synchronous: format!("synchronous_commit={sync}"),
-            sqlite_version: String::new(),
-            engine: "postgres".into(),
-            server_version: Some(version),
-        })
+        gauges::server_info(&self.conn().await?).await
     }
 
     fn location(&self) -> String {

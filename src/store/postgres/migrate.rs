@@ -251,6 +251,14 @@ async fn migrate_from(
             reason: format!("schema version changed from {from} to {current} while opening"),
         });
     }
+    apply_steps(&tx, from).await?;
+    tx.commit()
+        .await
+        .map_err(|e| StoreError::pg("commit migration", e))
+}
+
+/// Runs the migration steps after version `from`, recording each version.
+async fn apply_steps(tx: &tokio_postgres::Transaction<'_>, from: i64) -> Result<(), StoreError> {
     let now = crate::clock::ts(chrono::Utc::now());
     for (i, step) in STEPS.iter().enumerate().skip(from as usize) {
         let version = i as i64 + 1;
@@ -264,7 +272,5 @@ async fn migrate_from(
         .await
         .map_err(|e| StoreError::pg("record schema version", e))?;
     }
-    tx.commit()
-        .await
-        .map_err(|e| StoreError::pg("commit migration", e))
+    Ok(())
 }

@@ -12,6 +12,7 @@ mod engine;
 mod errors;
 mod finish;
 mod flow;
+mod gauges;
 mod inbox;
 mod locks;
 pub(crate) mod migrate;

@@ -59,10 +59,6 @@ pub fn run_from_row(row: &Row<'_>) -> rusqlite::Result<Run> {
     use col::*;
     let state = parsed_text(row, STATE)?.unwrap_or(RunState::Failed);
     let delivery: Delivery = parsed_text(row, DELIVERY)?.unwrap_or_default();
-    let progress = match row.get_ref(PROGRESS)? {
-        rusqlite::types::ValueRef::Text(b) => serde_json::from_slice::<Progress>(b).ok(),
-        _ => None,
-    };
     Ok(Run {
         id: RunId::from_db(row.get(ID)?),
         session_id: row.get(SESSION_ID)?,
@@ -91,7 +87,7 @@ pub fn run_from_row(row: &Row<'_>) -> rusqlite::Result<Run> {
         fire_at: ts_col(row, FIRE_AT)?,
         ticks: row.get(TICKS)?,
         status_text: row.get(STATUS_TEXT)?,
-        progress,
+        progress: progress_col(row, PROGRESS)?,
         output_tail: row.get(OUTPUT_TAIL)?,
         error: row.get(ERROR)?,
         internal_error: row.get(INTERNAL_ERROR)?,
@@ -105,6 +101,14 @@ pub fn run_from_row(row: &Row<'_>) -> rusqlite::Result<Run> {
         approval_note: row.get(APPROVAL_NOTE)?,
         cancel_requested_at: ts_col(row, CANCEL_REQUESTED_AT)?,
         background: row.get::<_, i64>(BACKGROUND)? != 0,
+    })
+}
+
+/// The progress column, parsed from borrowed text; `None` when empty or unreadable.
+fn progress_col(row: &Row<'_>, idx: usize) -> rusqlite::Result<Option<Progress>> {
+    Ok(match row.get_ref(idx)? {
+        rusqlite::types::ValueRef::Text(b) => serde_json::from_slice::<Progress>(b).ok(),
+        _ => None,
     })
 }
 

@@ -531,27 +531,9 @@ impl Engine for Store {
 
     async fn checkpoint(&self, idle: bool) -> EngineResult<CheckpointTick> {
         let store = self.clone();
-        let (mode, checkpoint) = tokio::task::spawn_blocking(move || {
-            // A truncate that finds readers in the way falls back to a passive one, so the
-            // caller always sees a backlog.
-            if idle {
-                let cp = store.checkpoint(CheckpointMode::Truncate)?;
-                if !cp.busy {
-                    return Ok((CheckpointMode::Truncate, cp));
-                }
-            }
-            Ok::<_, StoreError>((
-                CheckpointMode::Passive,
-                store.checkpoint(CheckpointMode::Passive)?,
-            ))
-        })
-        .await
-        .map_err(|e| StoreError::Task(e.to_string()))??;
-        Ok(CheckpointTick {
-            mode,
-            checkpoint,
-            wal_bytes: Store::wal_bytes(self),
-        })
+        tokio::task::spawn_blocking(move || store.checkpoint_tick(idle))
+            .await
+            .map_err(|e| StoreError::Task(e.to_string()))?
     }
 
     async fn change_feed(&self, on_change: OnChange, stop: CancellationToken) {
