@@ -12,8 +12,10 @@ use crate::ids::RunId;
 use crate::run::ListFilter;
 use crate::run::{Run, RunState};
 
+mod background;
 mod insert;
 
+pub use background::*;
 pub use insert::*;
 
 /// Reads one run.
@@ -144,42 +146,6 @@ pub(crate) fn guard_sql(set: &str) -> String {
         "UPDATE runs SET {set} WHERE id = :id AND state = 'running' AND attempt = :attempt \
          AND lease_token = :token"
     )
-}
-
-/// [`count_active_background`]'s statement.
-pub(crate) const COUNT_ACTIVE_BACKGROUND: &str = "SELECT count(*) FROM (SELECT 1 FROM runs \
-    INDEXED BY runs_background_idx WHERE background = 1 AND session_id = :session \
-    AND (state = 'running' OR (state IN ('queued', 'awaiting_approval') AND run_at <= :now)) \
-    AND id <> coalesce(:except, '') LIMIT :cap)";
-
-/// Active background runs of `session` (`runs.background` = 1): queued or awaiting approval
-/// and due at `now`, or running; not counting `except` (the calling spawn_background run).
-/// Delayed runs are not active. Counts at most `cap` rows through `runs_background_idx`,
-/// which holds background runs only, so neither the session's other runs nor the rest of the
-/// queue are read.
-pub fn count_active_background(
-    conn: &rusqlite::Connection,
-    session: &str,
-    except: Option<&str>,
-    now: DateTime<Utc>,
-    cap: i64,
-) -> Result<i64, StoreError> {
-    conn.prepare_cached(COUNT_ACTIVE_BACKGROUND)
-        .ctx("prepare count active background runs")?
-        .query_row(
-            named_params! {":session": session, ":except": except, ":now": ts(now), ":cap": cap},
-            |r| r.get(0),
-        )
-        .ctx("count active background runs")
-}
-
-/// Marks a run just inserted as started in the background (`runs.background` = 1).
-pub fn mark_background(tx: &Transaction<'_>, id: &str) -> Result<(), StoreError> {
-    tx.prepare_cached("UPDATE runs SET background = 1 WHERE id = ?1")
-        .ctx("prepare mark background run")?
-        .execute([id])
-        .ctx("mark background run")?;
-    Ok(())
 }
 
 /// Active (queued, awaiting_approval, running) runs of a session, not counting `except`

@@ -7,7 +7,7 @@ use rusqlite::{OptionalExtension, Transaction};
 use crate::error::StoreError;
 use crate::ids::RunId;
 use crate::run::{Inserted, NewRun};
-use crate::store::run_params::{LimitedInsert, RunApprove, RunInsertLimited};
+use crate::store::run_params::RunApprove;
 use crate::store::sqlite::codec::ts;
 use crate::store::sqlite::{Ctx, approvals};
 
@@ -360,32 +360,6 @@ fn existing_unique(tx: &Transaction<'_>, run: &NewRun) -> Result<Option<RunId>, 
         }
     }
     Ok(best.map(RunId::from_db))
-}
-
-/// Inserts one background run (`p.run`, its approval request already dropped when
-/// `p.approval` is given) unless its session already has `p.limit` active ones
-/// ([`crate::store::Engine::run_insert_within_limit`]); with `p.approval`, recorded as
-/// approved before it is queued.
-pub(crate) fn insert_within_limit(
-    tx: &Transaction<'_>,
-    p: &RunInsertLimited,
-) -> Result<LimitedInsert, StoreError> {
-    let run = &p.run;
-    if let Some(limit) = p.limit {
-        let session = run.session_id.as_str();
-        let except = p.except.as_deref();
-        if super::count_active_background(tx, session, except, p.now, limit)? >= limit {
-            return Ok(LimitedInsert::OverSession(limit));
-        }
-    }
-    let inserted = insert(tx, run)?;
-    if let Inserted::New(id) = &inserted {
-        super::mark_background(tx, id.as_str())?;
-    }
-    if let Some(a) = &p.approval {
-        approvals::preapprove(tx, &approvals::Decision::of(a))?;
-    }
-    Ok(LimitedInsert::Inserted(inserted))
 }
 
 /// Inserts one run and, with `approval`, records it as approved before it is queued.
