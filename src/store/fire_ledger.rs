@@ -29,8 +29,9 @@ pub(crate) fn take_due(due: &mut Vec<Schedule>, limit: usize) -> ClaimReport {
 pub(crate) enum Due {
     /// It has no next tick: nothing to do.
     Idle,
-    /// Its stored cron or instant no longer fires: disable it and report it broken (why).
-    Broken(String),
+    /// Its stored cron or instant no longer fires: reported broken (in the claim's report);
+    /// the engine disables it.
+    Broken,
     /// Its tick is due: the plan for it.
     Planned(Planned),
 }
@@ -42,8 +43,9 @@ pub(crate) struct Planned {
     checks_overlap: bool,
 }
 
-/// Plans the due tick of `s` at `p.now` ([`crate::schedule::fire::plan`]).
-pub(crate) fn plan_due(s: &Schedule, p: &ClaimDue) -> Due {
+/// Plans the due tick of `s` at `p.now` ([`crate::schedule::fire::plan`]); a schedule
+/// whose spec no longer fires goes in `report` as broken, with why.
+pub(crate) fn plan_due(s: &Schedule, p: &ClaimDue, report: &mut ClaimReport) -> Due {
     let Some(due) = s.next_trigger_at else {
         return Due::Idle;
     };
@@ -54,7 +56,10 @@ pub(crate) fn plan_due(s: &Schedule, p: &ClaimDue) -> Due {
         due - Duration::seconds(1),
     ) {
         Ok(spec) => spec,
-        Err(e) => return Due::Broken(e.to_string()),
+        Err(e) => {
+            report.broken.push((s.id.to_string(), e.to_string()));
+            return Due::Broken;
+        }
     };
     let input = PlanInput {
         due,

@@ -167,3 +167,62 @@ impl Counted {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(finished_at: &str) -> PrunableRun {
+        PrunableRun {
+            id: format!("run_{finished_at}"),
+            finished_at: finished_at.to_string(),
+            session_id: "default".into(),
+        }
+    }
+
+    fn page(walk: &RunsWalk<'_>) -> Option<(&'static str, String, i64)> {
+        walk.next_page()
+            .map(|p| (p.state, p.after.to_string(), p.want))
+    }
+
+    #[test]
+    fn a_walk_stays_in_a_state_after_a_full_page_and_moves_on_after_a_short_one() {
+        let mut cursor = RunsCursor::default();
+        let mut walk = RunsWalk::new(&mut cursor, 3);
+        assert_eq!(page(&walk), Some(("completed", String::new(), 3)));
+        walk.took(vec![run("t1"), run("t2")], 3);
+        assert_eq!(page(&walk), Some(("failed", String::new(), 1)));
+        walk.took(vec![run("t3")], 1);
+        assert_eq!(page(&walk), None, "the batch is full");
+        assert_eq!(walk.found().len(), 3);
+        assert_eq!(
+            cursor,
+            RunsCursor {
+                state: 1,
+                after: "t3".into()
+            }
+        );
+    }
+
+    #[test]
+    fn a_walk_ends_when_every_final_state_is_done() {
+        let mut cursor = RunsCursor::default();
+        let mut walk = RunsWalk::new(&mut cursor, 10);
+        for state in ["completed", "failed", "cancelled"] {
+            let (s, _, want) = page(&walk).expect("a page");
+            assert_eq!(s, state);
+            walk.took(Vec::new(), want);
+        }
+        assert_eq!(page(&walk), None);
+        assert!(walk.found().is_empty());
+        assert_eq!(cursor.state, FINAL_STATES.len());
+    }
+
+    #[test]
+    fn a_table_step_counts_its_own_table() {
+        assert_eq!(TableStep::of(PruneStep::Runs), None);
+        let step = TableStep::of(PruneStep::Occurrences).expect("a table step");
+        assert_eq!(step.removed(4).occurrences, 4);
+        assert_eq!(step.removed(4).total(), 4);
+    }
+}

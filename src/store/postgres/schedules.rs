@@ -295,13 +295,9 @@ async fn fire_one<C: GenericClient>(
     slot: &mut Option<DateTime<Utc>>,
     report: &mut ClaimReport,
 ) -> Result<(), StoreError> {
-    let planned = match plan_due(s, p) {
+    let planned = match plan_due(s, p, report) {
         Due::Idle => return Ok(()),
-        Due::Broken(why) => {
-            disable(c, s.id.as_str(), p.now).await?;
-            report.broken.push((s.id.to_string(), why));
-            return Ok(());
-        }
+        Due::Broken => return disable(c, s.id.as_str(), p.now).await.map(drop),
         Due::Planned(planned) => planned,
     };
     let busy = planned.checks_overlap() && previous_active(c, &s.id).await?;

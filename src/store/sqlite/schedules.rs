@@ -249,13 +249,9 @@ fn fire_one(
     slot: &mut Option<DateTime<Utc>>,
     report: &mut ClaimReport,
 ) -> Result<(), StoreError> {
-    let planned = match plan_due(s, p) {
+    let planned = match plan_due(s, p, report) {
         Due::Idle => return Ok(()),
-        Due::Broken(why) => {
-            disable(tx, s.id.as_str(), p.now)?;
-            report.broken.push((s.id.to_string(), why));
-            return Ok(());
-        }
+        Due::Broken => return disable(tx, s.id.as_str(), p.now).map(drop),
         Due::Planned(planned) => planned,
     };
     let busy = planned.checks_overlap()
