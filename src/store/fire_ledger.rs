@@ -206,3 +206,131 @@ fn ledger<'p>(
         writes.push(FireWrite::Ledger(Ledger { outcome, run, rows }));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use chrono::TimeZone;
+
+    use super::*;
+    use crate::ids::ScheduleId;
+    use crate::schedule::MissedPolicy;
+
+    fn at(h: u32, m: u32, s: u32) -> DateTime<Utc> {
+        Utc.with_ymd_and_hms(2026, 3, 8, h, m, s)
+            .single()
+            .expect("a time")
+    }
+
+    fn every_five_minutes(next: Option<DateTime<Utc>>) -> Schedule {
+        Schedule {
+            id: ScheduleId::generate(),
+            session_id: "default".into(),
+            tool: "echo".into(),
+            args: serde_json::json!({}),
+            title: "tick".into(),
+            schedule_type: "recurring",
+            cron_expression: Some("*/5 * * * *".into()),
+            scheduled_at: None,
+            timezone: "UTC".into(),
+            enabled: true,
+            next_trigger_at: next,
+            last_triggered_at: None,
+            trigger_count: 0,
+            missed_policy: MissedPolicy::Once,
+            catchup_window_ms: None,
+            overlap_policy: OverlapPolicy::Skip,
+            priority: 0,
+            max_attempts: 1,
+            timeout_ms: None,
+            signal_on_completion: false,
+            delivery: Default::default(),
+            created_at: at(9, 0, 0),
+            updated_at: at(9, 0, 0),
+            cancelled_at: None,
+        }
+    }
+
+    fn claim() -> ClaimDue {
+        ClaimDue {
+            now: at(10, 5, 1),
+            limit: 10,
+            late_after: Duration::seconds(30),
+            catchup_spacing: Duration::seconds(1),
+        }
+    }
+
+    fn planned(s: &Schedule, report: &mut ClaimReport) -> Planned {
+        match plan_due(s, &claim(), report) {
+            Due::Planned(p) => p,
+            Due::Idle | Due::Broken => panic!("a due schedule is planned"),
+        }
+    }
+
+    fn outcomes(ledger: &FireLedger<'_>) -> Vec<(&'static str, Option<usize>, usize)> {
+        ledger
+            .writes
+            .iter()
+            .map(|w| match w {
+                FireWrite::Run(_) => ("run", None, 0),
+                FireWrite::Ledger(l) => (l.outcome, l.run, l.rows.len()),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn an_on_time_tick_inserts_its_run_then_its_fired_row_and_moves_on() {
+        let s = every_five_minutes(Some(at(10, 5, 0)));
+        let mut report = take_due(&mut vec![s.clone()], 10);
+        let planned = planned(&s, &mut report);
+        assert!(planned.checks_overlap());
+        let gate: GateRun = Arc::new(|_, _| None);
+        let mut slot = None;
+        let ledger = FireLedger::of(&planned, &s, &claim(), (false, false), &mut slot, &gate);
+        assert_eq!(outcomes(&ledger), [("run", None, 0), ("fired", Some(0), 1)]);
+        let a = &ledger.advance;
+        assert_eq!(
+            (a.next, a.last, a.runs, a.due),
+            (Some(at(10, 10, 0)), Some(at(10, 5, 0)), 1, at(10, 5, 0))
+        );
+        let id = crate::ids::RunId::generate();
+        ledger.count(vec![id.clone()], &mut report);
+        assert_eq!((report.fired, report.runs), (1, vec![id]));
+    }
+
+    #[test]
+    fn a_paused_or_busy_schedule_records_its_tick_and_starts_nothing() {
+        let s = every_five_minutes(Some(at(10, 5, 0)));
+        let mut report = ClaimReport::default();
+        let planned = planned(&s, &mut report);
+        let gate: GateRun = Arc::new(|_, _| None);
+        for (held, want) in [
+            ((true, false), "paused"),
+            ((false, true), "skipped_overlap"),
+        ] {
+            let ledger = FireLedger::of(&planned, &s, &claim(), held, &mut None, &gate);
+            assert_eq!(outcomes(&ledger), [(want, None, 1)]);
+            assert_eq!((ledger.advance.runs, ledger.advance.last), (0, None));
+            ledger.count(Vec::new(), &mut report);
+        }
+        assert_eq!(
+            (report.paused, report.skipped_overlap, report.fired),
+            (1, 1, 0)
+        );
+    }
+
+    #[test]
+    fn a_schedule_that_no_longer_fires_is_reported_broken_and_one_not_due_is_idle() {
+        let mut broken = every_five_minutes(Some(at(10, 5, 0)));
+        broken.cron_expression = Some("not a cron".into());
+        let mut report = ClaimReport::default();
+        assert!(matches!(
+            plan_due(&broken, &claim(), &mut report),
+            Due::Broken
+        ));
+        assert_eq!(report.broken.len(), 1);
+        let idle = every_five_minutes(None);
+        assert!(matches!(plan_due(&idle, &claim(), &mut report), Due::Idle));
+    }
+}
