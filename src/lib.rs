@@ -82,7 +82,7 @@ pub use ids::{RunId, ScheduleId, WorkerId};
 pub use run::{Delivery, Progress, Run, RunAnswer, RunFilter, RunState, Unique, UniqueBy};
 pub use schedule::{MissedPolicy, OverlapPolicy, Schedule, ScheduleDetail, ScheduleRequest};
 #[doc(hidden)]
-pub use store::Store;
+pub use store::sqlite::Store;
 pub use tool::{
     Registry, RegistryBuilder, RunSink, Tool, ToolContext, ToolDef, ToolOutcome, TypedTool,
 };
