@@ -10,11 +10,12 @@
 mod approvals;
 pub mod ends;
 pub mod enqueue;
+pub mod request;
 mod retention;
 mod schedules;
 mod tool_host;
 
-pub use enqueue::{EnqueueRequest, Enqueued};
+pub use request::{EnqueueRequest, Enqueued};
 
 use std::sync::Arc;
 
