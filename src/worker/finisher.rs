@@ -137,7 +137,7 @@ pub(super) async fn finisher_loop(
                     (Job::Release(_), true) => sh.handed_back.fetch_add(1, Ordering::Relaxed),
                     (_, false) => {
                         tracing::warn!(
-                            run_id = job.id(),
+                            run_id = job.id().as_str(),
                             "lease lost before the end was recorded; dropped (the run was rescued or cancelled)"
                         );
                         sh.fenced_out.fetch_add(1, Ordering::Relaxed)

@@ -8,6 +8,7 @@ use tokio_util::sync::CancellationToken;
 use super::Shared;
 use super::execute::StopReason;
 use crate::error::Result;
+use crate::ids::RunId;
 use crate::store::{self, codec::ts};
 
 /// Registers this process in `workers`.
@@ -54,12 +55,12 @@ pub(super) async fn deregister(sh: &Arc<Shared>) {
 /// One heartbeat: extend held leases, stop attempts whose run was cancelled or taken away,
 /// and heartbeat the workers row.
 pub(crate) async fn heartbeat_tick(sh: &Arc<Shared>) -> Result<()> {
-    let held: Vec<(String, String)> = sh
+    let held: Vec<(RunId, String)> = sh
         .flights()
         .values()
         .map(|f| {
             (
-                f.run.id.to_string(),
+                f.run.id.clone(),
                 f.run.lease_token.clone().unwrap_or_default(),
             )
         })
@@ -76,7 +77,10 @@ pub(crate) async fn heartbeat_tick(sh: &Arc<Shared>) -> Result<()> {
         .engine()
         .attempt_heartbeat(store::Heartbeat {
             worker: sh.id.to_string(),
-            held: held.clone(),
+            held: held
+                .iter()
+                .map(|(id, token)| (id.to_string(), token.clone()))
+                .collect(),
             now,
             until,
             last_poll,
@@ -85,7 +89,7 @@ pub(crate) async fn heartbeat_tick(sh: &Arc<Shared>) -> Result<()> {
         .await?;
     let flights = sh.flights();
     for (id, _) in &held {
-        match alive.iter().find(|(a, _)| a == id) {
+        match alive.iter().find(|(a, _)| a == id.as_str()) {
             Some((_, true)) => {
                 if let Some(f) = flights.get(id) {
                     tracing::info!(run_id = %id, "cancel requested; stopping the run");

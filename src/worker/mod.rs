@@ -258,7 +258,7 @@ pub(super) fn start(sh: &Arc<Shared>, run: Run, jobs: mpsc::UnboundedSender<Job>
     let run = Arc::new(run);
     let ended = Arc::new(std::sync::atomic::AtomicBool::new(false));
     sh.flights().insert(
-        run.id.to_string(),
+        run.id.clone(),
         InFlight {
             run: run.clone(),
             sink: sink.clone(),
@@ -304,7 +304,7 @@ pub(super) fn start(sh: &Arc<Shared>, run: Run, jobs: mpsc::UnboundedSender<Job>
                     Job::End(Box::new(core.finish_record(&run.tool, record)))
                 }
                 Executed::HandBack => Job::Release(store::Release {
-                    id: run.id.to_string(),
+                    id: run.id.clone(),
                     attempt: run.attempt,
                     token: run.lease_token.clone().unwrap_or_default(),
                 }),
