@@ -9,9 +9,9 @@ use chrono::{DateTime, Utc};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use super::attempt::start;
 use super::claim::{ClaimArgs, claimed};
 use super::shared::{InFlight, Job, Shared};
-use super::start;
 use crate::error::{Fault, StoreError};
 use crate::run::Run;
 use crate::store;
