@@ -2,6 +2,8 @@
 # Before and after, interleaved: the workload's enqueue, drain and enqueue-batch on REV's code
 # and on the working tree's, alternating which goes first in each round, with the raw SQLite
 # limit measured in every round. Prints each figure's runs and median, and new/base ratios.
+# With AB_PG=1, each round also runs the same three modes on a throwaway Postgres server
+# (bench/pg_server.sh) after the raw Postgres limit (examples/pg_limit).
 #
 #   bench/ab.sh REV [ROUNDS] [N]        (defaults: 4 rounds of 20,000 runs; BENCH_DIR as run.sh)
 set -euo pipefail
@@ -14,15 +16,19 @@ DIR=${BENCH_DIR:-bench/out}/ab
 mkdir -p "$DIR"
 if [ "$(stat -f -c %T "$DIR")" = tmpfs ]; then echo "bench/ab.sh: $DIR is on tmpfs; set BENCH_DIR to a real disk" >&2; exit 2; fi
 BASE=$(mktemp -d -p "${TMPDIR:-/tmp}" toolq-ab.XXXXXX)
-trap 'git worktree remove --force "$BASE/src" >/dev/null 2>&1 || true; rm -rf "$BASE"' EXIT
+source bench/pg_server.sh
+trap 'pg_server_stop; git worktree remove --force "$BASE/src" >/dev/null 2>&1 || true; rm -rf "$BASE"' EXIT
 git worktree add --detach "$BASE/src" "$REV" >/dev/null
 # One target directory for both: the dependencies build once.
 export CARGO_TARGET_DIR=$PWD/target/ab
 (cd "$BASE/src" && cargo build --release --quiet --example workload)
 cp "$CARGO_TARGET_DIR/release/examples/workload" "$BASE/base"
-cargo build --release --quiet --example workload --example sqlite_limit
+cargo build --release --quiet --example workload --example sqlite_limit --example pg_limit
 cp "$CARGO_TARGET_DIR/release/examples/workload" "$BASE/new"
 L=$CARGO_TARGET_DIR/release/examples/sqlite_limit
+PL=$CARGO_TARGET_DIR/release/examples/pg_limit
+PG=${AB_PG:-0}
+[ "$PG" = 1 ] && pg_server_start "$DIR"
 RAW="$DIR/ab.jsonl"
 : > "$RAW"
 tag() { sed "s/^/{\"v\":\"$1\",\"round\":$2,\"x\":/; s/\$/}/"; }
@@ -34,6 +40,14 @@ for r in $(seq "$ROUNDS"); do
     "$BASE/$v" enqueue "$DIR/$v-e.db" "$N" "$CONC" 2>/dev/null | tag "$v" "$r" >> "$RAW"
     "$BASE/$v" drain "$DIR/$v-e.db" "$N" "$CONC" 2>/dev/null | tag "$v" "$r" >> "$RAW"
     "$BASE/$v" enqueue-batch "$DIR/$v-b.db" "$N" "$CONC" 2>/dev/null | tag "$v" "$r" >> "$RAW"
+  done
+  [ "$PG" = 1 ] || continue
+  psql_admin "DROP DATABASE IF EXISTS ab WITH (FORCE)" && psql_admin "CREATE DATABASE ab"
+  "$PL" "$URL/ab" "$N" | tag pgraw "$r" >> "$RAW"
+  for v in $order; do
+    for m in enqueue drain enqueue-batch; do
+      "$BASE/$v" $m "$URL/ab" "$N" "$CONC" 2>/dev/null | sed 's/"mode":"/"mode":"pg-/' | tag "$v" "$r" >> "$RAW"
+    done
   done
 done
 python3 - "$RAW" "$REV" <<'PY'
@@ -51,4 +65,15 @@ for mode in ["enqueue", "drain", "enqueue-batch"]:
 for v in ["base", "new"]:
     kib = [r["x"]["peak_rss_kib"] for r in rows if r["v"] == v and r["x"]["mode"] == "drain"]
     print(f"drain peak RSS {v}: median {st.median(kib) / 1024:.2f} MiB, runs {kib}")
+pg = [r["x"]["batched_lifecycle_per_s"] for r in rows if r["v"] == "pgraw"]
+if pg:
+    ref = st.median(pg)
+    print(f"# Postgres: raw batched lifecycle {ref:,.0f}/s (median)")
+    for mode in ["pg-enqueue", "pg-drain", "pg-enqueue-batch"]:
+        med = {}
+        for v in ["base", "new"]:
+            xs = [r["x"]["rate"] for r in rows if r["v"] == v and r["x"]["mode"] == mode]
+            med[v] = st.median(xs)
+            print(f"{mode:17} {v:4} median {med[v]:>9,.0f}/s ({med[v] / ref:.2f}x raw)  runs {[round(x) for x in xs]}")
+        print(f"{mode:17} new/base {med['new'] / med['base']:.3f}")
 PY

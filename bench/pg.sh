@@ -16,21 +16,9 @@ RAW=${PG_RAW:-$DIR/pg.jsonl}
 mkdir -p "$DIR"
 : > "$RAW"
 
-BIN=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)
-[ -n "$BIN" ] || BIN=$(dirname "$(command -v initdb 2>/dev/null || echo /nonexistent/initdb)")
-if [ ! -x "$BIN/initdb" ]; then echo "bench: install Debian package postgresql (or set BENCH_PG=0)" >&2; exit 2; fi
-as_pg() { if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi; }
-PGDIR=$(cd "$DIR" && pwd)/pg
-rm -rf "$PGDIR"
-mkdir -p "$PGDIR"
-[ "$(id -u)" = 0 ] && chown postgres "$PGDIR"
-PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-(cd "$PGDIR" && as_pg "$BIN/initdb" -D "$PGDIR/data" -U postgres --auth=trust -E UTF8 --locale=C >/dev/null)
-(cd "$PGDIR" && as_pg "$BIN/pg_ctl" -D "$PGDIR/data" -l "$PGDIR/server.log" -w \
-  -o "-p $PORT -k $PGDIR -c listen_addresses=127.0.0.1 -c max_connections=200" start >/dev/null)
-trap '(cd "$PGDIR" && as_pg "$BIN/pg_ctl" -D "$PGDIR/data" -m fast stop >/dev/null 2>&1) || true' EXIT
-URL="postgres://postgres@127.0.0.1:$PORT"
-psql_admin() { "$BIN/psql" -qAt "$URL/postgres" -c "$1"; }
+source bench/pg_server.sh
+trap pg_server_stop EXIT
+pg_server_start "$DIR"
 psql_admin "CREATE DATABASE toolq" && psql_admin "CREATE DATABASE graphile"
 echo "# postgres $("$BIN/postgres" --version | awk '{print $3}') on $PGDIR, port $PORT; fsync and synchronous_commit at their defaults"
 

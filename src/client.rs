@@ -31,7 +31,8 @@ use crate::ids::{RunId, validate_session};
 use crate::inbox::{InboxFilter, Message};
 use crate::run::ending::WaitingEnd;
 use crate::run::{ListFilter, NewRun, Run, RunState};
-use crate::store::{Engine, InboxMark, OpenMode, RunRetry, Store};
+use crate::store::sqlite::Store;
+use crate::store::{Engine, InboxMark, OpenMode, RunRetry};
 use crate::tool::Registry;
 
 /// A handle to a toolq database with its tools. Cheap to clone.
@@ -91,7 +92,7 @@ impl Client {
 
     /// Opens as `mode` allows (see [`Store::open_with`]): the CLI's read commands neither
     /// create a missing file nor need to write one. The engine follows the location: a
-    /// `postgres://` URL (`database.url`) opens Postgres ([`crate::store::PgStore`]), a path
+    /// `postgres://` URL (`database.url`) opens Postgres ([`crate::store::postgres::PgStore`]), a path
     /// the SQLite file.
     pub fn open_as(
         config: Config,

@@ -2,6 +2,10 @@
 
 use std::fmt;
 
+mod engine;
+
+pub use engine::EngineError;
+
 /// A piece of user input was wrong: names the field, shows the value, says why.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InputError {
@@ -119,11 +123,11 @@ pub enum StoreError {
         /// What was being done.
         action: String,
         /// The engine's error.
-        source: crate::store::EngineError,
+        source: EngineError,
     },
     /// The connection pool failed to hand out a connection.
     #[error("database: connection pool: {0}")]
-    Pool(crate::store::EngineError),
+    Pool(EngineError),
     /// The file was written by a newer toolq.
     #[error(
         "database {path} has schema version {found}, newer than this toolq supports ({supported}); upgrade toolq"
@@ -227,7 +231,7 @@ pub enum StoreError {
         /// What was being done.
         action: String,
         /// The engine's error.
-        source: crate::store::EngineError,
+        source: EngineError,
     },
     /// `toolq check` found problems (listed on stdout).
     #[error(

@@ -5,8 +5,6 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::store::Removed;
-
 /// What to prune.
 #[derive(Debug, Clone, Default)]
 pub struct PruneOptions {
@@ -32,4 +30,35 @@ pub struct PruneReport {
     pub acked_inbox_before: String,
     /// Occurrences before this went.
     pub occurrences_before: String,
+}
+
+/// Rows removed (or, for a dry run, that would be removed), per table.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Removed {
+    /// `runs` rows.
+    pub runs: u64,
+    /// `blobs` rows (logs and results of those runs).
+    pub blobs: u64,
+    /// `inbox` rows (messages about those runs, and old acknowledged messages).
+    pub inbox: u64,
+    /// `schedule_occurrences` rows.
+    pub occurrences: u64,
+    /// `workers` rows of processes that stopped cleanly.
+    pub workers: u64,
+}
+
+impl Removed {
+    /// Adds another batch's counts.
+    pub fn add(&mut self, o: &Removed) {
+        self.runs += o.runs;
+        self.blobs += o.blobs;
+        self.inbox += o.inbox;
+        self.occurrences += o.occurrences;
+        self.workers += o.workers;
+    }
+
+    /// Rows in all tables.
+    pub fn total(&self) -> u64 {
+        self.runs + self.blobs + self.inbox + self.occurrences + self.workers
+    }
 }

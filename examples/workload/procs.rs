@@ -57,7 +57,7 @@ pub async fn drain(db: &Path, n: usize, concurrency: usize, procs: usize) -> any
         let now = client.now();
         let (runnable, running) = client
             .store()
-            .read_async(move |c| toolq::store::runs::has_unfinished(c, now))
+            .read_async(move |c| toolq::store::sqlite::runs::has_unfinished(c, now))
             .await?;
         if !runnable && !running {
             break;

@@ -74,7 +74,7 @@ pub async fn drain(
                 let now = client.now();
                 let (runnable, running) = client
                     .store()
-                    .read_async(move |c| toolq::store::runs::has_unfinished(c, now))
+                    .read_async(move |c| toolq::store::sqlite::runs::has_unfinished(c, now))
                     .await?;
                 runnable || running
             }

@@ -4,7 +4,7 @@ use serde_json::json;
 
 use super::{Ctx, render};
 use crate::error::Result;
-use crate::store::SCHEMA_VERSION;
+use crate::store::sqlite::SCHEMA_VERSION;
 
 /// Flags of `init` (none).
 #[derive(Debug, clap::Args)]

@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 
 use crate::config::Config;
 use crate::error::{Error, Fault, Result, StoreError};
-use crate::store::{OpenMode, PgStore};
+use crate::store::OpenMode;
+use crate::store::postgres::PgStore;
 
 /// The first wait after a failed attempt; it doubles up to [`MAX_WAIT`].
 const FIRST_WAIT: Duration = Duration::from_secs(1);

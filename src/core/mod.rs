@@ -10,11 +10,12 @@
 mod approvals;
 pub mod ends;
 pub mod enqueue;
+pub mod request;
 mod retention;
 mod schedules;
 mod tool_host;
 
-pub use enqueue::{EnqueueRequest, Enqueued};
+pub use request::{EnqueueRequest, Enqueued};
 
 use std::sync::Arc;
 
@@ -27,7 +28,9 @@ use crate::config::Config;
 use crate::error::{Error, InputError, Result};
 use crate::ids::RunId;
 use crate::run::Run;
-use crate::store::{Engine, OpenMode, Store};
+use crate::store::postgres::PgStore;
+use crate::store::sqlite::Store;
+use crate::store::{Engine, OpenMode};
 use crate::tool::Registry;
 
 struct Inner {
@@ -70,7 +73,7 @@ impl Core {
             crate::db_url::is_postgres(&config.db_path).then(|| config.db_path.clone())
         });
         let (engine, store): (Arc<dyn Engine>, Option<Store>) = match &url {
-            Some(url) => (Arc::new(crate::store::PgStore::open(url, mode)?), None),
+            Some(url) => (Arc::new(PgStore::open(url, mode)?), None),
             None => {
                 // Config::from_layers refuses these too; a library caller's Config is not
                 // validated there.

@@ -12,7 +12,7 @@ use super::spec::{MissedPolicy, OverlapPolicy, ScheduleSpec};
 use crate::error::{InputError, Result};
 use crate::run::Delivery;
 
-pub use crate::store::ClaimReport as FireReport;
+pub use super::model::ClaimReport as FireReport;
 
 /// A request to create a schedule: the run each tick makes, and when ticks come.
 #[derive(Debug, Clone)]

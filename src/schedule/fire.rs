@@ -99,7 +99,7 @@ impl Fire {
         s: &crate::schedule::model::Schedule,
         run_at: DateTime<Utc>,
         now: DateTime<Utc>,
-        gate: &crate::store::GateRun,
+        gate: &crate::schedule::model::GateRun,
     ) -> crate::run::NewRun {
         let mut row = crate::run::NewRun {
             id: crate::ids::RunId::generate(),

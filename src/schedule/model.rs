@@ -1,12 +1,14 @@
 //! Schedules as the library sees them: the stored row, a new row to insert, and ledger entries.
 
+use std::sync::Arc;
+
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde_json::Value;
 
 use super::spec::{MissedPolicy, OverlapPolicy};
 use crate::ids::{RunId, ScheduleId};
-use crate::run::Delivery;
+use crate::run::{Delivery, NewRun, PendingApproval};
 
 /// A stored schedule.
 #[derive(Debug, Clone, Serialize)]
@@ -119,4 +121,33 @@ pub struct Occurrence {
     pub detail: Option<String>,
     /// When it was recorded.
     pub recorded_at: DateTime<Utc>,
+}
+
+/// Whether a run about to be created (with its arguments as given) waits for approval, and
+/// what it is stored with then (pure; called inside a schedule claim's transaction for each
+/// run a fire makes). The creating process's rules: [`crate::approval::pending_for`].
+pub type GateRun =
+    Arc<dyn Fn(&NewRun, &serde_json::Value) -> Option<PendingApproval> + Send + Sync>;
+
+/// What one claim of due schedules did (`Engine::schedule_claim_due`).
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct ClaimReport {
+    /// Schedules handled.
+    pub schedules: usize,
+    /// Runs inserted.
+    pub runs: Vec<RunId>,
+    /// Ledger rows by outcome.
+    pub fired: usize,
+    /// Ticks folded into a catch-up run.
+    pub coalesced: usize,
+    /// Ticks with no run (policy or window).
+    pub missed: usize,
+    /// Ticks skipped because the previous run was still active.
+    pub skipped_overlap: usize,
+    /// Ticks that would have run but their tool or session (or everything) was paused.
+    pub paused: usize,
+    /// Schedules disabled because their cron no longer fires (id, reason).
+    pub broken: Vec<(String, String)>,
+    /// More schedules were due than `limit`: call again.
+    pub more: bool,
 }

@@ -9,11 +9,13 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use tokio_util::sync::CancellationToken;
 
+use super::run_params::*;
 use super::types::*;
+use super::upkeep::*;
 use crate::error::StoreError;
 use crate::ids::RunId;
 use crate::inbox::{InboxFilter, InboxPage, Message};
-use crate::run::{Blob, FinishRecord, Inserted, ListFilter, NewRun, Run, RunFilter, RunState};
+use crate::run::{Blob, FinishRecord, Inserted, ListFilter, NewRun, Run, RunFilter};
 use crate::schedule::model::{NewSchedule, Occurrence, Schedule};
 
 /// Result of an engine operation.
@@ -21,12 +23,6 @@ pub type EngineResult<T> = Result<T, StoreError>;
 
 /// Decides how a rescued run's attempt ends (pure; called inside the rescue transaction).
 pub type DecideRescue = Arc<dyn Fn(&Run, RescueReason) -> FinishRecord + Send + Sync>;
-
-/// Whether a run about to be created (with its arguments as given) waits for approval, and
-/// what it is stored with then (pure; called inside a schedule claim's transaction for each
-/// run a fire makes). The creating process's rules: [`crate::approval::pending_for`].
-pub type GateRun =
-    Arc<dyn Fn(&NewRun, &serde_json::Value) -> Option<crate::run::PendingApproval> + Send + Sync>;
 
 /// Called by a change feed when another connection or process may have committed.
 pub type OnChange = Arc<dyn Fn() + Send + Sync>;
@@ -260,122 +256,6 @@ pub trait Engine: Send + Sync + std::fmt::Debug + 'static {
     async fn change_feed(&self, on_change: OnChange, stop: CancellationToken);
 }
 
-/// Parameters of [`Engine::run_insert_within_limit`].
-#[derive(Debug, Clone)]
-pub struct RunInsertLimited {
-    /// The run.
-    pub run: NewRun,
-    /// A run not to count (the caller's own).
-    pub except: Option<String>,
-    /// At most this many active background runs in the run's session; `None`: no limit.
-    pub limit: Option<i64>,
-    /// Now: a queued run whose `run_at` is later is delayed, not active.
-    pub now: DateTime<Utc>,
-    /// A host's approval, recorded before the run is queued (as [`Engine::run_insert_preapproved`]).
-    pub approval: Option<RunApprove>,
-}
-
-/// What [`Engine::run_insert_within_limit`] did.
-#[derive(Debug, Clone)]
-pub enum LimitedInsert {
-    /// Inserted (or found by its idempotency key).
-    Inserted(Inserted),
-    /// Nothing written: the session has this many active background runs.
-    OverSession(i64),
-}
-
-/// Parameters of [`Engine::run_retry`].
-#[derive(Debug, Clone)]
-pub struct RunRetry {
-    /// The run.
-    pub id: RunId,
-    /// The final state it was read in.
-    pub expected: RunState,
-    /// Now.
-    pub now: DateTime<Utc>,
-    /// Set when the retried run must wait for approval again
-    /// ([`crate::approval::pending_for_retry`]): it goes to `awaiting_approval` with its
-    /// request message, in the same transaction, instead of `queued`.
-    pub approval: Option<crate::run::PendingApproval>,
-}
-
-/// Parameters of [`Engine::run_select`].
-#[derive(Debug, Clone)]
-pub struct RunSelect {
-    /// Which runs.
-    pub filter: RunFilter,
-    /// Only ids after this one ("" for the first page).
-    pub after: String,
-    /// At most this many.
-    pub limit: i64,
-}
-
-/// Parameters of [`Engine::run_page`].
-#[derive(Debug, Clone)]
-pub struct RunPage {
-    /// Which runs (every state when `states` is empty).
-    pub filter: RunFilter,
-    /// Only ids before this one (`None`: the first page).
-    pub before: Option<String>,
-    /// At most this many.
-    pub limit: i64,
-}
-
-/// One row of [`Engine::run_finished_buckets`].
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct FinishedBucket {
-    /// `completed`, `failed` or `cancelled`.
-    pub state: String,
-    /// The bucket: 0 starts at `since`, 1 a bucket later, and so on.
-    pub bucket: i64,
-    /// Runs of that state finished in it.
-    pub count: i64,
-}
-
-/// Parameters of [`Engine::run_cancel_many`].
-#[derive(Debug, Clone)]
-pub struct RunCancelMany {
-    /// Ends of waiting runs (queued or awaiting), each fenced by the state it was read in.
-    pub ends: Vec<FinishRecord>,
-    /// Running runs to ask to stop.
-    pub requests: Vec<RunId>,
-    /// Now.
-    pub now: DateTime<Utc>,
-}
-
-/// What [`Engine::run_cancel_many`] did.
-#[derive(Debug, Clone, Default)]
-pub struct CancelledMany {
-    /// Per end, whether its fence held.
-    pub ended: Vec<bool>,
-    /// Per request, whether the run was still running.
-    pub requested: Vec<bool>,
-}
-
-/// Parameters of [`Engine::run_retry_many`].
-#[derive(Debug, Clone)]
-pub struct RunRetryMany {
-    /// Each run with the final state it was read in.
-    pub runs: Vec<(RunId, RunState)>,
-    /// Now.
-    pub now: DateTime<Utc>,
-    /// Per run of `runs` (same index; missing: none), as [`RunRetry::approval`].
-    pub approvals: Vec<Option<crate::run::PendingApproval>>,
-}
-
-/// Parameters of [`Engine::run_approve`].
-#[derive(Debug, Clone)]
-pub struct RunApprove {
-    /// The run.
-    pub id: RunId,
-    /// Who approved.
-    pub by: String,
-    /// Their note.
-    pub note: Option<String>,
-    /// Now.
-    pub now: DateTime<Utc>,
-}
-
 /// Parameters of a claim.
 #[derive(Debug, Clone)]
 pub struct Claim {
@@ -564,104 +444,4 @@ pub struct Rescued {
     pub workers_died: usize,
     /// The runs taken back.
     pub runs: Vec<RescuedRun>,
-}
-
-/// What [`Engine::worker_overview`] reads.
-#[derive(Debug, Clone, Default)]
-pub struct WorkerOverview {
-    /// Worker rows.
-    pub workers: Vec<WorkerRow>,
-    /// Queued runs (due or not) by tool.
-    pub queued_by_tool: Vec<(String, i64)>,
-    /// Enabled schedules that will fire again.
-    pub enabled_schedules: i64,
-}
-
-/// Parameters of [`Engine::inbox_mark`].
-#[derive(Debug, Clone)]
-pub struct InboxMark {
-    /// The session.
-    pub session: String,
-    /// Message ids.
-    pub ids: Vec<i64>,
-    /// Also acknowledge.
-    pub ack: bool,
-    /// Now.
-    pub now: DateTime<Utc>,
-}
-
-/// Parameters of [`Engine::schedule_enable_within_limit`].
-#[derive(Debug, Clone)]
-pub struct ScheduleEnable {
-    /// The schedule.
-    pub id: String,
-    /// Its session.
-    pub session: String,
-    /// Its next tick.
-    pub next: DateTime<Utc>,
-    /// Now.
-    pub now: DateTime<Utc>,
-    /// The session's limit of enabled schedules.
-    pub max_active: i64,
-}
-
-/// What a prune step deletes, in the order a prune runs them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PruneStep {
-    /// Finished runs with their blobs and messages.
-    Runs,
-    /// Old acknowledged messages.
-    AckedInbox,
-    /// Old schedule occurrences.
-    Occurrences,
-    /// Stopped worker rows.
-    Workers,
-}
-
-/// Parameters of [`Engine::prune_batch`].
-#[derive(Debug, Clone)]
-pub struct PruneBatch {
-    /// The step.
-    pub step: PruneStep,
-    /// Cutoffs.
-    pub cutoffs: PruneCutoffs,
-    /// At most this many rows.
-    pub batch: usize,
-    /// Where the runs step stands.
-    pub cursor: RunsCursor,
-}
-
-/// Figures for `toolq stats`.
-#[derive(Debug, Clone, Default)]
-pub struct StoreStats {
-    /// Runs per state (states with none left out).
-    pub by_state: Vec<(String, i64)>,
-    /// The oldest due queued run's `run_at`.
-    pub oldest_queued: Option<String>,
-    /// Busy retries summed over every worker row.
-    pub busy_retries: i64,
-    /// Workers not stopped.
-    pub live_workers: usize,
-}
-
-/// Gauges for metrics.
-#[derive(Debug, Clone, Default)]
-pub struct Gauges {
-    /// Runs per state.
-    pub by_state: Vec<(String, i64)>,
-    /// Queue depth by session and tool.
-    pub queue_depth: Vec<QueueDepth>,
-    /// Seconds the most overdue schedule is late.
-    pub schedule_lag_secs: f64,
-}
-
-/// What [`Engine::checkpoint`] did.
-#[derive(Debug, Clone)]
-pub struct CheckpointTick {
-    /// The mode used.
-    pub mode: CheckpointMode,
-    /// The checkpoint's answer.
-    pub checkpoint: Checkpoint,
-    /// Bytes of the log afterwards.
-    pub wal_bytes: u64,
 }

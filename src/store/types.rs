@@ -3,7 +3,9 @@
 use chrono::{DateTime, Duration, Utc};
 use serde::Serialize;
 
-use crate::ids::RunId;
+pub use crate::error::EngineError;
+pub use crate::retention::Removed;
+pub use crate::schedule::model::{ClaimReport, GateRun};
 
 /// Identity of a worker process.
 #[derive(Debug, Clone, Serialize)]
@@ -60,29 +62,6 @@ pub struct ClaimDue {
     pub catchup_spacing: Duration,
 }
 
-/// What `Engine::schedule_claim_due` did.
-#[derive(Debug, Clone, Default, serde::Serialize)]
-pub struct ClaimReport {
-    /// Schedules handled.
-    pub schedules: usize,
-    /// Runs inserted.
-    pub runs: Vec<RunId>,
-    /// Ledger rows by outcome.
-    pub fired: usize,
-    /// Ticks folded into a catch-up run.
-    pub coalesced: usize,
-    /// Ticks with no run (policy or window).
-    pub missed: usize,
-    /// Ticks skipped because the previous run was still active.
-    pub skipped_overlap: usize,
-    /// Ticks that would have run but their tool or session (or everything) was paused.
-    pub paused: usize,
-    /// Schedules disabled because their cron no longer fires (id, reason).
-    pub broken: Vec<(String, String)>,
-    /// More schedules were due than `limit`: call again.
-    pub more: bool,
-}
-
 /// The cutoffs of one prune. Everything strictly older than a cutoff may go.
 #[derive(Debug, Clone)]
 pub struct PruneCutoffs {
@@ -96,37 +75,6 @@ pub struct PruneCutoffs {
     pub occurrences_before: DateTime<Utc>,
     /// Cleanly stopped worker rows whose `stopped_at` is before this go.
     pub workers_before: DateTime<Utc>,
-}
-
-/// Rows removed (or, for a dry run, that would be removed), per table.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-pub struct Removed {
-    /// `runs` rows.
-    pub runs: u64,
-    /// `blobs` rows (logs and results of those runs).
-    pub blobs: u64,
-    /// `inbox` rows (messages about those runs, and old acknowledged messages).
-    pub inbox: u64,
-    /// `schedule_occurrences` rows.
-    pub occurrences: u64,
-    /// `workers` rows of processes that stopped cleanly.
-    pub workers: u64,
-}
-
-impl Removed {
-    /// Adds another batch's counts.
-    pub fn add(&mut self, o: &Removed) {
-        self.runs += o.runs;
-        self.blobs += o.blobs;
-        self.inbox += o.inbox;
-        self.occurrences += o.occurrences;
-        self.workers += o.workers;
-    }
-
-    /// Rows in all tables.
-    pub fn total(&self) -> u64 {
-        self.runs + self.blobs + self.inbox + self.occurrences + self.workers
-    }
 }
 
 /// Where a prune of runs stands: the final state it walks (one at a time, so each batch is a
@@ -296,50 +244,6 @@ pub struct ProgressWrite {
     pub output_tail: Option<String>,
     /// The whole log so far, when it changed.
     pub log: Option<(Vec<u8>, bool)>,
-}
-
-/// An engine's own error, kept whole (its message and source chain) without naming the
-/// engine's types in the public API.
-/// The engine classifies it when it wraps it ([`crate::error::Fault`]).
-#[derive(Debug)]
-pub struct EngineError {
-    inner: Box<dyn std::error::Error + Send + Sync + 'static>,
-    fault: crate::error::Fault,
-}
-
-impl EngineError {
-    /// Wraps an engine's error with the engine's verdict on it.
-    pub(crate) fn new(
-        e: impl std::error::Error + Send + Sync + 'static,
-        fault: crate::error::Fault,
-    ) -> Self {
-        Self {
-            inner: Box::new(e),
-            fault,
-        }
-    }
-
-    /// What kind of failure it is.
-    pub fn fault(&self) -> crate::error::Fault {
-        self.fault
-    }
-
-    /// The engine's error as its own type, for the engine itself.
-    pub(crate) fn downcast_ref<T: std::error::Error + 'static>(&self) -> Option<&T> {
-        self.inner.downcast_ref::<T>()
-    }
-}
-
-impl std::fmt::Display for EngineError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.inner.fmt(f)
-    }
-}
-
-impl std::error::Error for EngineError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        self.inner.source()
-    }
 }
 
 /// Remembers recent checkpoints to tell a pinned WAL from a momentary busy one: warns once the

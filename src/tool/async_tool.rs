@@ -230,6 +230,33 @@ async fn operation_ended(ctx: &ToolContext) -> bool {
     }
 }
 
+/// Shows a progress item as the live status and progress; enters it in the stage history
+/// only when its stage differs from `last` (the stage entered before), which it then becomes.
+fn record_progress(
+    ctx: &ToolContext,
+    last: &mut Option<String>,
+    stage: &str,
+    message: String,
+    progress: Option<f64>,
+) {
+    let name = stage.to_string();
+    ctx.sink.status(message.clone());
+    if let Some(p) = progress {
+        ctx.sink.progress(Progress {
+            current: p,
+            total: Some(1.0),
+            unit: None,
+            label: Some(name.clone()),
+        });
+    }
+    if last.as_ref() != Some(&name) {
+        let extra = progress.map_or(json!({}), |p| json!({"progress": p}));
+        ctx.sink
+            .stage(stage_record(ctx, &name, Some(&message), extra));
+        *last = Some(name);
+    }
+}
+
 impl<T: AsyncTool> AsyncAdapter<T> {
     async fn follow(&self, ctx: &ToolContext, op: &str) -> ToolOutcome {
         let stream = self.0.check_status(ctx, op);
@@ -248,24 +275,7 @@ impl<T: AsyncTool> AsyncAdapter<T> {
                     stage,
                     message,
                     progress,
-                }) => {
-                    let name = stage.as_str().to_string();
-                    ctx.sink.status(message.clone());
-                    if let Some(p) = progress {
-                        ctx.sink.progress(Progress {
-                            current: p,
-                            total: Some(1.0),
-                            unit: None,
-                            label: Some(name.clone()),
-                        });
-                    }
-                    if last.as_ref() != Some(&name) {
-                        let extra = progress.map_or(json!({}), |p| json!({"progress": p}));
-                        ctx.sink
-                            .stage(stage_record(ctx, &name, Some(&message), extra));
-                        last = Some(name);
-                    }
-                }
+                }) => record_progress(ctx, &mut last, stage.as_str(), message, progress),
                 Some(ToolStatus::Completed(success)) => {
                     ctx.sink
                         .stage(stage_record(ctx, "completed", None, json!({})));

@@ -11,28 +11,22 @@
 //!   holding a pipe open cannot hang the run. Dropping the future kills the group as well.
 //! - Bytes are passed on as they are (non-UTF-8 and NUL included).
 
-use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
 
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::process::Command;
 use tokio_util::sync::CancellationToken;
 
 use super::sink::{RunSink, Stream};
 
-/// A line longer than this is passed on in pieces (bounded memory for output without newlines).
-pub const MAX_LINE: usize = 64 * 1024;
+mod pipe;
 
-/// A line starting with the filter's prefix (a protocol line, e.g. a result) may be this long.
-pub const MAX_FILTERED_LINE: usize = 4 * 1024 * 1024;
-
-/// Looks at each complete stdout line (newline included) before it is logged; returns true
-/// when it consumed the line (it is then not logged).
-pub type LineFilter = Box<dyn FnMut(&[u8]) -> bool + Send>;
+pub use pipe::{LineFilter, MAX_FILTERED_LINE, MAX_LINE};
+use pipe::{Pumped, pump};
 
 /// What to run.
 pub struct ProcessSpec {
@@ -159,7 +153,32 @@ pub async fn run(
     cancel: &CancellationToken,
 ) -> Result<ProcessOutput, ProcessError> {
     let program = spec.argv.first().cloned().ok_or(ProcessError::EmptyArgv)?;
-    let mut cmd = Command::new(&program);
+    let mut child = spawn(&spec, &program)?;
+    let guard = GroupGuard {
+        pgid: child.id().map(|p| Pid::from_raw(p as i32)),
+    };
+    let readers = attach(&mut child, &mut spec, sink);
+    let (status, stopped) = wait_or_stop(&mut child, &guard, spec.timeout, spec.kill_grace, cancel)
+        .await
+        .map_err(|source| ProcessError::Wait {
+            program: program.clone(),
+            source,
+        })?;
+    // The child is gone; give grandchildren holding the pipes a short window, then end the
+    // whole group so the readers see EOF.
+    let (stdout_tail, bytes_read) = drain(readers, &guard, sink, spec.drain_window).await;
+    Ok(ProcessOutput {
+        exit: exit_of(status),
+        stopped,
+        stdout_tail,
+        bytes_read,
+    })
+}
+
+/// Starts `program` with the spec's arguments, environment and working directory, in a
+/// process group of its own, with all three pipes.
+fn spawn(spec: &ProcessSpec, program: &str) -> Result<tokio::process::Child, ProcessError> {
+    let mut cmd = Command::new(program);
     cmd.args(&spec.argv[1..])
         .envs(spec.env.iter().cloned())
         .stdin(Stdio::piped())
@@ -174,13 +193,19 @@ pub async fn run(
         }
         cmd.current_dir(cwd);
     }
-    let mut child = cmd.spawn().map_err(|source| ProcessError::Spawn {
-        program: program.clone(),
+    cmd.spawn().map_err(|source| ProcessError::Spawn {
+        program: program.to_string(),
         source,
-    })?;
-    let guard = GroupGuard {
-        pgid: child.id().map(|p| Pid::from_raw(p as i32)),
-    };
+    })
+}
+
+/// Feeds the spec's stdin bytes to the child and starts a reader on each output pipe
+/// (stdout's first). Takes the stdin bytes and the stdout filter out of `spec`.
+fn attach(
+    child: &mut tokio::process::Child,
+    spec: &mut ProcessSpec,
+    sink: &RunSink,
+) -> Vec<Reader> {
     if let Some(mut stdin) = child.stdin.take() {
         let bytes = std::mem::take(&mut spec.stdin);
         // A child that does not read its stdin closes the pipe: that is not an error.
@@ -196,36 +221,32 @@ pub async fn run(
         let sink = sink.clone();
         tokio::spawn(pump(p, Stream::Stderr, sink, None, 0))
     });
+    out.into_iter().chain(err).collect()
+}
+
+/// Waits for the child to exit, or ends its group (SIGTERM, SIGKILL after `grace`) on a
+/// cancel or when `timeout` passes; says which. (Takes the two durations, not the spec: the
+/// spec's filter is not `Sync`, so a borrow of it could not be held across an await.)
+async fn wait_or_stop(
+    child: &mut tokio::process::Child,
+    guard: &GroupGuard,
+    timeout: Option<Duration>,
+    grace: Duration,
+    cancel: &CancellationToken,
+) -> std::io::Result<(std::process::ExitStatus, Option<Stopped>)> {
     let timeout = async {
-        match spec.timeout {
+        match timeout {
             Some(t) => tokio::time::sleep(t).await,
             None => std::future::pending().await,
         }
     };
-    let wait_err = |source| ProcessError::Wait {
-        program: program.clone(),
-        source,
+    let stopped = tokio::select! {
+        st = child.wait() => return Ok((st?, None)),
+        _ = cancel.cancelled() => Stopped::Cancelled,
+        _ = timeout => Stopped::TimedOut,
     };
-    let (status, stopped) = tokio::select! {
-        st = child.wait() => (st.map_err(wait_err)?, None),
-        _ = cancel.cancelled() => (terminate(&mut child, &guard, spec.kill_grace).await.map_err(wait_err)?, Some(Stopped::Cancelled)),
-        _ = timeout => (terminate(&mut child, &guard, spec.kill_grace).await.map_err(wait_err)?, Some(Stopped::TimedOut)),
-    };
-    // The child is gone; give grandchildren holding the pipes a short window, then end the
-    // whole group so the readers see EOF.
-    let (stdout_tail, bytes_read) = drain(
-        out.into_iter().chain(err).collect(),
-        &guard,
-        sink,
-        spec.drain_window,
-    )
-    .await;
-    Ok(ProcessOutput {
-        exit: exit_of(status),
-        stopped,
-        stdout_tail,
-        bytes_read,
-    })
+    let status = terminate(child, guard, grace).await?;
+    Ok((status, Some(stopped)))
 }
 
 type Reader = tokio::task::JoinHandle<Pumped>;
@@ -297,87 +318,6 @@ fn exit_of(status: std::process::ExitStatus) -> Exit {
         (None, Some(s)) => Exit::Signal(s),
         (None, None) => Exit::Code(-1),
     }
-}
-
-struct Pumped {
-    stream: Stream,
-    tail: Vec<u8>,
-    bytes: u64,
-}
-
-/// Reads a pipe to EOF in chunks, passing whole lines to the sink (and the filter).
-async fn pump(
-    mut pipe: impl AsyncRead + Unpin,
-    stream: Stream,
-    sink: RunSink,
-    mut filter: Option<(&'static [u8], LineFilter)>,
-    tail_bytes: usize,
-) -> Pumped {
-    let mut buf = vec![0u8; 64 * 1024];
-    let mut pending: Vec<u8> = Vec::new();
-    let mut tail: VecDeque<u8> = VecDeque::new();
-    let mut bytes = 0u64;
-    loop {
-        let n = match pipe.read(&mut buf).await {
-            Ok(0) | Err(_) => break,
-            Ok(n) => n,
-        };
-        bytes += n as u64;
-        pending.extend_from_slice(&buf[..n]);
-        // Pass on everything up to the last newline; keep the partial line unless it is long.
-        // `pending` holds at most one partial line here (it is always cut at its last newline).
-        let max = match &filter {
-            Some((prefix, _)) if pending.starts_with(prefix) => MAX_FILTERED_LINE,
-            _ => MAX_LINE,
-        };
-        let cut = match pending.iter().rposition(|b| *b == b'\n') {
-            Some(i) => i + 1,
-            None if pending.len() >= max => pending.len(),
-            None => continue,
-        };
-        let rest = pending.split_off(cut);
-        let lines = std::mem::replace(&mut pending, rest);
-        emit(&lines, stream, &sink, &mut filter, &mut tail, tail_bytes);
-    }
-    if !pending.is_empty() {
-        emit(&pending, stream, &sink, &mut filter, &mut tail, tail_bytes);
-    }
-    Pumped {
-        stream,
-        tail: tail.into_iter().collect(),
-        bytes,
-    }
-}
-
-fn emit(
-    chunk: &[u8],
-    stream: Stream,
-    sink: &RunSink,
-    filter: &mut Option<(&'static [u8], LineFilter)>,
-    tail: &mut VecDeque<u8>,
-    tail_bytes: usize,
-) {
-    let kept: std::borrow::Cow<'_, [u8]> = match filter {
-        // Most chunks hold no protocol line: pass them on without looking at each line.
-        Some((prefix, _)) if memchr::memmem::find(chunk, prefix).is_none() => chunk.into(),
-        None => chunk.into(),
-        Some((prefix, f)) => {
-            let mut kept = Vec::with_capacity(chunk.len());
-            for line in chunk.split_inclusive(|b| *b == b'\n') {
-                if !(line.starts_with(prefix) && f(line)) {
-                    kept.extend_from_slice(line);
-                }
-            }
-            kept.into()
-        }
-    };
-    if tail_bytes > 0 {
-        let from = kept.len().saturating_sub(tail_bytes);
-        tail.extend(&kept[from..]);
-        let excess = tail.len().saturating_sub(tail_bytes);
-        tail.drain(..excess);
-    }
-    sink.output_lines(stream, &kept);
 }
 
 #[cfg(test)]

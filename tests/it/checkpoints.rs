@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use toolq::store::Store;
+use toolq::store::sqlite::Store;
 
 const PAGE: u64 = 4096;
 

@@ -2,7 +2,7 @@
 //! version, keeps its rows, and ends up with exactly the schema a new file gets.
 
 use rusqlite::Connection;
-use toolq::store::{SCHEMA_VERSION, Store};
+use toolq::store::sqlite::{SCHEMA_VERSION, Store};
 
 const SCHEMA_V1: &str = include_str!("fixtures/schema_v1.sql");
 

@@ -87,21 +87,7 @@ async fn session(
         driver.abort();
         return Err(e);
     }
-    // Commits made while no one listened: look once.
-    on_change();
-    let out = loop {
-        tokio::select! {
-            _ = stop.cancelled() => break Ok(()),
-            got = rx.recv() => match got {
-                Some(()) => {
-                    // Many notifications may be queued: one wake-up for all of them.
-                    while rx.try_recv().is_ok() {}
-                    on_change();
-                }
-                None => break Err("the listening connection closed".to_string()),
-            }
-        }
-    };
+    let out = relay(&mut rx, on_change, stop).await;
     drop(client);
     match out {
         Ok(()) => {
@@ -112,5 +98,28 @@ async fn session(
             Ok(Err(reason)) => Err(reason),
             _ => Err(e),
         },
+    }
+}
+
+/// Calls `on_change` once now (for commits made while no one listened) and once per batch of
+/// notifications `rx` forwards, until stopped (Ok) or the connection closes (Err).
+async fn relay(
+    rx: &mut tokio::sync::mpsc::UnboundedReceiver<()>,
+    on_change: &OnChange,
+    stop: &CancellationToken,
+) -> Result<(), String> {
+    on_change();
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return Ok(()),
+            got = rx.recv() => match got {
+                Some(()) => {
+                    // Many notifications may be queued: one wake-up for all of them.
+                    while rx.try_recv().is_ok() {}
+                    on_change();
+                }
+                None => return Err("the listening connection closed".to_string()),
+            }
+        }
     }
 }

@@ -11,7 +11,7 @@ use crate::error::StoreError;
 use crate::ids::{RunId, ScheduleId};
 use crate::run::{Progress, Run, RunState};
 
-pub(crate) use crate::store::sqlite::codec::RUN_COLUMNS;
+pub(crate) use crate::store::codec::RUN_COLUMNS;
 
 /// An optional timestamp column.
 pub(crate) fn ts_opt(row: &Row, idx: usize) -> Result<Option<DateTime<Utc>>, StoreError> {
@@ -36,7 +36,7 @@ fn json(row: &Row, idx: usize) -> Result<Value, StoreError> {
 
 /// Maps a row whose select list starts with [`RUN_COLUMNS`] to a [`Run`].
 pub(crate) fn run_from_row(row: &Row) -> Result<Run, StoreError> {
-    use crate::store::sqlite::codec::col::*;
+    use crate::store::codec::col::*;
     let state = get::<&str>(row, STATE)?
         .parse::<RunState>()
         .unwrap_or(RunState::Failed);

@@ -54,43 +54,11 @@ pub(crate) fn fill_from(
 ) -> Result<(), String> {
     let env = |k: &str| (src.env)(k).filter(|v| !v.is_empty());
     if let Some(p) = env("PGPORT") {
-        let port = p
-            .trim()
-            .parse::<u16>()
-            .ok()
-            .filter(|&n| n > 0)
-            .ok_or_else(|| format!("PGPORT={p:?} is not a port number (1-65535)"))?;
-        if config.get_ports().is_empty() {
-            config.port(port);
-        } else if let Some(with_port) = with_port(url, port) {
-            // tokio-postgres gives each host of a URL 5432 when it names no port, and has no
-            // way to take a port back: parse the URL again with PGPORT's written in.
-            *config = std::str::FromStr::from_str(&with_port)
-                .map_err(|e: tokio_postgres::Error| format!("with PGPORT={port}: {e}"))?;
-        }
+        fill_port(config, url, &p)?;
     }
     let port = config.get_ports().first().copied().unwrap_or(DEFAULT_PORT);
     if config.get_hosts().is_empty() && config.get_hostaddrs().is_empty() {
-        match env("PGHOST") {
-            Some(hosts) => {
-                for h in hosts.split(',').map(str::trim).filter(|h| !h.is_empty()) {
-                    if h.starts_with('/') {
-                        config.host_path(h);
-                    } else {
-                        config.host(h);
-                    }
-                }
-            }
-            None => {
-                let socket = SOCKET_DIRS
-                    .iter()
-                    .find(|d| (src.socket_exists)(&Path::new(d).join(format!(".s.PGSQL.{port}"))));
-                match socket {
-                    Some(dir) => config.host_path(dir),
-                    None => config.host("localhost"),
-                };
-            }
-        }
+        fill_host(config, env("PGHOST"), port, src);
     }
     if config.get_user().is_none()
         && let Some(user) = env("PGUSER").or_else(|| (src.os_user)())
@@ -109,12 +77,57 @@ pub(crate) fn fill_from(
         config.password(password);
         return Ok(());
     }
-    let Some(file) = env("PGPASSFILE")
+    let file = env("PGPASSFILE")
         .map(PathBuf::from)
-        .or_else(|| env("HOME").map(|h| Path::new(&h).join(".pgpass")))
-    else {
-        return Ok(());
+        .or_else(|| env("HOME").map(|h| Path::new(&h).join(".pgpass")));
+    if let Some(file) = file {
+        fill_from_passfile(config, &file, port);
+    }
+    Ok(())
+}
+
+/// PGPORT (`p`) for a URL that names no port.
+fn fill_port(config: &mut tokio_postgres::Config, url: &str, p: &str) -> Result<(), String> {
+    let port = p
+        .trim()
+        .parse::<u16>()
+        .ok()
+        .filter(|&n| n > 0)
+        .ok_or_else(|| format!("PGPORT={p:?} is not a port number (1-65535)"))?;
+    if config.get_ports().is_empty() {
+        config.port(port);
+    } else if let Some(with_port) = with_port(url, port) {
+        // tokio-postgres gives each host of a URL 5432 when it names no port, and has no
+        // way to take a port back: parse the URL again with PGPORT's written in.
+        *config = std::str::FromStr::from_str(&with_port)
+            .map_err(|e: tokio_postgres::Error| format!("with PGPORT={port}: {e}"))?;
+    }
+    Ok(())
+}
+
+/// PGHOST's hosts, else the first socket directory with a socket for `port`, else localhost.
+fn fill_host(config: &mut tokio_postgres::Config, hosts: Option<String>, port: u16, src: &Sources) {
+    if let Some(hosts) = hosts {
+        for h in hosts.split(',').map(str::trim).filter(|h| !h.is_empty()) {
+            if h.starts_with('/') {
+                config.host_path(h);
+            } else {
+                config.host(h);
+            }
+        }
+        return;
+    }
+    let socket = SOCKET_DIRS
+        .iter()
+        .find(|d| (src.socket_exists)(&Path::new(d).join(format!(".s.PGSQL.{port}"))));
+    match socket {
+        Some(dir) => config.host_path(dir),
+        None => config.host("localhost"),
     };
+}
+
+/// The password the password file `file` holds for this host, port, database and user.
+fn fill_from_passfile(config: &mut tokio_postgres::Config, file: &Path, port: u16) {
     let host = match config.get_hosts().first() {
         Some(tokio_postgres::config::Host::Tcp(h)) => h.clone(),
         // A socket directory (or none) is `localhost` to the password file.
@@ -122,10 +135,9 @@ pub(crate) fn fill_from(
     };
     let user = config.get_user().unwrap_or_default().to_string();
     let db = config.get_dbname().unwrap_or(&user).to_string();
-    if let Some(password) = read_passfile(&file, &host, &port.to_string(), &db, &user) {
+    if let Some(password) = read_passfile(file, &host, &port.to_string(), &db, &user) {
         config.password(password);
     }
-    Ok(())
 }
 
 /// `url` with `:port` after each of its hosts, when none of them and no `port=` parameter

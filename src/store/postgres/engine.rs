@@ -9,8 +9,8 @@ use chrono::{DateTime, Utc};
 use tokio_util::sync::CancellationToken;
 
 use super::{
-    PgStore, claim, finish, flow, inbox, locks, notify, read_tx, retention, runs, schedules,
-    workers, write_tx,
+    PgStore, claim, finish, flow, gauges, inbox, notify, occurrences, read_tx, retention, runs,
+    schedules, workers, write_tx,
 };
 use crate::error::StoreError;
 use crate::ids::RunId;
@@ -18,7 +18,10 @@ use crate::inbox::{InboxFilter, InboxPage, Message};
 use crate::run::{Blob, FinishRecord, Inserted, ListFilter, NewRun, Run, RunFilter};
 use crate::schedule::model::{NewSchedule, Occurrence, Schedule};
 use crate::store::engine::*;
+use crate::store::prune::TableStep;
+use crate::store::run_params::*;
 use crate::store::types::*;
+use crate::store::upkeep::*;
 
 #[async_trait]
 impl Engine for PgStore {
@@ -31,30 +34,9 @@ impl Engine for PgStore {
     }
 
     async fn run_insert_within_limit(&self, p: RunInsertLimited) -> EngineResult<LimitedInsert> {
-        let mut run = p.run;
-        if p.approval.is_some() {
-            run.approval = None;
-        }
-        write_tx!(self, |tx| {
-            let except = p.except.as_deref();
-            if let Some(limit) = p.limit {
-                locks::take(&tx, locks::LIMITED_INSERT).await?;
-                let session = run.session_id.as_str();
-                if runs::count_active_background(&tx, session, except, p.now, limit).await? >= limit
-                {
-                    return Ok(LimitedInsert::OverSession(limit));
-                }
-            }
-            let inserted = runs::insert(&tx, &run).await?;
-            if let Inserted::New(id) = &inserted {
-                runs::mark_background(&tx, id.as_str()).await?;
-            }
-            if let Some(a) = &p.approval {
-                runs::preapprove(&tx, a.id.as_str(), &a.by, a.note.as_deref(), a.now).await?;
-            }
-            notify(&tx).await?;
-            Ok(LimitedInsert::Inserted(inserted))
-        })
+        let mut p = p;
+        queue_if_approved(&mut p.run, p.approval.as_ref());
+        write_tx!(self, |tx| runs::insert_within_limit(&tx, &p).await)
     }
 
     async fn run_insert_preapproved(
@@ -62,18 +44,10 @@ impl Engine for PgStore {
         run: NewRun,
         approval: Option<RunApprove>,
     ) -> EngineResult<()> {
-        // A host's approval replaces the request the row may carry: it is inserted queued.
         let mut run = run;
-        if approval.is_some() {
-            run.approval = None;
-        }
+        queue_if_approved(&mut run, approval.as_ref());
         write_tx!(self, |tx| {
-            runs::insert(&tx, &run).await?;
-            if let Some(a) = &approval {
-                runs::preapprove(&tx, a.id.as_str(), &a.by, a.note.as_deref(), a.now).await?;
-            }
-            notify(&tx).await?;
-            Ok(())
+            runs::insert_preapproved(&tx, &run, approval.as_ref()).await
         })
     }
 
@@ -420,7 +394,7 @@ impl Engine for PgStore {
     }
 
     async fn schedule_occurrences(&self, id: String, limit: i64) -> EngineResult<Vec<Occurrence>> {
-        schedules::occurrences(&self.conn().await?, &id, limit).await
+        occurrences::list(&self.conn().await?, &id, limit).await
     }
 
     async fn schedule_cancel(&self, id: String, now: DateTime<Utc>) -> EngineResult<bool> {
@@ -457,20 +431,9 @@ impl Engine for PgStore {
             // A retried transaction starts from the same cursor.
             let mut cur = p.cursor.clone();
             let (c, batch) = (&p.cutoffs, p.batch);
-            let removed = match p.step {
-                PruneStep::Runs => retention::prune_runs_batch(&tx, c, batch, &mut cur).await?,
-                PruneStep::AckedInbox => Removed {
-                    inbox: retention::prune_acked_inbox_batch(&tx, c, batch).await?,
-                    ..Removed::default()
-                },
-                PruneStep::Occurrences => Removed {
-                    occurrences: retention::prune_occurrences_batch(&tx, c, batch).await?,
-                    ..Removed::default()
-                },
-                PruneStep::Workers => Removed {
-                    workers: retention::prune_workers_batch(&tx, c, batch).await?,
-                    ..Removed::default()
-                },
+            let removed = match TableStep::of(p.step) {
+                None => retention::prune_runs_batch(&tx, c, batch, &mut cur).await?,
+                Some(t) => t.removed(retention::prune_table_batch(&tx, t, c, batch).await?),
             };
             Ok((removed, cur))
         })
@@ -489,28 +452,9 @@ impl Engine for PgStore {
 
     async fn gauges_read(&self, now: DateTime<Utc>) -> EngineResult<Gauges> {
         read_tx!(self, |tx| {
-            let depth = super::query(
-                &tx,
-                "SELECT session_id, tool, queued, awaiting_approval, running FROM queue_depth \
-                 ORDER BY session_id, tool",
-                &[],
-                "queue depth",
-            )
-            .await?
-            .iter()
-            .map(|r| {
-                Ok(QueueDepth {
-                    session_id: super::get(r, 0)?,
-                    tool: super::get(r, 1)?,
-                    queued: super::get(r, 2)?,
-                    awaiting_approval: super::get(r, 3)?,
-                    running: super::get(r, 4)?,
-                })
-            })
-            .collect::<Result<Vec<_>, StoreError>>()?;
             Ok(Gauges {
                 by_state: runs::count_by_state(&tx).await?,
-                queue_depth: depth,
+                queue_depth: gauges::queue_depth(&tx).await?,
                 schedule_lag_secs: schedules::lag_secs(&tx, now).await?,
             })
         })
@@ -527,23 +471,7 @@ impl Engine for PgStore {
     }
 
     async fn info(&self) -> EngineResult<DbInfo> {
-        let c = self.conn().await?;
-        let row = super::query_one(
-            &c,
-            "SELECT current_setting('synchronous_commit'), current_setting('server_version')",
-            &[],
-            "read server settings",
-        )
-        .await?;
-        let sync: String = super::get(&row, 0)?;
-        let version: String = super::get(&row, 1)?;
-        Ok(DbInfo {
-            journal_mode: "postgres".into(),
-            synchronous: format!("synchronous_commit={sync}"),
-            sqlite_version: String::new(),
-            engine: "postgres".into(),
-            server_version: Some(version),
-        })
+        gauges::server_info(&self.conn().await?).await
     }
 
     fn location(&self) -> String {

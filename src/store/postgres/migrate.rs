@@ -76,26 +76,29 @@ pub(crate) fn connect_error(
         Some(c) if *c == SqlState::INVALID_CATALOG_NAME => {
             format!("{} (create it first: createdb)", db_message(e))
         }
-        _ => {
-            let mut text = e.to_string();
-            let mut source = std::error::Error::source(e);
-            while let Some(s) = source {
-                text = format!("{text}: {s}");
-                source = s.source();
-            }
-            if text.contains("password missing") {
-                text.push_str(
-                    " (none in the URL, PGPASSWORD or the password file: PGPASSFILE, else ~/.pgpass)",
-                );
-            }
-            text
-        }
+        _ => error_chain(e),
     };
     StoreError::Connect {
         url: location.to_string(),
         reason,
         transient,
     }
+}
+
+/// The error and its causes, one after another; a missing password says where one is read.
+fn error_chain(e: &tokio_postgres::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        text = format!("{text}: {s}");
+        source = s.source();
+    }
+    if text.contains("password missing") {
+        text.push_str(
+            " (none in the URL, PGPASSWORD or the password file: PGPASSFILE, else ~/.pgpass)",
+        );
+    }
+    text
 }
 
 fn db_message(e: &tokio_postgres::Error) -> String {
@@ -136,13 +139,22 @@ async fn inspect(
             Found::Version(v)
         });
     }
+    refuse_foreign(client, location).await?;
+    Ok(Found::Empty)
+}
+
+/// Refuses a database with no toolq schema that holds tables of its own.
+async fn refuse_foreign(
+    client: &tokio_postgres::Transaction<'_>,
+    location: &str,
+) -> Result<(), StoreError> {
     let tables: i64 = client
         .query_one(
             "SELECT count(*) FROM pg_catalog.pg_tables WHERE schemaname = current_schema()",
             &[],
         )
         .await
-        .map_err(pg("read the schema"))?
+        .map_err(|e| StoreError::pg("read the schema", e))?
         .get(0);
     if tables > 0 {
         return Err(StoreError::NotToolq {
@@ -153,7 +165,7 @@ async fn inspect(
             ),
         });
     }
-    Ok(Found::Empty)
+    Ok(())
 }
 
 async fn apply(
@@ -161,23 +173,7 @@ async fn apply(
     location: &str,
     mode: OpenMode,
 ) -> Result<(), StoreError> {
-    // One snapshot for every read of the inspection: another process may commit a new
-    // schema between two of them.
-    let found = {
-        let snapshot = client
-            .build_transaction()
-            .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
-            .read_only(true)
-            .start()
-            .await
-            .map_err(|e| StoreError::pg("begin reading the schema", e))?;
-        let found = inspect(&snapshot, location).await;
-        snapshot
-            .commit()
-            .await
-            .map_err(|e| StoreError::pg("end reading the schema", e))?;
-        found?
-    };
+    let found = inspect_snapshot(client, location).await?;
     let from = match found {
         Found::Version(v) if v == SCHEMA_VERSION => return Ok(()),
         Found::Version(v) => v,
@@ -194,6 +190,37 @@ async fn apply(
             action: format!("migrate schema version {from} to {SCHEMA_VERSION} (run toolq init)"),
         });
     }
+    migrate_from(client, location, from).await
+}
+
+/// [`inspect`] in one snapshot for every read of it: another process may commit a new
+/// schema between two of them.
+async fn inspect_snapshot(
+    client: &mut tokio_postgres::Client,
+    location: &str,
+) -> Result<Found, StoreError> {
+    let snapshot = client
+        .build_transaction()
+        .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
+        .read_only(true)
+        .start()
+        .await
+        .map_err(|e| StoreError::pg("begin reading the schema", e))?;
+    let found = inspect(&snapshot, location).await;
+    snapshot
+        .commit()
+        .await
+        .map_err(|e| StoreError::pg("end reading the schema", e))?;
+    found
+}
+
+/// Applies the steps after version `from` in one transaction, under the migration lock,
+/// unless another process got there first.
+async fn migrate_from(
+    client: &mut tokio_postgres::Client,
+    location: &str,
+    from: i64,
+) -> Result<(), StoreError> {
     let tx = client
         .transaction()
         .await
@@ -224,6 +251,14 @@ async fn apply(
             reason: format!("schema version changed from {from} to {current} while opening"),
         });
     }
+    apply_steps(&tx, from).await?;
+    tx.commit()
+        .await
+        .map_err(|e| StoreError::pg("commit migration", e))
+}
+
+/// Runs the migration steps after version `from`, recording each version.
+async fn apply_steps(tx: &tokio_postgres::Transaction<'_>, from: i64) -> Result<(), StoreError> {
     let now = crate::clock::ts(chrono::Utc::now());
     for (i, step) in STEPS.iter().enumerate().skip(from as usize) {
         let version = i as i64 + 1;
@@ -237,7 +272,5 @@ async fn apply(
         .await
         .map_err(|e| StoreError::pg("record schema version", e))?;
     }
-    tx.commit()
-        .await
-        .map_err(|e| StoreError::pg("commit migration", e))
+    Ok(())
 }

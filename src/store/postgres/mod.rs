@@ -9,16 +9,20 @@ mod claim;
 mod codec;
 mod credentials;
 mod engine;
+mod errors;
 mod finish;
 mod flow;
+mod gauges;
 mod inbox;
 mod locks;
 pub(crate) mod migrate;
+mod occurrences;
 mod rescue;
 mod retention;
 mod runs;
 mod schedules;
 mod session;
+mod sql;
 pub(crate) mod tls;
 mod workers;
 
@@ -27,18 +31,16 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use deadpool_postgres::{GenericClient, Manager, ManagerConfig, Pool, RecyclingMethod};
-use tokio_postgres::Row;
-use tokio_postgres::error::SqlState;
-use tokio_postgres::types::ToSql;
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 
 pub use migrate::SCHEMA_VERSION;
 
-use crate::error::{Fault, StoreError};
-use crate::store::{OpenMode, WriteStats};
+pub(crate) use errors::PgError;
+use errors::{pool_error, retryable};
+pub(crate) use sql::{P, exec, get, notify, query, query_one, query_opt};
 
-/// One statement parameter.
-pub(crate) type P<'a> = &'a (dyn ToSql + Sync);
+use crate::error::StoreError;
+use crate::store::{OpenMode, WriteStats};
 
 /// Connections per process: the worker's finisher, claim loop and ticks, and readers.
 const POOL_SIZE: usize = 8;
@@ -72,111 +74,6 @@ impl std::fmt::Debug for PgStore {
             .field("location", &self.inner.location)
             .finish()
     }
-}
-
-/// A tokio-postgres error shown whole: its own text ("error connecting to server") is
-/// followed by its cause (the server's message, the I/O error). The server's message stands
-/// alone: tokio-postgres's "db error" before it says nothing.
-#[derive(Debug)]
-pub(crate) struct PgError(pub(crate) tokio_postgres::Error);
-
-impl std::fmt::Display for PgError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let mut source = std::error::Error::source(&self.0);
-        if self.0.as_db_error().is_some()
-            && let Some(s) = source
-        {
-            write!(f, "{s}")?;
-            source = s.source();
-        } else {
-            write!(f, "{}", self.0)?;
-        }
-        while let Some(s) = source {
-            write!(f, ": {s}")?;
-            source = s.source();
-        }
-        Ok(())
-    }
-}
-
-impl std::error::Error for PgError {}
-
-impl StoreError {
-    /// Wraps a tokio-postgres error with the action that failed.
-    pub(crate) fn pg(action: impl Into<String>, source: tokio_postgres::Error) -> Self {
-        let fault = pg_fault(&source);
-        Self::Sqlite {
-            action: action.into(),
-            source: crate::store::EngineError::new(PgError(source), fault),
-        }
-    }
-}
-
-/// Postgres's verdict on an error, by its SQLSTATE class: a lost or refused connection and
-/// a server out of resources are storage faults (the worker backs off and keeps its tools
-/// running); data the server reports corrupted is damage.
-pub(crate) fn pg_fault(e: &tokio_postgres::Error) -> Fault {
-    let Some(code) = e.code() else {
-        // No SQLSTATE: the connection closed, an I/O error, a timeout.
-        return Fault::Storage;
-    };
-    let c = code.code();
-    if *code == SqlState::DATA_CORRUPTED || *code == SqlState::INDEX_CORRUPTED {
-        Fault::Damaged
-    } else if c.starts_with("08")
-        || c.starts_with("53")
-        || c.starts_with("58")
-        || c.starts_with("57P")
-        || *code == SqlState::READ_ONLY_SQL_TRANSACTION
-    {
-        Fault::Storage
-    } else {
-        Fault::Other
-    }
-}
-
-fn pool_error(e: deadpool_postgres::PoolError) -> StoreError {
-    use deadpool_postgres::{PoolError, TimeoutType};
-    // deadpool's own texts ("Timeout occurred while creating a new object") say neither
-    // what was waited for nor for how long.
-    let why = match &e {
-        PoolError::Backend(_) => None,
-        PoolError::Timeout(TimeoutType::Create) => Some(format!(
-            "connect: no answer from the server within {}s",
-            CONNECT_TIMEOUT.as_secs()
-        )),
-        PoolError::Timeout(TimeoutType::Wait) => Some(format!(
-            "no free connection in time (all {POOL_SIZE} of this process's are in use)"
-        )),
-        PoolError::Timeout(TimeoutType::Recycle) => {
-            Some("checking a pooled connection: no answer from the server".into())
-        }
-        other => Some(other.to_string()),
-    };
-    match (e, why) {
-        (PoolError::Backend(e), _) => StoreError::pg("connect", e),
-        (_, why) => StoreError::Pool(crate::store::EngineError::new(
-            std::io::Error::other(why.unwrap_or_default()),
-            Fault::Storage,
-        )),
-    }
-}
-
-/// Whether a transaction failed only because another one got in its way (retry it).
-fn retryable(e: &StoreError) -> bool {
-    let StoreError::Sqlite { source, .. } = e else {
-        return false;
-    };
-    source
-        .downcast_ref::<PgError>()
-        .and_then(|e| e.0.code())
-        .is_some_and(|c| {
-            // A lock wait that ran out (`session::LOCK_WAIT`) is another transaction in the
-            // way, for longer.
-            *c == SqlState::T_R_SERIALIZATION_FAILURE
-                || *c == SqlState::T_R_DEADLOCK_DETECTED
-                || *c == SqlState::LOCK_NOT_AVAILABLE
-        })
 }
 
 /// Runs `$body` in one transaction on a pooled connection, with `$tx` bound to it, and
@@ -246,7 +143,6 @@ impl PgStore {
             .map_err(|e| bad_url(PgError(e).to_string()))?;
         credentials::fill(&mut config, &tls_url.driver_url).map_err(bad_url)?;
         let connector = tls_url.connector().map_err(bad_url)?;
-        let ssl_mode = tls_url.mode;
         config.connect_timeout(CONNECT_TIMEOUT);
         config.keepalives_idle(Duration::from_secs(15));
         if config.get_application_name().is_none() {
@@ -255,33 +151,9 @@ impl PgStore {
         let mut setup = config.clone();
         session::bound(&mut setup, session::Bounds::IdleOnly);
         session::bound(&mut config, session::Bounds::All);
-        let setup_tls = connector.clone();
-        let loc = location.clone();
-        std::thread::scope(|s| {
-            s.spawn(move || {
-                let rt = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .map_err(|e| StoreError::Task(format!("start a runtime to connect: {e}")))?;
-                rt.block_on(migrate::setup(&setup, setup_tls, ssl_mode, &loc, mode))
-            })
-            .join()
-            .map_err(|_| StoreError::Task("connecting to Postgres panicked".into()))?
-        })?;
-        let manager = Manager::from_config(
-            config.clone(),
-            connector.clone(),
-            ManagerConfig {
-                recycling_method: RecyclingMethod::Fast,
-            },
-        );
-        let pool = Pool::builder(manager)
-            .max_size(POOL_SIZE)
-            .runtime(deadpool_postgres::Runtime::Tokio1)
-            .create_timeout(Some(CONNECT_TIMEOUT))
-            .wait_timeout(Some(Duration::from_secs(60)))
-            .build()
-            .map_err(|e| StoreError::Task(format!("build the connection pool: {e}")))?;
+        let schema = (&setup, connector.clone(), tls_url.mode);
+        set_up_schema(schema, &location, mode)?;
+        let pool = build_pool(&config, &connector)?;
         Ok(PgStore {
             inner: Arc::new(Inner {
                 location,
@@ -361,76 +233,6 @@ impl PgStore {
     }
 }
 
-/// Prepares (cached per connection) and runs a query; errors name `what`.
-pub(crate) async fn query<C: GenericClient>(
-    c: &C,
-    sql: &str,
-    params: &[P<'_>],
-    what: &str,
-) -> Result<Vec<Row>, StoreError> {
-    let st = c
-        .prepare_cached(sql)
-        .await
-        .map_err(|e| StoreError::pg(format!("prepare {what}"), e))?;
-    c.query(&st, params)
-        .await
-        .map_err(|e| StoreError::pg(what, e))
-}
-
-/// [`query`] for at most one row.
-pub(crate) async fn query_opt<C: GenericClient>(
-    c: &C,
-    sql: &str,
-    params: &[P<'_>],
-    what: &str,
-) -> Result<Option<Row>, StoreError> {
-    Ok(query(c, sql, params, what).await?.into_iter().next())
-}
-
-/// [`query`] for exactly one row.
-pub(crate) async fn query_one<C: GenericClient>(
-    c: &C,
-    sql: &str,
-    params: &[P<'_>],
-    what: &str,
-) -> Result<Row, StoreError> {
-    query_opt(c, sql, params, what)
-        .await?
-        .ok_or_else(|| StoreError::Invalid(format!("{what}: no row")))
-}
-
-/// Prepares (cached) and executes a statement; the rows it changed.
-pub(crate) async fn exec<C: GenericClient>(
-    c: &C,
-    sql: &str,
-    params: &[P<'_>],
-    what: &str,
-) -> Result<u64, StoreError> {
-    let st = c
-        .prepare_cached(sql)
-        .await
-        .map_err(|e| StoreError::pg(format!("prepare {what}"), e))?;
-    c.execute(&st, params)
-        .await
-        .map_err(|e| StoreError::pg(what, e))
-}
-
-/// Reads a column; a type mismatch is an error naming the column.
-pub(crate) fn get<'a, T: tokio_postgres::types::FromSql<'a>>(
-    row: &'a Row,
-    idx: usize,
-) -> Result<T, StoreError> {
-    row.try_get(idx)
-        .map_err(|e| StoreError::pg(format!("read column {idx}"), e))
-}
-
-/// Wakes every listening worker when this transaction commits (work was added or a limit
-/// slot freed). Postgres folds the notifications of one transaction into one.
-pub(crate) async fn notify<C: GenericClient>(c: &C) -> Result<(), StoreError> {
-    exec(c, "SELECT pg_notify('toolq_changes', '')", &[], "notify").await?;
-    Ok(())
-}
-
 /// Runs `$body` in one read-only REPEATABLE READ transaction (one snapshot for every read in
 /// it), with `$tx` bound to it.
 macro_rules! read_tx {
@@ -456,3 +258,41 @@ macro_rules! read_tx {
     }};
 }
 pub(crate) use read_tx;
+
+/// Checks, creates or migrates the schema ([`migrate::setup`]) on a connection of its own,
+/// on a runtime of its own, so opening can be called from sync and async code alike.
+fn set_up_schema(
+    (setup, tls, ssl_mode): (&tokio_postgres::Config, tls::Connector, tls::SslMode),
+    location: &str,
+    mode: OpenMode,
+) -> Result<(), StoreError> {
+    std::thread::scope(|s| {
+        s.spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| StoreError::Task(format!("start a runtime to connect: {e}")))?;
+            rt.block_on(migrate::setup(setup, tls, ssl_mode, location, mode))
+        })
+        .join()
+        .map_err(|_| StoreError::Task("connecting to Postgres panicked".into()))?
+    })
+}
+
+/// The pool of connections with `config` (opened on demand).
+fn build_pool(config: &tokio_postgres::Config, tls: &tls::Connector) -> Result<Pool, StoreError> {
+    let manager = Manager::from_config(
+        config.clone(),
+        tls.clone(),
+        ManagerConfig {
+            recycling_method: RecyclingMethod::Fast,
+        },
+    );
+    Pool::builder(manager)
+        .max_size(POOL_SIZE)
+        .runtime(deadpool_postgres::Runtime::Tokio1)
+        .create_timeout(Some(CONNECT_TIMEOUT))
+        .wait_timeout(Some(Duration::from_secs(60)))
+        .build()
+        .map_err(|e| StoreError::Task(format!("build the connection pool: {e}")))
+}

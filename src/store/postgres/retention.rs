@@ -6,6 +6,7 @@ use deadpool_postgres::GenericClient;
 use super::{P, exec, get, query, query_one};
 use crate::clock::ts;
 use crate::error::StoreError;
+use crate::store::prune::{Counted, PrunableRun, RunsWalk, TableStep};
 use crate::store::{PruneCutoffs, Removed, RunsCursor};
 
 /// A finished run `r` that may be deleted ($1 runs_before, $2 unacked_before, $3 occ_before).
@@ -26,7 +27,7 @@ const PRUNABLE_OCCURRENCE: &str = "o.recorded_at < $1 AND o.fire_at < \
 const PRUNABLE_WORKER: &str = "w.stopped_at IS NOT NULL AND w.stopped_at < $1 \
     AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.lease_owner = w.id AND r.state = 'running')";
 
-const FINAL_STATES: [&str; 3] = ["completed", "failed", "cancelled"];
+const PRUNABLE_ACKED: &str = "i.acked_at IS NOT NULL AND i.acked_at < $1";
 
 fn run_cutoffs(c: &PruneCutoffs) -> [String; 3] {
     [
@@ -37,41 +38,59 @@ fn run_cutoffs(c: &PruneCutoffs) -> [String; 3] {
 }
 
 /// Deletes at most `batch` prunable runs with their blobs and messages, oldest first within
-/// each final state, from `cursor` on.
+/// each final state, from `cursor` on ([`RunsWalk`]).
 pub(crate) async fn prune_runs_batch<C: GenericClient>(
     c: &C,
     cut: &PruneCutoffs,
     batch: usize,
     cursor: &mut RunsCursor,
 ) -> Result<Removed, StoreError> {
+    let found = find_prunable(c, cut, RunsWalk::new(cursor, batch)).await?;
+    if found.is_empty() {
+        return Ok(Removed::default());
+    }
+    delete_runs(c, &found).await
+}
+
+/// Reads the pages `walk` asks for.
+async fn find_prunable<C: GenericClient>(
+    c: &C,
+    cut: &PruneCutoffs,
+    mut walk: RunsWalk<'_>,
+) -> Result<Vec<PrunableRun>, StoreError> {
     let cutoffs = run_cutoffs(cut);
-    let mut found: Vec<(String, String, String)> = Vec::new();
-    while found.len() < batch && cursor.state < FINAL_STATES.len() {
+    while let Some(page) = walk.next_page() {
         let sql = format!(
             "SELECT r.id, r.finished_at, r.session_id FROM runs r \
              WHERE r.state = '{}' AND r.finished_at >= $4 AND {PRUNABLE_RUN} \
              ORDER BY r.finished_at LIMIT $5",
-            FINAL_STATES[cursor.state]
+            page.state
         );
-        let want = (batch - found.len()) as i64;
-        let params: [P<'_>; 5] = [&cutoffs[0], &cutoffs[1], &cutoffs[2], &cursor.after, &want];
+        let want = page.want;
+        let params: [P<'_>; 5] = [&cutoffs[0], &cutoffs[1], &cutoffs[2], &page.after, &want];
         let rows = query(c, &sql, &params, "select prunable runs").await?;
-        let rows: Vec<(String, String, String)> = rows
+        let rows: Vec<PrunableRun> = rows
             .iter()
-            .map(|r| Ok((get(r, 0)?, get(r, 1)?, get(r, 2)?)))
+            .map(|r| {
+                Ok(PrunableRun {
+                    id: get(r, 0)?,
+                    finished_at: get(r, 1)?,
+                    session_id: get(r, 2)?,
+                })
+            })
             .collect::<Result<_, StoreError>>()?;
-        cursor.advance(
-            rows.last().map(|(_, last, _)| last.as_str()),
-            rows.len(),
-            want,
-        );
-        found.extend(rows);
+        walk.took(rows, want);
     }
-    if found.is_empty() {
-        return Ok(Removed::default());
-    }
-    let ids: Vec<&str> = found.iter().map(|(id, _, _)| id.as_str()).collect();
-    let sessions: Vec<&str> = found.iter().map(|(_, _, s)| s.as_str()).collect();
+    Ok(walk.found())
+}
+
+/// Deletes the runs found, children first, so the counts are ours.
+async fn delete_runs<C: GenericClient>(
+    c: &C,
+    found: &[PrunableRun],
+) -> Result<Removed, StoreError> {
+    let ids: Vec<&str> = found.iter().map(|r| r.id.as_str()).collect();
+    let sessions: Vec<&str> = found.iter().map(|r| r.session_id.as_str()).collect();
     let blobs = exec(
         c,
         "DELETE FROM blobs b USING unnest($1::text[], $2::text[]) AS u(id, s) \
@@ -103,16 +122,24 @@ pub(crate) async fn prune_runs_batch<C: GenericClient>(
     })
 }
 
-async fn delete_batch<C: GenericClient>(
+/// Deletes at most `batch` rows of the table `step` prunes, older than its cutoff. How many
+/// went.
+pub(crate) async fn prune_table_batch<C: GenericClient>(
     c: &C,
-    (table, alias, condition): (&str, &str, &str),
-    cutoff: String,
+    step: TableStep,
+    cut: &PruneCutoffs,
     batch: usize,
 ) -> Result<u64, StoreError> {
+    let (table, alias, condition) = match step {
+        TableStep::AckedInbox => ("inbox", "i", PRUNABLE_ACKED),
+        TableStep::Occurrences => ("schedule_occurrences", "o", PRUNABLE_OCCURRENCE),
+        TableStep::Workers => ("workers", "w", PRUNABLE_WORKER),
+    };
     let sql = format!(
         "DELETE FROM {table} WHERE id IN \
          (SELECT {alias}.id FROM {table} {alias} WHERE {condition} LIMIT $2)"
     );
+    let cutoff = ts(step.cutoff(cut));
     exec(
         c,
         &sql,
@@ -122,111 +149,52 @@ async fn delete_batch<C: GenericClient>(
     .await
 }
 
-/// Deletes at most `batch` acknowledged messages older than the cutoff.
-pub(crate) async fn prune_acked_inbox_batch<C: GenericClient>(
-    c: &C,
-    cut: &PruneCutoffs,
-    batch: usize,
-) -> Result<u64, StoreError> {
-    let cond = "i.acked_at IS NOT NULL AND i.acked_at < $1";
-    delete_batch(c, ("inbox", "i", cond), ts(cut.acked_inbox_before), batch).await
-}
-
-/// Deletes at most `batch` old occurrences (never a schedule's latest).
-pub(crate) async fn prune_occurrences_batch<C: GenericClient>(
-    c: &C,
-    cut: &PruneCutoffs,
-    batch: usize,
-) -> Result<u64, StoreError> {
-    let t = ("schedule_occurrences", "o", PRUNABLE_OCCURRENCE);
-    delete_batch(c, t, ts(cut.occurrences_before), batch).await
-}
-
-/// Deletes at most `batch` stopped worker rows.
-pub(crate) async fn prune_workers_batch<C: GenericClient>(
-    c: &C,
-    cut: &PruneCutoffs,
-    batch: usize,
-) -> Result<u64, StoreError> {
-    delete_batch(
-        c,
-        ("workers", "w", PRUNABLE_WORKER),
-        ts(cut.workers_before),
-        batch,
-    )
-    .await
-}
-
 /// What a prune would remove (dry run).
 pub(crate) async fn count_prunable<C: GenericClient>(
     c: &C,
     cut: &PruneCutoffs,
 ) -> Result<Removed, StoreError> {
-    let rc = run_cutoffs(cut);
-    let rp: [P<'_>; 3] = [&rc[0], &rc[1], &rc[2]];
-    let count =
-        |n: tokio_postgres::Row| -> Result<u64, StoreError> { Ok(get::<i64>(&n, 0)? as u64) };
-    let runs = count(
-        query_one(
-            c,
-            &format!("SELECT count(*) FROM runs r WHERE {PRUNABLE_RUN}"),
-            &rp,
-            "count prunable runs",
-        )
-        .await?,
-    )?;
-    let blobs = count(
-        query_one(
-            c,
-            &format!(
+    let mut removed = Removed::default();
+    for what in Counted::ALL {
+        let (sql, cutoffs) = count_query(what, cut);
+        let params: Vec<P<'_>> = cutoffs.iter().map(|t| t as P<'_>).collect();
+        let row = query_one(c, &sql, &params, what.action()).await?;
+        what.add_to(&mut removed, get::<i64>(&row, 0)? as u64);
+    }
+    Ok(removed)
+}
+
+/// The query of one dry-run count, and its parameters (cutoffs as text).
+fn count_query(what: Counted, cut: &PruneCutoffs) -> (String, Vec<String>) {
+    match what {
+        Counted::Runs => (
+            format!("SELECT count(*) FROM runs r WHERE {PRUNABLE_RUN}"),
+            run_cutoffs(cut).to_vec(),
+        ),
+        Counted::Blobs => (
+            format!(
                 "SELECT count(*) FROM runs r JOIN blobs b ON b.session_id = r.session_id \
                  AND b.path >= '/.background/' || r.id || '/' AND b.path < '/.background/' || r.id || '0' \
                  WHERE {PRUNABLE_RUN}"
             ),
-            &rp,
-            "count prunable blobs",
-        )
-        .await?,
-    )?;
-    let acked = ts(cut.acked_inbox_before);
-    let ip: [P<'_>; 4] = [&rc[0], &rc[1], &rc[2], &acked];
-    let inbox = count(
-        query_one(
-            c,
-            &format!(
+            run_cutoffs(cut).to_vec(),
+        ),
+        Counted::Inbox => {
+            let mut p = run_cutoffs(cut).to_vec();
+            p.push(ts(cut.acked_inbox_before));
+            let sql = format!(
                 "SELECT count(*) FROM inbox i WHERE i.run_id IN (SELECT r.id FROM runs r WHERE {PRUNABLE_RUN}) \
                  OR (i.acked_at IS NOT NULL AND i.acked_at < $4)"
-            ),
-            &ip,
-            "count prunable inbox rows",
-        )
-        .await?,
-    )?;
-    let occ = ts(cut.occurrences_before);
-    let occurrences = count(
-        query_one(
-            c,
-            &format!("SELECT count(*) FROM schedule_occurrences o WHERE {PRUNABLE_OCCURRENCE}"),
-            &[&occ],
-            "count prunable occurrences",
-        )
-        .await?,
-    )?;
-    let wk = ts(cut.workers_before);
-    let workers = count(
-        query_one(
-            c,
-            &format!("SELECT count(*) FROM workers w WHERE {PRUNABLE_WORKER}"),
-            &[&wk],
-            "count prunable workers",
-        )
-        .await?,
-    )?;
-    Ok(Removed {
-        runs,
-        blobs,
-        inbox,
-        occurrences,
-        workers,
-    })
+            );
+            (sql, p)
+        }
+        Counted::Occurrences => (
+            format!("SELECT count(*) FROM schedule_occurrences o WHERE {PRUNABLE_OCCURRENCE}"),
+            vec![ts(cut.occurrences_before)],
+        ),
+        Counted::Workers => (
+            format!("SELECT count(*) FROM workers w WHERE {PRUNABLE_WORKER}"),
+            vec![ts(cut.workers_before)],
+        ),
+    }
 }

@@ -4,19 +4,18 @@
 //! keyed by (schedule, tick) (`runs_schedule_tick_idx`) and its ledger rows by (schedule,
 //! tick) too.
 
-use chrono::{DateTime, Duration, Utc};
+use chrono::{DateTime, Utc};
 use deadpool_postgres::GenericClient;
 use tokio_postgres::Row;
 
+use super::occurrences::record;
 use super::{exec, get, query, query_one, query_opt};
 use crate::clock::{parse_ts, ts};
 use crate::error::StoreError;
-use crate::ids::{RunId, ScheduleId};
-use crate::schedule::OverlapPolicy;
-use crate::schedule::fire::{Fire, Plan, PlanInput, plan};
-use crate::schedule::model::{NewSchedule, Occurrence, Schedule};
-use crate::schedule::spec::ScheduleSpec;
-use crate::store::{ClaimDue, ClaimReport, GateRun};
+use crate::ids::ScheduleId;
+use crate::schedule::model::{ClaimReport, GateRun, NewSchedule, Schedule};
+use crate::store::ClaimDue;
+use crate::store::fire_ledger::{Advance, Due, FireLedger, FireWrite, plan_due, take_due};
 
 const COLUMNS: &str = "id, session_id, tool, args, title, cron_expression, scheduled_at, timezone, \
     enabled, next_trigger_at, last_triggered_at, trigger_count, missed_policy, catchup_window_ms, \
@@ -242,63 +241,6 @@ pub(crate) async fn lag_secs<C: GenericClient>(
         .map_or(0.0, |t| (now - t).num_milliseconds().max(0) as f64 / 1000.0))
 }
 
-/// A schedule's ledger, newest tick first.
-pub(crate) async fn occurrences<C: GenericClient>(
-    c: &C,
-    id: &str,
-    limit: i64,
-) -> Result<Vec<Occurrence>, StoreError> {
-    let rows = query(
-        c,
-        "SELECT o.schedule_id, o.fire_at, o.outcome, o.run_id, r.state, o.detail, o.recorded_at \
-         FROM schedule_occurrences o LEFT JOIN runs r ON r.id = o.run_id \
-         WHERE o.schedule_id = $1 ORDER BY o.fire_at DESC LIMIT $2",
-        &[&id, &limit],
-        "occurrences",
-    )
-    .await?;
-    rows.iter()
-        .map(|r| {
-            Ok(Occurrence {
-                schedule_id: ScheduleId::from_db(get(r, 0)?),
-                fire_at: super::codec::ts_req(r, 1)?,
-                outcome: get(r, 2)?,
-                run_id: get::<Option<String>>(r, 3)?.map(RunId::from_db),
-                run_state: get(r, 4)?,
-                detail: get(r, 5)?,
-                recorded_at: super::codec::ts_req(r, 6)?,
-            })
-        })
-        .collect()
-}
-
-/// Records ticks of one outcome (each with its detail) in one statement; a tick already
-/// recorded keeps its row. How many ticks were given.
-async fn record<C: GenericClient>(
-    c: &C,
-    id: &ScheduleId,
-    outcome: &str,
-    run: Option<&RunId>,
-    rows: &[(DateTime<Utc>, &str)],
-    now: DateTime<Utc>,
-) -> Result<usize, StoreError> {
-    if rows.is_empty() {
-        return Ok(0);
-    }
-    let fire: Vec<String> = rows.iter().map(|(t, _)| ts(*t)).collect();
-    let detail: Vec<&str> = rows.iter().map(|(_, d)| *d).collect();
-    exec(
-        c,
-        "INSERT INTO schedule_occurrences (schedule_id, fire_at, outcome, run_id, detail, recorded_at) \
-         SELECT $1, f, $2, $3, d, $4 FROM unnest($5::text[], $6::text[]) AS u(f, d) \
-         ON CONFLICT (schedule_id, fire_at) DO NOTHING",
-        &[&id.as_str(), &outcome, &run.map(RunId::as_str), &ts(now), &fire, &detail],
-        "record occurrences",
-    )
-    .await?;
-    Ok(rows.len())
-}
-
 /// Fires due schedules in the caller's transaction (see the module docs).
 pub(crate) async fn claim_due<C: GenericClient>(
     c: &C,
@@ -316,11 +258,7 @@ pub(crate) async fn claim_due<C: GenericClient>(
             .iter()
             .map(schedule_from_row)
             .collect::<Result<_, _>>()?;
-    let mut report = ClaimReport {
-        more: due.len() > p.limit,
-        ..Default::default()
-    };
-    due.truncate(p.limit);
+    let mut report = take_due(&mut due, p.limit);
     if due.is_empty() {
         return Ok(report);
     }
@@ -357,70 +295,48 @@ async fn fire_one<C: GenericClient>(
     slot: &mut Option<DateTime<Utc>>,
     report: &mut ClaimReport,
 ) -> Result<(), StoreError> {
-    let now = p.now;
-    let Some(due) = s.next_trigger_at else {
-        return Ok(());
+    let planned = match plan_due(s, p, report) {
+        Due::Idle => return Ok(()),
+        Due::Broken => return disable(c, s.id.as_str(), p.now).await.map(drop),
+        Due::Planned(planned) => planned,
     };
-    let spec = match ScheduleSpec::from_stored(
-        s.cron_expression.as_deref(),
-        s.scheduled_at,
-        &s.timezone,
-        due - Duration::seconds(1),
-    ) {
-        Ok(spec) => spec,
-        Err(e) => {
-            disable(c, s.id.as_str(), now).await?;
-            report.broken.push((s.id.to_string(), e.to_string()));
-            return Ok(());
+    let busy = planned.checks_overlap() && previous_active(c, &s.id).await?;
+    let ledger = FireLedger::of(&planned, s, p, (paused, busy), slot, gate);
+    let mut ids = Vec::new();
+    for write in &ledger.writes {
+        match write {
+            FireWrite::Run(row) => ids.push(super::runs::insert(c, row).await?.id().clone()),
+            FireWrite::Ledger(l) => {
+                let run = l.run.and_then(|i| ids.get(i));
+                record(c, &s.id, l, run, p.now).await?;
+            }
         }
-    };
-    let plan: Plan = plan(
-        &spec,
-        PlanInput {
-            due,
-            now,
-            policy: s.missed_policy,
-            window: s.catchup_window_ms.map(Duration::milliseconds),
-            late_after: p.late_after,
-        },
-    );
-    let busy = s.overlap_policy == OverlapPolicy::Skip
-        && get::<bool>(
-            &query_one(
-                c,
-                "SELECT EXISTS (SELECT 1 FROM runs WHERE schedule_id = $1 \
-                 AND (state = 'queued' OR state = 'awaiting_approval' OR state = 'running'))",
-                &[&s.id.as_str()],
-                "overlap check",
-            )
-            .await?,
-            0,
-        )?;
-    let mut runs = 0i64;
-    let mut last = None;
-    for fire in &plan.fires {
-        if paused {
-            report.paused += record(c, &s.id, "paused", None, &fire.paused_rows(), now).await?;
-            continue;
-        }
-        if busy {
-            let (skipped, missed) = fire.overlap_rows();
-            report.skipped_overlap +=
-                record(c, &s.id, "skipped_overlap", None, &skipped, now).await?;
-            report.missed += record(c, &s.id, "missed", None, &missed, now).await?;
-            continue;
-        }
-        let run_at = fire.run_at(slot, p.catchup_spacing, now);
-        start_run(c, s, fire, run_at, now, gate, report).await?;
-        runs += 1;
-        last = Some(fire.fire_at);
     }
-    let rows: Vec<_> = plan
-        .missed
-        .iter()
-        .map(|(t, why)| (*t, why.as_str()))
-        .collect();
-    report.missed += record(c, &s.id, "missed", None, &rows, now).await?;
+    advance(c, &s.id, &ledger.advance, p.now).await?;
+    ledger.count(ids, report);
+    Ok(())
+}
+
+/// Whether the schedule's previous run is still queued, awaiting approval or running.
+async fn previous_active<C: GenericClient>(c: &C, id: &ScheduleId) -> Result<bool, StoreError> {
+    let row = query_one(
+        c,
+        "SELECT EXISTS (SELECT 1 FROM runs WHERE schedule_id = $1 \
+         AND (state = 'queued' OR state = 'awaiting_approval' OR state = 'running'))",
+        &[&id.as_str()],
+        "overlap check",
+    )
+    .await?;
+    get::<bool>(&row, 0)
+}
+
+/// Moves the schedule on after its fire, guarded by the tick it was read with.
+async fn advance<C: GenericClient>(
+    c: &C,
+    id: &ScheduleId,
+    a: &Advance,
+    now: DateTime<Utc>,
+) -> Result<(), StoreError> {
     let n = exec(
         c,
         "UPDATE schedules SET next_trigger_at = $1, \
@@ -428,12 +344,12 @@ async fn fire_one<C: GenericClient>(
          enabled = CASE WHEN $1::text IS NULL THEN 0 ELSE enabled END, updated_at = $4 \
          WHERE id = $5 AND enabled = 1 AND next_trigger_at = $6",
         &[
-            &plan.next.map(ts),
-            &last.map(ts),
-            &runs,
+            &a.next.map(ts),
+            &a.last.map(ts),
+            &a.runs,
             &ts(now),
-            &s.id.as_str(),
-            &ts(due),
+            &id.as_str(),
+            &ts(a.due),
         ],
         "advance schedule",
     )
@@ -441,27 +357,8 @@ async fn fire_one<C: GenericClient>(
     if n != 1 {
         // The row is locked by this transaction: a mismatch is a bug.
         return Err(StoreError::Invalid(format!(
-            "advance schedule {}: changed {n} rows",
-            s.id
+            "advance schedule {id}: changed {n} rows"
         )));
     }
-    Ok(())
-}
-
-async fn start_run<C: GenericClient>(
-    c: &C,
-    s: &Schedule,
-    fire: &Fire,
-    run_at: DateTime<Utc>,
-    now: DateTime<Utc>,
-    gate: &GateRun,
-    report: &mut ClaimReport,
-) -> Result<(), StoreError> {
-    let row = fire.new_run(s, run_at, now, gate);
-    let id = super::runs::insert(c, &row).await?.id().clone();
-    let (fired, coalesced) = fire.fired_rows();
-    report.fired += record(c, &s.id, "fired", Some(&id), &fired, now).await?;
-    report.coalesced += record(c, &s.id, "coalesced", Some(&id), &coalesced, now).await?;
-    report.runs.push(id);
     Ok(())
 }

@@ -19,18 +19,14 @@
 //! came from.
 
 use std::path::PathBuf;
-use std::sync::Arc;
 
 use percent_encoding::percent_decode_str;
-use rustls::client::WebPkiServerVerifier;
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use rustls::crypto::WebPkiSupportedAlgorithms;
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
-use rustls::{
-    CertificateError, ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme,
-};
 use tokio_postgres_rustls::MakeRustlsConnect;
+
+mod connector;
+mod verify;
+
+pub(crate) use verify::explain;
 
 /// The connector every connection of a store uses.
 pub(crate) type Connector = MakeRustlsConnect;
@@ -154,29 +150,7 @@ impl TlsUrl {
             Some((head, query)) => (head, query),
             None => (url, ""),
         };
-        // As in libpq and tokio-postgres, the last occurrence of an option wins.
-        let mut given: [Option<(&'static str, String)>; 4] = [None, None, None, None];
-        const NAMES: [(&str, &str); 4] = [
-            ("sslmode", "PGSSLMODE"),
-            ("sslrootcert", "PGSSLROOTCERT"),
-            ("sslcert", "PGSSLCERT"),
-            ("sslkey", "PGSSLKEY"),
-        ];
-        let mut kept = Vec::new();
-        for pair in query.split('&').filter(|p| !p.is_empty()) {
-            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-            let key = decode(k, "option name")?;
-            match NAMES.iter().position(|(name, _)| *name == key) {
-                Some(i) => given[i] = Some((NAMES[i].0, decode(v, NAMES[i].0)?)),
-                None => kept.push(pair),
-            }
-        }
-        for (slot, (_, var)) in given.iter_mut().zip(NAMES) {
-            if slot.is_none() {
-                *slot = env(var).filter(|v| !v.is_empty()).map(|v| (var, v));
-            }
-        }
-        let [mode, roots, cert, key] = given;
+        let (mut kept, [mode, roots, cert, key]) = take_options(query, env)?;
         let mode = mode
             .map(|(label, v)| SslMode::parse(&v, label).map(|m| (label, m)))
             .transpose()?;
@@ -186,35 +160,8 @@ impl TlsUrl {
             Some("system") => Roots::System,
             Some(path) => Roots::File(PathBuf::from(path)),
         };
-        let mode = match (mode, &roots) {
-            (None, Roots::System) => SslMode::VerifyFull,
-            (Some((label, m)), Roots::System) if m != SslMode::VerifyFull => {
-                return Err(format!(
-                    "{roots_label}=system needs sslmode=verify-full (or no sslmode), not \
-                     {label}={}: the system's roots vouch for any host they signed",
-                    m.name()
-                ));
-            }
-            (m, _) => m.map_or(SslMode::Prefer, |(_, m)| m),
-        };
-        let file = |(label, path): (&'static str, String)| NamedFile {
-            label,
-            path: PathBuf::from(path),
-        };
-        let client = match (cert.map(file), key.map(file)) {
-            (None, None) => None,
-            (Some(cert), Some(key)) => Some(ClientCert { cert, key }),
-            (Some(cert), None) => {
-                return Err(format!(
-                    "{cert} needs sslkey=FILE (or PGSSLKEY), the certificate's private key"
-                ));
-            }
-            (None, Some(key)) => {
-                return Err(format!(
-                    "{key} needs sslcert=FILE (or PGSSLCERT), the certificate it signs for"
-                ));
-            }
-        };
+        let mode = mode_with_roots(mode, &roots, roots_label)?;
+        let client = client_cert(cert, key)?;
         let driver_mode = format!("sslmode={}", mode.for_driver());
         kept.push(&driver_mode);
         Ok(TlsUrl {
@@ -225,150 +172,79 @@ impl TlsUrl {
             client,
         })
     }
-
-    /// The rustls connector for these settings: reads `sslrootcert` (or the system's roots)
-    /// when the mode verifies. An error names the file or what is missing.
-    pub(crate) fn connector(&self) -> Result<Connector, String> {
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        // libpq: under `require`, a root certificate given makes it verify as `verify-ca`.
-        let verify = match (self.mode, &self.roots) {
-            (SslMode::VerifyCa | SslMode::VerifyFull, _) => Some(self.mode),
-            (SslMode::Require, Roots::File(_)) => Some(SslMode::VerifyCa),
-            _ => None,
-        };
-        let verifier: Arc<dyn ServerCertVerifier> = match verify {
-            None => Arc::new(Unverified(provider.signature_verification_algorithms)),
-            Some(mode) => {
-                let roots = Arc::new(self.root_store()?);
-                let webpki = WebPkiServerVerifier::builder_with_provider(roots, provider.clone())
-                    .build()
-                    .map_err(|e| format!("{}: {e}", self.roots_name()))?;
-                if mode == SslMode::VerifyFull {
-                    webpki
-                } else {
-                    Arc::new(AnyName(webpki))
-                }
-            }
-        };
-        let builder = ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .map_err(|e| format!("TLS setup: {e}"))?
-            .dangerous()
-            .with_custom_certificate_verifier(verifier);
-        let config = match (&self.client, self.mode) {
-            // libpq does not read the files for a connection that never uses TLS.
-            (None, _) | (Some(_), SslMode::Disable) => builder.with_no_client_auth(),
-            (Some(client), _) => {
-                let (chain, key) = client.load()?;
-                builder.with_client_auth_cert(chain, key).map_err(|e| {
-                    format!(
-                        "{} and {} cannot be used together: {e}",
-                        client.cert, client.key
-                    )
-                })?
-            }
-        };
-        Ok(MakeRustlsConnect::new(config))
-    }
-
-    fn roots_name(&self) -> String {
-        let label = self.roots_label;
-        match &self.roots {
-            Roots::File(path) => format!("{label}={}", path.display()),
-            Roots::System => format!("{label}=system"),
-            Roots::Default => "the system's root certificates".to_string(),
-        }
-    }
-
-    fn root_store(&self) -> Result<RootCertStore, String> {
-        let mut store = RootCertStore::empty();
-        match &self.roots {
-            Roots::File(path) => {
-                let name = self.roots_name();
-                let pem = std::fs::read(path).map_err(|e| format!("{name} cannot be read: {e}"))?;
-                let mut found = 0;
-                for cert in CertificateDer::pem_slice_iter(&pem) {
-                    let cert = cert.map_err(|e| {
-                        format!("{name} is not a PEM certificate file: {}", pem_problem(&e))
-                    })?;
-                    store
-                        .add(cert)
-                        .map_err(|e| format!("{name} holds an invalid certificate: {e}"))?;
-                    found += 1;
-                }
-                if found == 0 {
-                    return Err(format!("{name} holds no PEM certificate"));
-                }
-            }
-            Roots::Default | Roots::System => {
-                let native = rustls_native_certs::load_native_certs();
-                let (added, _) = store.add_parsable_certificates(native.certs);
-                if added == 0 {
-                    let why = native
-                        .errors
-                        .first()
-                        .map_or_else(String::new, |e| format!(" ({e})"));
-                    return Err(format!(
-                        "sslmode={} found no system root certificates{why}: give \
-                         sslrootcert=FILE with the server's CA, or install Debian package \
-                         ca-certificates",
-                        self.mode.name()
-                    ));
-                }
-            }
-        }
-        Ok(store)
-    }
 }
 
-impl ClientCert {
-    /// Reads the certificate chain and the private key; an error names the file and what is
-    /// wrong with it.
-    fn load(&self) -> Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>), String> {
-        let read =
-            |f: &NamedFile| std::fs::read(&f.path).map_err(|e| format!("{f} cannot be read: {e}"));
-        let pem = read(&self.cert)?;
-        let chain = CertificateDer::pem_slice_iter(&pem)
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| {
-                format!(
-                    "{} is not a PEM certificate file: {}",
-                    self.cert,
-                    pem_problem(&e)
-                )
-            })?;
-        if chain.is_empty() {
-            return Err(format!("{} holds no PEM certificate", self.cert));
+/// An option given, with the name it was given by (the URL's or the environment variable's).
+type Given = Option<(&'static str, String)>;
+
+/// The TLS options tokio-postgres does not know, by name and environment variable.
+const TLS_OPTIONS: [(&str, &str); 4] = [
+    ("sslmode", "PGSSLMODE"),
+    ("sslrootcert", "PGSSLROOTCERT"),
+    ("sslcert", "PGSSLCERT"),
+    ("sslkey", "PGSSLKEY"),
+];
+
+/// Takes [`TLS_OPTIONS`] out of a URL's `query` (the last occurrence wins, as in libpq and
+/// tokio-postgres), reading those it lacks from `env`: the pairs kept for the driver, and
+/// `sslmode`, `sslrootcert`, `sslcert`, `sslkey` as given.
+fn take_options(
+    query: &str,
+    env: impl Fn(&str) -> Option<String>,
+) -> Result<(Vec<&str>, [Given; 4]), String> {
+    let mut given: [Given; 4] = [None, None, None, None];
+    let mut kept = Vec::new();
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        let key = decode(k, "option name")?;
+        match TLS_OPTIONS.iter().position(|(name, _)| *name == key) {
+            Some(i) => given[i] = Some((TLS_OPTIONS[i].0, decode(v, TLS_OPTIONS[i].0)?)),
+            None => kept.push(pair),
         }
-        let pem = read(&self.key)?;
-        let key = PrivateKeyDer::from_pem_slice(&pem).map_err(|e| match e {
-            rustls::pki_types::pem::Error::NoItemsFound => format!(
-                "{} holds no PEM private key (PKCS#8, PKCS#1 or SEC1)",
-                self.key
-            ),
-            other => format!(
-                "{} is not a PEM key file: {}",
-                self.key,
-                pem_problem(&other)
-            ),
-        })?;
-        Ok((chain, key))
     }
+    for (slot, (_, var)) in given.iter_mut().zip(TLS_OPTIONS) {
+        if slot.is_none() {
+            *slot = env(var).filter(|v| !v.is_empty()).map(|v| (var, v));
+        }
+    }
+    Ok((kept, given))
 }
 
-/// A PEM error in words (the crate's own text shows marker lines as byte arrays).
-fn pem_problem(e: &rustls::pki_types::pem::Error) -> String {
-    use rustls::pki_types::pem::Error;
-    match e {
-        Error::MissingSectionEnd { end_marker } => format!(
-            "its {} section has no END line",
-            String::from_utf8_lossy(end_marker)
-        ),
-        Error::IllegalSectionStart { line } => {
-            format!("bad BEGIN line \"{}\"", String::from_utf8_lossy(line))
+/// The mode: as given, else `prefer`; `sslrootcert=system` demands (and defaults to)
+/// `verify-full`, as in libpq.
+fn mode_with_roots(
+    mode: Option<(&'static str, SslMode)>,
+    roots: &Roots,
+    roots_label: &str,
+) -> Result<SslMode, String> {
+    Ok(match (mode, roots) {
+        (None, Roots::System) => SslMode::VerifyFull,
+        (Some((label, m)), Roots::System) if m != SslMode::VerifyFull => {
+            return Err(format!(
+                "{roots_label}=system needs sslmode=verify-full (or no sslmode), not \
+                 {label}={}: the system's roots vouch for any host they signed",
+                m.name()
+            ));
         }
-        Error::Base64Decode(why) => format!("bad base64 ({why})"),
-        other => other.to_string(),
+        (m, _) => m.map_or(SslMode::Prefer, |(_, m)| m),
+    })
+}
+
+/// The client certificate: `sslcert` and `sslkey` together, or neither.
+fn client_cert(cert: Given, key: Given) -> Result<Option<ClientCert>, String> {
+    let file = |(label, path): (&'static str, String)| NamedFile {
+        label,
+        path: PathBuf::from(path),
+    };
+    match (cert.map(file), key.map(file)) {
+        (None, None) => Ok(None),
+        (Some(cert), Some(key)) => Ok(Some(ClientCert { cert, key })),
+        (Some(cert), None) => Err(format!(
+            "{cert} needs sslkey=FILE (or PGSSLKEY), the certificate's private key"
+        )),
+        (None, Some(key)) => Err(format!(
+            "{key} needs sslcert=FILE (or PGSSLCERT), the certificate it signs for"
+        )),
     }
 }
 
@@ -377,144 +253,6 @@ fn decode(s: &str, what: &str) -> Result<String, String> {
         .decode_utf8()
         .map(|s| s.into_owned())
         .map_err(|_| format!("the {what} is not valid UTF-8 once percent-decoded"))
-}
-
-/// `prefer` and `require` without a root: any certificate, as libpq. The handshake's own
-/// signatures are still checked, so the session is encrypted to whoever holds the key.
-#[derive(Debug)]
-struct Unverified(WebPkiSupportedAlgorithms);
-
-impl ServerCertVerifier for Unverified {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.0)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.0)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.supported_schemes()
-    }
-}
-
-/// `verify-ca`: the chain must reach a trusted root; the name in the certificate may be any.
-/// webpki checks the chain before the name, so a name mismatch means the chain was good.
-#[derive(Debug)]
-struct AnyName(Arc<WebPkiServerVerifier>);
-
-impl ServerCertVerifier for AnyName {
-    fn verify_server_cert(
-        &self,
-        end_entity: &CertificateDer<'_>,
-        intermediates: &[CertificateDer<'_>],
-        server_name: &ServerName<'_>,
-        ocsp: &[u8],
-        now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        match self
-            .0
-            .verify_server_cert(end_entity, intermediates, server_name, ocsp, now)
-        {
-            Err(rustls::Error::InvalidCertificate(
-                CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
-            )) => Ok(ServerCertVerified::assertion()),
-            other => other,
-        }
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls12_signature(message, cert, dss)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls13_signature(message, cert, dss)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.supported_verify_schemes()
-    }
-}
-
-/// Why a connection failed, in an operator's words, when TLS is the reason: the server
-/// refused TLS that `mode` demands, or its certificate failed verification. None otherwise.
-pub(crate) fn explain(e: &tokio_postgres::Error, mode: SslMode) -> Option<String> {
-    let mut source = std::error::Error::source(e);
-    while let Some(s) = source {
-        if s.to_string() == "server does not support TLS" {
-            return Some(format!(
-                "the server does not accept TLS connections, which sslmode={} demands (turn \
-                 ssl on in the server's postgresql.conf)",
-                mode.name()
-            ));
-        }
-        let tls = s.downcast_ref::<rustls::Error>().or_else(|| {
-            s.downcast_ref::<std::io::Error>()
-                .and_then(|io| io.get_ref())
-                .and_then(|inner| inner.downcast_ref::<rustls::Error>())
-        });
-        if let Some(tls) = tls {
-            return Some(match tls {
-                rustls::Error::InvalidCertificate(c) => format!(
-                    "the server's TLS certificate failed verification (sslmode={}): {}",
-                    mode.name(),
-                    certificate_problem(c)
-                ),
-                other => format!("the TLS handshake failed: {other}"),
-            });
-        }
-        source = s.source();
-    }
-    None
-}
-
-fn certificate_problem(e: &CertificateError) -> String {
-    match e {
-        CertificateError::UnknownIssuer => "it is not signed by a trusted certificate authority \
-             (give sslrootcert=FILE with the CA that signed it)"
-            .to_string(),
-        CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. } => {
-            format!(
-                "it does not name the host connected to ({e}); connect by a name it holds, or \
-                 use sslmode=verify-ca"
-            )
-        }
-        CertificateError::Expired | CertificateError::ExpiredContext { .. } => {
-            format!("it has expired ({e})")
-        }
-        other => other.to_string(),
-    }
 }
 
 #[cfg(test)]

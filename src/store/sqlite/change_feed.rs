@@ -104,29 +104,11 @@ fn probe_thread(
             std::thread::sleep(PROBE_EVERY);
             continue;
         };
-        match pacing.after_probe(changed, std::time::Instant::now()) {
-            Next::Wait => {}
-            Next::LookAgain => {
-                std::thread::sleep(LOOK_AGAIN);
-                continue;
-            }
-            Next::Sleep => {
-                std::thread::sleep(PROBE_EVERY);
-                continue;
-            }
-            Next::Pause => {
-                if let Err(e) = w.pause() {
-                    tracing::debug!(error = %e, "could not pause the WAL watch");
-                }
-                std::thread::sleep(PROBE_EVERY);
-                continue;
-            }
-            // Probe at once: a commit between the last probe and the new watch is not reported.
-            Next::Resume => {
-                if let Err(e) = w.resume() {
-                    tracing::warn!(error = %e, "WAL watch failed; probing every {PROBE_EVERY:?}");
-                    watch = None;
-                }
+        match act_on(pacing.after_probe(changed, std::time::Instant::now()), &w) {
+            Then::Wait => {}
+            Then::Probe => continue,
+            Then::DropWatch => {
+                watch = None;
                 continue;
             }
         }
@@ -137,6 +119,46 @@ fn probe_thread(
                 watch = None;
             }
         }
+    }
+}
+
+/// What the probe loop does next with its watch.
+enum Then {
+    /// Wait on the watch.
+    Wait,
+    /// Probe again (after the sleep [`act_on`] took).
+    Probe,
+    /// The watch failed: poll every [`PROBE_EVERY`] from now on.
+    DropWatch,
+}
+
+/// Carries out the pacing's verdict `next` on the watch `w`: sleeps, pauses or resumes it.
+fn act_on(next: Next, w: &WalWatch) -> Then {
+    match next {
+        Next::Wait => Then::Wait,
+        Next::LookAgain => {
+            std::thread::sleep(LOOK_AGAIN);
+            Then::Probe
+        }
+        Next::Sleep => {
+            std::thread::sleep(PROBE_EVERY);
+            Then::Probe
+        }
+        Next::Pause => {
+            if let Err(e) = w.pause() {
+                tracing::debug!(error = %e, "could not pause the WAL watch");
+            }
+            std::thread::sleep(PROBE_EVERY);
+            Then::Probe
+        }
+        // Probe at once: a commit between the last probe and the new watch is not reported.
+        Next::Resume => match w.resume() {
+            Ok(()) => Then::Probe,
+            Err(e) => {
+                tracing::warn!(error = %e, "WAL watch failed; probing every {PROBE_EVERY:?}");
+                Then::DropWatch
+            }
+        },
     }
 }
 

@@ -18,7 +18,10 @@ use crate::inbox::{InboxFilter, InboxPage, Message};
 use crate::run::{Blob, FinishRecord, Inserted, ListFilter, NewRun, Run, RunFilter};
 use crate::schedule::model::{NewSchedule, Occurrence, Schedule};
 use crate::store::engine::*;
+use crate::store::prune::TableStep;
+use crate::store::run_params::*;
 use crate::store::types::*;
+use crate::store::upkeep::*;
 
 fn claim_params(c: &Claim) -> claim::ClaimParams<'_> {
     claim::ClaimParams {
@@ -42,29 +45,10 @@ impl Engine for Store {
     }
 
     async fn run_insert_within_limit(&self, p: RunInsertLimited) -> EngineResult<LimitedInsert> {
-        // A host's approval replaces the request the row may carry: it is inserted queued.
-        let mut run = p.run;
-        if p.approval.is_some() {
-            run.approval = None;
-        }
-        self.write_async(move |tx| {
-            let except = p.except.as_deref();
-            if let Some(limit) = p.limit {
-                let session = run.session_id.as_str();
-                if runs::count_active_background(tx, session, except, p.now, limit)? >= limit {
-                    return Ok(LimitedInsert::OverSession(limit));
-                }
-            }
-            let inserted = runs::insert(tx, &run)?;
-            if let Inserted::New(id) = &inserted {
-                runs::mark_background(tx, id.as_str())?;
-            }
-            if let Some(a) = &p.approval {
-                approvals::preapprove(tx, &approvals::Decision::of(a))?;
-            }
-            Ok(LimitedInsert::Inserted(inserted))
-        })
-        .await
+        let mut p = p;
+        queue_if_approved(&mut p.run, p.approval.as_ref());
+        self.write_async(move |tx| runs::insert_within_limit(tx, &p))
+            .await
     }
 
     async fn run_insert_preapproved(
@@ -72,19 +56,10 @@ impl Engine for Store {
         run: NewRun,
         approval: Option<RunApprove>,
     ) -> EngineResult<()> {
-        // A host's approval replaces the request the row may carry: it is inserted queued.
         let mut run = run;
-        if approval.is_some() {
-            run.approval = None;
-        }
-        self.write_async(move |tx| {
-            runs::insert(tx, &run)?;
-            if let Some(a) = &approval {
-                approvals::preapprove(tx, &approvals::Decision::of(a))?;
-            }
-            Ok(())
-        })
-        .await
+        queue_if_approved(&mut run, approval.as_ref());
+        self.write_async(move |tx| runs::insert_preapproved(tx, &run, approval.as_ref()))
+            .await
     }
 
     async fn run_get(&self, id: RunId) -> EngineResult<Option<Run>> {
@@ -463,20 +438,9 @@ impl Engine for Store {
             // A busy retry re-runs this closure: start from the same cursor.
             let mut cur = p.cursor.clone();
             let (c, batch) = (&p.cutoffs, p.batch);
-            let removed = match p.step {
-                PruneStep::Runs => retention::prune_runs_batch(tx, c, batch, &mut cur)?,
-                PruneStep::AckedInbox => Removed {
-                    inbox: retention::prune_acked_inbox_batch(tx, c, batch)?,
-                    ..Removed::default()
-                },
-                PruneStep::Occurrences => Removed {
-                    occurrences: retention::prune_occurrences_batch(tx, c, batch)?,
-                    ..Removed::default()
-                },
-                PruneStep::Workers => Removed {
-                    workers: retention::prune_workers_batch(tx, c, batch)?,
-                    ..Removed::default()
-                },
+            let removed = match TableStep::of(p.step) {
+                None => retention::prune_runs_batch(tx, c, batch, &mut cur)?,
+                Some(t) => t.removed(retention::prune_table_batch(tx, t, c, batch)?),
             };
             Ok((removed, cur))
         })
@@ -547,27 +511,9 @@ impl Engine for Store {
 
     async fn checkpoint(&self, idle: bool) -> EngineResult<CheckpointTick> {
         let store = self.clone();
-        let (mode, checkpoint) = tokio::task::spawn_blocking(move || {
-            // A truncate that finds readers in the way falls back to a passive one, so the
-            // caller always sees a backlog.
-            if idle {
-                let cp = store.checkpoint(CheckpointMode::Truncate)?;
-                if !cp.busy {
-                    return Ok((CheckpointMode::Truncate, cp));
-                }
-            }
-            Ok::<_, StoreError>((
-                CheckpointMode::Passive,
-                store.checkpoint(CheckpointMode::Passive)?,
-            ))
-        })
-        .await
-        .map_err(|e| StoreError::Task(e.to_string()))??;
-        Ok(CheckpointTick {
-            mode,
-            checkpoint,
-            wal_bytes: Store::wal_bytes(self),
-        })
+        tokio::task::spawn_blocking(move || store.checkpoint_tick(idle))
+            .await
+            .map_err(|e| StoreError::Task(e.to_string()))?
     }
 
     async fn change_feed(&self, on_change: OnChange, stop: CancellationToken) {

@@ -8,35 +8,32 @@ use super::codec::{ts, ts_req};
 use crate::error::StoreError;
 use crate::ids::{RunId, ScheduleId};
 use crate::schedule::model::Occurrence;
+use crate::store::fire_ledger::Ledger;
 
 const RECORD: &str = "INSERT INTO schedule_occurrences (schedule_id, fire_at, outcome, run_id, \
     detail, recorded_at) SELECT :id, json_extract(value, '$[0]'), :outcome, :run_id, \
     json_extract(value, '$[1]'), :now FROM json_each(:rows) WHERE true \
     ON CONFLICT (schedule_id, fire_at) DO NOTHING";
 
-/// Records ticks of one outcome (each with its detail) in one statement, since a long outage
-/// lists many. A tick already recorded keeps its row. Returns how many ticks were given.
-pub fn record(
+/// Records one outcome's ticks ([`Ledger`]) in one statement; a tick already recorded keeps
+/// its row.
+pub(crate) fn record(
     tx: &Transaction<'_>,
     id: &ScheduleId,
-    outcome: &str,
+    l: &Ledger<'_>,
     run: Option<&RunId>,
-    rows: &[(DateTime<Utc>, &str)],
     now: DateTime<Utc>,
-) -> Result<usize, StoreError> {
-    if rows.is_empty() {
-        return Ok(0);
-    }
-    let json: Vec<(String, &str)> = rows.iter().map(|(t, d)| (ts(*t), *d)).collect();
+) -> Result<(), StoreError> {
+    let json: Vec<(String, &str)> = l.rows.iter().map(|(t, d)| (ts(*t), *d)).collect();
     let json = serde_json::to_string(&json).unwrap_or_else(|_| "[]".into());
     tx.prepare_cached(RECORD)
         .ctx("prepare record occurrences")?
         .execute(named_params! {
-            ":id": id.as_str(), ":outcome": outcome, ":run_id": run.map(RunId::as_str),
+            ":id": id.as_str(), ":outcome": l.outcome, ":run_id": run.map(RunId::as_str),
             ":rows": json, ":now": ts(now),
         })
         .ctx("record occurrences")?;
-    Ok(rows.len())
+    Ok(())
 }
 
 /// A schedule's ledger, newest tick first.

@@ -7,6 +7,7 @@ use rusqlite::{Connection, Transaction, named_params};
 use super::Ctx;
 use super::codec::ts;
 use crate::error::StoreError;
+use crate::store::prune::{Counted, PrunableRun, RunsWalk, TableStep};
 use crate::store::{PruneCutoffs, Removed, RunsCursor};
 
 /// A finished run `r` that may be deleted. Kept: runs an unacknowledged message still points
@@ -50,50 +51,62 @@ fn as_params<'a>(p: &'a [(&'static str, String)]) -> Vec<(&'static str, &'a dyn 
         .collect()
 }
 
-/// The final states, in the order a prune walks them.
-const FINAL_STATES: [&str; 3] = ["completed", "failed", "cancelled"];
-
 /// Deletes at most `batch` prunable runs with their blobs and inbox rows (their occurrences
-/// keep the row with `run_id` set to NULL), oldest first within each final state. `cursor`
-/// says where the previous batch stopped, so kept runs are not scanned again batch after
-/// batch. Returns the counts; `runs < batch` means done.
+/// keep the row with `run_id` set to NULL), oldest first within each final state, from where
+/// `cursor` says the previous batch stopped ([`RunsWalk`]). Returns the counts; `runs <
+/// batch` means done.
 pub fn prune_runs_batch(
     tx: &Transaction<'_>,
     c: &PruneCutoffs,
     batch: usize,
     cursor: &mut RunsCursor,
 ) -> Result<Removed, StoreError> {
-    let mut found: Vec<(String, String, String)> = Vec::new();
+    let found = find_prunable(tx, c, RunsWalk::new(cursor, batch))?;
+    if found.is_empty() {
+        return Ok(Removed::default());
+    }
+    delete_runs(tx, &found)
+}
+
+/// Reads the pages `walk` asks for.
+fn find_prunable(
+    tx: &Transaction<'_>,
+    c: &PruneCutoffs,
+    mut walk: RunsWalk<'_>,
+) -> Result<Vec<PrunableRun>, StoreError> {
     let rp = run_params(c);
-    while found.len() < batch && cursor.state < FINAL_STATES.len() {
-        // A literal state (not a parameter) lets the planner prove the partial index applies.
+    while let Some(page) = walk.next_page() {
         let sql = format!(
             "SELECT r.id, r.finished_at, r.session_id FROM runs r \
              WHERE r.state = '{}' AND r.finished_at >= :after \
              AND {PRUNABLE_RUN} ORDER BY r.finished_at LIMIT :batch",
-            FINAL_STATES[cursor.state]
+            page.state
         );
         let mut stmt = tx.prepare_cached(&sql).ctx("prepare prunable runs")?;
         let mut p = as_params(&rp);
-        let want = (batch - found.len()) as i64;
-        p.push((":batch", &want));
-        p.push((":after", &cursor.after));
-        let rows: Vec<(String, String, String)> = stmt
-            .query_map(p.as_slice(), |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        p.push((":batch", &page.want));
+        p.push((":after", &page.after));
+        let rows: Vec<PrunableRun> = stmt
+            .query_map(p.as_slice(), |r| {
+                Ok(PrunableRun {
+                    id: r.get(0)?,
+                    finished_at: r.get(1)?,
+                    session_id: r.get(2)?,
+                })
+            })
             .ctx("select prunable runs")?
             .collect::<Result<_, _>>()
             .ctx("read prunable runs")?;
-        cursor.advance(
-            rows.last().map(|(_, last, _)| last.as_str()),
-            rows.len(),
-            want,
-        );
-        found.extend(rows);
+        let want = page.want;
+        walk.took(rows, want);
     }
-    if found.is_empty() {
-        return Ok(Removed::default());
-    }
-    let ids: Vec<&String> = found.iter().map(|(id, _, _)| id).collect();
+    Ok(walk.found())
+}
+
+/// Deletes the runs found, children first, so the counts are ours rather than hidden in the
+/// cascade and trigger.
+fn delete_runs(tx: &Transaction<'_>, found: &[PrunableRun]) -> Result<Removed, StoreError> {
+    let ids: Vec<&String> = found.iter().map(|r| &r.id).collect();
     let ids = serde_json::to_string(&ids).map_err(|e| StoreError::Task(e.to_string()))?;
     let del = |sql: &str, what: &str| -> Result<u64, StoreError> {
         Ok(tx
@@ -102,7 +115,6 @@ pub fn prune_runs_batch(
             .execute(named_params! {":ids": ids})
             .ctx(what)? as u64)
     };
-    // Children first, so the counts are ours rather than hidden in the cascade and trigger.
     let mut blobs = 0;
     {
         let mut stmt = tx
@@ -111,9 +123,9 @@ pub fn prune_runs_batch(
                 super::artifacts::OF_RUN
             ))
             .ctx("prepare delete blobs of pruned runs")?;
-        for (id, _, session) in &found {
+        for r in found {
             blobs += stmt
-                .execute([session, id])
+                .execute([&r.session_id, &r.id])
                 .ctx("delete blobs of pruned runs")? as u64;
         }
     }
@@ -156,92 +168,72 @@ fn delete_batch(
         .map_err(|e| StoreError::sqlite(format!("prune {table}"), e))? as u64)
 }
 
-/// Deletes at most `batch` acknowledged inbox messages older than the cutoff.
-pub fn prune_acked_inbox_batch(
+/// Deletes at most `batch` rows of the table `step` prunes, older than its cutoff. How many
+/// went.
+pub(crate) fn prune_table_batch(
     tx: &Transaction<'_>,
+    step: TableStep,
     c: &PruneCutoffs,
     batch: usize,
 ) -> Result<u64, StoreError> {
-    let cutoff = (":acked_before", ts(c.acked_inbox_before));
-    delete_batch(tx, ("inbox", "i", PRUNABLE_ACKED), cutoff, batch)
-}
-
-/// Deletes at most `batch` old schedule occurrences (never a schedule's latest).
-pub fn prune_occurrences_batch(
-    tx: &Transaction<'_>,
-    c: &PruneCutoffs,
-    batch: usize,
-) -> Result<u64, StoreError> {
-    let cutoff = (":occ_before", ts(c.occurrences_before));
-    delete_batch(
-        tx,
-        ("schedule_occurrences", "o", PRUNABLE_OCCURRENCE),
-        cutoff,
-        batch,
-    )
-}
-
-/// Deletes at most `batch` rows of workers that stopped cleanly before the cutoff.
-pub fn prune_workers_batch(
-    tx: &Transaction<'_>,
-    c: &PruneCutoffs,
-    batch: usize,
-) -> Result<u64, StoreError> {
-    let cutoff = (":workers_before", ts(c.workers_before));
-    delete_batch(tx, ("workers", "w", PRUNABLE_WORKER), cutoff, batch)
+    let (table, param) = match step {
+        TableStep::AckedInbox => (("inbox", "i", PRUNABLE_ACKED), ":acked_before"),
+        TableStep::Occurrences => (
+            ("schedule_occurrences", "o", PRUNABLE_OCCURRENCE),
+            ":occ_before",
+        ),
+        TableStep::Workers => (("workers", "w", PRUNABLE_WORKER), ":workers_before"),
+    };
+    delete_batch(tx, table, (param, ts(step.cutoff(c))), batch)
 }
 
 /// What a prune with these cutoffs would remove, counted without writing (dry run).
 pub fn count_prunable(conn: &Connection, c: &PruneCutoffs) -> Result<Removed, StoreError> {
-    let rp = run_params(c);
-    let count =
-        |sql: String, p: &[(&'static str, String)], what: &str| -> Result<u64, StoreError> {
-            conn.prepare_cached(&sql)
-                .ctx(what)?
-                .query_row(as_params(p).as_slice(), |r| r.get::<_, i64>(0))
-                .ctx(what)
-                .map(|n| n as u64)
-        };
-    let runs = count(
-        format!("SELECT count(*) FROM runs r WHERE {PRUNABLE_RUN}"),
-        &rp,
-        "count prunable runs",
-    )?;
-    let blobs = count(
-        format!(
-            "SELECT count(*) FROM runs r JOIN blobs b ON b.session_id = r.session_id \
-             AND b.path >= '/.background/' || r.id || '/' AND b.path < '/.background/' || r.id || '0' \
-             WHERE {PRUNABLE_RUN}"
+    let mut removed = Removed::default();
+    for what in Counted::ALL {
+        let (sql, p) = count_query(what, c);
+        let n = conn
+            .prepare_cached(&sql)
+            .ctx(what.action())?
+            .query_row(as_params(&p).as_slice(), |r| r.get::<_, i64>(0))
+            .ctx(what.action())?;
+        what.add_to(&mut removed, n as u64);
+    }
+    Ok(removed)
+}
+
+/// The query of one dry-run count, and its parameters.
+fn count_query(what: Counted, c: &PruneCutoffs) -> (String, Vec<(&'static str, String)>) {
+    match what {
+        Counted::Runs => (
+            format!("SELECT count(*) FROM runs r WHERE {PRUNABLE_RUN}"),
+            run_params(c).to_vec(),
         ),
-        &rp,
-        "count prunable blobs",
-    )?;
-    let mut ip = rp.to_vec();
-    ip.push((":acked_before", ts(c.acked_inbox_before)));
-    // A message goes with its run, or on its own when acknowledged long ago; count it once.
-    let inbox = count(
-        format!(
-            "SELECT count(*) FROM inbox i WHERE i.run_id IN (SELECT r.id FROM runs r WHERE {PRUNABLE_RUN}) \
-             OR ({PRUNABLE_ACKED})"
+        Counted::Blobs => (
+            format!(
+                "SELECT count(*) FROM runs r JOIN blobs b ON b.session_id = r.session_id \
+                 AND b.path >= '/.background/' || r.id || '/' AND b.path < '/.background/' || r.id || '0' \
+                 WHERE {PRUNABLE_RUN}"
+            ),
+            run_params(c).to_vec(),
         ),
-        &ip,
-        "count prunable inbox rows",
-    )?;
-    let occurrences = count(
-        format!("SELECT count(*) FROM schedule_occurrences o WHERE {PRUNABLE_OCCURRENCE}"),
-        &[(":occ_before", ts(c.occurrences_before))],
-        "count prunable occurrences",
-    )?;
-    let workers = count(
-        format!("SELECT count(*) FROM workers w WHERE {PRUNABLE_WORKER}"),
-        &[(":workers_before", ts(c.workers_before))],
-        "count prunable workers",
-    )?;
-    Ok(Removed {
-        runs,
-        blobs,
-        inbox,
-        occurrences,
-        workers,
-    })
+        Counted::Inbox => {
+            let mut p = run_params(c).to_vec();
+            p.push((":acked_before", ts(c.acked_inbox_before)));
+            // A message goes with its run, or on its own when acknowledged long ago; count it once.
+            let sql = format!(
+                "SELECT count(*) FROM inbox i WHERE i.run_id IN (SELECT r.id FROM runs r WHERE {PRUNABLE_RUN}) \
+                 OR ({PRUNABLE_ACKED})"
+            );
+            (sql, p)
+        }
+        Counted::Occurrences => (
+            format!("SELECT count(*) FROM schedule_occurrences o WHERE {PRUNABLE_OCCURRENCE}"),
+            vec![(":occ_before", ts(c.occurrences_before))],
+        ),
+        Counted::Workers => (
+            format!("SELECT count(*) FROM workers w WHERE {PRUNABLE_WORKER}"),
+            vec![(":workers_before", ts(c.workers_before))],
+        ),
+    }
 }

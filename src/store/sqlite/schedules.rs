@@ -1,7 +1,7 @@
 //! The `schedules` and `schedule_occurrences` tables: insert, read, cancel/enable, and
 //! `claim_due`, which fires due ticks and writes their runs and ledger rows in one transaction.
 
-use chrono::{DateTime, Duration, Utc};
+use chrono::{DateTime, Utc};
 use rusqlite::{Connection, OptionalExtension, Row, Transaction, named_params};
 
 use super::Ctx;
@@ -9,11 +9,9 @@ use super::codec::{parse_ts, ts, ts_col, ts_req};
 use super::occurrences::record;
 use crate::error::StoreError;
 use crate::ids::ScheduleId;
-use crate::schedule::OverlapPolicy;
-use crate::schedule::fire::{Fire, Plan, PlanInput, plan};
-use crate::schedule::model::{NewSchedule, Schedule};
-use crate::schedule::spec::ScheduleSpec;
-use crate::store::{ClaimDue, ClaimReport, GateRun};
+use crate::schedule::model::{ClaimReport, GateRun, NewSchedule, Schedule};
+use crate::store::ClaimDue;
+use crate::store::fire_ledger::{Advance, Due, FireLedger, FireWrite, plan_due, take_due};
 
 const COLUMNS: &str = "id, session_id, tool, args, title, cron_expression, scheduled_at, timezone, \
     enabled, next_trigger_at, last_triggered_at, trigger_count, missed_policy, catchup_window_ms, \
@@ -225,11 +223,7 @@ pub fn claim_due(
         .ctx("due schedules")?
         .collect::<Result<_, _>>()
         .ctx("read due schedules")?;
-    let mut report = ClaimReport {
-        more: due.len() > p.limit,
-        ..Default::default()
-    };
-    due.truncate(p.limit);
+    let mut report = take_due(&mut due, p.limit);
     let last_slot: Option<String> = tx
         .prepare_cached(LAST_CATCHUP_SLOT)
         .ctx("prepare catch-up slot")?
@@ -255,96 +249,54 @@ fn fire_one(
     slot: &mut Option<DateTime<Utc>>,
     report: &mut ClaimReport,
 ) -> Result<(), StoreError> {
-    let now = p.now;
-    let Some(due) = s.next_trigger_at else {
-        return Ok(());
+    let planned = match plan_due(s, p, report) {
+        Due::Idle => return Ok(()),
+        Due::Broken => return disable(tx, s.id.as_str(), p.now).map(drop),
+        Due::Planned(planned) => planned,
     };
-    let spec = match ScheduleSpec::from_stored(
-        s.cron_expression.as_deref(),
-        s.scheduled_at,
-        &s.timezone,
-        due - Duration::seconds(1),
-    ) {
-        Ok(spec) => spec,
-        Err(e) => {
-            disable(tx, s.id.as_str(), now)?;
-            report.broken.push((s.id.to_string(), e.to_string()));
-            return Ok(());
-        }
-    };
-    let plan: Plan = plan(
-        &spec,
-        PlanInput {
-            due,
-            now,
-            policy: s.missed_policy,
-            window: s.catchup_window_ms.map(Duration::milliseconds),
-            late_after: p.late_after,
-        },
-    );
-    let busy = s.overlap_policy == OverlapPolicy::Skip
+    let busy = planned.checks_overlap()
         && tx
             .prepare_cached(ACTIVE_RUN)
             .ctx("prepare overlap check")?
             .query_row([s.id.as_str()], |r| r.get::<_, bool>(0))
             .ctx("overlap check")?;
-    let mut runs = 0i64;
-    let mut last = None;
-    for fire in &plan.fires {
-        if paused {
-            report.paused += record(tx, &s.id, "paused", None, &fire.paused_rows(), now)?;
-            continue;
+    let ledger = FireLedger::of(&planned, s, p, (paused, busy), slot, gate);
+    let mut ids = Vec::new();
+    for write in &ledger.writes {
+        match write {
+            FireWrite::Run(row) => ids.push(super::runs::insert(tx, row)?.id().clone()),
+            FireWrite::Ledger(l) => {
+                let run = l.run.and_then(|i| ids.get(i));
+                record(tx, &s.id, l, run, p.now)?;
+            }
         }
-        if busy {
-            let (skipped, missed) = fire.overlap_rows();
-            report.skipped_overlap += record(tx, &s.id, "skipped_overlap", None, &skipped, now)?;
-            report.missed += record(tx, &s.id, "missed", None, &missed, now)?;
-            continue;
-        }
-        let run_at = fire.run_at(slot, p.catchup_spacing, now);
-        start_run(tx, s, fire, run_at, now, gate, report)?;
-        runs += 1;
-        last = Some(fire.fire_at);
     }
-    let rows: Vec<_> = plan
-        .missed
-        .iter()
-        .map(|(t, why)| (*t, why.as_str()))
-        .collect();
-    report.missed += record(tx, &s.id, "missed", None, &rows, now)?;
+    advance(tx, &s.id, &ledger.advance, p.now)?;
+    ledger.count(ids, report);
+    Ok(())
+}
+
+/// Moves the schedule on after its fire, guarded by the tick it was read with.
+fn advance(
+    tx: &Transaction<'_>,
+    id: &ScheduleId,
+    a: &Advance,
+    now: DateTime<Utc>,
+) -> Result<(), StoreError> {
     let n = tx
         .prepare_cached(ADVANCE)
         .ctx("prepare advance schedule")?
         .execute(named_params! {
-            ":next": plan.next.map(ts), ":last": last.map(ts), ":runs": runs,
-            ":now": ts(now), ":id": s.id.as_str(), ":due": ts(due),
+            ":next": a.next.map(ts), ":last": a.last.map(ts), ":runs": a.runs,
+            ":now": ts(now), ":id": id.as_str(), ":due": ts(a.due),
         })
         .ctx("advance schedule")?;
     if n != 1 {
         // Read in this same transaction, so it cannot change under us; a mismatch is a bug.
         return Err(StoreError::sqlite(
-            format!("advance schedule {}", s.id),
+            format!("advance schedule {id}"),
             rusqlite::Error::StatementChangedRows(n),
         ));
     }
-    Ok(())
-}
-
-/// Inserts the run of one fire (keyed by schedule and tick) and its ledger rows.
-fn start_run(
-    tx: &Transaction<'_>,
-    s: &Schedule,
-    fire: &Fire,
-    run_at: DateTime<Utc>,
-    now: DateTime<Utc>,
-    gate: &GateRun,
-    report: &mut ClaimReport,
-) -> Result<(), StoreError> {
-    let row = fire.new_run(s, run_at, now, gate);
-    let id = super::runs::insert(tx, &row)?.id().clone();
-    let (fired, coalesced) = fire.fired_rows();
-    report.fired += record(tx, &s.id, "fired", Some(&id), &fired, now)?;
-    report.coalesced += record(tx, &s.id, "coalesced", Some(&id), &coalesced, now)?;
-    report.runs.push(id);
     Ok(())
 }

@@ -8,7 +8,7 @@ use rusqlite::Connection;
 
 use super::{BUSY_TIMEOUT, Ctx, Store};
 use crate::error::StoreError;
-use crate::store::{Checkpoint, CheckpointMode, WalHealth, pinned_warning};
+use crate::store::{Checkpoint, CheckpointMode, CheckpointTick, WalHealth, pinned_warning};
 
 /// How long a truncating checkpoint waits for readers and writers before giving up: short,
 /// because it holds the write lock meanwhile and it is only an idle-time nicety.
@@ -64,6 +64,31 @@ impl Store {
     /// Bytes of this database's `-wal` file.
     pub fn wal_bytes(&self) -> u64 {
         wal_bytes(self.path())
+    }
+
+    /// One checkpoint of the worker's WAL tick: a truncate when `idle`, falling back to a
+    /// passive one when readers are in the way (so the caller always sees a backlog), and
+    /// the WAL's size after it. Blocking.
+    pub(crate) fn checkpoint_tick(&self, idle: bool) -> Result<CheckpointTick, StoreError> {
+        let mut done = None;
+        if idle {
+            let cp = self.checkpoint(CheckpointMode::Truncate)?;
+            if !cp.busy {
+                done = Some((CheckpointMode::Truncate, cp));
+            }
+        }
+        let (mode, checkpoint) = match done {
+            Some(done) => done,
+            None => (
+                CheckpointMode::Passive,
+                self.checkpoint(CheckpointMode::Passive)?,
+            ),
+        };
+        Ok(CheckpointTick {
+            mode,
+            checkpoint,
+            wal_bytes: self.wal_bytes(),
+        })
     }
 
     /// A passive checkpoint, the WAL size, and a warning when `warn_frames` or more frames

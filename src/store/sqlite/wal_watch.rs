@@ -151,8 +151,8 @@ impl WalWatch {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::Store;
-    use crate::store::probe::tests::create;
+    use crate::store::sqlite::Store;
+    use crate::store::sqlite::probe::tests::create;
 
     /// A watch on a new database whose own opening writes were already reported; the
     /// directory and the store must outlive it.

@@ -192,40 +192,53 @@ impl Watch<'_> {
         loop {
             self.out.pump(self.ctx).await;
             self.err.pump(self.ctx).await;
-            if let Ok(s) = tokio::fs::read_to_string(self.dir.join("stage")).await {
-                let s = s.trim().to_string();
-                if !s.is_empty() && s != self.last_stage {
-                    self.last_stage = s.clone();
-                    return Some(ToolStatus::Progress {
-                        stage: CommandStage(s.clone()),
-                        message: s,
-                        progress: None,
-                    });
-                }
+            if let Some(stage) = self.new_stage().await {
+                return Some(stage);
             }
             if let Ok(code) = tokio::fs::read_to_string(self.dir.join("exit")).await {
-                self.done = true;
-                self.out.rest(self.ctx).await;
-                self.err.rest(self.ctx).await;
-                let code: i32 = code.trim().parse().unwrap_or(-1);
-                if code != 0 {
-                    return Some(ToolStatus::Failed(format!(
-                        "operation {} exited with code {code}",
-                        self.op
-                    )));
-                }
-                let tail = tokio::fs::read(self.dir.join("stdout"))
-                    .await
-                    .unwrap_or_default();
-                let from = tail.len().saturating_sub(4096);
-                return Some(ToolStatus::completed(json!({
-                    "operation_id": self.op,
-                    "exit_code": 0,
-                    "stdout_tail": escape_bytes(&tail[from..]),
-                })));
+                return Some(self.ended(&code).await);
             }
             tokio::time::sleep(self.poll).await;
         }
+    }
+
+    /// The stage the command wrote to its `stage` file, when it is not blank and not the one
+    /// reported last.
+    async fn new_stage(&mut self) -> Option<ToolStatus<CommandStage>> {
+        let s = tokio::fs::read_to_string(self.dir.join("stage"))
+            .await
+            .ok()?;
+        let s = s.trim().to_string();
+        if s.is_empty() || s == self.last_stage {
+            return None;
+        }
+        self.last_stage = s.clone();
+        Some(ToolStatus::Progress {
+            stage: CommandStage(s.clone()),
+            message: s,
+            progress: None,
+        })
+    }
+
+    /// The end, once the supervisor wrote the exit `code`: the rest of the output goes to the
+    /// log; a non-zero code fails, zero completes with the stdout tail.
+    async fn ended(&mut self, code: &str) -> ToolStatus<CommandStage> {
+        self.done = true;
+        self.out.rest(self.ctx).await;
+        self.err.rest(self.ctx).await;
+        let code: i32 = code.trim().parse().unwrap_or(-1);
+        if code != 0 {
+            return ToolStatus::Failed(format!("operation {} exited with code {code}", self.op));
+        }
+        let tail = tokio::fs::read(self.dir.join("stdout"))
+            .await
+            .unwrap_or_default();
+        let from = tail.len().saturating_sub(4096);
+        ToolStatus::completed(json!({
+            "operation_id": self.op,
+            "exit_code": 0,
+            "stdout_tail": escape_bytes(&tail[from..]),
+        }))
     }
 }
 

@@ -130,57 +130,102 @@ impl Tool for SpawnBackground {
                 "Tool registry not available in this context. spawn_background requires worker-side tool execution.",
             );
         };
-        let args = &ctx.args;
-        let tool = match args.get("tool").and_then(Value::as_str).map(str::trim) {
-            Some(name) if !name.is_empty() => name.to_string(),
-            _ => return ToolOutcome::tool_error("Missing required parameter: tool"),
+        let call = match read_call(&ctx.args) {
+            Ok(c) => c,
+            Err(refusal) => return refusal,
         };
-        let tool_args = match args.get("args") {
-            Some(a) if a.is_object() => a.clone(),
-            _ => {
-                return ToolOutcome::tool_error(
-                    "Missing required parameter: args (object expected)",
-                );
-            }
+        let display_name = match check_target(&*host, &call.tool) {
+            Ok(d) => d,
+            Err(refusal) => return refusal,
         };
-        let signal = args
-            .get("signal_on_completion")
-            .and_then(Value::as_bool)
-            .unwrap_or(true);
-        let schedule = match parse_schedule(args) {
-            Ok(s) => s,
-            Err(msg) => return ToolOutcome::tool_error(msg),
-        };
-        let Some(entry) = host.registry().get(&tool) else {
-            return ToolOutcome::tool_error(format!("Unknown tool: {tool}"));
-        };
-        if tool == NAME {
-            return ToolOutcome::tool_error("spawn_background cannot target itself recursively");
-        }
-        if !entry.def.hints.supports_background {
-            return ToolOutcome::tool_error(format!(
-                "Tool does not support background execution: {tool}"
-            ));
-        }
-        let title = args
-            .get("title")
-            .and_then(Value::as_str)
-            .map(str::trim)
-            .filter(|t| !t.is_empty())
-            .map(str::to_string)
-            .unwrap_or_else(|| {
-                let d = entry.def.display_name.trim();
-                if d.is_empty() || d == tool {
-                    format!("Background {tool}")
-                } else {
-                    d.to_string()
-                }
-            });
+        let title = title_of(&ctx.args, &call.tool, &display_name);
+        let Call {
+            tool,
+            args,
+            signal,
+            schedule,
+        } = call;
         match schedule {
-            Some(s) => create_monitor(&*host, &ctx, tool, tool_args, title, signal, s).await,
-            None => start_run(&*host, &ctx, tool, tool_args, title, signal).await,
+            Some(s) => create_monitor(&*host, &ctx, tool, args, title, signal, s).await,
+            None => start_run(&*host, &ctx, tool, args, title, signal).await,
         }
     }
+}
+
+/// What a call asks for, read from its arguments.
+struct Call {
+    /// The target tool's name.
+    tool: String,
+    /// The target's arguments.
+    args: Value,
+    /// `signal_on_completion` (default true).
+    signal: bool,
+    /// A monitor's schedule, when the call creates one.
+    schedule: Option<ScheduleArgs>,
+}
+
+/// Reads the call's arguments, or the seed's refusal of them (checked in the seed's order).
+fn read_call(args: &Value) -> Result<Call, ToolOutcome> {
+    let tool = match args.get("tool").and_then(Value::as_str).map(str::trim) {
+        Some(name) if !name.is_empty() => name.to_string(),
+        _ => return Err(ToolOutcome::tool_error("Missing required parameter: tool")),
+    };
+    let tool_args = match args.get("args") {
+        Some(a) if a.is_object() => a.clone(),
+        _ => {
+            return Err(ToolOutcome::tool_error(
+                "Missing required parameter: args (object expected)",
+            ));
+        }
+    };
+    let signal = args
+        .get("signal_on_completion")
+        .and_then(Value::as_bool)
+        .unwrap_or(true);
+    let schedule = parse_schedule(args).map_err(ToolOutcome::tool_error)?;
+    Ok(Call {
+        tool,
+        args: tool_args,
+        signal,
+        schedule,
+    })
+}
+
+/// The target's display name if it may run in the background, or the seed's refusal: an
+/// unknown tool, this tool itself, or a tool without `supports_background`.
+fn check_target(host: &dyn ToolHost, tool: &str) -> Result<String, ToolOutcome> {
+    let Some(entry) = host.registry().get(tool) else {
+        return Err(ToolOutcome::tool_error(format!("Unknown tool: {tool}")));
+    };
+    if tool == NAME {
+        return Err(ToolOutcome::tool_error(
+            "spawn_background cannot target itself recursively",
+        ));
+    }
+    if !entry.def.hints.supports_background {
+        return Err(ToolOutcome::tool_error(format!(
+            "Tool does not support background execution: {tool}"
+        )));
+    }
+    Ok(entry.def.display_name.clone())
+}
+
+/// The run's title: the call's `title` when not blank, else the target's display name, else
+/// "Background {tool}" (when the display name is blank or just the tool's name).
+fn title_of(args: &Value, tool: &str, display_name: &str) -> String {
+    args.get("title")
+        .and_then(Value::as_str)
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+        .map(str::to_string)
+        .unwrap_or_else(|| {
+            let d = display_name.trim();
+            if d.is_empty() || d == tool {
+                format!("Background {tool}")
+            } else {
+                d.to_string()
+            }
+        })
 }
 
 async fn create_monitor(

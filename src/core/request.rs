@@ -1,0 +1,100 @@
+//! What an enqueue is asked ([`EnqueueRequest`], with its defaults and builders) and what it
+//! answers ([`Enqueued`], with its JSON form). Validation and the insert are in `enqueue`.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::ids::RunId;
+use crate::run::{Delivery, Unique};
+
+/// A request to run a tool once.
+#[derive(Debug, Clone)]
+pub struct EnqueueRequest {
+    /// Tool name.
+    pub tool: String,
+    /// Arguments (must match the tool's schema).
+    pub args: Value,
+    /// Owning session (default "default").
+    pub session: String,
+    /// Title (default: the tool's display name).
+    pub title: Option<String>,
+    /// Higher runs first (default 0).
+    pub priority: i64,
+    /// Not before this instant (default: now).
+    pub run_at: Option<DateTime<Utc>>,
+    /// Attempts in all (default from config).
+    pub max_attempts: Option<i64>,
+    /// Timeout (default: the tool's, else config).
+    pub timeout: Option<Duration>,
+    /// Same key, same run: a second enqueue returns the first run.
+    pub idempotency_key: Option<String>,
+    /// Post an inbox message when it ends (default true).
+    pub signal_on_completion: bool,
+    /// Delivery mode of that message.
+    pub delivery: Delivery,
+    /// Return a run of the same tool and args (in the given states and period) instead of
+    /// inserting another; see [`Unique`].
+    pub unique: Option<Unique>,
+}
+
+impl EnqueueRequest {
+    /// A request with defaults for everything but tool and args.
+    pub fn new(tool: impl Into<String>, args: Value) -> Self {
+        Self {
+            tool: tool.into(),
+            args,
+            session: "default".into(),
+            title: None,
+            priority: 0,
+            run_at: None,
+            max_attempts: None,
+            timeout: None,
+            idempotency_key: None,
+            signal_on_completion: true,
+            delivery: Delivery::WhenIdle,
+            unique: None,
+        }
+    }
+
+    /// Sets the session.
+    pub fn session(mut self, s: impl Into<String>) -> Self {
+        self.session = s.into();
+        self
+    }
+
+    /// Sets the title.
+    pub fn title(mut self, t: impl Into<String>) -> Self {
+        self.title = Some(t.into());
+        self
+    }
+
+    /// Makes the run unique (see [`Unique`]).
+    pub fn unique(mut self, u: Unique) -> Self {
+        self.unique = Some(u);
+        self
+    }
+}
+
+/// The answer to an enqueue. As JSON: `{"id", "run_id", "created"}` (`id` like every other
+/// run in toolq's JSON; `run_id` kept for scripts written against the first release).
+#[derive(Debug, Clone)]
+pub struct Enqueued {
+    /// The run id.
+    pub run_id: RunId,
+    /// False when the idempotency key returned an existing run.
+    pub created: bool,
+}
+
+impl Serialize for Enqueued {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let mut st = s.serialize_struct("Enqueued", 3)?;
+        st.serialize_field("id", &self.run_id)?;
+        st.serialize_field("run_id", &self.run_id)?;
+        st.serialize_field("created", &self.created)?;
+        st.end()
+    }
+}
