@@ -108,16 +108,16 @@ fn seconds(total: f64) -> Counter<f64, AtomicU64> {
 }
 
 /// The metrics as OpenMetrics text: the worker's counters plus, read from the database now,
-/// runs by state, queue depth by session and tool, schedule lag and WAL bytes.
+/// runs by state, queue depth by session and tool, schedule lag and WAL bytes. The families
+/// appear in the order they are registered in.
 pub async fn render(core: &Core, metrics: &Metrics) -> Result<String> {
     let now = core.now();
     let g = core.engine().gauges_read(now).await?;
-    let (counts, depth, lag) = (g.by_state, g.queue_depth, g.schedule_lag_secs);
     let mut reg = Registry::default();
     reg.register(
         "toolq_runs",
         "Runs in the database by state",
-        runs_gauge(&counts),
+        runs_gauge(&g.by_state),
     );
     reg.register(
         "toolq_claims",
@@ -129,6 +129,22 @@ pub async fn render(core: &Core, metrics: &Metrics) -> Result<String> {
         "Attempt ends recorded by this worker, by outcome",
         metrics.finishes.clone(),
     );
+    register_writes(&mut reg, core);
+    reg.register(
+        "toolq_claim_latency_seconds",
+        "Duration of one claim transaction",
+        metrics.claim_latency.clone(),
+    );
+    register_backlog(&mut reg, core, &g.queue_depth, g.schedule_lag_secs);
+    register_wal_checks(&mut reg, metrics);
+    let mut out = String::new();
+    encode(&mut out, &reg).map_err(|e| Error::io("encode metrics", std::io::Error::other(e)))?;
+    Ok(out)
+}
+
+/// This process's writes: busy retries, dropped log lines, write transactions and the time
+/// its writer spent in statements and commits.
+fn register_writes(reg: &mut Registry, core: &Core) {
     reg.register(
         "toolq_busy_retries",
         "Write transactions this process retried because the database was busy",
@@ -155,15 +171,14 @@ pub async fn render(core: &Core, metrics: &Metrics) -> Result<String> {
         "Time this process's writer spent committing (WAL writes, fallback checkpoints)",
         seconds(stats.commit_secs),
     );
-    reg.register(
-        "toolq_claim_latency_seconds",
-        "Duration of one claim transaction",
-        metrics.claim_latency.clone(),
-    );
+}
+
+/// What waits: queue depth, schedule lag and the bytes of the WAL.
+fn register_backlog(reg: &mut Registry, core: &Core, depth: &[store::QueueDepth], lag: f64) {
     reg.register(
         "toolq_queue_depth",
         "Unfinished runs by session, tool and state",
-        queue_gauge(&depth),
+        queue_gauge(depth),
     );
     let lag_g = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
     lag_g.set(lag);
@@ -175,6 +190,10 @@ pub async fn render(core: &Core, metrics: &Metrics) -> Result<String> {
     let wal = Gauge::<i64>::default();
     wal.set(core.engine().wal_bytes() as i64);
     reg.register("toolq_wal_bytes", "Bytes of the database's -wal file", wal);
+}
+
+/// What the worker's latest WAL checkpoint found.
+fn register_wal_checks(reg: &mut Registry, metrics: &Metrics) {
     reg.register(
         "toolq_wal_backlog_frames",
         "WAL frames the worker's latest checkpoint could not copy into the database",
@@ -185,9 +204,6 @@ pub async fn render(core: &Core, metrics: &Metrics) -> Result<String> {
         "1 while a long-lived reader keeps the WAL from being checkpointed",
         metrics.wal_pinned.clone(),
     );
-    let mut out = String::new();
-    encode(&mut out, &reg).map_err(|e| Error::io("encode metrics", std::io::Error::other(e)))?;
-    Ok(out)
 }
 
 /// `toolq_runs{state}`: every state, 0 when absent.

@@ -5,6 +5,7 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 
 use super::RunState;
+use crate::ids::RunId;
 use crate::inbox::NewMessage;
 
 /// Where an attempt leaves its run.
@@ -48,7 +49,7 @@ pub struct ApprovalMark {
 #[derive(Debug, Clone)]
 pub struct FinishRecord {
     /// Run id.
-    pub id: String,
+    pub id: RunId,
     /// Owner session.
     pub session_id: String,
     /// The run's attempt as read (for a running run, the attempt that ends).

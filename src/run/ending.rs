@@ -10,7 +10,7 @@ use crate::inbox::{FinalKind, final_message};
 /// A record that changes nothing yet, fenced by `fence`.
 pub fn blank(run: &Run, fence: Fence) -> FinishRecord {
     FinishRecord {
-        id: run.id.to_string(),
+        id: run.id.clone(),
         session_id: run.session_id.clone(),
         attempt: run.attempt,
         fence,

@@ -121,7 +121,7 @@ impl<'a> WaitingEnd<'a> {
             approval: mark.map(|m| m.state),
             by: mark.map(|m| m.by.as_str()),
             note: mark.and_then(|m| m.note.as_deref()),
-            id: &r.id,
+            id: r.id.as_str(),
             expected: expected.as_str(),
             attempt: r.attempt,
         })
@@ -195,19 +195,19 @@ impl<'a> Artifacts<'a> {
         let blob = |path: String, content: Cow<'a, [u8]>, truncated: bool| BlobRow {
             session_id: &r.session_id,
             path,
-            run_id: &r.id,
+            run_id: r.id.as_str(),
             content,
             truncated,
         };
         let is_final = matches!(r.outcome, Outcome::Final(_));
         if let Some((log, cut)) = &r.log {
             self.blobs
-                .push(blob(log_path(&r.id), Cow::Borrowed(log), *cut));
+                .push(blob(log_path(r.id.as_str()), Cow::Borrowed(log), *cut));
         } else if is_final {
             self.empty_logs.push(EmptyLog {
                 session_id: &r.session_id,
-                path: log_path(&r.id),
-                run_id: &r.id,
+                path: log_path(r.id.as_str()),
+                run_id: r.id.as_str(),
             });
         }
         let result = match (&r.outcome, &r.result) {
@@ -220,7 +220,8 @@ impl<'a> Artifacts<'a> {
             _ => None,
         };
         if let Some(res) = result {
-            self.blobs.push(blob(result_path(&r.id), res, false));
+            self.blobs
+                .push(blob(result_path(r.id.as_str()), res, false));
         }
         for (path, content) in &r.extra_blobs {
             self.blobs
@@ -251,7 +252,7 @@ mod tests {
 
     fn record(outcome: Outcome) -> FinishRecord {
         FinishRecord {
-            id: "r1".into(),
+            id: crate::ids::RunId::from_db("r1".into()),
             session_id: "s".into(),
             attempt: 1,
             fence: crate::run::Fence::Lease("t".into()),

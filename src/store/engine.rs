@@ -285,7 +285,7 @@ pub struct Claim {
 #[derive(Debug, Clone)]
 pub struct Release {
     /// Run id.
-    pub id: String,
+    pub id: RunId,
     /// Its attempt.
     pub attempt: i64,
     /// Its lease token.
@@ -303,7 +303,7 @@ pub enum Settlement {
 
 impl Settlement {
     /// The run's id.
-    pub fn id(&self) -> &str {
+    pub fn id(&self) -> &RunId {
         match self {
             Settlement::End(r) => &r.id,
             Settlement::Release(r) => &r.id,

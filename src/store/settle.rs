@@ -46,7 +46,7 @@ pub(crate) fn frees_a_slot(
     let mut net: HashMap<(bool, &str), i64> = HashMap::new();
     let mut freed = released.contains(&true);
     for (r, &ok) in ends.iter().zip(ended) {
-        match tools.get(&r.id) {
+        match tools.get(r.id.as_str()) {
             Some(tool) if ok => {
                 *net.entry((false, r.session_id.as_str())).or_default() += 1;
                 *net.entry((true, tool.as_str())).or_default() += 1;
@@ -67,7 +67,7 @@ mod tests {
 
     fn release(id: &str) -> Settlement {
         Settlement::Release(Release {
-            id: id.into(),
+            id: crate::ids::RunId::from_db(id.into()),
             attempt: 1,
             token: "t".into(),
         })

@@ -9,7 +9,7 @@ use crate::run::ending::{blank, end_unsuccessfully};
 use crate::run::{Fence, FinishRecord, Outcome};
 use crate::run::{Jitter, Run, backoff, should_retry};
 use crate::tool::sink::SinkSnapshot;
-use crate::tool::{INTERNAL_ERROR_TEXT, ToolOutcome};
+use crate::tool::{INTERNAL_ERROR_TEXT, ToolOutcome, ToolSuccess};
 
 /// How an attempt ended, as the worker saw it.
 #[derive(Debug, Clone)]
@@ -41,35 +41,48 @@ pub fn decide(
     rec.progress = snap.progress;
     rec.output_tail = snap.output_tail;
     rec.log = snap.log;
-    // (visible error, ops detail, retryable, final kind)
-    let (error, internal, retryable, kind) = match end {
-        AttemptEnd::Returned(ToolOutcome::Success(s)) => {
-            let mut result = json!({"status": "completed", "result": s.value});
-            if !s.images.is_empty() {
-                // toolq's field names only: the seed's pair would store the data twice.
-                result["images"] = s.images.iter().map(crate::tool::Image::stored).collect();
-            }
-            if let Some(raw) = s.raw_output {
-                rec.extra_blobs.push((
-                    format!("/.background/{}/raw_output.txt", run.id),
-                    raw.into_bytes(),
-                ));
-            }
-            rec.result = Some(result.to_string().into_bytes());
-            // A successful spawn_background run is an acknowledgement: the run (or monitor)
-            // it started signals the session itself, so one background run is one message.
-            if run.signal_on_completion && run.tool != crate::tool::builtin::spawn_background::NAME
-            {
-                rec.message = Some(final_message(
-                    FinalKind::Completed,
-                    &run.about(),
-                    &summary_of(&result["result"]),
-                ));
-            }
-            return rec;
+    match classify(end) {
+        Verdict::Succeeded(s) => succeeded(rec, run, s),
+        Verdict::Failed(f) => failed(rec, run, f, defaults, now, jitter),
+    }
+}
+
+/// An attempt's end sorted into a success and the kinds of failure.
+enum Verdict {
+    Succeeded(ToolSuccess),
+    Failed(Failure),
+}
+
+/// What went wrong in an attempt.
+struct Failure {
+    /// The error the session sees.
+    error: String,
+    /// The ops-only detail.
+    internal: Option<String>,
+    /// Whether another attempt may help.
+    retryable: bool,
+    /// The run's final state when no attempt is left.
+    kind: FinalKind,
+}
+
+/// A failure verdict.
+fn failure(error: String, internal: Option<String>, retryable: bool, kind: FinalKind) -> Verdict {
+    Verdict::Failed(Failure {
+        error,
+        internal,
+        retryable,
+        kind,
+    })
+}
+
+/// Sorts an end: a success, or a failure with its texts and whether it is retried.
+fn classify(end: AttemptEnd) -> Verdict {
+    match end {
+        AttemptEnd::Returned(ToolOutcome::Success(s)) => Verdict::Succeeded(s),
+        AttemptEnd::Returned(ToolOutcome::ToolError(m)) => {
+            failure(m, None, false, FinalKind::Failed)
         }
-        AttemptEnd::Returned(ToolOutcome::ToolError(m)) => (m, None, false, FinalKind::Failed),
-        AttemptEnd::Returned(ToolOutcome::Internal(detail)) => (
+        AttemptEnd::Returned(ToolOutcome::Internal(detail)) => failure(
             INTERNAL_ERROR_TEXT.to_string(),
             Some(detail),
             true,
@@ -78,13 +91,13 @@ pub fn decide(
         // The seed fails a background run whose tool needs a connection (an inline call
         // returns it as a non-error instead): nobody is there to set the connection up, and
         // retrying cannot help until someone does.
-        AttemptEnd::Returned(ToolOutcome::ConnectionRequired { provider }) => (
+        AttemptEnd::Returned(ToolOutcome::ConnectionRequired { provider }) => failure(
             format!("Background tool requires connection setup: {provider}"),
             None,
             false,
             FinalKind::Failed,
         ),
-        AttemptEnd::Panicked(msg) => (
+        AttemptEnd::Panicked(msg) => failure(
             INTERNAL_ERROR_TEXT.to_string(),
             Some(format!("tool panicked: {msg}")),
             true,
@@ -92,30 +105,68 @@ pub fn decide(
         ),
         AttemptEnd::TimedOut(limit) => {
             let text = format!("timed out after {}", crate::clock::format_duration(limit));
-            (text.clone(), Some(text), true, FinalKind::Failed)
+            failure(text.clone(), Some(text), true, FinalKind::Failed)
         }
-        AttemptEnd::WorkerLost(reason, detail) => (
+        AttemptEnd::WorkerLost(reason, detail) => failure(
             format!("worker lost: {reason}"),
             Some(detail),
             true,
             FinalKind::Failed,
         ),
-        AttemptEnd::Cancelled => (
+        AttemptEnd::Cancelled => failure(
             "cancelled by request while running".to_string(),
             None,
             false,
             FinalKind::Cancelled,
         ),
-    };
+    }
+}
+
+/// A success: the result (with its images), a raw output sidecar, and the completion message.
+fn succeeded(mut rec: FinishRecord, run: &Run, s: ToolSuccess) -> FinishRecord {
+    let mut result = json!({"status": "completed", "result": s.value});
+    if !s.images.is_empty() {
+        // toolq's field names only: the seed's pair would store the data twice.
+        result["images"] = s.images.iter().map(crate::tool::Image::stored).collect();
+    }
+    if let Some(raw) = s.raw_output {
+        rec.extra_blobs.push((
+            format!("/.background/{}/raw_output.txt", run.id),
+            raw.into_bytes(),
+        ));
+    }
+    rec.result = Some(result.to_string().into_bytes());
+    // A successful spawn_background run is an acknowledgement: the run (or monitor) it
+    // started signals the session itself, so one background run is one message.
+    if run.signal_on_completion && run.tool != crate::tool::builtin::spawn_background::NAME {
+        rec.message = Some(final_message(
+            FinalKind::Completed,
+            &run.about(),
+            &summary_of(&result["result"]),
+        ));
+    }
+    rec
+}
+
+/// A failure: its error entry, then a retry after the backoff while attempts remain, else
+/// the unsuccessful final state.
+fn failed(
+    mut rec: FinishRecord,
+    run: &Run,
+    f: Failure,
+    defaults: &RunDefaults,
+    now: DateTime<Utc>,
+    jitter: Jitter,
+) -> FinishRecord {
     rec.error_entry = Some(json!({
         "attempt": run.attempt,
         "at": crate::clock::ts(now),
-        "error": error,
-        "internal_error": internal,
+        "error": f.error,
+        "internal_error": f.internal,
     }));
-    rec.error = Some(error.clone());
-    rec.internal_error = internal;
-    if should_retry(retryable, run.attempt, run.max_attempts) {
+    rec.error = Some(f.error.clone());
+    rec.internal_error = f.internal;
+    if should_retry(f.retryable, run.attempt, run.max_attempts) {
         let delay = backoff(
             run.attempt,
             chrono::Duration::from_std(defaults.backoff_base)
@@ -127,7 +178,7 @@ pub fn decide(
         rec.outcome = Outcome::Retry(crate::clock::saturating_add(now, delay));
         return rec;
     }
-    end_unsuccessfully(rec, run, kind, &error, run.attempt)
+    end_unsuccessfully(rec, run, f.kind, &f.error, run.attempt)
 }
 
 pub use crate::run::ending::{WaitingEnd, decide_waiting};
@@ -137,7 +188,7 @@ mod tests {
     use super::*;
     use crate::config::Config;
     use crate::run::RunState;
-    use crate::tool::{Image, ToolSuccess};
+    use crate::tool::Image;
     use chrono::TimeZone;
 
     fn now() -> DateTime<Utc> {

@@ -5,13 +5,15 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use chrono::{DateTime, Utc};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use super::attempt::start;
 use super::claim::{ClaimArgs, claimed};
 use super::shared::{InFlight, Job, Shared};
-use super::start;
-use crate::error::Fault;
+use crate::error::{Fault, StoreError};
+use crate::run::Run;
 use crate::store;
 
 /// Scheduler turns the finisher waits for more attempt ends before it commits a batch.
@@ -29,24 +31,7 @@ pub(super) async fn finisher_loop(
 ) {
     let concurrency = sh.core.config().worker.concurrency;
     while let Some(first) = rx.recv().await {
-        let mut batch = vec![first];
-        // Runs started together tend to end together: give the others a few scheduler turns
-        // to join this commit, while they keep arriving, instead of one commit each.
-        let mut turns = 0;
-        while batch.len() < 512 {
-            match rx.try_recv() {
-                Ok(j) => {
-                    batch.push(j);
-                    turns = 0;
-                }
-                Err(_) if turns < GATHER_TURNS && batch.len() < sh.flights().len() => {
-                    turns += 1;
-                    tokio::task::yield_now().await;
-                }
-                Err(_) => break,
-            }
-        }
-        let batch = Arc::new(batch);
+        let batch = Arc::new(gather(&sh, &mut rx, first).await);
         let mut cursor = sh.gate.lock().await;
         // The batch's runs are still in `flights`; their slots are free once it commits.
         let free = if claiming.is_cancelled() {
@@ -55,116 +40,196 @@ pub(super) async fn finisher_loop(
             concurrency.saturating_sub(sh.flights().len().saturating_sub(batch.len()))
         };
         let args = ClaimArgs::new(&sh, free, cursor.clone());
-        let mut delay = Duration::from_millis(50);
         let started = std::time::Instant::now();
-        let (applied, runs, now, gave_up) = loop {
-            let now = sh.core.now();
-            let res = sh
-                .core
-                .engine()
-                .attempt_settle(store::Settle {
-                    batch: batch.clone(),
-                    claim: args.params(now),
-                })
-                .await
-                .map(|s| (s.applied, s.claimed));
-            let e = match res {
-                Ok((applied, runs)) => {
-                    sh.progressed();
-                    break (applied, runs, now, false);
-                }
-                Err(e) => e,
-            };
-            let fault = e.fault();
-            let what = format!("recording {} attempt ends", batch.len());
-            if fault == Fault::Storage {
-                sh.store_failed(&what, e.into());
-                // This loop holds the gate the claim loop waits on: it watches the stall too.
-                if sh.opts.drain {
-                    sh.check_stall();
-                }
-                let stopping = claiming.is_cancelled() || shutdown.is_cancelled();
-                // A storage error outlasts any fixed number of retries: keep the batch (its
-                // leases stay heartbeated) until writes work again or the worker stops.
-                if sh.halt.is_cancelled() || (stopping && delay >= Duration::from_secs(10)) {
-                    tracing::error!(
-                        "gave up {what}; their leases will expire and the runs be rescued"
-                    );
-                    break (vec![false; batch.len()], Vec::new(), now, true);
-                }
-                tokio::select! {
-                    _ = tokio::time::sleep(delay.min(Duration::from_secs(10))) => {}
-                    _ = sh.halt.cancelled() => {}
-                }
-                delay = delay.saturating_mul(2);
-                continue;
-            }
-            let keep_trying =
-                !sh.halt.is_cancelled() && fault == Fault::Other && delay < Duration::from_secs(10);
-            if !keep_trying {
-                if fault == Fault::Damaged {
-                    sh.store_failed(&what, e.into());
-                } else {
-                    tracing::error!(error = %e,
-                        "gave up {what}; their leases will expire and the runs be rescued");
-                }
-                break (vec![false; batch.len()], Vec::new(), now, true);
-            }
-            sh.store_failed(&what, e.into());
-            tokio::select! {
-                _ = tokio::time::sleep(delay.min(Duration::from_secs(10))) => {}
-                _ = sh.halt.cancelled() => {}
-            }
-            delay = delay.saturating_mul(2);
-        };
+        let written = write_batch(&sh, &batch, &args, &claiming, &shutdown).await;
         // Taken while the batch still holds slots, so the claim loop's sender is still alive
         // (it is dropped only once nothing is in flight).
         let sender = jobs.upgrade();
-        {
-            let mut flights = sh.flights();
-            for (job, ok) in batch.iter().zip(applied) {
-                let flight = flights.remove(job.id());
-                if gave_up {
-                    // Not recorded, and not fenced out either: logged once above.
-                    continue;
-                }
-                sh.metrics.finished(outcome_label(job, ok));
-                if ok {
-                    log_end(job, flight.as_ref(), now);
-                }
-                match (job, ok) {
-                    (Job::End(_), true) => sh.recorded.fetch_add(1, Ordering::Relaxed),
-                    (Job::Release(_), true) => sh.handed_back.fetch_add(1, Ordering::Relaxed),
-                    (_, false) => {
-                        tracing::warn!(
-                            run_id = job.id(),
-                            "lease lost before the end was recorded; dropped (the run was rescued or cancelled)"
-                        );
-                        sh.fenced_out.fetch_add(1, Ordering::Relaxed)
-                    }
-                };
-            }
-        }
-        if !runs.is_empty() {
-            claimed(&sh, &runs, now, started.elapsed());
-            if let Some(last) = runs.last() {
-                *cursor = Some(last.session_id.clone());
-            }
-            match &sender {
-                Some(tx) => {
-                    for run in runs {
-                        start(&sh, run, tx.clone());
-                    }
-                }
-                None => tracing::error!(
-                    "claimed {} runs after the worker stopped; their leases will expire and they be rescued",
-                    runs.len()
-                ),
-            }
+        book(&sh, &batch, &written);
+        if !written.runs.is_empty() {
+            start_replacements(&sh, written, started, &mut cursor, sender.as_ref());
         }
         drop(sender);
         drop(cursor);
         sh.slot_freed.notify_one();
+    }
+}
+
+/// The batch that starts with `first`. Runs started together tend to end together: the
+/// others get a few scheduler turns to join this commit, while they keep arriving, instead
+/// of one commit each.
+async fn gather(sh: &Shared, rx: &mut mpsc::UnboundedReceiver<Job>, first: Job) -> Vec<Job> {
+    let mut batch = vec![first];
+    let mut turns = 0;
+    while batch.len() < 512 {
+        match rx.try_recv() {
+            Ok(j) => {
+                batch.push(j);
+                turns = 0;
+            }
+            Err(_) if turns < GATHER_TURNS && batch.len() < sh.flights().len() => {
+                turns += 1;
+                tokio::task::yield_now().await;
+            }
+            Err(_) => break,
+        }
+    }
+    batch
+}
+
+/// What writing one batch came to.
+struct Written {
+    /// Per settlement: whether its fenced write applied.
+    applied: Vec<bool>,
+    /// The replacements claimed in the same transaction.
+    runs: Vec<Run>,
+    /// The time the (last) write was made at.
+    now: DateTime<Utc>,
+    /// The batch could not be written: its leases will expire and the runs be rescued.
+    gave_up: bool,
+}
+
+/// Writes the batch (its ends, hand-backs and replacement claim, one transaction), retrying
+/// as [`retry_after`] decides.
+async fn write_batch(
+    sh: &Shared,
+    batch: &Arc<Vec<Job>>,
+    args: &ClaimArgs,
+    claiming: &CancellationToken,
+    shutdown: &CancellationToken,
+) -> Written {
+    let mut delay = Duration::from_millis(50);
+    loop {
+        let now = sh.core.now();
+        let res = sh
+            .core
+            .engine()
+            .attempt_settle(store::Settle {
+                batch: batch.clone(),
+                claim: args.params(now),
+            })
+            .await;
+        let e = match res {
+            Ok(s) => {
+                sh.progressed();
+                return Written {
+                    applied: s.applied,
+                    runs: s.claimed,
+                    now,
+                    gave_up: false,
+                };
+            }
+            Err(e) => e,
+        };
+        let what = format!("recording {} attempt ends", batch.len());
+        if !retry_after(sh, e, &what, delay, claiming, shutdown).await {
+            return Written {
+                applied: vec![false; batch.len()],
+                runs: Vec::new(),
+                now,
+                gave_up: true,
+            };
+        }
+        delay = delay.saturating_mul(2);
+    }
+}
+
+/// Handles a failed write of `what` after waiting `delay`: reports it, and either backs off
+/// (then true: try again) or gives up (false).
+async fn retry_after(
+    sh: &Shared,
+    e: StoreError,
+    what: &str,
+    delay: Duration,
+    claiming: &CancellationToken,
+    shutdown: &CancellationToken,
+) -> bool {
+    let fault = e.fault();
+    if fault == Fault::Storage {
+        sh.store_failed(what, e.into());
+        // This loop holds the gate the claim loop waits on: it watches the stall too.
+        if sh.opts.drain {
+            sh.check_stall();
+        }
+        let stopping = claiming.is_cancelled() || shutdown.is_cancelled();
+        // A storage error outlasts any fixed number of retries: keep the batch (its
+        // leases stay heartbeated) until writes work again or the worker stops.
+        if sh.halt.is_cancelled() || (stopping && delay >= Duration::from_secs(10)) {
+            tracing::error!("gave up {what}; their leases will expire and the runs be rescued");
+            return false;
+        }
+    } else {
+        let keep_trying =
+            !sh.halt.is_cancelled() && fault == Fault::Other && delay < Duration::from_secs(10);
+        if !keep_trying {
+            if fault == Fault::Damaged {
+                sh.store_failed(what, e.into());
+            } else {
+                tracing::error!(error = %e,
+                    "gave up {what}; their leases will expire and the runs be rescued");
+            }
+            return false;
+        }
+        sh.store_failed(what, e.into());
+    }
+    tokio::select! {
+        _ = tokio::time::sleep(delay.min(Duration::from_secs(10))) => {}
+        _ = sh.halt.cancelled() => {}
+    }
+    true
+}
+
+/// Books a written batch: frees its slots, and counts and logs each end.
+fn book(sh: &Shared, batch: &[Job], written: &Written) {
+    let mut flights = sh.flights();
+    for (job, &ok) in batch.iter().zip(&written.applied) {
+        let flight = flights.remove(job.id());
+        if written.gave_up {
+            // Not recorded, and not fenced out either: logged once when it gave up.
+            continue;
+        }
+        sh.metrics.finished(outcome_label(job, ok));
+        if ok {
+            log_end(job, flight.as_ref(), written.now);
+        }
+        match (job, ok) {
+            (Job::End(_), true) => sh.recorded.fetch_add(1, Ordering::Relaxed),
+            (Job::Release(_), true) => sh.handed_back.fetch_add(1, Ordering::Relaxed),
+            (_, false) => {
+                tracing::warn!(
+                    run_id = job.id().as_str(),
+                    "lease lost before the end was recorded; dropped (the run was rescued or cancelled)"
+                );
+                sh.fenced_out.fetch_add(1, Ordering::Relaxed)
+            }
+        };
+    }
+}
+
+/// Starts the replacements the batch's transaction claimed (`started`: when the claim
+/// began), and moves the session cursor past them.
+fn start_replacements(
+    sh: &Arc<Shared>,
+    written: Written,
+    started: std::time::Instant,
+    cursor: &mut Option<String>,
+    sender: Option<&mpsc::UnboundedSender<Job>>,
+) {
+    let runs = written.runs;
+    claimed(sh, &runs, written.now, started.elapsed());
+    if let Some(last) = runs.last() {
+        *cursor = Some(last.session_id.clone());
+    }
+    match sender {
+        Some(tx) => {
+            for run in runs {
+                start(sh, run, tx.clone());
+            }
+        }
+        None => tracing::error!(
+            "claimed {} runs after the worker stopped; their leases will expire and they be rescued",
+            runs.len()
+        ),
     }
 }
 

@@ -3,11 +3,13 @@
 
 use std::sync::Arc;
 
+use tokio::sync::OwnedMutexGuard;
 use tokio_util::sync::CancellationToken;
 
 use super::Shared;
 use super::execute::StopReason;
 use crate::error::Result;
+use crate::ids::RunId;
 use crate::store::{self, codec::ts};
 
 /// Registers this process in `workers`.
@@ -54,16 +56,7 @@ pub(super) async fn deregister(sh: &Arc<Shared>) {
 /// One heartbeat: extend held leases, stop attempts whose run was cancelled or taken away,
 /// and heartbeat the workers row.
 pub(crate) async fn heartbeat_tick(sh: &Arc<Shared>) -> Result<()> {
-    let held: Vec<(String, String)> = sh
-        .flights()
-        .values()
-        .map(|f| {
-            (
-                f.run.id.to_string(),
-                f.run.lease_token.clone().unwrap_or_default(),
-            )
-        })
-        .collect();
+    let held = held_leases(sh);
     let now = sh.core.now();
     let until = crate::clock::saturating_add(
         now,
@@ -76,16 +69,40 @@ pub(crate) async fn heartbeat_tick(sh: &Arc<Shared>) -> Result<()> {
         .engine()
         .attempt_heartbeat(store::Heartbeat {
             worker: sh.id.to_string(),
-            held: held.clone(),
+            held: held
+                .iter()
+                .map(|(id, token)| (id.to_string(), token.clone()))
+                .collect(),
             now,
             until,
             last_poll,
             busy_retries: sh.core.engine().busy_retries(),
         })
         .await?;
+    stop_cancelled_and_lost(sh, &held, &alive);
+    Ok(())
+}
+
+/// The leases this worker holds: (run id, lease token) of each run in flight.
+fn held_leases(sh: &Shared) -> Vec<(RunId, String)> {
+    sh.flights()
+        .values()
+        .map(|f| {
+            (
+                f.run.id.clone(),
+                f.run.lease_token.clone().unwrap_or_default(),
+            )
+        })
+        .collect()
+}
+
+/// Acts on a heartbeat's answer (`alive`: the held runs still running under our lease, and
+/// whether a cancel was requested): stops the cancelled attempts and those whose lease was
+/// lost.
+fn stop_cancelled_and_lost(sh: &Shared, held: &[(RunId, String)], alive: &[(String, bool)]) {
     let flights = sh.flights();
-    for (id, _) in &held {
-        match alive.iter().find(|(a, _)| a == id) {
+    for (id, _) in held {
+        match alive.iter().find(|(a, _)| a == id.as_str()) {
             Some((_, true)) => {
                 if let Some(f) = flights.get(id) {
                     tracing::info!(run_id = %id, "cancel requested; stopping the run");
@@ -96,7 +113,8 @@ pub(crate) async fn heartbeat_tick(sh: &Arc<Shared>) -> Result<()> {
             None => {
                 // Not running under our lease any more. If the attempt already ended here,
                 // that is (almost always) our own finisher's commit, which landed between the
-                // snapshot above and this write; the finisher's fence reports a real loss.
+                // snapshot of `held` and the heartbeat's write; the finisher's fence reports a
+                // real loss.
                 if let Some(f) = flights.get(id)
                     && !f.ended.load(std::sync::atomic::Ordering::Acquire)
                 {
@@ -106,7 +124,6 @@ pub(crate) async fn heartbeat_tick(sh: &Arc<Shared>) -> Result<()> {
             }
         }
     }
-    Ok(())
 }
 
 pub(super) async fn lease_loop(sh: Arc<Shared>, stop: CancellationToken) {
@@ -124,9 +141,45 @@ pub(super) async fn lease_loop(sh: Arc<Shared>, stop: CancellationToken) {
 
 /// One flush: write the live view (status, progress, tail, log) of runs that changed.
 pub(crate) async fn flush_tick(sh: &Arc<Shared>) -> Result<()> {
+    let (ops, writes, op_guards) = take_changes(sh);
+    if writes.is_empty() && ops.is_empty() {
+        return Ok(());
+    }
+    let flush = store::Flush {
+        operations: ops,
+        progress: writes,
+        now: sh.core.now(),
+    };
+    // Only the ids are kept for the log lines: the writes themselves (logs) move.
+    let ops: Vec<(String, i64)> = flush
+        .operations
+        .iter()
+        .map(|o| (o.id.clone(), o.attempt))
+        .collect();
+    let writes: Vec<(String, i64)> = flush
+        .progress
+        .iter()
+        .map(|w| (w.id.clone(), w.attempt))
+        .collect();
+    let done = sh.core.engine().attempt_flush(flush).await?;
+    drop(op_guards);
+    log_dropped(&ops, done.operations, "operation id");
+    log_dropped(&writes, done.progress, "progress write");
+    Ok(())
+}
+
+/// What the runs in flight have to flush: new operation stages (with the guards of their
+/// sinks' operation writes, to hold until the write commits) and changed live views.
+fn take_changes(
+    sh: &Shared,
+) -> (
+    Vec<store::OperationWrite>,
+    Vec<store::ProgressWrite>,
+    Vec<OwnedMutexGuard<()>>,
+) {
     let mut writes = Vec::new();
     let mut ops = Vec::new();
-    // Held until the write below commits (see `RunSink::operation_write_lock`); a sink whose
+    // Held until the write commits (see `RunSink::operation_write_lock`); a sink whose
     // attempt is writing its last stages right now is left to that write.
     let mut op_guards = Vec::new();
     for f in sh.flights().values() {
@@ -155,40 +208,17 @@ pub(crate) async fn flush_tick(sh: &Arc<Shared>) -> Result<()> {
             });
         }
     }
-    if writes.is_empty() && ops.is_empty() {
-        return Ok(());
-    }
-    let flush = store::Flush {
-        operations: ops,
-        progress: writes,
-        now: sh.core.now(),
-    };
-    // Only the ids are kept for the log lines: the writes themselves (logs) move.
-    let ops: Vec<(String, i64)> = flush
-        .operations
-        .iter()
-        .map(|o| (o.id.clone(), o.attempt))
-        .collect();
-    let writes: Vec<(String, i64)> = flush
-        .progress
-        .iter()
-        .map(|w| (w.id.clone(), w.attempt))
-        .collect();
-    let done = sh.core.engine().attempt_flush(flush).await?;
-    drop(op_guards);
-    for ((id, attempt), ok) in ops.iter().zip(done.operations) {
+    (ops, writes, op_guards)
+}
+
+/// Logs each write of `what` (by run id and attempt) that did not apply.
+fn log_dropped(ids: &[(String, i64)], applied: Vec<bool>, what: &str) {
+    for ((id, attempt), ok) in ids.iter().zip(applied) {
         if !ok {
             tracing::debug!(run_id = %id, attempt,
-                "operation id dropped: the attempt no longer holds the lease");
+                "{what} dropped: the attempt no longer holds the lease");
         }
     }
-    for ((id, attempt), ok) in writes.iter().zip(done.progress) {
-        if !ok {
-            tracing::debug!(run_id = %id, attempt,
-                "progress write dropped: the attempt no longer holds the lease");
-        }
-    }
-    Ok(())
 }
 
 /// Writes an attempt's operation stages not yet flushed (fenced), at the end of the attempt,

@@ -132,7 +132,7 @@ async fn rescue_pass(core: &Core, spare: Vec<String>, lease_expiry: bool) -> Res
 pub(super) async fn rescue_once(sh: &Arc<Shared>) {
     // Its own runs, ended or not, stay this worker's: it extends their leases and records
     // their ends itself, also when the database comes back from an outage.
-    let spare: Vec<String> = sh.flights().keys().cloned().collect();
+    let spare: Vec<String> = sh.flights().keys().map(|id| id.to_string()).collect();
     let lease = sh.core.config().worker.lease;
     let lease_expiry = sh.health().judges_leases(sh.core.now(), lease);
     match rescue_pass(&sh.core, spare, lease_expiry).await {

@@ -13,7 +13,7 @@ use super::execute::StopSignal;
 use super::health;
 use crate::core::Core;
 use crate::error::{Error, Fault, StoreError};
-use crate::ids::WorkerId;
+use crate::ids::{RunId, WorkerId};
 use crate::run::Run;
 use crate::store;
 use crate::tool::sink::RunSink;
@@ -41,7 +41,7 @@ pub(crate) struct Shared {
     pub(super) tools: Arc<[String]>,
     /// The per-tool limits of this worker's config (see [`crate::flow`]).
     pub(super) limits: Arc<crate::flow::ToolLimits>,
-    pub(super) in_flight: Mutex<HashMap<String, InFlight>>,
+    pub(super) in_flight: Mutex<HashMap<RunId, InFlight>>,
     pub(super) slot_freed: Notify,
     /// A commit was seen (any process's): the schedule tick looks again for an earlier trigger.
     pub(super) schedules_changed: Notify,
@@ -66,7 +66,7 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
-    pub(super) fn flights(&self) -> std::sync::MutexGuard<'_, HashMap<String, InFlight>> {
+    pub(super) fn flights(&self) -> std::sync::MutexGuard<'_, HashMap<RunId, InFlight>> {
         // Entries are inserted and removed whole; a panic elsewhere cannot leave one half-made.
         self.in_flight.lock().unwrap_or_else(|e| e.into_inner())
     }

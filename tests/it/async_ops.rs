@@ -81,7 +81,7 @@ async fn a_detached_operation_is_resumed_after_the_worker_dies() {
 
     // Rescue: the dead attempt's lease is given back (fenced by its token).
     let (rid, attempt, token) = (
-        run.id.to_string(),
+        run.id.clone(),
         run.attempt,
         run.lease_token.clone().unwrap(),
     );

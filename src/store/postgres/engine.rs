@@ -189,7 +189,7 @@ impl Engine for PgStore {
             let now = p.claim.now;
             let mut released = Vec::new();
             for r in settle::releases(&p.batch) {
-                released.push(claim::release(&tx, &r.id, r.attempt, &r.token, now).await?);
+                released.push(claim::release(&tx, r.id.as_str(), r.attempt, &r.token, now).await?);
             }
             // The ends' messages before the claim: the inbox lock is always taken before the
             // claim lock.

@@ -130,7 +130,7 @@ impl FinishColumns {
             r.output_tail.clone(),
             s.approval.map(str::to_string),
             s.deadline,
-            Some(r.id.clone()),
+            Some(r.id.to_string()),
         ];
         for (col, v) in self.text.iter_mut().zip(row) {
             col.push(v);

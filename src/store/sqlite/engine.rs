@@ -186,7 +186,7 @@ impl Engine for Store {
         self.write_async(move |tx| {
             let now = p.claim.now;
             let released = settle::releases(&p.batch)
-                .map(|r| claim::release(tx, &r.id, r.attempt, &r.token, now))
+                .map(|r| claim::release(tx, r.id.as_str(), r.attempt, &r.token, now))
                 .collect::<Result<Vec<bool>, _>>()?;
             // The one end-writer for every end in the batch, a few statements for all.
             let ended = finish::record_ends(tx, &p.ends(), now)?;

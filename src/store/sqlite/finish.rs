@@ -75,7 +75,7 @@ fn finish_state(
             r.output_tail,
             change.approval,
             change.deadline,
-            r.id,
+            r.id.as_str(),
             r.attempt,
             token,
         ])

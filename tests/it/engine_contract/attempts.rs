@@ -183,7 +183,7 @@ async fn attempt_settle_ends_releases_and_claims_fenced() {
     let batch = Arc::new(vec![
         Settlement::End(Box::new(lease_end(a, RunState::Completed))),
         Settlement::Release(Release {
-            id: b.id.to_string(),
+            id: b.id.clone(),
             attempt: b.attempt,
             token: b.lease_token.clone().unwrap(),
         }),

@@ -331,7 +331,7 @@ fn record(run: &Run, fence: Fence, outcome: Outcome, message_attempt: i64) -> Fi
         _ => "failed",
     };
     FinishRecord {
-        id: run.id.to_string(),
+        id: run.id.clone(),
         session_id: run.session_id.clone(),
         attempt: run.attempt,
         fence,

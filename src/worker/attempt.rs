@@ -1,0 +1,183 @@
+//! One attempt in this worker, from a claimed run to what the finisher records: [`start`]
+//! holds the run for approval, or enters it in flight and spawns its task; the task executes
+//! the tool, flushes its last operation stages and sends its end (or its hand-back).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use super::approval;
+use super::execute::{Executed, StopSignal, execute};
+use super::finish::{AttemptEnd, decide};
+use super::lease;
+use super::shared::{InFlight, Job, Shared};
+use crate::config::RunDefaults;
+use crate::core::Core;
+use crate::run::Run;
+use crate::store;
+use crate::tool::sink::{RunSink, SinkLimits};
+use crate::tool::{Tool, ToolContext, ToolOutcome};
+
+/// The target of this file's span and events: the one they had in `worker/mod.rs`, which log
+/// filters and readers of the log (the crash tests count `toolq::worker: started`) name.
+const TARGET: &str = "toolq::worker";
+
+/// Starts a claimed run: holds it for approval when it needs one, else runs it in its own
+/// task, which sends its end to the finisher over `jobs`.
+pub(super) fn start(sh: &Arc<Shared>, run: Run, jobs: mpsc::UnboundedSender<Job>) {
+    let core = sh.core.clone();
+    if approval::hold_for_approval(&core, &run, &jobs) {
+        return;
+    }
+    let attempt = Attempt::track(sh, core, run);
+    let run = &attempt.run;
+    let span = tracing::info_span!(target: TARGET, "run", run_id = %run.id, tool = %run.tool, session = %run.session_id, attempt = run.attempt);
+    tokio::spawn(attempt.run(jobs).instrument(span));
+}
+
+/// An attempt in flight: what its task needs.
+struct Attempt {
+    core: Core,
+    run: Arc<Run>,
+    /// `None`: the tool is not registered in this worker.
+    tool: Option<Arc<dyn Tool>>,
+    sink: RunSink,
+    stop: StopSignal,
+    /// Shared with the in-flight entry (see [`InFlight::ended`]).
+    ended: Arc<AtomicBool>,
+    defaults: RunDefaults,
+    timeout: Duration,
+    /// How long a stopped tool has before it is dropped.
+    grace: Duration,
+}
+
+impl Attempt {
+    /// Sets up `run`'s sink, stop signal and time limit, and enters it in the worker's
+    /// in-flight map.
+    fn track(sh: &Shared, core: Core, run: Run) -> Attempt {
+        let defaults = core.config().runs.clone();
+        let sink = RunSink::new(SinkLimits {
+            log_cap: defaults.log_cap_bytes,
+            tail_chars: defaults.tail_chars,
+        })
+        .flush_on_operation(sh.flush_now.clone());
+        let stop = StopSignal::default();
+        let entry = core.registry().get(&run.tool);
+        let (timeout, _) = crate::tool::time_limit::time_limit(
+            run.timeout_ms,
+            entry.and_then(|e| e.def.timeout),
+            defaults.timeout,
+        );
+        let tool = entry.map(|e| e.tool.clone());
+        let run = Arc::new(run);
+        let ended = Arc::new(AtomicBool::new(false));
+        sh.flights().insert(
+            run.id.clone(),
+            InFlight {
+                run: run.clone(),
+                sink: sink.clone(),
+                stop: stop.clone(),
+                ended: ended.clone(),
+            },
+        );
+        let grace = core.config().worker.cancel_grace;
+        Attempt {
+            core,
+            run,
+            tool,
+            sink,
+            stop,
+            ended,
+            defaults,
+            timeout,
+            grace,
+        }
+    }
+
+    /// The attempt's task: executes the tool, then sends the finisher its settlement.
+    async fn run(self, jobs: mpsc::UnboundedSender<Job>) {
+        let Attempt {
+            core,
+            run,
+            tool,
+            sink,
+            stop,
+            ended,
+            defaults,
+            timeout,
+            grace,
+        } = self;
+        tracing::debug!(target: TARGET, "started");
+        let executed = match tool {
+            None => Executed::End(AttemptEnd::Returned(ToolOutcome::Internal(format!(
+                "tool {:?} is not registered in this worker",
+                run.tool
+            )))),
+            Some(tool) => {
+                let ctx = tool_context(&core, &run, &sink, &stop);
+                execute(tool, ctx, timeout, grace, stop).await
+            }
+        };
+        // Stages reported after the last flush still belong in the history.
+        lease::flush_operation(&core, &run, &sink).await;
+        let job = settlement(&core, &run, executed, &sink, &defaults);
+        ended.store(true, Ordering::Release);
+        if jobs.send(job).is_err() {
+            tracing::error!(target: TARGET, "finisher is gone; the run's lease will expire and it will be rescued");
+        }
+    }
+}
+
+/// What the tool gets for this attempt.
+fn tool_context(core: &Core, run: &Run, sink: &RunSink, stop: &StopSignal) -> ToolContext {
+    ToolContext {
+        run_id: run.id.clone(),
+        session_id: run.session_id.clone(),
+        title: run.title.clone(),
+        args: run.args.clone(),
+        attempt: run.attempt,
+        sink: sink.clone(),
+        cancel: CancellationToken::new(),
+        stop: stop.clone(),
+        operation_id: run.operation_id.clone(),
+        host: Some(Arc::new(core.clone())),
+        clock: core.clock().clone(),
+    }
+}
+
+/// What the finisher records for an execution: the decided end, or a hand-back.
+fn settlement(
+    core: &Core,
+    run: &Run,
+    executed: Executed,
+    sink: &RunSink,
+    defaults: &RunDefaults,
+) -> Job {
+    match executed {
+        Executed::End(end) => {
+            if let AttemptEnd::Returned(ToolOutcome::Internal(detail))
+            | AttemptEnd::Panicked(detail) = &end
+            {
+                tracing::error!(target: TARGET, internal_error = %detail, "attempt failed with an internal error");
+            }
+            let record = decide(
+                run,
+                end,
+                sink.final_snapshot(),
+                defaults,
+                core.now(),
+                rand::random::<f64>(),
+            );
+            Job::End(Box::new(core.finish_record(&run.tool, record)))
+        }
+        Executed::HandBack => Job::Release(store::Release {
+            id: run.id.clone(),
+            attempt: run.attempt,
+            token: run.lease_token.clone().unwrap_or_default(),
+        }),
+    }
+}
