@@ -90,8 +90,9 @@ pub trait Engine: Send + Sync + std::fmt::Debug + 'static {
         now: DateTime<Utc>,
         limit: i64,
     ) -> EngineResult<Vec<Run>>;
-    /// The one end-writer: records ends in one transaction (see
-    /// [`crate::store::finish::record_ends`]); per record, whether its fence held.
+    /// The one end-writer: records ends in one transaction (each engine's
+    /// `finish::record_ends`; what an end writes is planned once in `store::end_plan`); per
+    /// record, whether its fence held.
     async fn run_end(&self, ends: Vec<FinishRecord>, now: DateTime<Utc>)
     -> EngineResult<Vec<bool>>;
     /// Whether a draining worker with `tools` must keep going: a due queued run of its

@@ -1,7 +1,7 @@
 //! Rescue queries: live worker rows on this host and boot (so their pids can be checked),
 //! marking dead workers stopped, and the running runs whose owner is gone or whose lease
 //! expired. The decision per run is pure and lives in `worker::rescue`, the bookkeeping
-//! around it in [`crate::store::rescue_plan`]; writing it back uses the fenced end-writer
+//! around it in `store::rescue_plan`; writing it back uses the fenced end-writer
 //! (`super::finish::record_ends`), so a rescue races safely with a late finish.
 
 use chrono::{DateTime, Utc};

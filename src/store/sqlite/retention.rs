@@ -53,7 +53,7 @@ fn as_params<'a>(p: &'a [(&'static str, String)]) -> Vec<(&'static str, &'a dyn 
 
 /// Deletes at most `batch` prunable runs with their blobs and inbox rows (their occurrences
 /// keep the row with `run_id` set to NULL), oldest first within each final state, from where
-/// `cursor` says the previous batch stopped ([`RunsWalk`]). Returns the counts; `runs <
+/// `cursor` says the previous batch stopped (`store::prune::RunsWalk`). Returns the counts; `runs <
 /// batch` means done.
 pub fn prune_runs_batch(
     tx: &Transaction<'_>,
