@@ -42,12 +42,15 @@ for r in $(seq "$ROUNDS"); do
     "$BASE/$v" enqueue-batch "$DIR/$v-b.db" "$N" "$CONC" 2>/dev/null | tag "$v" "$r" >> "$RAW"
   done
   [ "$PG" = 1 ] || continue
-  psql_admin "DROP DATABASE IF EXISTS ab WITH (FORCE)" && psql_admin "CREATE DATABASE ab"
-  "$PL" "$URL/ab" "$N" | tag pgraw "$r" >> "$RAW"
+  fresh() { psql_admin "DROP DATABASE IF EXISTS $1 WITH (FORCE)" >/dev/null 2>&1; psql_admin "CREATE DATABASE $1"; }
+  fresh ab && "$PL" "$URL/ab" "$N" | tag pgraw "$r" >> "$RAW"
   for v in $order; do
-    for m in enqueue drain enqueue-batch; do
-      "$BASE/$v" $m "$URL/ab" "$N" "$CONC" 2>/dev/null | sed 's/"mode":"/"mode":"pg-/' | tag "$v" "$r" >> "$RAW"
+    # As for SQLite's files: the drain drains what the enqueue made, the batch its own database.
+    fresh ab_e && fresh ab_b
+    for m in enqueue drain; do
+      "$BASE/$v" $m "$URL/ab_e" "$N" "$CONC" 2>/dev/null | sed 's/"mode":"/"mode":"pg-/' | tag "$v" "$r" >> "$RAW"
     done
+    "$BASE/$v" enqueue-batch "$URL/ab_b" "$N" "$CONC" 2>/dev/null | sed 's/"mode":"/"mode":"pg-/' | tag "$v" "$r" >> "$RAW"
   done
 done
 python3 - "$RAW" "$REV" <<'PY'

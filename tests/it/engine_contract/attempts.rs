@@ -195,14 +195,7 @@ async fn attempt_settle_ends_releases_and_claims_fenced() {
     let out = engine(&env).attempt_settle(settle(0)).await.unwrap();
     assert_eq!((out.applied, out.claimed.len()), (vec![true, true], 0));
     assert_eq!(get(&env, &a.id).await.state, RunState::Completed);
-    assert_eq!(
-        engine(&env)
-            .inbox_of_run(a.id.clone(), 10)
-            .await
-            .unwrap()
-            .len(),
-        1
-    );
+    assert_eq!(messages_of(&env, &a.id).await, 1);
     let released = get(&env, &b.id).await;
     assert_eq!((released.state, released.attempt), (RunState::Queued, 0));
     // The same batch again: both fenced out; then the replacement claim takes the released run.
@@ -213,23 +206,13 @@ async fn attempt_settle_ends_releases_and_claims_fenced() {
         [&b.id]
     );
     assert_eq!(out.claimed[0].attempt, 1);
-    assert_eq!(
-        engine(&env)
-            .inbox_of_run(a.id.clone(), 10)
-            .await
-            .unwrap()
-            .len(),
-        1
-    );
+    assert_eq!(messages_of(&env, &a.id).await, 1);
 }
 
 #[tokio::test]
 async fn attempt_heartbeat_extends_only_held_leases() {
     let env = TestEnv::new();
-    engine(&env)
-        .worker_register(worker_row(&env, "wk_a", "contract-host"))
-        .await
-        .unwrap();
+    register(&env, "wk_a", "contract-host").await;
     let run = running(&env, "s1", "wk_a").await;
     let token = run.lease_token.clone().unwrap();
     env.clock.advance(secs(10));
@@ -355,10 +338,7 @@ fn rescue_of(env: &TestEnv, lease_expiry: bool, spare: Vec<String>) -> Rescue {
 #[tokio::test]
 async fn attempt_rescue_takes_back_runs_of_dead_owners_once() {
     let env = TestEnv::new();
-    engine(&env)
-        .worker_register(worker_row(&env, "wk_dead", "contract-host"))
-        .await
-        .unwrap();
+    register(&env, "wk_dead", "contract-host").await;
     let run = running(&env, "s1", "wk_dead").await;
     let spared = running(&env, "s1", "wk_dead").await;
     let spare = vec![spared.id.to_string()];
@@ -373,14 +353,7 @@ async fn attempt_rescue_takes_back_runs_of_dead_owners_once() {
     let ended = get(&env, &run.id).await;
     assert_eq!(ended.state, RunState::Failed);
     assert_eq!(ended.error.as_deref(), Some("rescued: owner_died"));
-    assert_eq!(
-        engine(&env)
-            .inbox_of_run(run.id.clone(), 10)
-            .await
-            .unwrap()
-            .len(),
-        1
-    );
+    assert_eq!(messages_of(&env, &run.id).await, 1);
     assert_eq!(
         get(&env, &spared.id).await.state,
         RunState::Running,
@@ -406,24 +379,14 @@ async fn attempt_rescue_takes_back_runs_of_dead_owners_once() {
         .await
         .unwrap();
     assert!(out.runs.is_empty());
-    assert_eq!(
-        engine(&env)
-            .inbox_of_run(run.id.clone(), 10)
-            .await
-            .unwrap()
-            .len(),
-        1
-    );
+    assert_eq!(messages_of(&env, &run.id).await, 1);
 }
 
 #[tokio::test]
 async fn attempt_rescue_takes_back_expired_leases_unless_told_not_to() {
     let env = TestEnv::new();
     // A live worker on another host: only its lease can be judged.
-    engine(&env)
-        .worker_register(worker_row(&env, "wk_far", "elsewhere"))
-        .await
-        .unwrap();
+    register(&env, "wk_far", "elsewhere").await;
     let run = running(&env, "s1", "wk_far").await;
     let orphan = running(&env, "s1", "wk_missing").await;
     let out = engine(&env)

@@ -382,6 +382,23 @@ pub(crate) fn worker_row(env: &TestEnv, id: &str, host: &str) -> WorkerRow {
     }
 }
 
+/// How many messages the inbox holds about `run`.
+pub(crate) async fn messages_of(env: &TestEnv, run: &RunId) -> usize {
+    engine(env)
+        .inbox_of_run(run.clone(), 10)
+        .await
+        .unwrap()
+        .len()
+}
+
+/// Registers a live worker row `id` on `host`.
+pub(crate) async fn register(env: &TestEnv, id: &str, host: &str) {
+    engine(env)
+        .worker_register(worker_row(env, id, host))
+        .await
+        .unwrap();
+}
+
 /// A session's messages, oldest first.
 pub(crate) async fn messages(env: &TestEnv, session: &str) -> Vec<Message> {
     let filter = InboxFilter {

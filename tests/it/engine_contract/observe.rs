@@ -62,10 +62,7 @@ async fn prune_removes_only_old_finished_runs_and_what_belongs_to_them() {
     };
     engine(&env).inbox_mark(p).await.unwrap();
     let waiting = queued(&env, "s1").await;
-    engine(&env)
-        .worker_register(worker_row(&env, "wk_old", "h1"))
-        .await
-        .unwrap();
+    register(&env, "wk_old", "h1").await;
     engine(&env)
         .worker_deregister("wk_old".into(), now(&env), 0)
         .await
@@ -89,10 +86,7 @@ async fn prune_removes_only_old_finished_runs_and_what_belongs_to_them() {
     env.clock.advance(secs(10 * 86_400));
     // New: a recent finished run and a live worker.
     let recent = cancelled(&env, "s1").await;
-    engine(&env)
-        .worker_register(worker_row(&env, "wk_live", "h1"))
-        .await
-        .unwrap();
+    register(&env, "wk_live", "h1").await;
     let cut = cutoffs(now(&env) - secs(86_400));
     let counted = engine(&env).prune_count(cut.clone()).await.unwrap();
     let counts = (counted.runs, counted.workers, counted.occurrences);
@@ -126,14 +120,7 @@ async fn prune_removes_only_old_finished_runs_and_what_belongs_to_them() {
     );
     // Unfinished runs stay however old; recent ones stay; live workers stay.
     assert_eq!(get(&env, &waiting).await.state, RunState::Queued);
-    assert_eq!(
-        engine(&env)
-            .inbox_of_run(recent.clone(), 10)
-            .await
-            .unwrap()
-            .len(),
-        1
-    );
+    assert_eq!(messages_of(&env, &recent).await, 1);
     let workers = engine(&env).worker_list(true).await.unwrap();
     assert_eq!(
         workers.iter().map(|w| w.id.as_str()).collect::<Vec<_>>(),
@@ -152,10 +139,7 @@ async fn prune_removes_only_old_finished_runs_and_what_belongs_to_them() {
 async fn stats_and_gauges_count_runs_by_state() {
     let env = TestEnv::new();
     // Busy retries come from heartbeats and the deregistration.
-    engine(&env)
-        .worker_register(worker_row(&env, "wk_a", "h1"))
-        .await
-        .unwrap();
+    register(&env, "wk_a", "h1").await;
     let beat = toolq::store::Heartbeat {
         worker: "wk_a".into(),
         held: Vec::new(),
@@ -165,10 +149,7 @@ async fn stats_and_gauges_count_runs_by_state() {
         busy_retries: 2,
     };
     engine(&env).attempt_heartbeat(beat).await.unwrap();
-    engine(&env)
-        .worker_register(worker_row(&env, "wk_gone", "h1"))
-        .await
-        .unwrap();
+    register(&env, "wk_gone", "h1").await;
     engine(&env)
         .worker_deregister("wk_gone".into(), now(&env), 5)
         .await

@@ -582,22 +582,8 @@ async fn run_cancel_many_ends_waiting_runs_and_asks_running_ones_to_stop() {
         (vec![true, false], vec![true, false])
     );
     assert_eq!(get(&env, &waiting.id).await.state, RunState::Cancelled);
-    assert_eq!(
-        engine(&env)
-            .inbox_of_run(waiting.id.clone(), 10)
-            .await
-            .unwrap()
-            .len(),
-        1
-    );
-    assert_eq!(
-        engine(&env)
-            .inbox_of_run(gone.id.clone(), 10)
-            .await
-            .unwrap()
-            .len(),
-        1
-    );
+    assert_eq!(messages_of(&env, &waiting.id).await, 1);
+    assert_eq!(messages_of(&env, &gone.id).await, 1);
     let busy = get(&env, &busy.id).await;
     assert_eq!(
         (busy.state, busy.cancel_requested_at),
@@ -721,14 +707,7 @@ async fn run_end_writes_state_blobs_and_one_message_once() {
     let mut again = record.clone();
     again.outcome = Outcome::Final(RunState::Failed);
     assert_eq!(end(&env, vec![again, record]).await, [false, false]);
-    assert_eq!(
-        engine(&env)
-            .inbox_of_run(run.id.clone(), 10)
-            .await
-            .unwrap()
-            .len(),
-        1
-    );
+    assert_eq!(messages_of(&env, &run.id).await, 1);
     let still = get(&env, &run.id).await;
     assert_eq!(
         (still.state, still.finished_at),

@@ -35,10 +35,7 @@ async fn worker_rows_register_list_and_deregister() {
     let mut a = worker_row(&env, "wk_a", "h1");
     a.tools = vec!["echo".into(), "sleep".into()];
     engine(&env).worker_register(a).await.unwrap();
-    engine(&env)
-        .worker_register(worker_row(&env, "wk_b", "h1"))
-        .await
-        .unwrap();
+    register(&env, "wk_b", "h1").await;
     let live = engine(&env).worker_list(false).await.unwrap();
     let mut listed: Vec<(&str, &Vec<String>)> =
         live.iter().map(|w| (w.id.as_str(), &w.tools)).collect();
@@ -71,10 +68,7 @@ async fn worker_rows_register_list_and_deregister() {
 #[tokio::test]
 async fn worker_deregister_keeps_a_reason_already_set() {
     let env = TestEnv::new();
-    engine(&env)
-        .worker_register(worker_row(&env, "wk_a", "contract-host"))
-        .await
-        .unwrap();
+    register(&env, "wk_a", "contract-host").await;
     let rescue = toolq::store::Rescue {
         host: "contract-host".into(),
         boot_id: "contract-boot".into(),
@@ -105,10 +99,7 @@ async fn worker_deregister_keeps_a_reason_already_set() {
 #[tokio::test]
 async fn worker_overview_reads_workers_queue_and_schedules() {
     let env = TestEnv::new();
-    engine(&env)
-        .worker_register(worker_row(&env, "wk_a", "h1"))
-        .await
-        .unwrap();
+    register(&env, "wk_a", "h1").await;
     running(&env, "s3", "wk_a").await;
     queued(&env, "s1").await;
     let mut later = new_run(&env, "s2");
