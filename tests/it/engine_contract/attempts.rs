@@ -4,7 +4,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use serde_json::json;
-use toolq::flow::{ToolLimit, ToolLimits};
+use toolq::flow::ToolLimit;
 use toolq::store::{
     DecideRescue, Flush, Heartbeat, OperationWrite, ProgressWrite, Release, Rescue, RescueReason,
     Settle, Settlement,
@@ -88,13 +88,7 @@ async fn attempt_claim_honours_per_session_over_all_workers() {
     let sessions: BTreeSet<&str> = got.iter().map(|r| r.session_id.as_str()).collect();
     assert_eq!((got.len(), sessions), (2, BTreeSet::from(["s1", "s2"])));
     // Another worker: every session already runs its one.
-    assert!(
-        engine(&env)
-            .attempt_claim(one_each("wk_b"))
-            .await
-            .unwrap()
-            .is_empty()
-    );
+    assert_eq!(claimed(&env, one_each("wk_b")).await, 0);
     // Slots are shared between sessions: s2's one newer run is not left behind s1's three.
     let env = TestEnv::new();
     for _ in 0..3 {
@@ -124,33 +118,15 @@ async fn attempt_claim_takes_priority_first_and_honours_max_running() {
     for _ in 0..3 {
         queued(&env, "s1").await;
     }
-    let limits: ToolLimits = [(
-        TOOL.to_string(),
-        ToolLimit {
+    let limited = |worker: &str| Claim {
+        limits: one_limit(ToolLimit {
             max_running: Some(2),
             rate: None,
-        },
-    )]
-    .into();
-    let limited = |worker: &str| Claim {
-        limits: Arc::new(limits.clone()),
+        }),
         ..claim_of(&env, worker, 10)
     };
-    assert_eq!(
-        engine(&env)
-            .attempt_claim(limited("wk_a"))
-            .await
-            .unwrap()
-            .len(),
-        2
-    );
-    assert!(
-        engine(&env)
-            .attempt_claim(limited("wk_b"))
-            .await
-            .unwrap()
-            .is_empty()
-    );
+    assert_eq!(claimed(&env, limited("wk_a")).await, 2);
+    assert_eq!(claimed(&env, limited("wk_b")).await, 0);
     // Background room: at most that many background runs, the others stay queued.
     let env = TestEnv::new();
     for _ in 0..2 {

@@ -1,8 +1,6 @@
 //! Flow control: pauses and per-tool limits.
 
-use std::sync::Arc;
-
-use toolq::flow::{Pause, PauseScope, Rate, ToolLimit, ToolLimits};
+use toolq::flow::{Pause, PauseScope, Rate, ToolLimit};
 
 use super::*;
 use crate::support::TestEnv;
@@ -129,34 +127,16 @@ async fn a_rate_limits_claims_and_the_limit_reads_agree() {
         None
     );
     assert_eq!(engine(&env).limit_running(TOOL.into()).await.unwrap(), 0);
-    let limits: ToolLimits = [(
-        TOOL.to_string(),
-        ToolLimit {
+    let limited = |worker: &str| Claim {
+        limits: one_limit(ToolLimit {
             max_running: None,
             rate: Some(rate),
-        },
-    )]
-    .into();
-    let limited = |worker: &str| Claim {
-        limits: Arc::new(limits.clone()),
+        }),
         ..claim_of(&env, worker, 10)
     };
     // Never more starts than the rate allows in the window, over all workers.
-    assert_eq!(
-        engine(&env)
-            .attempt_claim(limited("wk_a"))
-            .await
-            .unwrap()
-            .len(),
-        2
-    );
-    assert!(
-        engine(&env)
-            .attempt_claim(limited("wk_b"))
-            .await
-            .unwrap()
-            .is_empty()
-    );
+    assert_eq!(claimed(&env, limited("wk_a")).await, 2);
+    assert_eq!(claimed(&env, limited("wk_b")).await, 0);
     assert_eq!(engine(&env).limit_running(TOOL.into()).await.unwrap(), 2);
     assert_eq!(engine(&env).limit_running("sleep".into()).await.unwrap(), 0);
     let room = engine(&env)
@@ -176,12 +156,5 @@ async fn a_rate_limits_claims_and_the_limit_reads_agree() {
     assert_eq!(next, Some(opens));
     // Once the window has passed, the third starts.
     env.clock.set(opens);
-    assert_eq!(
-        engine(&env)
-            .attempt_claim(limited("wk_b"))
-            .await
-            .unwrap()
-            .len(),
-        1
-    );
+    assert_eq!(claimed(&env, limited("wk_b")).await, 1);
 }

@@ -382,6 +382,16 @@ pub(crate) fn worker_row(env: &TestEnv, id: &str, host: &str) -> WorkerRow {
     }
 }
 
+/// How many runs `claim` took.
+pub(crate) async fn claimed(env: &TestEnv, claim: Claim) -> usize {
+    engine(env).attempt_claim(claim).await.unwrap().len()
+}
+
+/// Per-tool limits with `limit` for the suite's tool.
+pub(crate) fn one_limit(limit: toolq::flow::ToolLimit) -> std::sync::Arc<toolq::flow::ToolLimits> {
+    std::sync::Arc::new([(TOOL.to_string(), limit)].into())
+}
+
 /// How many messages the inbox holds about `run`.
 pub(crate) async fn messages_of(env: &TestEnv, run: &RunId) -> usize {
     engine(env)
