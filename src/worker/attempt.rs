@@ -20,7 +20,7 @@ use crate::core::Core;
 use crate::run::Run;
 use crate::store;
 use crate::tool::sink::{RunSink, SinkLimits};
-use crate::tool::{Tool, ToolContext, ToolOutcome};
+use crate::tool::{Tool, ToolContext, ToolHost, ToolOutcome};
 
 /// The target of this file's span and events: the one they had in `worker/mod.rs`, which log
 /// filters and readers of the log (the crash tests count `toolq::worker: started`) name.
@@ -42,6 +42,7 @@ pub(super) fn start(sh: &Arc<Shared>, run: Run, jobs: mpsc::UnboundedSender<Job>
 /// An attempt in flight: what its task needs.
 struct Attempt {
     core: Core,
+    host: Arc<dyn ToolHost>,
     run: Arc<Run>,
     /// `None`: the tool is not registered in this worker.
     tool: Option<Arc<dyn Tool>>,
@@ -87,6 +88,7 @@ impl Attempt {
         let grace = core.config().worker.cancel_grace;
         Attempt {
             core,
+            host: sh.host.clone(),
             run,
             tool,
             sink,
@@ -102,6 +104,7 @@ impl Attempt {
     async fn run(self, jobs: mpsc::UnboundedSender<Job>) {
         let Attempt {
             core,
+            host,
             run,
             tool,
             sink,
@@ -118,7 +121,7 @@ impl Attempt {
                 run.tool
             )))),
             Some(tool) => {
-                let ctx = tool_context(&core, &run, &sink, &stop);
+                let ctx = tool_context(&core, host, &run, &sink, &stop);
                 execute(tool, ctx, timeout, grace, stop).await
             }
         };
@@ -133,7 +136,13 @@ impl Attempt {
 }
 
 /// What the tool gets for this attempt.
-fn tool_context(core: &Core, run: &Run, sink: &RunSink, stop: &StopSignal) -> ToolContext {
+fn tool_context(
+    core: &Core,
+    host: Arc<dyn ToolHost>,
+    run: &Run,
+    sink: &RunSink,
+    stop: &StopSignal,
+) -> ToolContext {
     ToolContext {
         run_id: run.id.clone(),
         session_id: run.session_id.clone(),
@@ -144,7 +153,7 @@ fn tool_context(core: &Core, run: &Run, sink: &RunSink, stop: &StopSignal) -> To
         cancel: CancellationToken::new(),
         stop: stop.clone(),
         operation_id: run.operation_id.clone(),
-        host: Some(Arc::new(core.clone())),
+        host: Some(host),
         clock: core.clock().clone(),
     }
 }

@@ -35,6 +35,8 @@ pub(super) type Job = store::Settlement;
 /// What the worker's tasks share.
 pub(crate) struct Shared {
     pub(super) core: Core,
+    /// The handle every attempt's tool gets: built once, cloned per attempt.
+    pub(super) host: Arc<dyn crate::tool::ToolHost>,
     pub(super) id: WorkerId,
     pub(super) opts: WorkerOptions,
     /// The registered tools' names, sorted: this worker claims runs of these only.
@@ -140,10 +142,11 @@ impl Shared {
 }
 
 impl Shared {
-    /// The state of a new worker of `client`.
+    /// The state of a new worker of `core`.
     pub(super) fn new(core: &Core, opts: WorkerOptions) -> Self {
         Shared {
             core: core.clone(),
+            host: Arc::new(core.clone()),
             id: WorkerId::generate(),
             opts,
             tools: core.registry().names().into(),
