@@ -1,4 +1,4 @@
--- toolq schema, version 11 (stored in PRAGMA user_version; src/store/migrate.rs upgrades older files).
+-- toolq schema, version 13 (stored in PRAGMA user_version; src/store/migrate.rs upgrades older files).
 --
 -- This file is the whole schema. It is embedded in the binary and applied by `toolq init`
 -- (or by any command that opens a new database). Ops people: this is your interface.
@@ -71,12 +71,13 @@ CREATE TABLE runs (
     approval_at           TEXT,
     approval_note         TEXT,
     cancel_requested_at   TEXT                               -- a running run is asked to stop
-, unique_key TEXT, background INTEGER NOT NULL DEFAULT 0 CHECK (background IN (0, 1)));
+, unique_key TEXT, background INTEGER NOT NULL DEFAULT 0 CHECK (background IN (0, 1)), wait_kind TEXT CHECK (wait_kind IS NULL OR wait_kind = 'sleep' OR wait_kind = 'event' OR wait_kind = 'snooze' OR wait_kind = 'check'), wait_event TEXT, snoozes INTEGER NOT NULL DEFAULT 0);
 -- unique_key (version 7): hex SHA-256 of tool and canonical args; NULL unless enqueued unique.
 -- background (version 12): 1 for a run started in the background (spawn_background, a
 -- Background-mode tool through the executor); spawn_background's limits count these only.
 -- Uniqueness only where a value exists: partial indexes keep ad-hoc runs (no key, no schedule)
 -- out of them, so an enqueue commits fewer index pages.
+-- wait_kind, wait_event, snoozes (version 13): see "Durable runs" at the end.
 -- Background runs only (version 12): spawn_background's per-session count seeks it.
 CREATE INDEX runs_background_idx ON runs (session_id, state, run_at) WHERE background = 1;
 CREATE UNIQUE INDEX runs_idempotency_idx ON runs (idempotency_key) WHERE idempotency_key IS NOT NULL;
@@ -358,3 +359,38 @@ SELECT tool,
        sum(CASE WHEN slice_end > strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-1 hour') THEN starts ELSE 0 END) AS last_hour,
        max(slice_end) AS last_slice_end
 FROM tool_starts GROUP BY tool;
+
+-- Durable runs (version 13). A suspended run (ctx.sleep, ctx.wait_for_event, a snooze, an
+-- async tool's CheckAgainIn) stays 'queued' with what it waits for in wait_kind (and the
+-- event's name in wait_event); its run_at is when it wakes at the latest. step_records holds
+-- each run's recorded steps and waits (read them through run_steps); run_events the events
+-- sent to runs (`toolq signal`). waiting_runs lists the suspended runs.
+CREATE TABLE step_records (
+    run_id       TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE DEFERRABLE INITIALLY DEFERRED,
+    seq          INTEGER NOT NULL,   -- its place in the run's sequence, 1-based
+    name         TEXT NOT NULL,      -- unique within the run
+    kind         TEXT NOT NULL CHECK (kind IN ('step', 'sleep', 'event')),
+    status       TEXT NOT NULL CHECK (status IN ('done', 'failed', 'waiting')),
+    output       TEXT,               -- the recorded JSON result
+    error        TEXT,               -- a failed step's error
+    wake_at      TEXT,               -- a wait: when it ends at the latest
+    attempt      INTEGER NOT NULL,   -- the attempt that recorded it
+    recorded_at  TEXT NOT NULL,
+    PRIMARY KEY (run_id, seq)
+) WITHOUT ROWID;
+CREATE TABLE run_events (
+    run_id       TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+    name         TEXT NOT NULL,      -- the first delivery of a name wins
+    payload      TEXT NOT NULL DEFAULT 'null',
+    sent_at      TEXT NOT NULL,
+    sent_by      TEXT,
+    consumed_at  TEXT,               -- when a wait of the run took it
+    PRIMARY KEY (run_id, name)
+) WITHOUT ROWID;
+CREATE VIEW run_steps AS
+SELECT s.run_id, r.session_id, r.tool, s.seq, s.name, s.kind, s.status, s.output, s.error,
+       s.wake_at, s.attempt, s.recorded_at
+FROM step_records s JOIN runs r ON r.id = s.run_id;
+CREATE VIEW waiting_runs AS
+SELECT id, session_id, tool, wait_kind, wait_event, run_at AS wakes_at, attempt, snoozes, status_text
+FROM runs WHERE state = 'queued' AND wait_kind IS NOT NULL;

@@ -20,6 +20,9 @@ pub enum Outcome {
         /// Optional deadline after which it expires.
         deadline: Option<DateTime<Utc>>,
     },
+    /// Suspended: back to the queue without using an attempt or writing a message, due again
+    /// at the suspension's `until` (or when its event arrives).
+    Suspend(super::Suspension),
 }
 
 /// What fences an end: the write applies only while the run is still in the state the end
@@ -84,6 +87,9 @@ pub struct FinishRecord {
     pub message_data: Option<String>,
     /// An approval decision to record with the end.
     pub approval: Option<ApprovalMark>,
+    /// Steps to record with the end, under the same fence, before its state change (a
+    /// wait's record when it suspends; a resolved wait's record at the run's end).
+    pub steps: Vec<super::StepEntry>,
 }
 
 impl FinishRecord {

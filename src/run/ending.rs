@@ -27,6 +27,7 @@ pub fn blank(run: &Run, fence: Fence) -> FinishRecord {
         message: None,
         message_data: None,
         approval: None,
+        steps: Vec::new(),
     }
 }
 

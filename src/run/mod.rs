@@ -12,6 +12,7 @@ pub mod delivery;
 mod end;
 pub mod ending;
 mod records;
+pub mod steps;
 mod unique;
 
 pub use answer::{Decision, RunAnswer};
@@ -19,6 +20,10 @@ pub use artifacts::{artifact_dir, log_path, result_path};
 pub use delivery::Delivery;
 pub use end::{ApprovalMark, Fence, FinishRecord, Outcome};
 pub use records::{Blob, Inserted, ListFilter, RunFilter};
+pub use steps::{
+    EventSent, Journal, NewEvent, RunEvent, StepEntry, StepKind, StepRecord, StepSave, StepStatus,
+    Suspension, WaitKind, Waiting,
+};
 pub use unique::{Unique, UniqueBy, UniqueCheck, unique_key};
 
 use crate::error::InputError;
@@ -196,6 +201,11 @@ pub struct Run {
     /// Started in the background (`spawn_background`, or a Background-mode tool called
     /// through the executor): spawn_background's limits count these runs only.
     pub background: bool,
+    /// A suspended run (still `queued`): what it waits for. `None` for a run that is not
+    /// queued, or simply waits its turn.
+    pub waiting: Option<Waiting>,
+    /// Times the run snoozed (`ToolOutcome::Snooze`), bounded by `runs.max_snoozes`.
+    pub snoozes: i64,
 }
 
 impl Run {
@@ -355,6 +365,8 @@ pub(crate) fn running_fixture(attempt: i64, max_attempts: i64) -> Run {
         approval_note: None,
         cancel_requested_at: None,
         background: false,
+        waiting: None,
+        snoozes: 0,
     }
 }
 

@@ -9,7 +9,26 @@ pub const RUN_COLUMNS: &str = "id, session_id, tool, args, title, state, priorit
     run_at, created_at, started_at, finished_at, lease_owner, lease_token, lease_expires_at, heartbeat_at, \
     idempotency_key, timeout_ms, signal_on_completion, delivery, schedule_id, fire_at, ticks, status_text, \
     progress, output_tail, error, internal_error, errors, operation_id, stages, approval_state, \
-    approval_deadline, approval_by, approval_at, approval_note, cancel_requested_at, background";
+    approval_deadline, approval_by, approval_at, approval_note, cancel_requested_at, background, wait_kind, wait_event, snoozes";
+
+/// What a run waits for, from its `wait_kind` and `wait_event` columns: only a queued run
+/// waits (the columns of a run that was claimed again are stale until its next end).
+pub fn waiting(
+    state: crate::run::RunState,
+    kind: Option<&str>,
+    event: Option<String>,
+    run_at: chrono::DateTime<chrono::Utc>,
+) -> Option<crate::run::Waiting> {
+    if state != crate::run::RunState::Queued {
+        return None;
+    }
+    let kind = kind?.parse().ok()?;
+    Some(crate::run::Waiting {
+        kind,
+        event,
+        until: run_at,
+    })
+}
 
 /// Positions of [`RUN_COLUMNS`]: reading by position instead of by name saves a scan of the
 /// column names per value (a third of the cost of decoding a claimed run).
@@ -54,6 +73,9 @@ pub mod col {
     pub const APPROVAL_NOTE: usize = 36;
     pub const CANCEL_REQUESTED_AT: usize = 37;
     pub const BACKGROUND: usize = 38;
+    pub const WAIT_KIND: usize = 39;
+    pub const WAIT_EVENT: usize = 40;
+    pub const SNOOZES: usize = 41;
 }
 
 #[cfg(test)]
@@ -104,6 +126,9 @@ mod tests {
             (APPROVAL_NOTE, "approval_note"),
             (CANCEL_REQUESTED_AT, "cancel_requested_at"),
             (BACKGROUND, "background"),
+            (WAIT_KIND, "wait_kind"),
+            (WAIT_EVENT, "wait_event"),
+            (SNOOZES, "snoozes"),
         ];
         assert_eq!(names.len(), expect.len());
         for (i, name) in expect {

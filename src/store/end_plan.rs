@@ -25,7 +25,7 @@ pub(crate) fn result_path(id: &str) -> String {
 /// The state change of a running attempt's end, as the columns it sets (timestamps as
 /// stored text).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct StateChange {
+pub(crate) struct StateChange<'a> {
     /// The new state.
     pub state: &'static str,
     /// A retry's `run_at`; `None` keeps it.
@@ -36,11 +36,20 @@ pub(crate) struct StateChange {
     pub approval: Option<&'static str>,
     /// The approval deadline, if any.
     pub deadline: Option<String>,
+    /// A suspension: what the run waits for (`wait_kind`; every other end clears it). A
+    /// suspended run, like one held for approval, gives its attempt back (attempt - 1), so
+    /// its next claim resumes the same attempt.
+    pub wait_kind: Option<&'static str>,
+    /// The event an event wait waits for (`wait_event`).
+    pub wait_event: Option<&'a str>,
+    /// 1 when the end is a snooze (`snoozes` + 1), else 0.
+    pub snoozed: i64,
 }
 
-impl StateChange {
+impl<'a> StateChange<'a> {
     /// The change `r`'s outcome makes when it ends at `now`.
-    pub fn of(r: &FinishRecord, now: DateTime<Utc>) -> StateChange {
+    pub fn of(r: &'a FinishRecord, now: DateTime<Utc>) -> StateChange<'a> {
+        let (mut wait_kind, mut wait_event, mut snoozed) = (None, None, 0);
         let (state, run_at, finished_at, approval, deadline) = match &r.outcome {
             Outcome::Final(s) => (s.as_str(), None, Some(ts(now)), None, None),
             Outcome::Retry(at) => ("queued", Some(ts(*at)), None, None, None),
@@ -51,6 +60,12 @@ impl StateChange {
                 Some("pending"),
                 deadline.map(ts),
             ),
+            Outcome::Suspend(s) => {
+                wait_kind = Some(s.kind.as_str());
+                wait_event = s.event.as_deref();
+                snoozed = i64::from(s.kind == crate::run::WaitKind::Snooze);
+                ("queued", Some(ts(s.until)), None, None, None)
+            }
         };
         StateChange {
             state,
@@ -58,6 +73,9 @@ impl StateChange {
             finished_at,
             approval,
             deadline,
+            wait_kind,
+            wait_event,
+            snoozed,
         }
     }
 }
@@ -126,6 +144,21 @@ impl<'a> WaitingEnd<'a> {
             attempt: r.attempt,
         })
     }
+}
+
+/// An event wait that suspends: the run is due at once if its event was stored before the
+/// suspension committed (the signal found the run still running, so it could not wake it).
+/// (run id, event name) for each such record.
+pub(crate) fn event_waits<'a>(records: &[&'a FinishRecord]) -> Vec<(&'a str, &'a str)> {
+    records
+        .iter()
+        .filter_map(|r| match &r.outcome {
+            Outcome::Suspend(s) if s.kind == crate::run::WaitKind::Event => {
+                Some((r.id.as_str(), s.event.as_deref()?))
+            }
+            _ => None,
+        })
+        .collect()
 }
 
 /// The records whose state change applied, in order.
@@ -269,6 +302,7 @@ mod tests {
             message: None,
             message_data: None,
             approval: None,
+            steps: Vec::new(),
         }
     }
 

@@ -15,7 +15,10 @@ use super::upkeep::*;
 use crate::error::StoreError;
 use crate::ids::RunId;
 use crate::inbox::{InboxFilter, InboxPage, Message};
-use crate::run::{Blob, FinishRecord, Inserted, ListFilter, NewRun, Run, RunFilter};
+use crate::run::{
+    Blob, EventSent, FinishRecord, Inserted, Journal, ListFilter, NewEvent, NewRun, Run, RunFilter,
+    StepSave,
+};
 use crate::schedule::model::{NewSchedule, Occurrence, Schedule};
 
 /// Result of an engine operation.
@@ -107,6 +110,17 @@ pub trait Engine: Send + Sync + std::fmt::Debug + 'static {
     ) -> EngineResult<Option<DateTime<Utc>>>;
     /// Runs not finished (queued, awaiting approval or running): the drain progress bar.
     async fn run_count_unfinished(&self) -> EngineResult<i64>;
+
+    // ---- durable runs -------------------------------------------------------------------
+    /// A run's recorded steps (by `seq`) and the events sent to it (oldest first), in one
+    /// consistent read; empty for an unknown run.
+    async fn run_journal(&self, id: RunId) -> EngineResult<Journal>;
+    /// Delivers an event to a run, in one transaction: stored unless the run is unknown or
+    /// final, or an event of that name was delivered before (the first one wins and is
+    /// returned). A queued run that waits for this event (`wait_kind` event, `wait_event` the
+    /// name) is due at once (`run_at` = now), so no wake-up is lost: a run that suspends
+    /// after the event was stored finds it in its own suspend transaction.
+    async fn event_send(&self, e: NewEvent) -> EngineResult<EventSent>;
 
     // ---- attempts (a worker's leases) -------------------------------------------------
     /// Claims runnable runs under a fresh lease each (attempt + 1).
@@ -300,6 +314,8 @@ pub enum Settlement {
     End(Box<FinishRecord>),
     /// Give the run back to the queue uncounted.
     Release(Release),
+    /// Record steps of a running attempt (fenced by its lease); the attempt goes on.
+    Step(Box<StepSave>),
 }
 
 impl Settlement {
@@ -308,6 +324,7 @@ impl Settlement {
         match self {
             Settlement::End(r) => &r.id,
             Settlement::Release(r) => &r.id,
+            Settlement::Step(s) => &s.id,
         }
     }
 }
@@ -330,7 +347,7 @@ impl Settle {
             .iter()
             .filter_map(|s| match s {
                 Settlement::End(r) => Some(&**r),
-                Settlement::Release(_) => None,
+                Settlement::Release(_) | Settlement::Step(_) => None,
             })
             .collect()
     }

@@ -6,26 +6,41 @@
 
 use std::collections::HashMap;
 
-use crate::run::{FinishRecord, Run};
+use crate::run::{FinishRecord, Run, StepSave};
 use crate::store::{Release, Settlement};
 
 /// The hand-backs among `batch`, in order.
 pub(crate) fn releases(batch: &[Settlement]) -> impl Iterator<Item = &Release> {
     batch.iter().filter_map(|s| match s {
         Settlement::Release(r) => Some(r),
-        Settlement::End(_) => None,
+        Settlement::End(_) | Settlement::Step(_) => None,
+    })
+}
+
+/// The step records among `batch`, in order. A settle writes them before the ends, so a
+/// run's steps commit no later than its end.
+pub(crate) fn step_saves(batch: &[Settlement]) -> impl Iterator<Item = &StepSave> {
+    batch.iter().filter_map(|s| match s {
+        Settlement::Step(s) => Some(&**s),
+        Settlement::End(_) | Settlement::Release(_) => None,
     })
 }
 
 /// Per settlement in `batch`, whether it applied: `ended` answers its ends in order (as the
-/// end-writer returned them), `released` its hand-backs in order.
-pub(crate) fn applied(batch: &[Settlement], ended: &[bool], released: &[bool]) -> Vec<bool> {
-    let (mut ended, mut released) = (ended.iter(), released.iter());
+/// end-writer returned them), `released` its hand-backs in order, `saved` its step records.
+pub(crate) fn applied(
+    batch: &[Settlement],
+    ended: &[bool],
+    released: &[bool],
+    saved: &[bool],
+) -> Vec<bool> {
+    let (mut ended, mut released, mut saved) = (ended.iter(), released.iter(), saved.iter());
     batch
         .iter()
         .map(|s| match s {
             Settlement::End(_) => ended.next(),
             Settlement::Release(_) => released.next(),
+            Settlement::Step(_) => saved.next(),
         })
         .map(|ok| ok.copied().unwrap_or(false))
         .collect()
@@ -77,8 +92,8 @@ mod tests {
     fn answers_follow_the_batch_order() {
         let batch = vec![release("a"), release("b")];
         assert_eq!(releases(&batch).count(), 2);
-        assert_eq!(applied(&batch, &[], &[true, false]), [true, false]);
-        assert_eq!(applied(&batch, &[], &[true]), [true, false]);
+        assert_eq!(applied(&batch, &[], &[true, false], &[]), [true, false]);
+        assert_eq!(applied(&batch, &[], &[true], &[]), [true, false]);
     }
 
     #[test]

@@ -34,10 +34,15 @@ pub(super) async fn finisher_loop(
         let batch = Arc::new(gather(&sh, &mut rx, first).await);
         let mut cursor = sh.gate.lock().await;
         // The batch's runs are still in `flights`; their slots are free once it commits.
+        // Step records free no slot: only ends and hand-backs do.
+        let leaving = batch
+            .iter()
+            .filter(|j| !matches!(j, Job::Step(_)))
+            .count();
         let free = if claiming.is_cancelled() {
             0
         } else {
-            concurrency.saturating_sub(sh.flights().len().saturating_sub(batch.len()))
+            concurrency.saturating_sub(sh.flights().len().saturating_sub(leaving))
         };
         let args = ClaimArgs::new(&sh, free, cursor.clone());
         let started = std::time::Instant::now();
@@ -183,6 +188,11 @@ async fn retry_after(
 fn book(sh: &Shared, batch: &[Job], written: &Written) {
     let mut flights = sh.flights();
     for (job, &ok) in batch.iter().zip(&written.applied) {
+        if let Job::Step(save) = job {
+            // The attempt goes on: its tool learns whether its record committed.
+            sh.step_recorded(save, ok && !written.gave_up);
+            continue;
+        }
         let flight = flights.remove(job.id());
         if written.gave_up {
             // Not recorded, and not fenced out either: logged once when it gave up.
@@ -195,6 +205,7 @@ fn book(sh: &Shared, batch: &[Job], written: &Written) {
         match (job, ok) {
             (Job::End(_), true) => sh.recorded.fetch_add(1, Ordering::Relaxed),
             (Job::Release(_), true) => sh.handed_back.fetch_add(1, Ordering::Relaxed),
+            (Job::Step(_), true) => 0,
             (_, false) => {
                 tracing::warn!(
                     run_id = job.id().as_str(),
@@ -238,10 +249,12 @@ fn outcome_label(job: &Job, applied: bool) -> &'static str {
     match (job, applied) {
         (_, false) => "fenced_out",
         (Job::Release(_), true) => "handed_back",
+        (Job::Step(_), true) => "step",
         (Job::End(r), true) => match &r.outcome {
             crate::run::Outcome::Final(s) => s.as_str(),
             crate::run::Outcome::Retry(_) => "retried",
             crate::run::Outcome::AwaitApproval { .. } => "awaiting_approval",
+            crate::run::Outcome::Suspend(_) => "suspended",
         },
     }
 }
@@ -255,6 +268,7 @@ fn log_end(job: &Job, flight: Option<&InFlight>, now: chrono::DateTime<chrono::U
     let outcome = match &r.outcome {
         crate::run::Outcome::Final(s) => s.as_str(),
         crate::run::Outcome::Retry(_) => "retried",
+        crate::run::Outcome::Suspend(_) => "suspended",
         crate::run::Outcome::AwaitApproval { .. } => return,
     };
     let took = f

@@ -65,6 +65,8 @@ pub(crate) struct Shared {
     pub(super) halt: CancellationToken,
     /// Why the worker stopped on its own, returned by [`super::Worker::run`].
     pub(super) halted: Mutex<Option<Error>>,
+    /// Attempts waiting for their step records to commit, by (run, step seq).
+    pub(super) step_acks: Mutex<HashMap<(RunId, i64), tokio::sync::oneshot::Sender<bool>>>,
 }
 
 impl Shared {
@@ -142,6 +144,19 @@ impl Shared {
 }
 
 impl Shared {
+    /// Tells the attempt that sent `save` whether its steps were recorded.
+    pub(super) fn step_recorded(&self, save: &crate::run::StepSave, ok: bool) {
+        let mut acks = self.step_acks.lock().unwrap_or_else(|e| e.into_inner());
+        for e in &save.entries {
+            if let Some(ack) = acks.remove(&(save.id.clone(), e.seq)) {
+                // The tool may be gone (stopped meanwhile): nobody to tell.
+                let _ = ack.send(ok);
+            }
+        }
+    }
+}
+
+impl Shared {
     /// The state of a new worker of `core`.
     pub(super) fn new(core: &Core, opts: WorkerOptions) -> Self {
         Shared {
@@ -165,6 +180,7 @@ impl Shared {
             health: Mutex::default(),
             halt: CancellationToken::new(),
             halted: Mutex::new(None),
+            step_acks: Mutex::new(HashMap::new()),
         }
     }
 }

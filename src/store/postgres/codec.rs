@@ -81,6 +81,13 @@ pub(crate) fn run_from_row(row: &Row) -> Result<Run, StoreError> {
         approval_note: get(row, APPROVAL_NOTE)?,
         cancel_requested_at: ts_opt(row, CANCEL_REQUESTED_AT)?,
         background: get::<i64>(row, BACKGROUND)? != 0,
+        waiting: crate::store::codec::waiting(
+            state,
+            get::<Option<&str>>(row, WAIT_KIND)?,
+            get(row, WAIT_EVENT)?,
+            ts_req(row, RUN_AT)?,
+        ),
+        snoozes: get(row, SNOOZES)?,
     })
 }
 

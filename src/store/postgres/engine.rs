@@ -183,6 +183,14 @@ impl Engine for PgStore {
         write_tx!(self, |tx| claim::claim(&tx, &p).await)
     }
 
+    async fn run_journal(&self, _id: RunId) -> EngineResult<crate::run::Journal> {
+        Err(StoreError::Invalid("durable runs: not yet on Postgres".into()))
+    }
+
+    async fn event_send(&self, _e: crate::run::NewEvent) -> EngineResult<crate::run::EventSent> {
+        Err(StoreError::Invalid("durable runs: not yet on Postgres".into()))
+    }
+
     async fn attempt_settle(&self, p: Settle) -> EngineResult<Settled> {
         use crate::store::settle;
         write_tx!(self, |tx| {
@@ -201,7 +209,8 @@ impl Engine for PgStore {
             if settle::frees_a_slot(&ends, &ended, &tools, &released, &claimed) {
                 notify(&tx).await?;
             }
-            let applied = settle::applied(&p.batch, &ended, &released);
+            let saved = vec![false; settle::step_saves(&p.batch).count()];
+            let applied = settle::applied(&p.batch, &ended, &released, &saved);
             Ok(Settled { applied, claimed })
         })
     }

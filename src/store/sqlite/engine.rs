@@ -9,13 +9,15 @@ use tokio_util::sync::CancellationToken;
 use std::sync::Arc;
 
 use super::{
-    Store, approvals, artifacts, bulk, claim, dashboard, due, finish, flow, gauges, inbox,
+    Store, approvals, journal, artifacts, bulk, claim, dashboard, due, finish, flow, gauges, inbox,
     inbox_page, occurrences, rescue, retention, runs, schedules, workers,
 };
 use crate::error::StoreError;
 use crate::ids::RunId;
 use crate::inbox::{InboxFilter, InboxPage, Message};
-use crate::run::{Blob, FinishRecord, Inserted, ListFilter, NewRun, Run, RunFilter};
+use crate::run::{
+    Blob, EventSent, FinishRecord, Inserted, Journal, ListFilter, NewEvent, NewRun, Run, RunFilter,
+};
 use crate::schedule::model::{NewSchedule, Occurrence, Schedule};
 use crate::store::engine::*;
 use crate::store::prune::TableStep;
@@ -167,6 +169,15 @@ impl Engine for Store {
         self.read_async(gauges::unfinished).await
     }
 
+    async fn run_journal(&self, id: RunId) -> EngineResult<Journal> {
+        self.read_async(move |c| journal::read(c, id.as_str()))
+            .await
+    }
+
+    async fn event_send(&self, e: NewEvent) -> EngineResult<EventSent> {
+        self.write_async(move |tx| journal::send(tx, &e)).await
+    }
+
     async fn attempt_claim(&self, p: Claim) -> EngineResult<Vec<Run>> {
         // Seen first on a reader: a worker whose candidates are all at their limits claims
         // nothing, and need not take the write lock to learn it (`claim::may_claim`).
@@ -188,10 +199,13 @@ impl Engine for Store {
             let released = settle::releases(&p.batch)
                 .map(|r| claim::release(tx, r.id.as_str(), r.attempt, &r.token, now))
                 .collect::<Result<Vec<bool>, _>>()?;
+            let saved = settle::step_saves(&p.batch)
+                .map(|s| journal::save(tx, s, now))
+                .collect::<Result<Vec<bool>, _>>()?;
             // The one end-writer for every end in the batch, a few statements for all.
             let ended = finish::record_ends(tx, &p.ends(), now)?;
             let claimed = claim::claim(tx, &claim_params(&p.claim))?;
-            let applied = settle::applied(&p.batch, &ended, &released);
+            let applied = settle::applied(&p.batch, &ended, &released, &saved);
             Ok(Settled { applied, claimed })
         })
         .await

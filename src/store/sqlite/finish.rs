@@ -21,7 +21,9 @@ pub(crate) static FINISH: std::sync::LazyLock<String> = std::sync::LazyLock::new
      output_tail = coalesce(?9, output_tail), \
      approval_state = coalesce(?10, approval_state), \
      approval_deadline = coalesce(?11, approval_deadline), \
-     attempt = CASE WHEN ?1 = 'awaiting_approval' THEN attempt - 1 ELSE attempt END, \
+     attempt = CASE WHEN ?1 = 'awaiting_approval' OR ?15 IS NOT NULL THEN attempt - 1 \
+         ELSE attempt END, \
+     wait_kind = ?15, wait_event = ?16, snoozes = snoozes + ?17, \
      started_at = CASE WHEN ?1 = 'awaiting_approval' THEN NULL ELSE started_at END, \
      heartbeat_at = CASE WHEN ?1 = 'awaiting_approval' THEN NULL ELSE heartbeat_at END, \
      lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL \
@@ -48,7 +50,14 @@ pub fn record_ends(
             }
         })
         .collect::<Result<Vec<bool>, _>>()?;
-    write_artifacts_many(tx, &end_plan::applied_only(records, &applied), now)?;
+    let done = end_plan::applied_only(records, &applied);
+    for r in done.iter().filter(|r| !r.steps.is_empty()) {
+        super::journal::write_entries(tx, r.id.as_str(), r.attempt, &r.steps, now)?;
+    }
+    for (id, event) in end_plan::event_waits(&done) {
+        super::journal::wake_if_sent(tx, id, event, now)?;
+    }
+    write_artifacts_many(tx, &done, now)?;
     Ok(applied)
 }
 
@@ -78,6 +87,9 @@ fn finish_state(
             r.id.as_str(),
             r.attempt,
             token,
+            change.wait_kind,
+            change.wait_event,
+            change.snoozed,
         ])
         .ctx("finish run")?;
     Ok(n == 1)
@@ -97,7 +109,8 @@ const END_WAITING: &str = "UPDATE runs SET state = ?1, finished_at = ?2, error =
      approval_by = CASE WHEN ?6 IS NULL THEN approval_by ELSE ?7 END, \
      approval_at = CASE WHEN ?6 IS NULL THEN approval_at ELSE ?2 END, \
      approval_note = CASE WHEN ?6 IS NULL THEN approval_note ELSE ?8 END, \
-     lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL \
+     lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL, \
+     wait_kind = NULL, wait_event = NULL \
      WHERE id = ?9 AND state = ?10 AND attempt = ?11";
 
 fn end_waiting(tx: &Transaction<'_>, w: &end_plan::WaitingEnd<'_>) -> Result<bool, StoreError> {

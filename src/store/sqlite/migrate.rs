@@ -9,7 +9,7 @@ use crate::error::StoreError;
 pub const SCHEMA_SQL: &str = include_str!("../../../schema.sql");
 
 /// The schema version this build writes and understands.
-pub const SCHEMA_VERSION: i64 = 12;
+pub const SCHEMA_VERSION: i64 = 13;
 
 /// Ordered migrations: `MIGRATIONS[i]` upgrades version `i + 1` to `i + 2`.
 const MIGRATIONS: &[&str] = &[
@@ -24,6 +24,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../../migrations/010_lean_errors_stages.sql"),
     include_str!("../../../migrations/011_no_statement_journal.sql"),
     include_str!("../../../migrations/012_background_runs.sql"),
+    include_str!("../../../migrations/013_durable_runs.sql"),
 ];
 
 /// What the file holds before we touch it.

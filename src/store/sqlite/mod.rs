@@ -19,6 +19,7 @@ pub mod flow;
 pub mod gauges;
 pub mod inbox;
 pub mod inbox_page;
+pub(crate) mod journal;
 pub(crate) mod migrate;
 pub mod occurrences;
 mod open;

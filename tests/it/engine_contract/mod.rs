@@ -348,6 +348,7 @@ fn record(run: &Run, fence: Fence, outcome: Outcome, message_attempt: i64) -> Fi
         message: Some(message(run, message_attempt, kind)),
         message_data: None,
         approval: None,
+        steps: Vec::new(),
     }
 }
 
