@@ -179,6 +179,25 @@ impl Client {
         self.core.get_run(id).await
     }
 
+    /// Delivers the event `name` (with `payload`) to run `id` (see [`crate::core::Core::signal`]):
+    /// stored, the first delivery of a name wins, a run waiting for it resumes, one sent
+    /// before the run waits is kept for its wait; a run that has ended is an error naming its
+    /// state.
+    pub async fn signal(
+        &self,
+        id: &RunId,
+        name: &str,
+        payload: serde_json::Value,
+        by: Option<String>,
+    ) -> Result<crate::core::events::Signalled> {
+        self.core.signal(id, name, payload, by).await
+    }
+
+    /// A run's recorded steps and the events sent to it.
+    pub async fn journal(&self, id: &RunId) -> Result<crate::run::Journal> {
+        Ok(self.engine().run_journal(id.clone()).await?)
+    }
+
     /// Lists runs, newest first.
     pub async fn list(&self, filter: ListFilter) -> Result<Vec<Run>> {
         Ok(self.engine().run_list(filter).await?)

@@ -77,13 +77,18 @@ pub use bulk::{BulkAction, BulkAnswer, BulkOptions, BulkReport};
 pub use client::{Client, EnqueueRequest, Enqueued};
 pub use clock::{Clock, ManualClock, SharedClock, SystemClock};
 pub use config::Config;
+pub use core::events::Signalled;
 pub use error::{Error, InputError, Result};
 pub use ids::{RunId, ScheduleId, WorkerId};
-pub use run::{Delivery, Progress, Run, RunAnswer, RunFilter, RunState, Unique, UniqueBy};
+pub use run::{
+    Delivery, Journal, Progress, Run, RunAnswer, RunEvent, RunFilter, RunState, StepRecord, Unique,
+    UniqueBy, WaitKind, Waiting,
+};
 pub use schedule::{MissedPolicy, OverlapPolicy, Schedule, ScheduleDetail, ScheduleRequest};
 #[doc(hidden)]
 pub use store::sqlite::Store;
 pub use tool::{
-    Registry, RegistryBuilder, RunSink, Tool, ToolContext, ToolDef, ToolOutcome, TypedTool,
+    Registry, RegistryBuilder, RunSink, StepError, Tool, ToolContext, ToolDef, ToolOutcome,
+    TypedTool,
 };
 pub use worker::{Worker, WorkerOptions, WorkerReport};

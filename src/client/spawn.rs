@@ -32,6 +32,7 @@ impl Client {
             operation_id: None,
             host: Some(self.tool_host()),
             clock: self.clock().clone(),
+            durable: crate::tool::Durable::none(),
         };
         SpawnBackground.call(ctx).await
     }

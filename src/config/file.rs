@@ -96,6 +96,8 @@ pub(super) struct FileRuns {
     pub backoff_max: Option<String>,
     pub log_cap_bytes: Option<i64>,
     pub tail_chars: Option<i64>,
+    pub max_snoozes: Option<i64>,
+    pub max_step_bytes: Option<i64>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -172,6 +172,10 @@ pub struct RunDefaults {
     pub log_cap_bytes: usize,
     /// Characters kept in output_tail.
     pub tail_chars: usize,
+    /// Snoozes a run may take (`ToolOutcome::Snooze`) before it fails, naming this limit.
+    pub max_snoozes: i64,
+    /// Largest JSON result of one recorded step (`ctx.step`), in bytes.
+    pub max_step_bytes: usize,
 }
 
 impl Default for RunDefaults {
@@ -183,6 +187,8 @@ impl Default for RunDefaults {
             backoff_max: Duration::from_secs(600),
             log_cap_bytes: 256 * 1024,
             tail_chars: 2048,
+            max_snoozes: 1000,
+            max_step_bytes: 1024 * 1024,
         }
     }
 }

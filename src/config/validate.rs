@@ -180,6 +180,18 @@ pub(super) fn runs(c: &Checker<'_>, r: FileRuns) -> Result<RunDefaults, ConfigEr
             d.tail_chars as i64,
             0..=1 << 20,
         )? as usize,
+        max_snoozes: c.int(
+            "runs.max_snoozes",
+            r.max_snoozes,
+            d.max_snoozes,
+            0..=1_000_000_000,
+        )?,
+        max_step_bytes: c.int(
+            "runs.max_step_bytes",
+            r.max_step_bytes,
+            d.max_step_bytes as i64,
+            16..=64 << 20,
+        )? as usize,
     };
     if runs.backoff_base > runs.backoff_max {
         return Err(c.bad(

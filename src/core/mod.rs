@@ -10,6 +10,7 @@
 mod approvals;
 pub mod ends;
 pub mod enqueue;
+pub mod events;
 pub mod request;
 mod retention;
 mod schedules;

@@ -206,6 +206,10 @@ pub struct Run {
     pub waiting: Option<Waiting>,
     /// Times the run snoozed (`ToolOutcome::Snooze`), bounded by `runs.max_snoozes`.
     pub snoozes: i64,
+    /// A running run whose attempt resumed a suspension (a wait, a snooze, a next check):
+    /// its log so far is kept and added to.
+    #[serde(skip)]
+    pub resumed: bool,
 }
 
 impl Run {
@@ -367,6 +371,7 @@ pub(crate) fn running_fixture(attempt: i64, max_attempts: i64) -> Run {
         background: false,
         waiting: None,
         snoozes: 0,
+        resumed: false,
     }
 }
 

@@ -235,6 +235,7 @@ impl BasicToolExecutor {
             operation_id: None,
             host: Some(std::sync::Arc::new(self.client.core().clone())),
             clock: self.client.clock().clone(),
+            durable: crate::tool::Durable::none(),
         };
         let cancel = tool_ctx.cancel.clone();
         let limit = entry

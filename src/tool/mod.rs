@@ -4,6 +4,7 @@
 pub mod async_tool;
 pub mod builtin;
 pub mod command;
+pub mod durable;
 pub mod executor;
 pub mod host;
 pub mod mode;
@@ -24,6 +25,7 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 pub use async_tool::{AsyncAdapter, AsyncOutcome, AsyncTool, ProgressStage, ToolStatus};
+pub use durable::{Durable, StepError};
 pub use executor::{
     ApprovalRequest, BasicToolExecutor, ExecContext, ToolExecutionOutcome, ToolExecutor,
     ToolRequest,
@@ -182,6 +184,10 @@ pub struct ToolContext {
     pub host: Option<std::sync::Arc<dyn ToolHost>>,
     /// The worker's clock.
     pub clock: crate::clock::SharedClock,
+    /// The run's journal: recorded steps and durable waits ([`ToolContext::step`],
+    /// [`ToolContext::sleep`], [`ToolContext::wait_for_event`]). [`Durable::none`] where
+    /// there is no queued run (an inline call, a test's context): steps just run.
+    pub durable: Durable,
 }
 
 impl ToolContext {
@@ -190,6 +196,57 @@ impl ToolContext {
     /// token was fired by someone other than a worker (an executor's host).
     pub fn stop_reason(&self) -> Option<StopReason> {
         self.stop.reason()
+    }
+
+    /// Runs `fut` as the recorded step `name`. The first time, it runs and its JSON result
+    /// (or its error) is recorded for the run, fenced by the lease, before this returns. On
+    /// a later invocation of the same run (a retry, a rescue after a crash, a resume after a
+    /// wait) a recorded result is returned and `fut` does not run; a step that failed in an
+    /// earlier attempt runs again. Names are unique within a run, and a replay must ask for
+    /// the steps in the order they were recorded: either mistake is an error naming the
+    /// steps. The closure of a step runs again only if its worker died after it finished
+    /// and before its record committed.
+    ///
+    /// ```no_run
+    /// # async fn f(ctx: toolq::ToolContext) -> Result<(), toolq::StepError> {
+    /// let order: u64 = ctx.step("create order", async { Ok::<_, std::io::Error>(42) }).await?;
+    /// ctx.sleep(std::time::Duration::from_secs(3600)).await?; // frees the worker's slot
+    /// let paid = ctx.wait_for_event("paid", std::time::Duration::from_secs(86400)).await?;
+    /// # let _ = (order, paid); Ok(()) }
+    /// ```
+    pub async fn step<T, E, F>(&self, name: &str, fut: F) -> Result<T, StepError>
+    where
+        T: Serialize + serde::de::DeserializeOwned,
+        E: std::fmt::Display,
+        F: std::future::Future<Output = Result<T, E>>,
+    {
+        self.durable.step(name, fut).await
+    }
+
+    /// Sleeps for `d` without holding a worker slot: the run is suspended (queued, waiting
+    /// for `sleep`), its slot and lease are released, and a worker claims it again when the
+    /// time comes. The tool is then invoked again from the top: its recorded steps replay
+    /// and this call returns. Code after the call runs in that later invocation. Without a
+    /// queued run (an inline call) it just sleeps.
+    pub async fn sleep(&self, d: Duration) -> Result<(), StepError> {
+        self.durable.sleep(d).await
+    }
+
+    /// [`ToolContext::sleep`] until an instant.
+    pub async fn sleep_until(&self, t: chrono::DateTime<chrono::Utc>) -> Result<(), StepError> {
+        self.durable.sleep_until(t).await
+    }
+
+    /// Waits for the event `name` (sent with `toolq signal RUN NAME`, `Client::signal` or the
+    /// dashboard) for at most `timeout`, without holding a worker slot: returns its payload,
+    /// or `None` when the timeout passed first. An event sent before the wait is kept and
+    /// returned at once. The result is recorded: a replay returns the same answer.
+    pub async fn wait_for_event(
+        &self,
+        name: &str,
+        timeout: Duration,
+    ) -> Result<Option<Value>, StepError> {
+        self.durable.wait_for_event(name, timeout).await
     }
 }
 

@@ -89,6 +89,11 @@ pub enum ToolOutcome {
         /// Provider name.
         provider: String,
     },
+    /// Run again after this long, without using an attempt (a monitor polling until a
+    /// condition holds). The run is suspended meanwhile (no slot held); after
+    /// `runs.max_snoozes` snoozes it fails, naming the limit. Inline (the executor) it is a
+    /// tool error: there is no queued run to snooze.
+    Snooze(std::time::Duration),
 }
 
 impl ToolOutcome {
@@ -136,6 +141,11 @@ impl ToolOutcome {
     /// `internal_error`; [`ToolOutcome::internal`] takes a reference).
     pub fn internal_error(err: impl std::error::Error + 'static) -> Self {
         ToolOutcome::internal(&err)
+    }
+
+    /// Run again after `d` without using an attempt (see [`ToolOutcome::Snooze`]).
+    pub fn snooze(d: std::time::Duration) -> Self {
+        ToolOutcome::Snooze(d)
     }
 
     /// A tool error.

@@ -86,6 +86,14 @@ impl ToolOutcome {
                 r.content = json!({ "connection_required": provider });
                 r.connection_required = Some(provider);
             }
+            // Only a queued run can run again later; an inline call has none.
+            ToolOutcome::Snooze(d) => {
+                r.content = json!({ "error": format!(
+                    "the tool asked to snooze for {}, which only a queued run can do",
+                    crate::clock::format_duration(d)
+                ) });
+                r.is_error = true;
+            }
         }
         r
     }

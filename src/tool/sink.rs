@@ -160,6 +160,14 @@ impl RunSink {
         }
     }
 
+    /// Puts back the log an earlier invocation of the same attempt wrote before it
+    /// suspended, as it was stored: this invocation's output follows it.
+    pub(crate) fn restore_log(&self, log: &[u8]) {
+        if !log.is_empty() {
+            self.append(log);
+        }
+    }
+
     /// Lowers this run's log cap (a tool's own output cap); never raises it.
     pub fn limit_log(&self, cap: usize) {
         self.lock().cap = Some(cap);

@@ -13,6 +13,7 @@ use tracing::Instrument;
 use super::approval;
 use super::execute::{Executed, StopSignal, execute};
 use super::finish::{AttemptEnd, decide};
+use super::journal;
 use super::lease;
 use super::shared::{InFlight, Job, Shared};
 use crate::config::RunDefaults;
@@ -41,6 +42,7 @@ pub(super) fn start(sh: &Arc<Shared>, run: Run, jobs: mpsc::UnboundedSender<Job>
 
 /// An attempt in flight: what its task needs.
 struct Attempt {
+    sh: Arc<Shared>,
     core: Core,
     host: Arc<dyn ToolHost>,
     run: Arc<Run>,
@@ -59,7 +61,7 @@ struct Attempt {
 impl Attempt {
     /// Sets up `run`'s sink, stop signal and time limit, and enters it in the worker's
     /// in-flight map.
-    fn track(sh: &Shared, core: Core, run: Run) -> Attempt {
+    fn track(sh: &Arc<Shared>, core: Core, run: Run) -> Attempt {
         let defaults = core.config().runs.clone();
         let sink = RunSink::new(SinkLimits {
             log_cap: defaults.log_cap_bytes,
@@ -87,6 +89,7 @@ impl Attempt {
         );
         let grace = core.config().worker.cancel_grace;
         Attempt {
+            sh: sh.clone(),
             core,
             host: sh.host.clone(),
             run,
@@ -103,6 +106,7 @@ impl Attempt {
     /// The attempt's task: executes the tool, then sends the finisher its settlement.
     async fn run(self, jobs: mpsc::UnboundedSender<Job>) {
         let Attempt {
+            sh,
             core,
             host,
             run,
@@ -115,19 +119,29 @@ impl Attempt {
             grace,
         } = self;
         tracing::debug!(target: TARGET, "started");
+        if run.resumed {
+            restore_log(&core, &run, &sink).await;
+        }
+        let (durable, suspend) = journal::journal_of(&sh, &run, &jobs);
         let executed = match tool {
             None => Executed::End(AttemptEnd::Returned(ToolOutcome::Internal(format!(
                 "tool {:?} is not registered in this worker",
                 run.tool
             )))),
             Some(tool) => {
-                let ctx = tool_context(&core, host, &run, &sink, &stop);
-                execute(tool, ctx, timeout, grace, stop).await
+                let ctx = tool_context(&core, host, &run, &sink, &stop, durable.clone());
+                execute(tool, ctx, timeout, grace, stop, suspend).await
             }
         };
         // Stages reported after the last flush still belong in the history.
         lease::flush_operation(&core, &run, &sink).await;
-        let job = settlement(&core, &run, executed, &sink, &defaults);
+        let mut job = settlement(&core, &run, executed, &sink, &defaults);
+        // Waits that ended in this invocation are recorded with its end.
+        if let Job::End(rec) = &mut job
+            && !matches!(rec.outcome, crate::run::Outcome::Suspend(_))
+        {
+            rec.steps = durable.take_deferred().await;
+        }
         ended.store(true, Ordering::Release);
         if jobs.send(job).is_err() {
             tracing::error!(target: TARGET, "finisher is gone; the run's lease will expire and it will be rescued");
@@ -142,6 +156,7 @@ fn tool_context(
     run: &Run,
     sink: &RunSink,
     stop: &StopSignal,
+    durable: crate::tool::Durable,
 ) -> ToolContext {
     ToolContext {
         run_id: run.id.clone(),
@@ -155,6 +170,23 @@ fn tool_context(
         operation_id: run.operation_id.clone(),
         host: Some(host),
         clock: core.clock().clone(),
+        durable,
+    }
+}
+
+/// Puts the log that the run's earlier invocations wrote before they suspended back into
+/// the sink: the attempt's log grows across its waits instead of starting over.
+async fn restore_log(core: &Core, run: &Run, sink: &RunSink) {
+    match core
+        .engine()
+        .blob_get(run.session_id.clone(), run.log_path())
+        .await
+    {
+        Ok(Some(blob)) => sink.restore_log(&blob.content),
+        Ok(None) => {}
+        Err(e) => {
+            tracing::warn!(target: TARGET, error = %e, "could not read the log written before the run suspended; it goes on with a new one")
+        }
     }
 }
 

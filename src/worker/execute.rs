@@ -30,6 +30,7 @@ pub async fn execute(
     timeout: Duration,
     grace: Duration,
     stop: StopSignal,
+    suspend: crate::tool::durable::SuspendSignal,
 ) -> Executed {
     let tool_cancel = ctx.cancel.clone();
     // Polled in this task rather than spawned: a second task per run cost a spawn and a
@@ -39,6 +40,9 @@ pub async fn execute(
         // The tool first: one that is done at its first poll never arms the timeout's timer.
         biased;
         returned = &mut call => return Executed::End(returned_end(returned)),
+        // The tool waits durably: it is parked in its wait, so its future is dropped now
+        // (no grace), and the run resumes in a later invocation.
+        req = suspend.requested() => return Executed::End(AttemptEnd::Suspended(req)),
         _ = tokio::time::sleep(timeout) => {
             stop.note(StopReason::TimedOut);
             Executed::End(AttemptEnd::TimedOut(timeout))

@@ -24,6 +24,9 @@ pub enum AttemptEnd {
     Panicked(String),
     /// Its worker was lost (process died, or the lease expired): (visible reason, ops detail).
     WorkerLost(String, String),
+    /// The tool waits (a durable sleep, an event wait, an async tool's next check): the run
+    /// is suspended, with the steps to record with it.
+    Suspended(crate::tool::durable::SuspendRequest),
 }
 
 /// Turns an attempt's end into the records to write. `jitter` is the random draw for backoff.
@@ -41,16 +44,54 @@ pub fn decide(
     rec.progress = snap.progress;
     rec.output_tail = snap.output_tail;
     rec.log = snap.log;
+    let end = match end {
+        AttemptEnd::Returned(ToolOutcome::Snooze(d)) => match snooze(run, d, defaults, now) {
+            Ok(s) => AttemptEnd::Suspended(s),
+            Err(limit) => AttemptEnd::Returned(ToolOutcome::ToolError(limit)),
+        },
+        end => end,
+    };
     match classify(end) {
         Verdict::Succeeded(s) => succeeded(rec, run, s),
         Verdict::Failed(f) => failed(rec, run, f, defaults, now, jitter),
+        Verdict::Suspended(req) => {
+            rec.outcome = Outcome::Suspend(req.suspension);
+            rec.steps = req.steps;
+            rec
+        }
     }
+}
+
+/// A snooze for `d`, or the error that ends the run once it has snoozed `runs.max_snoozes`
+/// times.
+fn snooze(
+    run: &Run,
+    d: std::time::Duration,
+    defaults: &RunDefaults,
+    now: DateTime<Utc>,
+) -> Result<crate::tool::durable::SuspendRequest, String> {
+    if run.snoozes >= defaults.max_snoozes {
+        return Err(format!(
+            "the run snoozed {} times, the limit (runs.max_snoozes is {})",
+            run.snoozes, defaults.max_snoozes
+        ));
+    }
+    let d = chrono::Duration::from_std(d).unwrap_or(chrono::Duration::MAX);
+    Ok(crate::tool::durable::SuspendRequest {
+        suspension: crate::run::Suspension {
+            kind: crate::run::WaitKind::Snooze,
+            event: None,
+            until: crate::clock::saturating_add(now, d).min(crate::run::steps::far_future()),
+        },
+        steps: Vec::new(),
+    })
 }
 
 /// An attempt's end sorted into a success and the kinds of failure.
 enum Verdict {
     Succeeded(ToolSuccess),
     Failed(Failure),
+    Suspended(crate::tool::durable::SuspendRequest),
 }
 
 /// What went wrong in an attempt.
@@ -79,6 +120,17 @@ fn failure(error: String, internal: Option<String>, retryable: bool, kind: Final
 fn classify(end: AttemptEnd) -> Verdict {
     match end {
         AttemptEnd::Returned(ToolOutcome::Success(s)) => Verdict::Succeeded(s),
+        AttemptEnd::Suspended(req) => Verdict::Suspended(req),
+        // Turned into a suspension (or the limit's error) by `decide` before this.
+        AttemptEnd::Returned(ToolOutcome::Snooze(d)) => failure(
+            format!(
+                "snooze for {} was not recorded",
+                crate::clock::format_duration(d)
+            ),
+            None,
+            true,
+            FinalKind::Failed,
+        ),
         AttemptEnd::Returned(ToolOutcome::ToolError(m)) => {
             failure(m, None, false, FinalKind::Failed)
         }

@@ -35,10 +35,7 @@ pub(super) async fn finisher_loop(
         let mut cursor = sh.gate.lock().await;
         // The batch's runs are still in `flights`; their slots are free once it commits.
         // Step records free no slot: only ends and hand-backs do.
-        let leaving = batch
-            .iter()
-            .filter(|j| !matches!(j, Job::Step(_)))
-            .count();
+        let leaving = batch.iter().filter(|j| !matches!(j, Job::Step(_))).count();
         let free = if claiming.is_cancelled() {
             0
         } else {

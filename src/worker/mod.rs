@@ -14,6 +14,7 @@ pub mod finish;
 mod finisher;
 pub mod health;
 pub mod identity;
+mod journal;
 mod lease;
 pub mod rescue;
 mod retention;

@@ -30,6 +30,7 @@ mod crash;
 mod custom_cli;
 mod db_locations;
 mod deploy;
+mod durable;
 mod ends;
 mod engine_contract;
 mod enqueue;

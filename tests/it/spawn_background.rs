@@ -27,6 +27,7 @@ fn ctx(client: Option<Client>, args: Value) -> ToolContext {
             .map(|c| c.clock().clone())
             .unwrap_or_else(|| Arc::new(ManualClock::new(t("2026-11-01T12:00:00Z")))),
         host: client.map(|c| c.tool_host()),
+        durable: Default::default(),
     }
 }
 

@@ -81,6 +81,7 @@ pub(crate) fn run_from_row(row: &Row) -> Result<Run, StoreError> {
         approval_note: get(row, APPROVAL_NOTE)?,
         cancel_requested_at: ts_opt(row, CANCEL_REQUESTED_AT)?,
         background: get::<i64>(row, BACKGROUND)? != 0,
+        resumed: state == RunState::Running && get::<Option<&str>>(row, WAIT_KIND)?.is_some(),
         waiting: crate::store::codec::waiting(
             state,
             get::<Option<&str>>(row, WAIT_KIND)?,

@@ -184,11 +184,15 @@ impl Engine for PgStore {
     }
 
     async fn run_journal(&self, _id: RunId) -> EngineResult<crate::run::Journal> {
-        Err(StoreError::Invalid("durable runs: not yet on Postgres".into()))
+        Err(StoreError::Invalid(
+            "durable runs: not yet on Postgres".into(),
+        ))
     }
 
     async fn event_send(&self, _e: crate::run::NewEvent) -> EngineResult<crate::run::EventSent> {
-        Err(StoreError::Invalid("durable runs: not yet on Postgres".into()))
+        Err(StoreError::Invalid(
+            "durable runs: not yet on Postgres".into(),
+        ))
     }
 
     async fn attempt_settle(&self, p: Settle) -> EngineResult<Settled> {

@@ -101,6 +101,8 @@ pub fn run_from_row(row: &Row<'_>) -> rusqlite::Result<Run> {
         approval_note: row.get(APPROVAL_NOTE)?,
         cancel_requested_at: ts_col(row, CANCEL_REQUESTED_AT)?,
         background: row.get::<_, i64>(BACKGROUND)? != 0,
+        resumed: state == RunState::Running
+            && row.get_ref(WAIT_KIND)? != rusqlite::types::ValueRef::Null,
         waiting: crate::store::codec::waiting(
             state,
             row.get::<_, Option<String>>(WAIT_KIND)?.as_deref(),

@@ -9,8 +9,8 @@ use tokio_util::sync::CancellationToken;
 use std::sync::Arc;
 
 use super::{
-    Store, approvals, journal, artifacts, bulk, claim, dashboard, due, finish, flow, gauges, inbox,
-    inbox_page, occurrences, rescue, retention, runs, schedules, workers,
+    Store, approvals, artifacts, bulk, claim, dashboard, due, finish, flow, gauges, inbox,
+    inbox_page, journal, occurrences, rescue, retention, runs, schedules, workers,
 };
 use crate::error::StoreError;
 use crate::ids::RunId;
