@@ -342,3 +342,110 @@ async fn a_replay_in_another_order_fails_naming_both_steps() {
         "{err}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_suspended_run_can_be_cancelled_and_then_takes_no_event() {
+    let env = env();
+    let id = enqueue(&env, "journey").await;
+    let stop = CancellationToken::new();
+    let worker = tokio::spawn(env.client.worker(Default::default()).run(stop.clone()));
+    wait_until(&env, &id, "asleep", |r| r.waiting.is_some()).await;
+    assert_eq!(env.client.cancel(&id).await.unwrap(), RunState::Cancelled);
+    let run = env.client.get(&id).await.unwrap();
+    assert!(run.waiting.is_none());
+    assert_eq!(run.attempt, 1, "the cancel is the attempt's end");
+    let err = env
+        .client
+        .signal(&id, "go", json!(1), None)
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("already cancelled"), "{err}");
+    env.clock.advance(chrono::Duration::hours(2));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    stop.cancel();
+    worker.await.unwrap().unwrap();
+    assert_eq!(
+        env.ran.b.load(Ordering::SeqCst),
+        0,
+        "a cancelled run never resumes"
+    );
+    assert_eq!(
+        env.db
+            .count(&format!("SELECT count(*) FROM inbox WHERE run_id = '{id}'")),
+        1
+    );
+    assert_eq!(
+        env.db.count(&format!(
+            "SELECT count(*) FROM runs WHERE id = '{id}' AND wait_kind IS NULL"
+        )),
+        1
+    );
+}
+
+/// Sleeps durably for 300 ms, then completes.
+struct Napper;
+
+#[async_trait]
+impl Tool for Napper {
+    fn definition(&self) -> ToolDef {
+        ToolDef::new("napper", "a short durable sleep", json!({"type": "object"}))
+    }
+
+    async fn call(&self, ctx: ToolContext) -> ToolOutcome {
+        match ctx.sleep(Duration::from_millis(300)).await {
+            Ok(()) => ToolOutcome::ok(json!("rested")),
+            Err(e) => e.into(),
+        }
+    }
+}
+
+/// Waits an hour for an event that never comes.
+struct Waiter;
+
+#[async_trait]
+impl Tool for Waiter {
+    fn definition(&self) -> ToolDef {
+        ToolDef::new("waiter", "waits for an event", json!({"type": "object"}))
+    }
+
+    async fn call(&self, ctx: ToolContext) -> ToolOutcome {
+        match ctx.wait_for_event("never", Duration::from_secs(3600)).await {
+            Ok(p) => ToolOutcome::ok(json!(p)),
+            Err(e) => e.into(),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drain_waits_for_runs_that_sleep_but_not_for_event_waits() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = crate::support::TestDb::at(dir.path());
+    let mut config = db.config();
+    config.worker.poll_interval = Duration::from_millis(20);
+    let registry = RegistryBuilder::new()
+        .with_builtins()
+        .tool(Napper)
+        .tool(Waiter)
+        .build()
+        .unwrap();
+    let client = Client::open(config, registry).unwrap();
+    let mut ids = Vec::new();
+    for tool in ["napper", "waiter"] {
+        let r = client.enqueue(EnqueueRequest::new(tool, json!({}))).await;
+        ids.push(r.unwrap().run_id);
+    }
+    let w = client.worker(toolq::WorkerOptions { drain: true });
+    tokio::time::timeout(Duration::from_secs(30), w.run(Default::default()))
+        .await
+        .expect("the drain ends")
+        .unwrap();
+    let napper = client.get(&ids[0]).await.unwrap();
+    assert_eq!(
+        napper.state,
+        RunState::Completed,
+        "the drain waited for the sleep"
+    );
+    let waiter = client.get(&ids[1]).await.unwrap();
+    assert_eq!(waiter.state, RunState::Queued);
+    assert_eq!(waiter.waiting.unwrap().kind, WaitKind::Event);
+}

@@ -249,7 +249,7 @@ pub(crate) async fn has_work_for<C: GenericClient>(
     let tools: Vec<&String> = tools.iter().filter(|t| !paused.tools.contains(t)).collect();
     let row = query_one(
         c,
-        "SELECT EXISTS (SELECT 1 FROM runs WHERE state = 'queued' AND (run_at <= $1 OR attempt > 0) \
+        "SELECT EXISTS (SELECT 1 FROM runs WHERE state = 'queued' AND (run_at <= $1 OR CASE WHEN wait_kind IS NULL THEN attempt > 0 ELSE wait_kind <> 'event' END) \
          AND tool = ANY($2) \
          AND session_id NOT IN (SELECT value FROM pauses WHERE scope = 'session'))",
         &[&ts(now), &tools],

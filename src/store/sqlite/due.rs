@@ -49,7 +49,9 @@ pub fn next_due(
 /// nothing (a `CASE`; `OR` would evaluate both):
 /// - a due run: `runs_claimable_idx` alone (session, tool and `run_at` are in it), stopping
 ///   at the first one;
-/// - a run with an attempt behind it that is not due yet (a retry waiting for its backoff):
+/// - a run with an attempt behind it that is not due yet (a retry waiting for its backoff), or
+///   a run suspended until a time (a durable sleep, a snooze, an async tool's next check; a
+///   run that waits for an event is like one awaiting approval, and is not waited for):
 ///   such a run is delayed, so `runs_delayed_idx`, walked per tool in `run_at` order, reading
 ///   each row for `attempt` and stopping at the first retry. It reads only the runs due before
 ///   that retry, which the drain runs first anyway (and every delayed run once, when none is
@@ -65,7 +67,8 @@ pub(crate) const WORK_WAITING: &str = "SELECT CASE WHEN EXISTS ( \
         AND session_id NOT IN (SELECT value FROM pauses WHERE scope = 'session')) \
     THEN 1 ELSE EXISTS ( \
         SELECT 1 FROM runs INDEXED BY runs_delayed_idx \
-        WHERE state = 'queued' AND run_at > created_at AND attempt > 0 \
+        WHERE state = 'queued' AND run_at > created_at \
+        AND CASE WHEN wait_kind IS NULL THEN attempt > 0 ELSE wait_kind <> 'event' END \
         AND tool IN (SELECT value FROM json_each(?2)) \
         AND session_id NOT IN (SELECT value FROM pauses WHERE scope = 'session')) END";
 
