@@ -9,13 +9,15 @@ use chrono::{DateTime, Utc};
 use tokio_util::sync::CancellationToken;
 
 use super::{
-    PgStore, claim, finish, flow, gauges, inbox, notify, occurrences, read_tx, retention, runs,
-    schedules, workers, write_tx,
+    PgStore, claim, finish, flow, gauges, inbox, journal, notify, occurrences, read_tx, retention,
+    runs, schedules, workers, write_tx,
 };
 use crate::error::StoreError;
 use crate::ids::RunId;
 use crate::inbox::{InboxFilter, InboxPage, Message};
-use crate::run::{Blob, FinishRecord, Inserted, ListFilter, NewRun, Run, RunFilter};
+use crate::run::{
+    Blob, EventSent, FinishRecord, Inserted, Journal, ListFilter, NewEvent, NewRun, Run, RunFilter,
+};
 use crate::schedule::model::{NewSchedule, Occurrence, Schedule};
 use crate::store::engine::*;
 use crate::store::prune::TableStep;
@@ -183,22 +185,30 @@ impl Engine for PgStore {
         write_tx!(self, |tx| claim::claim(&tx, &p).await)
     }
 
-    async fn run_journal(&self, _id: RunId) -> EngineResult<crate::run::Journal> {
-        Err(StoreError::Invalid(
-            "durable runs: not yet on Postgres".into(),
-        ))
+    async fn run_journal(&self, id: RunId) -> EngineResult<Journal> {
+        read_tx!(self, |tx| journal::read(&tx, id.as_str()).await)
     }
 
-    async fn event_send(&self, _e: crate::run::NewEvent) -> EngineResult<crate::run::EventSent> {
-        Err(StoreError::Invalid(
-            "durable runs: not yet on Postgres".into(),
-        ))
+    async fn event_send(&self, e: NewEvent) -> EngineResult<EventSent> {
+        write_tx!(self, |tx| {
+            let sent = journal::send(&tx, &e).await?;
+            // A run woken now is due: other hosts' workers learn it from the feed.
+            if matches!(sent, EventSent::Stored { woke: true }) {
+                notify(&tx).await?;
+            }
+            Ok(sent)
+        })
     }
 
     async fn attempt_settle(&self, p: Settle) -> EngineResult<Settled> {
         use crate::store::settle;
         write_tx!(self, |tx| {
             let now = p.claim.now;
+            // Step records first, each fenced by its lease (the row stays locked to the commit).
+            let mut saved = Vec::new();
+            for s in settle::step_saves(&p.batch) {
+                saved.push(journal::save(&tx, s, now).await?);
+            }
             let mut released = Vec::new();
             for r in settle::releases(&p.batch) {
                 released.push(claim::release(&tx, r.id.as_str(), r.attempt, &r.token, now).await?);
@@ -213,7 +223,6 @@ impl Engine for PgStore {
             if settle::frees_a_slot(&ends, &ended, &tools, &released, &claimed) {
                 notify(&tx).await?;
             }
-            let saved = vec![false; settle::step_saves(&p.batch).count()];
             let applied = settle::applied(&p.batch, &ended, &released, &saved);
             Ok(Settled { applied, claimed })
         })

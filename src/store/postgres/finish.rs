@@ -17,7 +17,9 @@ use crate::store::end_plan::{self, BlobRow, EmptyLog};
 
 /// The fenced ends of running attempts, all in one statement: each applies only while its
 /// (id, attempt, lease_token) still match; returns the ids that applied, with their tools.
-/// `errors` grows by one entry (text concatenation keeps the stored JSON as written).
+/// `errors` grows by one entry (text concatenation keeps the stored JSON as written). A
+/// suspension, like a hold for approval, gives its attempt back; every other end clears
+/// `wait_kind` and `wait_event` (bound NULL).
 const FINISH_MANY: &str = "UPDATE runs r SET state = u.state, run_at = coalesce(u.run_at, r.run_at), \
     finished_at = u.finished_at, error = u.error, internal_error = u.internal_error, \
     errors = CASE WHEN u.entry IS NULL THEN r.errors WHEN r.errors = '[]' THEN '[' || u.entry || ']' \
@@ -26,14 +28,17 @@ const FINISH_MANY: &str = "UPDATE runs r SET state = u.state, run_at = coalesce(
     output_tail = coalesce(u.output_tail, r.output_tail), \
     approval_state = coalesce(u.approval, r.approval_state), \
     approval_deadline = coalesce(u.deadline, r.approval_deadline), \
-    attempt = CASE WHEN u.state = 'awaiting_approval' THEN r.attempt - 1 ELSE r.attempt END, \
+    attempt = CASE WHEN u.state = 'awaiting_approval' OR u.wait_kind IS NOT NULL \
+        THEN r.attempt - 1 ELSE r.attempt END, \
+    wait_kind = u.wait_kind, wait_event = u.wait_event, snoozes = r.snoozes + u.snoozed, \
     started_at = CASE WHEN u.state = 'awaiting_approval' THEN NULL ELSE r.started_at END, \
     heartbeat_at = CASE WHEN u.state = 'awaiting_approval' THEN NULL ELSE r.heartbeat_at END, \
     lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL \
     FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], \
         $7::text[], $8::text[], $9::text[], $10::text[], $11::text[], $12::text[], $13::bigint[], \
-        $14::text[]) WITH ORDINALITY AS u(state, run_at, finished_at, error, internal_error, entry, \
-        status_text, progress, output_tail, approval, deadline, id, attempt, token, n) \
+        $14::text[], $15::text[], $16::text[], $17::bigint[]) WITH ORDINALITY AS u(state, run_at, \
+        finished_at, error, internal_error, entry, status_text, progress, output_tail, approval, \
+        deadline, id, attempt, token, wait_kind, wait_event, snoozed, n) \
     WHERE r.id = u.id AND r.state = 'running' AND r.attempt = u.attempt AND r.lease_token = u.token \
     RETURNING r.id, r.tool, u.n";
 
@@ -51,7 +56,8 @@ const END_WAITING: &str = "UPDATE runs SET state = $1, finished_at = $2, error =
     approval_by = CASE WHEN $6::text IS NULL THEN approval_by ELSE $7 END, \
     approval_at = CASE WHEN $6::text IS NULL THEN approval_at ELSE $2 END, \
     approval_note = CASE WHEN $6::text IS NULL THEN approval_note ELSE $8 END, \
-    lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL \
+    lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL, \
+    wait_kind = NULL, wait_event = NULL \
     WHERE id = $9 AND state = $10 AND attempt = $11";
 
 /// The one end-writer on Postgres: each end's fenced state change, then the blobs and
@@ -72,7 +78,20 @@ pub(crate) async fn record_ends_freeing<C: GenericClient>(
     now: DateTime<Utc>,
 ) -> Result<(Vec<bool>, HashMap<String, String>), StoreError> {
     let (applied, tools) = apply_states(c, records, now).await?;
-    write_artifacts(c, &end_plan::applied_only(records, &applied), now).await?;
+    let done = end_plan::applied_only(records, &applied);
+    // Row writes before the artifacts: the messages take the inbox lock, held to the commit.
+    for r in done.iter().filter(|r| !r.steps.is_empty()) {
+        super::journal::write_entries(c, r.id.as_str(), r.attempt, &r.steps, now).await?;
+    }
+    let mut woke = false;
+    for (id, event) in end_plan::event_waits(&done) {
+        woke |= super::journal::wake_if_sent(c, id, event, now).await?;
+    }
+    if woke {
+        // Due now: other hosts' workers learn it from the feed.
+        super::notify(c).await?;
+    }
+    write_artifacts(c, &done, now).await?;
     Ok((applied, tools))
 }
 
@@ -113,6 +132,9 @@ struct FinishColumns {
     text: [Vec<Option<String>>; 12],
     attempts: Vec<i64>,
     tokens: Vec<String>,
+    wait_kinds: Vec<Option<&'static str>>,
+    wait_events: Vec<Option<String>>,
+    snoozed: Vec<i64>,
 }
 
 impl FinishColumns {
@@ -137,6 +159,9 @@ impl FinishColumns {
         }
         self.attempts.push(r.attempt);
         self.tokens.push(token.to_string());
+        self.wait_kinds.push(s.wait_kind);
+        self.wait_events.push(s.wait_event.map(str::to_string));
+        self.snoozed.push(s.snoozed);
     }
 }
 
@@ -156,6 +181,9 @@ async fn finish_many<'a, C: GenericClient>(
     let mut params: Vec<P<'_>> = cols.text.iter().map(|c| c as P<'_>).collect();
     params.push(&cols.attempts);
     params.push(&cols.tokens);
+    params.push(&cols.wait_kinds);
+    params.push(&cols.wait_events);
+    params.push(&cols.snoozed);
     let rows = query(c, FINISH_MANY, &params, "finish runs").await?;
     rows.iter()
         .map(|r| {

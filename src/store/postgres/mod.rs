@@ -14,6 +14,7 @@ mod finish;
 mod flow;
 mod gauges;
 mod inbox;
+mod journal;
 mod locks;
 pub(crate) mod migrate;
 mod occurrences;
