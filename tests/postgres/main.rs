@@ -10,7 +10,7 @@
 //! tests about the SQLite file are `sqlite_only_*` (and `ops::wal`), dropped here by the
 //! `sqlite_only!` macro.
 //!
-//! Postgres-only: `harness` (the throwaway server itself), `bad_input` (bad URL, refused
+//! Postgres-only: `durable` (issue 35's durable runs through the engine), `harness` (the throwaway server itself), `bad_input` (bad URL, refused
 //! connection, wrong credentials, a foreign database, a newer schema), `hosts` (three worker
 //! processes with different host ids on one database; a host that stops heartbeating),
 //! `ticks` (three workers, one cron schedule, 20 ticks), `postgres_open` and
@@ -31,6 +31,7 @@ macro_rules! sqlite_only {
 mod support;
 
 mod bad_input;
+mod durable;
 mod harness;
 mod hosts;
 mod postgres_credentials;

@@ -75,9 +75,18 @@ pub(crate) async fn write_entries<C: GenericClient>(
         "record steps",
     )
     .await?;
-    let consumed: Vec<&str> = entries.iter().filter_map(|e| e.consumes.as_deref()).collect();
+    let consumed: Vec<&str> = entries
+        .iter()
+        .filter_map(|e| e.consumes.as_deref())
+        .collect();
     if !consumed.is_empty() {
-        exec(c, CONSUME_EVENTS, &[&run, &consumed, &now], "consume events").await?;
+        exec(
+            c,
+            CONSUME_EVENTS,
+            &[&run, &consumed, &now],
+            "consume events",
+        )
+        .await?;
     }
     Ok(())
 }
@@ -130,9 +139,7 @@ fn step_from_row(row: &Row) -> Result<StepRecord, StoreError> {
         seq: get(row, 0)?,
         name: get(row, 1)?,
         kind: get::<&str>(row, 2)?.parse().unwrap_or(StepKind::Step),
-        status: get::<&str>(row, 3)?
-            .parse()
-            .unwrap_or(StepStatus::Failed),
+        status: get::<&str>(row, 3)?.parse().unwrap_or(StepStatus::Failed),
         output: get::<Option<&str>>(row, 4)?.and_then(|o| serde_json::from_str(o).ok()),
         error: get(row, 5)?,
         wake_at: ts_opt(row, 6)?,
