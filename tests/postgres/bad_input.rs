@@ -145,7 +145,7 @@ fn a_newer_schema_is_refused_before_any_write() {
 
 /// Schema version 1 -> 2 (issue 33): `toolq init` adds `runs.background`, 0 for the runs
 /// already there (none was started in the background as spawn_background's limits count),
-/// and records version 2; the rows stay and the worker runs them.
+/// and records version 2 (and the later ones); the rows stay and the worker runs them.
 #[test]
 fn a_version_1_database_gains_the_background_flag_and_keeps_its_rows() {
     let dir = tempfile::tempdir().unwrap();
@@ -160,7 +160,10 @@ fn a_version_1_database_gains_the_background_flag_and_keeps_its_rows() {
     );
     let o = toolq(&db, &["init"]);
     assert!(o.status.success(), "{}", stderr(&o));
-    assert_eq!(db.count("SELECT max(version) FROM schema_version"), 2);
+    assert_eq!(
+        db.count("SELECT max(version) FROM schema_version"),
+        toolq::store::postgres::SCHEMA_VERSION
+    );
     assert_eq!(
         db.count("SELECT background FROM runs WHERE id = 'bg_old'"),
         0
@@ -175,5 +178,54 @@ fn a_version_1_database_gains_the_background_flag_and_keeps_its_rows() {
         db.text("SELECT state FROM runs WHERE id = 'bg_old'")
             .as_deref(),
         Some("completed")
+    );
+}
+
+/// Schema version 2 -> 3 (issue 35): `toolq init` adds the wait columns (no run waits, none
+/// snoozed), `step_records`, `run_events` and their views, and records version 3; the rows
+/// stay and the worker runs them.
+#[test]
+fn a_version_2_database_gains_durable_runs_and_keeps_its_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = TestDb::at(dir.path());
+    db.exec(include_str!("../../migrations/postgres/001_schema.sql"));
+    db.exec(include_str!(
+        "../../migrations/postgres/002_background_runs.sql"
+    ));
+    db.exec(
+        "CREATE TABLE schema_version (version BIGINT PRIMARY KEY, applied_at TEXT NOT NULL);
+         INSERT INTO schema_version (version, applied_at) VALUES (1, '2026-01-01T00:00:00.000Z'),
+           (2, '2026-01-02T00:00:00.000Z');
+         INSERT INTO runs (id, session_id, tool, args, title, run_at, created_at)
+           VALUES ('dr_old', 's1', 'echo', '{\"message\":\"hi\"}', 'old one',
+                   '2026-01-01T00:00:00.000Z', '2026-01-01T00:00:00.000Z');",
+    );
+    let o = toolq(&db, &["init"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(db.count("SELECT max(version) FROM schema_version"), 3);
+    assert_eq!(
+        db.count("SELECT count(*) FROM runs WHERE id = 'dr_old' AND wait_kind IS NULL AND wait_event IS NULL AND snoozes = 0"),
+        1
+    );
+    assert_eq!(db.count("SELECT count(*) FROM waiting_runs"), 0);
+    assert_eq!(db.count("SELECT count(*) FROM run_steps"), 0);
+    assert!(
+        db.try_exec("UPDATE runs SET wait_kind = 'nap' WHERE id = 'dr_old'")
+            .is_err()
+    );
+    db.exec(
+        "INSERT INTO run_events (run_id, name, sent_at) VALUES ('dr_old', 'go', '2026-01-01T00:00:00.000Z')",
+    );
+    let o = toolq(&db, &["worker", "--drain"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        db.text("SELECT state FROM runs WHERE id = 'dr_old'")
+            .as_deref(),
+        Some("completed")
+    );
+    assert_eq!(
+        db.text("SELECT payload FROM run_events WHERE run_id = 'dr_old'")
+            .as_deref(),
+        Some("null")
     );
 }

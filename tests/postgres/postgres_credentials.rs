@@ -45,8 +45,12 @@ fn assert_ok(o: &Output, what: &str, db: &TestDb) {
         !out.contains(pg::PASSWORD),
         "{what} showed the password: {out}"
     );
-    // One row per schema step (001_schema, 002_background_runs), each applied once.
-    assert_eq!(db.count("SELECT count(*) FROM schema_version"), 2, "{what}");
+    // One row per schema step (001_schema, 002_background_runs, ...), each applied once.
+    assert_eq!(
+        db.count("SELECT count(*) FROM schema_version"),
+        toolq::store::postgres::SCHEMA_VERSION,
+        "{what}"
+    );
 }
 
 fn write_private(path: &Path, text: &str, mode: u32) {
