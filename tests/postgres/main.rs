@@ -10,11 +10,12 @@
 //! tests about the SQLite file are `sqlite_only_*` (and `ops::wal`), dropped here by the
 //! `sqlite_only!` macro.
 //!
-//! Postgres-only: `durable` (issue 35's durable runs through the engine), `harness` (the throwaway server itself), `bad_input` (bad URL, refused
+//! Postgres-only: `harness` (the throwaway server itself), `bad_input` (bad URL, refused
 //! connection, wrong credentials, a foreign database, a newer schema), `hosts` (three worker
 //! processes with different host ids on one database; a host that stops heartbeating),
 //! `ticks` (three workers, one cron schedule, 20 ticks), `postgres_open` and
-//! `postgres_outage` (a lost connection), `postgres_tls` (sslmode and sslrootcert, on a second
+//! `postgres_outage` (a lost connection), `postgres_durable` (durable runs through the engine: step
+//! saves, events, suspensions), `postgres_tls` (sslmode and sslrootcert, on a second
 //! throwaway server with TLS on). The kill -9 crash tests are the shared `crash`.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
@@ -31,10 +32,10 @@ macro_rules! sqlite_only {
 mod support;
 
 mod bad_input;
-mod durable;
 mod harness;
 mod hosts;
 mod postgres_credentials;
+mod postgres_durable;
 mod postgres_inbox;
 mod postgres_open;
 mod postgres_outage;
