@@ -63,6 +63,8 @@ mod cli_output;
 mod cli_tools;
 #[path = "../it/crash.rs"]
 mod crash;
+#[path = "../it/durable.rs"]
+mod durable;
 #[path = "../it/ends.rs"]
 mod ends;
 #[path = "../it/engine_contract/mod.rs"]
