@@ -321,7 +321,7 @@ async fn an_event_sent_before_the_suspension_makes_it_due_at_once() {
 }
 
 #[tokio::test]
-async fn snoozes_count_and_release_and_waiting_ends_clear_the_wait() {
+async fn snoozes_count_a_release_keeps_the_resume_and_waiting_ends_clear_the_wait() {
     let env = TestEnv::new();
     let run = running(&env, "s1", "wk_a").await;
     let until = now(&env) + secs(5);
@@ -335,7 +335,7 @@ async fn snoozes_count_and_release_and_waiting_ends_clear_the_wait() {
         (run.attempt - 1, 1, until)
     );
     assert_eq!(wait_columns(&env, &run.id), [Some("snooze".into()), None]);
-    // Claimed again and handed back: the stale wait is cleared.
+    // Claimed again and handed back: still a resume (its log so far is kept next time).
     env.clock.advance(secs(5));
     let again = claim(&env, "wk_a", 1).await.remove(0);
     assert_eq!(again.attempt, run.attempt);
@@ -349,10 +349,10 @@ async fn snoozes_count_and_release_and_waiting_ends_clear_the_wait() {
     )
     .await;
     assert_eq!(out, [true]);
-    assert_eq!(wait_columns(&env, &run.id), [None, None]);
-    assert_eq!(get(&env, &run.id).await.waiting, None);
-    // A suspended run cancelled while queued: the waiting end clears its wait.
+    assert_eq!(wait_columns(&env, &run.id), [Some("snooze".into()), None]);
     let again = claim(&env, "wk_a", 1).await.remove(0);
+    assert!(again.resumed);
+    // A suspended run cancelled while queued: the waiting end clears its wait.
     let until = now(&env) + secs(60);
     assert_eq!(
         end(&env, vec![suspend(&again, WaitKind::Sleep, None, until)]).await,

@@ -365,8 +365,7 @@ pub(crate) async fn release<C: GenericClient>(
         c,
         &format!(
             "UPDATE runs SET state = 'queued', attempt = attempt - 1, run_at = $4, \
-             lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL, \
-             wait_kind = NULL, wait_event = NULL {GUARD}"
+             lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL {GUARD}"
         ),
         &[&id, &attempt, &token, &ts(now)],
         "release run",

@@ -369,7 +369,6 @@ pub fn release(
     let n = tx
         .prepare_cached(&super::runs::guard_sql(
             "state = 'queued', attempt = attempt - 1, run_at = :now, lease_owner = NULL, \
-             wait_kind = NULL, wait_event = NULL, \
              lease_token = NULL, lease_expires_at = NULL",
         ))
         .ctx("prepare release")?
