@@ -370,7 +370,7 @@ impl<T: AsyncTool> AsyncAdapter<T> {
                 Some(ToolStatus::CheckAgainIn(d)) => return Followed::Later(d),
                 None => {
                     return Followed::Done(ToolOutcome::Internal(format!(
-                        "check_status of operation {op} ended without Completed, Failed or CheckAgainIn"
+                        "check_status of operation {op} ended without Completed or Failed"
                     )));
                 }
             }

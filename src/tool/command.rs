@@ -299,7 +299,10 @@ mod tests {
     fn exit_75_snoozes_for_the_last_snooze_line() {
         let sink = RunSink::new(Default::default());
         let rep = Mutex::new(Reported::default());
-        assert!(!watched_line(b"toolq-snooze: 5s\n", &sink, &rep), "kept in the log");
+        assert!(
+            !watched_line(b"toolq-snooze: 5s\n", &sink, &rep),
+            "kept in the log"
+        );
         assert!(!watched_line(b"toolq-snooze: 100ms\r\n", &sink, &rep));
         let rep = rep.into_inner().unwrap();
         assert_eq!(rep.snooze.as_deref(), Some("toolq-snooze: 100ms"));
@@ -325,7 +328,9 @@ mod tests {
             error: Some("broken".into()),
             ..Default::default()
         };
-        assert!(matches!(outcome_of("poll", exited(75), rep), ToolOutcome::ToolError(e) if e == "broken"));
+        assert!(
+            matches!(outcome_of("poll", exited(75), rep), ToolOutcome::ToolError(e) if e == "broken")
+        );
     }
 
     #[test]
@@ -337,7 +342,10 @@ mod tests {
             };
             match outcome_of("poll", exited(75), rep) {
                 ToolOutcome::ToolError(e) => {
-                    assert!(e.contains(&format!("{line:?}")) && e.contains("\"poll\""), "{e}")
+                    assert!(
+                        e.contains(&format!("{line:?}")) && e.contains("\"poll\""),
+                        "{e}"
+                    )
                 }
                 o => panic!("{o:?}"),
             }
