@@ -71,6 +71,7 @@ pub const BUILTIN_TOOLS: &[&str] = &[
     "multiply",
     "divide",
     "sleep",
+    "await_event",
     "http_request",
     "spawn_background",
 ];

@@ -13,6 +13,12 @@
 //! attempt. A completed operation is resumed, never restarted. The one window left is a crash
 //! inside `execute` itself, before it returns: the next attempt calls `execute` again, so a
 //! service that can should take [`ToolContext::run_id`] as its idempotency key.
+//!
+//! An operation that reports rarely (a two-hour export polled every ten minutes) need not
+//! hold a worker slot between its checks: its status stream yields
+//! [`ToolStatus::CheckAgainIn`], and the run is suspended (queued, waiting for `check`, its
+//! slot and lease freed) until then. A worker then claims it again, and the adapter resumes
+//! the stored operation with a new [`AsyncTool::check_status`], without a `resumed` stage.
 
 use std::future::Future;
 
@@ -22,7 +28,7 @@ use serde_json::{Value, json};
 
 use super::{StopReason, Tool, ToolContext, ToolDef, ToolOutcome, ToolSuccess};
 use crate::clock::ts;
-use crate::run::Progress;
+use crate::run::{Progress, WaitKind};
 
 /// A typed stage of an async operation, stored by its name.
 ///
@@ -75,6 +81,12 @@ pub enum ToolStatus<S> {
     Completed(ToolSuccess),
     /// It failed (shown to the session, never retried).
     Failed(String),
+    /// Nothing to report until this much later: the stream is dropped and
+    /// [`AsyncTool::check_status`] is called again after the delay. In a queued run the run
+    /// is suspended meanwhile (queued, waiting for `check`), so a worker slot is not held
+    /// while the operation runs; its next check is a new invocation of the run, in the same
+    /// attempt. In an inline call (no queued run) the adapter just waits.
+    CheckAgainIn(std::time::Duration),
 }
 
 impl<S> ToolStatus<S> {
@@ -154,8 +166,10 @@ pub trait AsyncTool: Send + Sync + 'static {
     ) -> impl Future<Output = Result<AsyncOutcome, AsyncError>> + Send;
 
     /// Streams the operation's status until it yields [`ToolStatus::Completed`] or
-    /// [`ToolStatus::Failed`]. A stream that ends before either is an internal error (the
-    /// next attempt resumes it). Called again by every attempt that resumes the operation.
+    /// [`ToolStatus::Failed`], or [`ToolStatus::CheckAgainIn`] to be called again later. A
+    /// stream that ends before any of them is an internal error (the next attempt resumes
+    /// it). Called again by every attempt that resumes the operation, and after each
+    /// `CheckAgainIn`.
     fn check_status(
         &self,
         ctx: &ToolContext,
@@ -212,21 +226,40 @@ pub async fn operator_cancelled(ctx: &ToolContext) -> bool {
 /// resumes and sees the end again, instead of doing the work twice.
 const ENDED_STAGES: [&str; 2] = ["failed", "cancelled"];
 
-/// Whether the run's stored operation failed or was cancelled (its last stage says so): then
-/// the attempt is a retry, which means a new operation, not a resume of the ended one.
-async fn operation_ended(ctx: &ToolContext) -> bool {
+/// What the run's stored record says about its operation.
+#[derive(Debug, Default)]
+struct Stored {
+    /// Its last stage says it failed or was cancelled: the attempt is a retry, which means a
+    /// new operation, not a resume of the ended one.
+    ended: bool,
+    /// The attempt resumes a suspension (the wait for the operation's next check): the
+    /// operation goes on where it was, so no `resumed` stage.
+    after_wait: bool,
+    /// The last stage entered (so a stage still current is not entered again).
+    last: Option<String>,
+}
+
+/// Reads the run's stage history. Unknown (no host, or the read failed): resuming, which
+/// never starts a second operation.
+async fn stored(ctx: &ToolContext) -> Stored {
     let Some(host) = &ctx.host else {
-        return false;
+        return Stored::default();
     };
     match host.run(&ctx.run_id).await {
-        Ok(run) => run
-            .stages
-            .as_array()
-            .and_then(|s| s.last())
-            .and_then(|s| s["stage"].as_str())
-            .is_some_and(|s| ENDED_STAGES.contains(&s)),
-        // Unknown: resuming never starts a second operation.
-        Err(_) => false,
+        Ok(run) => {
+            let last = run
+                .stages
+                .as_array()
+                .and_then(|s| s.last())
+                .and_then(|s| s["stage"].as_str())
+                .map(str::to_string);
+            Stored {
+                ended: last.as_deref().is_some_and(|s| ENDED_STAGES.contains(&s)),
+                after_wait: run.resumed,
+                last,
+            }
+        }
+        Err(_) => Stored::default(),
     }
 }
 
@@ -257,39 +290,88 @@ fn record_progress(
     }
 }
 
+/// How one status stream ended.
+enum Followed {
+    /// The run's outcome.
+    Done(ToolOutcome),
+    /// Check again after this long.
+    Later(std::time::Duration),
+}
+
 impl<T: AsyncTool> AsyncAdapter<T> {
-    async fn follow(&self, ctx: &ToolContext, op: &str) -> ToolOutcome {
+    /// Follows the operation to its end. `last` is the stage it is known to be in already.
+    /// Between checks asked for with [`ToolStatus::CheckAgainIn`] the run is suspended (this
+    /// future is then dropped by the worker and the run resumes in a later invocation), or,
+    /// with no queued run, this waits.
+    async fn follow(&self, ctx: &ToolContext, op: &str, mut last: Option<String>) -> ToolOutcome {
+        loop {
+            let d = match self.follow_stream(ctx, op, &mut last).await {
+                Followed::Done(outcome) => return outcome,
+                Followed::Later(d) => d,
+            };
+            let until = crate::clock::saturating_add(
+                ctx.clock.now(),
+                chrono::Duration::from_std(d).unwrap_or(chrono::Duration::MAX),
+            )
+            .min(crate::run::steps::far_future());
+            // The operation id reaches the database before the suspension is recorded: the
+            // worker writes the sink's pending operation when the attempt ends, under the
+            // lease, before its end (so the next invocation resumes instead of executing).
+            if ctx.durable.suspend_for(WaitKind::Check, until).await {
+                // A recording journal never gets here: the worker drops this future.
+                return ToolOutcome::Internal(format!(
+                    "operation {op}: the suspension until its next check was not taken"
+                ));
+            }
+            ctx.sink.status(format!(
+                "checking operation {op} again in {}",
+                crate::clock::format_duration(d)
+            ));
+            tokio::select! {
+                _ = tokio::time::sleep(d) => {}
+                _ = ctx.cancel.cancelled() => return self.stopped(ctx, op).await,
+            }
+        }
+    }
+
+    /// Reads one status stream until it ends the operation or asks for a later check.
+    async fn follow_stream(
+        &self,
+        ctx: &ToolContext,
+        op: &str,
+        last: &mut Option<String>,
+    ) -> Followed {
         let stream = self.0.check_status(ctx, op);
         let mut stream = std::pin::pin!(stream);
         // The history gets one record per stage entered; a stage repeated with new messages
         // or progress moves only the live status and progress (a poll loop would otherwise
         // grow the history without bound).
-        let mut last: Option<String> = None;
         loop {
             let item = tokio::select! {
                 item = stream.next() => item,
-                _ = ctx.cancel.cancelled() => return self.stopped(ctx, op).await,
+                _ = ctx.cancel.cancelled() => return Followed::Done(self.stopped(ctx, op).await),
             };
             match item {
                 Some(ToolStatus::Progress {
                     stage,
                     message,
                     progress,
-                }) => record_progress(ctx, &mut last, stage.as_str(), message, progress),
+                }) => record_progress(ctx, last, stage.as_str(), message, progress),
                 Some(ToolStatus::Completed(success)) => {
                     ctx.sink
                         .stage(stage_record(ctx, "completed", None, json!({})));
-                    return ToolOutcome::Success(success);
+                    return Followed::Done(ToolOutcome::Success(success));
                 }
                 Some(ToolStatus::Failed(error)) => {
                     ctx.sink
                         .stage(stage_record(ctx, "failed", Some(&error), json!({})));
-                    return ToolOutcome::ToolError(error);
+                    return Followed::Done(ToolOutcome::ToolError(error));
                 }
+                Some(ToolStatus::CheckAgainIn(d)) => return Followed::Later(d),
                 None => {
-                    return ToolOutcome::Internal(format!(
+                    return Followed::Done(ToolOutcome::Internal(format!(
                         "check_status of operation {op} ended without Completed or Failed"
-                    ));
+                    )));
                 }
             }
         }
@@ -317,14 +399,20 @@ impl<T: AsyncTool> Tool for AsyncAdapter<T> {
     }
 
     async fn call(&self, ctx: ToolContext) -> ToolOutcome {
-        if let Some(op) = ctx.operation_id.clone()
-            && !operation_ended(&ctx).await
-        {
-            ctx.sink.set_operation(
-                op.clone(),
-                Some(stage_record(&ctx, "resumed", None, json!({}))),
-            );
-            return self.follow(&ctx, &op).await;
+        if let Some(op) = ctx.operation_id.clone() {
+            let stored = stored(&ctx).await;
+            if !stored.ended {
+                if stored.after_wait {
+                    // The next check after a wait: the operation goes on where it was.
+                    ctx.sink.set_operation(op.clone(), None);
+                    return self.follow(&ctx, &op, stored.last).await;
+                }
+                ctx.sink.set_operation(
+                    op.clone(),
+                    Some(stage_record(&ctx, "resumed", None, json!({}))),
+                );
+                return self.follow(&ctx, &op, None).await;
+            }
         }
         // Not raced against a stop: an operation that started must get its id stored (and,
         // on an operator's cancel, be cancelled by `follow`).
@@ -342,7 +430,7 @@ impl<T: AsyncTool> Tool for AsyncAdapter<T> {
                     operation_id.clone(),
                     Some(stage_record(&ctx, "started", Some(&message), json!({}))),
                 );
-                self.follow(&ctx, &operation_id).await
+                self.follow(&ctx, &operation_id, None).await
             }
         }
     }

@@ -22,6 +22,19 @@ pub const MAX_ENV_ARGS: usize = 120 * 1024;
 /// Prefix of protocol lines on a command's stdout.
 pub const PROTOCOL_PREFIX: &[u8] = b"::toolq::";
 
+/// The exit code by which a command snoozes (sysexits' `EX_TEMPFAIL`): the run is queued again
+/// for later without using an attempt.
+pub const SNOOZE_EXIT_CODE: i32 = 75;
+
+/// Prefix of the stdout line that says how long a snoozing command waits (`toolq-snooze: 30s`).
+pub const SNOOZE_PREFIX: &str = "toolq-snooze:";
+
+/// How long a command that exits with [`SNOOZE_EXIT_CODE`] waits without a snooze line.
+pub const DEFAULT_SNOOZE: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// The stdout lines the tool looks at: protocol lines (consumed) and snooze lines (logged).
+const WATCHED: &[&[u8]] = &[PROTOCOL_PREFIX, SNOOZE_PREFIX.as_bytes()];
+
 /// The command tools defined in a config's `[tools.NAME]` sections, ready to register.
 pub fn command_tools(
     tools: &BTreeMap<String, CommandToolConfig>,
@@ -41,6 +54,20 @@ pub struct CommandTool(pub CommandToolConfig);
 struct Reported {
     result: Option<Value>,
     error: Option<String>,
+    /// The last `toolq-snooze:` line, as written (without its line end).
+    snooze: Option<String>,
+}
+
+/// Notes a snooze line (it stays in the log); else applies a protocol line. Returns true
+/// when the line was consumed (a protocol line).
+fn watched_line(line: &[u8], sink: &RunSink, reported: &Mutex<Reported>) -> bool {
+    if line.starts_with(SNOOZE_PREFIX.as_bytes()) {
+        let text = String::from_utf8_lossy(line);
+        let text = text.trim_end_matches(['\n', '\r']).to_string();
+        reported.lock().unwrap_or_else(|e| e.into_inner()).snooze = Some(text);
+        return false;
+    }
+    protocol_line(line, sink, reported)
 }
 
 /// Applies one stdout line of the protocol; returns true when the line was a protocol line.
@@ -124,8 +151,8 @@ impl Tool for CommandTool {
         spec.kill_grace = c.kill_grace;
         let (sink, rep) = (ctx.sink.clone(), reported.clone());
         spec.stdout_filter = Some((
-            PROTOCOL_PREFIX,
-            Box::new(move |line| protocol_line(line, &sink, &rep)),
+            WATCHED,
+            Box::new(move |line| watched_line(line, &sink, &rep)),
         ));
         let out = match process::run(spec, &ctx.sink, &ctx.cancel).await {
             Ok(o) => o,
@@ -149,12 +176,29 @@ fn outcome_of(name: &str, out: process::ProcessOutput, rep: Reported) -> ToolOut
         Exit::Code(0) => ToolOutcome::ok(rep.result.unwrap_or_else(
             || json!({"exit_code": 0, "stdout_tail": escape_bytes(&out.stdout_tail)}),
         )),
+        Exit::Code(SNOOZE_EXIT_CODE) => snooze_of(name, rep.snooze.as_deref()),
         Exit::Code(code) => {
             ToolOutcome::tool_error(format!("command tool {name:?} exited with code {code}"))
         }
         Exit::Signal(sig) => {
             ToolOutcome::tool_error(format!("command tool {name:?} was killed by signal {sig}"))
         }
+    }
+}
+
+/// A snooze for the duration in the command's last snooze line (60 s without one), or the
+/// tool error naming a line whose duration does not parse.
+fn snooze_of(name: &str, line: Option<&str>) -> ToolOutcome {
+    let Some(line) = line else {
+        return ToolOutcome::snooze(DEFAULT_SNOOZE);
+    };
+    let text = line.strip_prefix(SNOOZE_PREFIX).unwrap_or(line).trim();
+    match crate::clock::parse_duration(text) {
+        Ok(d) => ToolOutcome::snooze(d),
+        Err(reason) => ToolOutcome::tool_error(format!(
+            "command tool {name:?} exited with code {SNOOZE_EXIT_CODE} to snooze, but its line \
+             {line:?} does not give a duration: {text:?} {reason}"
+        )),
     }
 }
 
@@ -240,5 +284,71 @@ mod tests {
         assert_eq!(rep.lock().unwrap().result, Some(json!({"ok": true})));
         let log = String::from_utf8(snap.log.unwrap().0).unwrap();
         assert!(log.contains("result is not JSON"), "{log}");
+    }
+
+    fn exited(code: i32) -> process::ProcessOutput {
+        process::ProcessOutput {
+            exit: Exit::Code(code),
+            stopped: None,
+            stdout_tail: Vec::new(),
+            bytes_read: 0,
+        }
+    }
+
+    #[test]
+    fn exit_75_snoozes_for_the_last_snooze_line() {
+        let sink = RunSink::new(Default::default());
+        let rep = Mutex::new(Reported::default());
+        assert!(
+            !watched_line(b"toolq-snooze: 5s\n", &sink, &rep),
+            "kept in the log"
+        );
+        assert!(!watched_line(b"toolq-snooze: 100ms\r\n", &sink, &rep));
+        let rep = rep.into_inner().unwrap();
+        assert_eq!(rep.snooze.as_deref(), Some("toolq-snooze: 100ms"));
+        match outcome_of("poll", exited(75), rep) {
+            ToolOutcome::Snooze(d) => assert_eq!(d, Duration::from_millis(100)),
+            o => panic!("{o:?}"),
+        }
+        match outcome_of("poll", exited(75), Reported::default()) {
+            ToolOutcome::Snooze(d) => assert_eq!(d, DEFAULT_SNOOZE),
+            o => panic!("{o:?}"),
+        }
+        // The line means nothing without the exit code.
+        let rep = Reported {
+            snooze: Some("toolq-snooze: 5s".into()),
+            ..Default::default()
+        };
+        assert!(matches!(
+            outcome_of("poll", exited(1), rep),
+            ToolOutcome::ToolError(_)
+        ));
+        // An error line wins over a snooze.
+        let rep = Reported {
+            error: Some("broken".into()),
+            ..Default::default()
+        };
+        assert!(
+            matches!(outcome_of("poll", exited(75), rep), ToolOutcome::ToolError(e) if e == "broken")
+        );
+    }
+
+    #[test]
+    fn a_bad_snooze_duration_is_a_tool_error_naming_the_line() {
+        for line in ["toolq-snooze: soon", "toolq-snooze:", "toolq-snooze: 2M"] {
+            let rep = Reported {
+                snooze: Some(line.into()),
+                ..Default::default()
+            };
+            match outcome_of("poll", exited(75), rep) {
+                ToolOutcome::ToolError(e) => {
+                    assert!(
+                        e.contains(&format!("{line:?}")) && e.contains("\"poll\""),
+                        "{e}"
+                    )
+                }
+                o => panic!("{o:?}"),
+            }
+        }
     }
 }

@@ -25,7 +25,7 @@ use super::sink::{RunSink, Stream};
 
 mod pipe;
 
-pub use pipe::{LineFilter, MAX_FILTERED_LINE, MAX_LINE};
+pub use pipe::{LineFilter, MAX_FILTERED_LINE, MAX_LINE, Prefixes};
 use pipe::{Pumped, pump};
 
 /// What to run.
@@ -46,9 +46,9 @@ pub struct ProcessSpec {
     pub drain_window: Duration,
     /// Bytes of stdout kept for [`ProcessOutput::stdout_tail`].
     pub tail_bytes: usize,
-    /// Optional filter of the stdout lines that start with the given prefix (the
+    /// Optional filter of the stdout lines that start with one of the given prefixes (the
     /// command-tool protocol); other lines never reach it.
-    pub stdout_filter: Option<(&'static [u8], LineFilter)>,
+    pub stdout_filter: Option<(Prefixes, LineFilter)>,
 }
 
 impl ProcessSpec {

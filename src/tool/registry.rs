@@ -74,7 +74,7 @@ impl RegistryBuilder {
     }
 
     /// Adds the built-in tools (echo, get_current_time, add, subtract, multiply, divide, sleep,
-    /// spawn_background).
+    /// await_event, http_request, spawn_background).
     pub fn with_builtins(mut self) -> Self {
         self.tools.extend(super::builtin::all());
         self

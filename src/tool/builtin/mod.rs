@@ -1,5 +1,6 @@
 //! Built-in tools, one file each.
 
+mod await_event;
 mod detached;
 mod echo;
 mod http;
@@ -13,6 +14,7 @@ use std::sync::Arc;
 
 use super::Tool;
 
+pub use await_event::AwaitEvent;
 pub use detached::DetachedCommand;
 pub use echo::Echo;
 pub use http::HttpRequest;
@@ -32,6 +34,7 @@ pub fn all() -> Vec<Arc<dyn Tool>> {
         Arc::new(Arith(MathOp::Multiply)),
         Arc::new(Arith(MathOp::Divide)),
         Arc::new(Sleep),
+        Arc::new(AwaitEvent),
         Arc::new(HttpRequest),
         Arc::new(SpawnBackground),
     ]

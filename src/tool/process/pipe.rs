@@ -11,12 +11,21 @@ use crate::tool::sink::{RunSink, Stream};
 /// A line longer than this is passed on in pieces (bounded memory for output without newlines).
 pub const MAX_LINE: usize = 64 * 1024;
 
-/// A line starting with the filter's prefix (a protocol line, e.g. a result) may be this long.
+/// A line starting with one of the filter's prefixes (a protocol line, e.g. a result) may be
+/// this long.
 pub const MAX_FILTERED_LINE: usize = 4 * 1024 * 1024;
 
 /// Looks at each complete stdout line (newline included) before it is logged; returns true
 /// when it consumed the line (it is then not logged).
 pub type LineFilter = Box<dyn FnMut(&[u8]) -> bool + Send>;
+
+/// The prefixes of the lines a [`LineFilter`] sees (other lines never reach it).
+pub type Prefixes = &'static [&'static [u8]];
+
+/// Whether `line` starts with one of `prefixes`.
+fn has_prefix(line: &[u8], prefixes: Prefixes) -> bool {
+    prefixes.iter().any(|p| line.starts_with(p))
+}
 
 /// What a reader returns at EOF.
 pub(super) struct Pumped {
@@ -33,7 +42,7 @@ pub(super) async fn pump(
     mut pipe: impl AsyncRead + Unpin,
     stream: Stream,
     sink: RunSink,
-    mut filter: Option<(&'static [u8], LineFilter)>,
+    mut filter: Option<(Prefixes, LineFilter)>,
     tail_bytes: usize,
 ) -> Pumped {
     let mut buf = vec![0u8; 64 * 1024];
@@ -50,7 +59,7 @@ pub(super) async fn pump(
         // Pass on everything up to the last newline; keep the partial line unless it is long.
         // `pending` holds at most one partial line here (it is always cut at its last newline).
         let max = match &filter {
-            Some((prefix, _)) if pending.starts_with(prefix) => MAX_FILTERED_LINE,
+            Some((prefixes, _)) if has_prefix(&pending, prefixes) => MAX_FILTERED_LINE,
             _ => MAX_LINE,
         };
         let cut = match pending.iter().rposition(|b| *b == b'\n') {
@@ -76,18 +85,24 @@ fn emit(
     chunk: &[u8],
     stream: Stream,
     sink: &RunSink,
-    filter: &mut Option<(&'static [u8], LineFilter)>,
+    filter: &mut Option<(Prefixes, LineFilter)>,
     tail: &mut VecDeque<u8>,
     tail_bytes: usize,
 ) {
     let kept: std::borrow::Cow<'_, [u8]> = match filter {
         // Most chunks hold no protocol line: pass them on without looking at each line.
-        Some((prefix, _)) if memchr::memmem::find(chunk, prefix).is_none() => chunk.into(),
+        Some((prefixes, _))
+            if prefixes
+                .iter()
+                .all(|p| memchr::memmem::find(chunk, p).is_none()) =>
+        {
+            chunk.into()
+        }
         None => chunk.into(),
-        Some((prefix, f)) => {
+        Some((prefixes, f)) => {
             let mut kept = Vec::with_capacity(chunk.len());
             for line in chunk.split_inclusive(|b| *b == b'\n') {
-                if !(line.starts_with(prefix) && f(line)) {
+                if !(has_prefix(line, prefixes) && f(line)) {
                     kept.extend_from_slice(line);
                 }
             }
