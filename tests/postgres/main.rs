@@ -65,6 +65,8 @@ mod cli_tools;
 mod crash;
 #[path = "../it/durable.rs"]
 mod durable;
+#[path = "../it/durable_tools.rs"]
+mod durable_tools;
 #[path = "../it/ends.rs"]
 mod ends;
 #[path = "../it/engine_contract/mod.rs"]
