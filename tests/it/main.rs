@@ -31,6 +31,7 @@ mod custom_cli;
 mod db_locations;
 mod deploy;
 mod durable;
+mod durable_crash;
 mod ends;
 mod engine_contract;
 mod enqueue;
