@@ -32,6 +32,7 @@ mod db_locations;
 mod deploy;
 mod durable;
 mod durable_crash;
+mod durable_race;
 mod ends;
 mod engine_contract;
 mod enqueue;
