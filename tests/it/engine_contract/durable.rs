@@ -545,3 +545,33 @@ async fn run_journal_reads_steps_by_seq_and_events_oldest_first() {
         toolq::run::Journal::default()
     );
 }
+
+/// A settle that carries an attempt's last step save and its hand-back (a worker stopping
+/// while the step's record was on its way) writes the steps first: the step's closure ran
+/// and its worker did not die, so its record must not be lost.
+#[tokio::test]
+async fn attempt_settle_writes_steps_before_a_release_of_the_same_attempt() {
+    let env = TestEnv::new();
+    let run = running(&env, "s1", "wk_a").await;
+    let token = run.lease_token.clone().unwrap();
+    let release = Settlement::Release(toolq::store::Release {
+        id: run.id.clone(),
+        attempt: run.attempt,
+        token: token.clone(),
+    });
+    assert_eq!(
+        settle(
+            &env,
+            vec![release, save(&run, &token, vec![step(1, "a", json!(1))])]
+        )
+        .await,
+        [true, true]
+    );
+    let r = get(&env, &run.id).await;
+    assert_eq!((r.state, r.attempt), (RunState::Queued, 0));
+    assert_eq!(
+        steps_of(&env, &run.id).await.len(),
+        1,
+        "the step was recorded"
+    );
+}

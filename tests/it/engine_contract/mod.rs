@@ -63,6 +63,7 @@ const COVERED: &[(&str, &str)] = &[
     ("attempt_claim", "attempts::attempt_claim_takes_priority_first_and_honours_max_running"),
     ("attempt_settle", "attempts::attempt_settle_ends_releases_and_claims_fenced"),
     ("attempt_settle", "durable::attempt_settle_saves_steps_only_under_the_lease"),
+    ("attempt_settle", "durable::attempt_settle_writes_steps_before_a_release_of_the_same_attempt"),
     ("attempt_heartbeat", "attempts::attempt_heartbeat_extends_only_held_leases"),
     ("attempt_flush", "attempts::attempt_flush_writes_only_under_the_lease"),
     ("attempt_rescue", "attempts::attempt_rescue_takes_back_runs_of_dead_owners_once"),
