@@ -1,6 +1,7 @@
 //! The examples, run as real processes: `async_tool` as a demo and as a worker that is killed
 //! with SIGKILL mid-operation (the operation is resumed by the next worker, never started
-//! twice); `agent_host` end to end (its own checks fail it; the test reads its transcript).
+//! twice); `durable_steps` (three steps, a wait for an event, the signal); `agent_host` end
+//! to end (its own checks fail it; the test reads its transcript).
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -66,6 +67,35 @@ fn the_async_tool_example_runs() {
     assert!(stdout.contains("completed (operation tx_"), "{stdout}");
     for stage in ["started", "queued", "sending", "completed"] {
         assert!(stdout.contains(stage), "{stage} missing: {stdout}");
+    }
+}
+
+/// The durable example: two steps, a wait that frees the slot until `Client::signal` sends
+/// "go", the third step; each step's closure ran once and the result is the event's payload.
+#[test]
+fn the_durable_steps_example_runs() {
+    let out = Command::new(example("durable_steps")).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for line in [
+        "waits for event \"go\"",
+        "signalled \"go\" (woke the run: true)",
+        "completed after 1 attempt(s): {\"approved_by\":\"demo\"}",
+        "3 event:go   {\"event\":{\"approved_by\":\"demo\"}}",
+        "4 step3      3",
+    ] {
+        assert!(stdout.contains(line), "{line:?} missing:\n{stdout}");
+    }
+    for n in 1..=3 {
+        let ran = stdout
+            .lines()
+            .filter(|l| l.starts_with(&format!("step {n} run ")))
+            .count();
+        assert_eq!(ran, 1, "step {n} ran {ran} times:\n{stdout}");
     }
 }
 

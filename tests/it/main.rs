@@ -31,6 +31,8 @@ mod custom_cli;
 mod db_locations;
 mod deploy;
 mod durable;
+mod durable_crash;
+mod durable_race;
 mod durable_tools;
 mod ends;
 mod engine_contract;

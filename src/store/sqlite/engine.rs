@@ -196,11 +196,13 @@ impl Engine for Store {
         use crate::store::settle;
         self.write_async(move |tx| {
             let now = p.claim.now;
-            let released = settle::releases(&p.batch)
-                .map(|r| claim::release(tx, r.id.as_str(), r.attempt, &r.token, now))
-                .collect::<Result<Vec<bool>, _>>()?;
+            // Step saves first, while their leases hold: a release of the same attempt in
+            // this batch must not fence out a step whose closure already ran.
             let saved = settle::step_saves(&p.batch)
                 .map(|s| journal::save(tx, s, now))
+                .collect::<Result<Vec<bool>, _>>()?;
+            let released = settle::releases(&p.batch)
+                .map(|r| claim::release(tx, r.id.as_str(), r.attempt, &r.token, now))
                 .collect::<Result<Vec<bool>, _>>()?;
             // The one end-writer for every end in the batch, a few statements for all.
             let ended = finish::record_ends(tx, &p.ends(), now)?;

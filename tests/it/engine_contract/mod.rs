@@ -7,6 +7,7 @@
 //! fails when `trait Engine` gains an operation without one.
 
 mod attempts;
+mod durable;
 mod flow;
 mod observe;
 mod runs;
@@ -50,12 +51,19 @@ const COVERED: &[(&str, &str)] = &[
     ("run_pending", "runs::run_pending_counts_due_runs_and_queued_retries_of_the_tools"),
     ("run_next_due", "runs::run_next_due_is_the_earliest_later_run_at_of_the_tools"),
     ("run_count_unfinished", "runs::run_count_unfinished_counts_queued_awaiting_and_running"),
+    ("run_end", "durable::run_end_suspends_without_an_attempt_or_a_message_and_resumes_the_same_attempt"),
+    ("run_end", "durable::run_end_suspending_for_an_event_already_sent_is_due_at_once"),
+    // durable runs
+    ("run_journal", "durable::run_journal_reads_steps_by_seq_and_events_oldest_first"),
+    ("event_send", "durable::event_send_stores_the_first_delivery_and_wakes_a_run_waiting_for_it"),
     // attempts (a worker's leases)
     ("attempt_claim", "attempts::attempt_claim_never_claims_a_run_twice"),
     ("attempt_claim", "attempts::attempt_claim_never_claims_a_run_twice_when_workers_race"),
     ("attempt_claim", "attempts::attempt_claim_honours_per_session_over_all_workers"),
     ("attempt_claim", "attempts::attempt_claim_takes_priority_first_and_honours_max_running"),
     ("attempt_settle", "attempts::attempt_settle_ends_releases_and_claims_fenced"),
+    ("attempt_settle", "durable::attempt_settle_saves_steps_only_under_the_lease"),
+    ("attempt_settle", "durable::attempt_settle_writes_steps_before_a_release_of_the_same_attempt"),
     ("attempt_heartbeat", "attempts::attempt_heartbeat_extends_only_held_leases"),
     ("attempt_flush", "attempts::attempt_flush_writes_only_under_the_lease"),
     ("attempt_rescue", "attempts::attempt_rescue_takes_back_runs_of_dead_owners_once"),
@@ -150,6 +158,7 @@ fn every_engine_operation_has_a_contract_test() {
         "workers",
         "schedules",
         "observe",
+        "durable",
     ] {
         let source = std::fs::read_to_string(dir.join(format!("{file}.rs"))).unwrap();
         for test in source.split("#[tokio::test]\nasync fn ").skip(1) {
