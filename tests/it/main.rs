@@ -31,6 +31,8 @@ mod custom_cli;
 mod db_locations;
 mod deploy;
 mod durable;
+mod durable_cli;
+mod durable_web;
 mod ends;
 mod engine_contract;
 mod enqueue;
