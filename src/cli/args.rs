@@ -7,7 +7,7 @@ use clap::{Parser, Subcommand};
 
 use super::{
     approve, cancel, check, config, deny, enqueue, generate, inbox, init, logs, pause, prune,
-    result, retry, runs, schedule, show, stats, status, tools, wait, web, worker,
+    result, retry, runs, schedule, show, signal, stats, status, tools, wait, web, worker,
 };
 
 /// The help heading of the flags every subcommand takes, listed after its own.
@@ -96,6 +96,12 @@ pub enum Command {
     /// Deny a run awaiting approval: it is cancelled with a message.
     #[command(after_help = "Examples:\n  toolq deny bg_0193... --by alice --reason 'not today'")]
     Deny(deny::Args),
+    /// Send an event to a run: a run waiting for it resumes now; otherwise it is kept until
+    /// the run waits for it. The first delivery of a name wins.
+    #[command(
+        after_help = "Examples:\n  toolq signal bg_0193... approved --payload '{\"by\":\"alice\"}'\n  toolq --json signal bg_0193... go"
+    )]
+    Signal(signal::Args),
     /// Counts by state, oldest queued run, database settings.
     #[command(after_help = "Examples:\n  toolq --json stats")]
     Stats(stats::Args),

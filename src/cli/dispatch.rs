@@ -7,7 +7,8 @@ use super::args::{Cli, Command};
 use super::setup::{load_config, registry_with};
 use super::{
     Ctx, approve, cancel, check, config, deny, enqueue, generate, inbox, init, logs, pause, prune,
-    result, retry, runs, schedule, show, stats, status, tools, wait, web, worker, worker_start,
+    result, retry, runs, schedule, show, signal, stats, status, tools, wait, web, worker,
+    worker_start,
 };
 use crate::client::Client;
 use crate::error::Result;
@@ -31,6 +32,7 @@ fn open_mode(command: &Command) -> OpenMode {
         | Command::Retry(_)
         | Command::Approve(_)
         | Command::Deny(_)
+        | Command::Signal(_)
         | Command::Pause(_)
         | Command::Resume(_)
         | Command::Prune(_) => OpenMode::Existing,
@@ -111,6 +113,7 @@ async fn run(ctx: &Ctx, command: Command) -> Result<()> {
         Command::Tools(a) => tools::run(ctx.client.registry(), ctx.json, a),
         Command::Approve(a) => approve::run(ctx, a).await,
         Command::Deny(a) => deny::run(ctx, a).await,
+        Command::Signal(a) => signal::run(ctx, a).await,
         Command::Stats(a) => stats::run(ctx, a).await,
         Command::Prune(a) => prune::run(ctx, a).await,
         Command::Status(a) => status::run(ctx, a).await,

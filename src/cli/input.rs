@@ -23,6 +23,7 @@ pub(super) fn name_flags(e: Error) -> Error {
         "unique_for",
         "unique_states",
         "batch_size",
+        "payload",
     ];
     match e {
         Error::Input(mut ie) if FIELDS.contains(&ie.field.as_str()) => {

@@ -28,6 +28,7 @@ mod runs;
 mod schedule;
 pub mod setup;
 mod show;
+mod signal;
 mod stats;
 mod status;
 mod tools;

@@ -5,7 +5,8 @@ use chrono::{DateTime, Utc};
 use super::input::filter;
 use super::{Ctx, render};
 use crate::error::{InputError, Result};
-use crate::run::{ListFilter, Run, RunState};
+use crate::run::steps::far_future;
+use crate::run::{ListFilter, Run, RunState, WaitKind};
 
 /// Flags of `runs`.
 #[derive(Debug, clap::Args)]
@@ -89,12 +90,26 @@ fn print_table(runs: &[Run], now: DateTime<Utc>) {
 }
 
 /// When a queued run may start: `ready`, or `delayed 5m` (until its run_at, or its retry
-/// backoff); `-` for runs past the queue.
+/// backoff); a suspended run says what it waits for (`waits event "go"`, `sleeps 5m`);
+/// `-` for runs past the queue.
 fn run_at(r: &Run, now: DateTime<Utc>) -> String {
     if r.state != RunState::Queued {
         return "-".into();
     }
     let wait = (r.run_at - now).num_milliseconds();
+    if let Some(w) = &r.waiting {
+        let left = render::millis(wait);
+        return match (w.kind, &w.event) {
+            (WaitKind::Event, Some(name)) if w.until >= far_future() => {
+                format!("waits event {name:?}")
+            }
+            (WaitKind::Event, Some(name)) => format!("waits event {name:?} ({left} left)"),
+            (WaitKind::Event, None) => format!("waits an event ({left} left)"),
+            (WaitKind::Sleep, _) => format!("sleeps {left}"),
+            (WaitKind::Snooze, _) => format!("snoozed {left}"),
+            (WaitKind::Check, _) => format!("next check in {left}"),
+        };
+    }
     if wait <= 0 {
         "ready".into()
     } else {

@@ -5,7 +5,8 @@ use std::time::Duration;
 use super::input::run_id;
 use super::{Ctx, render};
 use crate::error::Result;
-use crate::run::Run;
+use crate::run::steps::far_future;
+use crate::run::{Journal, Run, RunEvent, StepRecord, StepStatus};
 
 /// Flags of `show`.
 #[derive(Debug, clap::Args)]
@@ -19,9 +20,10 @@ pub async fn run(ctx: &Ctx, args: Args) -> Result<()> {
     let id = run_id(&args.run)?;
     let run = ctx.client.get(&id).await?;
     let held = ctx.client.hold_reason(&run).await?;
+    let journal = ctx.client.journal(&id).await?;
     let timeout = effective_timeout(ctx, &run);
     if ctx.json {
-        render::json(&json_of(&run, held, timeout));
+        render::json(&json_of(&run, held, timeout, &journal));
         return Ok(());
     }
     let mut pairs = request_fields(&run);
@@ -29,19 +31,30 @@ pub async fn run(ctx: &Ctx, args: Args) -> Result<()> {
     pairs.extend(outcome_fields(&run));
     pairs.extend(held.map(|h| ("held", h)));
     pairs.extend(origin_fields(&run));
+    pairs.extend(journal_fields(&journal));
     add_errors_and_tail(&run, &mut pairs);
     render::fields(&pairs);
     Ok(())
 }
 
-/// The run as JSON, with its paths, why it is held and its effective timeout.
+/// The run as JSON, with its paths, why it is held, its effective timeout, and its
+/// recorded steps and events (`waiting` and `snoozes` come with the run).
 fn json_of(
     run: &Run,
     held: Option<String>,
     (limit, source): (Duration, TimeoutSource),
+    journal: &Journal,
 ) -> serde_json::Value {
     let mut v = with_paths(run);
     if let Some(o) = v.as_object_mut() {
+        o.insert(
+            "steps".into(),
+            serde_json::to_value(&journal.steps).unwrap_or_default(),
+        );
+        o.insert(
+            "events".into(),
+            serde_json::to_value(&journal.events).unwrap_or_default(),
+        );
         o.insert("held".into(), held.into());
         o.insert(
             "timeout_effective_ms".into(),
@@ -59,9 +72,12 @@ fn at(v: &Option<chrono::DateTime<chrono::Utc>>) -> String {
 
 /// What was asked: the tool, its args, for whom, how many attempts.
 fn request_fields(run: &Run) -> Vec<(&'static str, String)> {
-    vec![
-        ("id", run.id.to_string()),
-        ("state", run.state.to_string()),
+    let mut pairs = vec![("id", run.id.to_string()), ("state", run.state.to_string())];
+    // A suspended run is queued; say what it waits for right under its state.
+    if let Some(w) = &run.waiting {
+        pairs.push(("waiting", render::waiting(w)));
+    }
+    pairs.extend([
         ("tool", run.tool.clone()),
         ("title", run.title.clone()),
         ("session", run.session_id.clone()),
@@ -71,7 +87,105 @@ fn request_fields(run: &Run) -> Vec<(&'static str, String)> {
             "attempt",
             format!("{} of {}", run.attempt, run.max_attempts),
         ),
+    ]);
+    if run.snoozes > 0 {
+        pairs.push(("snoozes", run.snoozes.to_string()));
+    }
+    pairs
+}
+
+/// The most of a step's output, error or an event's payload a line shows.
+const SUMMARY: usize = 60;
+
+/// `s` on one line, cut to [`SUMMARY`] characters.
+fn summary(s: &str) -> String {
+    let one = s.replace(['\n', '\r', '\t'], " ");
+    if one.chars().count() > SUMMARY {
+        format!("{}…", one.chars().take(SUMMARY - 1).collect::<String>())
+    } else {
+        one
+    }
+}
+
+/// The recorded steps and the events sent, one aligned line each under their key (nothing
+/// for a run that has neither).
+fn journal_fields(journal: &Journal) -> Vec<(&'static str, String)> {
+    let mut pairs = Vec::new();
+    if !journal.steps.is_empty() {
+        pairs.push(("steps", indented(journal.steps.iter().map(step_cells))));
+    }
+    if !journal.events.is_empty() {
+        pairs.push(("events", indented(journal.events.iter().map(event_cells))));
+    }
+    pairs
+}
+
+/// One step: seq, name, kind, status, when recorded, by which attempt, and what it gave.
+fn step_cells(s: &StepRecord) -> Vec<String> {
+    let what = match (s.status, &s.error, &s.output, s.wake_at) {
+        (_, Some(e), _, _) => format!("error: {}", summary(e)),
+        (StepStatus::Waiting, _, _, Some(t)) if t >= far_future() => "no timeout".into(),
+        (StepStatus::Waiting, _, _, Some(t)) => format!("until {}", render::time(&t)),
+        (_, _, Some(o), _) => summary(&o.to_string()),
+        _ => "-".into(),
+    };
+    vec![
+        s.seq.to_string(),
+        s.name.clone(),
+        s.kind.as_str().into(),
+        s.status.as_str().into(),
+        render::time(&s.recorded_at),
+        format!("attempt {}", s.attempt),
+        what,
     ]
+}
+
+/// One event: name, when sent and by whom, whether a wait took it, and its payload.
+fn event_cells(e: &RunEvent) -> Vec<String> {
+    vec![
+        e.name.clone(),
+        render::time(&e.sent_at),
+        format!("by {}", e.sent_by.as_deref().unwrap_or("-")),
+        match e.consumed_at {
+            Some(t) => format!("consumed {}", render::time(&t)),
+            None => "pending".into(),
+        },
+        summary(&e.payload.to_string()),
+    ]
+}
+
+/// Rows of cells as lines under a field's key: each line indented by two spaces, columns
+/// aligned, the last cell as it is.
+fn indented(rows: impl Iterator<Item = Vec<String>>) -> String {
+    let rows: Vec<Vec<String>> = rows.collect();
+    let mut widths: Vec<usize> = Vec::new();
+    for r in &rows {
+        for (i, c) in r.iter().enumerate() {
+            let w = c.chars().count();
+            match widths.get_mut(i) {
+                Some(x) => *x = (*x).max(w),
+                None => widths.push(w),
+            }
+        }
+    }
+    let mut out = String::new();
+    for r in rows {
+        let n = r.len();
+        let cells: Vec<String> = r
+            .into_iter()
+            .enumerate()
+            .map(|(i, c)| {
+                if i + 1 == n {
+                    c
+                } else {
+                    format!("{c:<w$}", w = widths[i])
+                }
+            })
+            .collect();
+        out.push_str("\n  ");
+        out.push_str(cells.join("  ").trim_end());
+    }
+    out
 }
 
 /// When it was due, started and ended, who holds it, and how long it may take.

@@ -14,6 +14,7 @@ use serde::Deserialize;
 use super::AppState;
 use super::auth::check_csrf;
 use super::layout::{self, wants_json};
+use super::view::encode;
 use crate::error::{Error, InputError};
 use crate::ids::{RunId, ScheduleId};
 use crate::run::RunAnswer;
@@ -35,6 +36,12 @@ pub struct ActionForm {
     /// Where to go afterwards (a path on this site).
     #[serde(default)]
     back: String,
+    /// Send event's name.
+    #[serde(default)]
+    name: String,
+    /// Send event's JSON payload (empty: `null`).
+    #[serde(default)]
+    payload: String,
 }
 
 fn done(
@@ -68,9 +75,13 @@ pub enum RunAction {
     Approve,
     /// Deny a run that waits for approval (the form's note is the reason).
     Deny,
+    /// Send the event `name` with the JSON `payload` to a run that has not ended.
+    Signal,
 }
 
-/// `POST /runs/{id}/cancel`, `/retry`, `/approve` and `/deny`: the run's state afterwards.
+/// `POST /runs/{id}/cancel`, `/retry`, `/approve` and `/deny`: the run's state afterwards;
+/// `/signal`: what sending the event did (`toolq signal --json`), back on the run's page
+/// with a notice.
 pub async fn run(
     State(st): State<Arc<AppState>>,
     headers: HeaderMap,
@@ -104,10 +115,49 @@ pub async fn run(
             .await
             .map(|r| RunAnswer::decided(&r)),
         RunAction::Deny => c.deny(&id, BY, note).await.map(|r| RunAnswer::decided(&r)),
+        RunAction::Signal => return signal(&st, &headers, &form, &id).await,
     };
     match answer {
         Ok(answer) => done(&headers, &form, format!("/runs/{id}"), answer),
         Err(e) => layout::error(&st, &headers, &e),
+    }
+}
+
+/// Sends the form's event to run `id` (recorded as sent by `web`): JSON `Signalled`, or the
+/// run's page with a notice that says whether the run resumes now.
+async fn signal(st: &AppState, headers: &HeaderMap, form: &ActionForm, id: &RunId) -> Response {
+    let text = form.payload.trim();
+    let payload = if text.is_empty() {
+        Ok(serde_json::Value::Null)
+    } else {
+        serde_json::from_str(text)
+            .map_err(|e| InputError::new("payload", text, format!("is not valid JSON: {e}")))
+    };
+    let sent = match payload {
+        Ok(p) => {
+            st.client
+                .signal(id, form.name.trim(), p, Some(BY.into()))
+                .await
+        }
+        Err(e) => Err(e.into()),
+    };
+    match sent {
+        Ok(sent) if wants_json(headers) => Json(sent).into_response(),
+        Ok(sent) => {
+            let what = if sent.woke {
+                format!(
+                    "Sent event {:?}: the run was waiting for it and resumes now.",
+                    sent.event
+                )
+            } else {
+                format!(
+                    "Sent event {:?}: kept until the run waits for it.",
+                    sent.event
+                )
+            };
+            Redirect::to(&format!("/runs/{id}?notice={}", encode(&what))).into_response()
+        }
+        Err(e) => layout::error(st, headers, &e),
     }
 }
 

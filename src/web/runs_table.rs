@@ -4,7 +4,7 @@
 use chrono::{DateTime, Utc};
 use maud::{Markup, html};
 
-use super::view::{ago, encode, short, state};
+use super::view::{ago, encode, run_state, short};
 use crate::run::Run;
 
 /// A table of runs (also used by the approvals and session pages).
@@ -20,7 +20,7 @@ pub fn runs_table(now: DateTime<Utc>, runs: &[Run]) -> Markup {
                     @for r in runs {
                         tr data-id=(r.id.as_str()) {
                             td.mono { a href={ "/runs/" (r.id.as_str()) } { (short(r.id.as_str())) } }
-                            td { (state(r.state.as_str())) }
+                            td { (run_state(r)) }
                             td.title { (r.title) }
                             td { (r.tool) }
                             td { a href={ "/sessions/" (encode(&r.session_id)) } { (r.session_id) } }

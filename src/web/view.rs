@@ -11,6 +11,49 @@ pub fn state(s: &str) -> Markup {
     html! { span class={ "state s-" (s) } { (s.replace('_', " ")) } }
 }
 
+/// What a suspended run waits for, in one line ([`crate::run::Waiting::describe`]), with an
+/// event wait that never times out said so instead of naming the year 9999.
+pub fn waiting_text(w: &crate::run::Waiting) -> String {
+    match &w.event {
+        Some(name) if w.until >= crate::run::steps::far_future() => {
+            format!("event {name:?} (no timeout)")
+        }
+        _ => w.describe(),
+    }
+}
+
+/// A run's state badge, and for a suspended (queued) run a short note of what it waits for:
+/// `queued · waiting event go`.
+pub fn run_state(r: &crate::run::Run) -> Markup {
+    html! {
+        (state(r.state.as_str()))
+        @if let Some(w) = &r.waiting {
+            " " span.waits title=(waiting_text(w)) {
+                "· " @match (&w.event, w.kind) {
+                    (Some(name), _) => { "waiting event " (name) }
+                    (None, crate::run::WaitKind::Sleep) => { "sleeping" }
+                    (None, crate::run::WaitKind::Snooze) => { "snoozed" }
+                    (None, crate::run::WaitKind::Check) => { "next check later" }
+                    (None, crate::run::WaitKind::Event) => { "waiting an event" }
+                }
+            }
+        }
+    }
+}
+
+/// Text cut to `max` characters on one line (the whole text stays in the cell's title).
+pub fn cut(s: &str, max: usize) -> String {
+    let one = s.replace(['\n', '\r', '\t'], " ");
+    if one.chars().count() > max {
+        format!(
+            "{}…",
+            one.chars().take(max.saturating_sub(1)).collect::<String>()
+        )
+    } else {
+        one
+    }
+}
+
 /// An instant as UTC text, or a dash.
 pub fn at(t: Option<DateTime<Utc>>) -> Markup {
     match t {

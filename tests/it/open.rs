@@ -82,6 +82,7 @@ sqlite_only! {
             vec!["retry", id],
             vec!["approve", id],
             vec!["deny", id],
+            vec!["signal", id, "go"],
             vec!["prune"],
             vec!["inbox", "default", "--ack"],
             vec!["schedule", "cancel", sched],

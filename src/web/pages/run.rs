@@ -3,21 +3,22 @@
 
 use std::sync::Arc;
 
-use axum::extract::{Path, State};
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
 use axum::response::Response;
 use maud::{Markup, html};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::error::Result;
 use crate::ids::RunId;
 use crate::inbox::Message;
-use crate::run::{Run, RunState};
+use crate::run::{Run, RunEvent, RunState, StepRecord, StepStatus};
 use crate::web::AppState;
 use crate::web::layout::{self, respond, shell};
 use crate::web::runs_table::progress_bar;
-use crate::web::view::{action, ago, at, encode, json_block, state};
+use crate::web::view::{action, ago, at, cut, encode, json_block, state, waiting_text};
 
 /// The most of a log a page shows (its end).
 const LOG_SHOWN: usize = 64 * 1024;
@@ -37,6 +38,17 @@ pub struct RunView {
     pub messages: Vec<Message>,
     /// Why a due queued run is not starting, if this process can tell.
     pub held: Option<String>,
+    /// Its recorded steps, in order.
+    pub steps: Vec<StepRecord>,
+    /// The events sent to it, oldest first.
+    pub events: Vec<RunEvent>,
+}
+
+/// The query of `/runs/{id}`: a notice after an action (e.g. an event sent).
+#[derive(Debug, Default, Deserialize)]
+pub struct RunQuery {
+    #[serde(default)]
+    notice: Option<String>,
 }
 
 /// `GET /runs/{id}`.
@@ -44,9 +56,12 @@ pub async fn page(
     State(st): State<Arc<AppState>>,
     headers: HeaderMap,
     Path(id): Path<String>,
+    q: Result<Query<RunQuery>, QueryRejection>,
 ) -> Response {
+    // A notice that cannot be read is only left out: the page is what was asked for.
+    let notice = q.ok().and_then(|Query(q)| q.notice);
     match read(&st, &id).await {
-        Ok(v) => respond(&headers, &v, |v| render(&st, v)),
+        Ok(v) => respond(&headers, &v, |v| render(&st, v, notice.as_deref())),
         Err(e) => layout::error(&st, &headers, &e),
     }
 }
@@ -71,6 +86,7 @@ async fn read(st: &AppState, id: &str) -> Result<RunView> {
     });
     let messages = st.client.run_messages(&id).await?;
     let held = st.client.hold_reason(&run).await?;
+    let journal = st.client.journal(&id).await?;
     Ok(RunView {
         run,
         log,
@@ -78,15 +94,20 @@ async fn read(st: &AppState, id: &str) -> Result<RunView> {
         result,
         messages,
         held,
+        steps: journal.steps,
+        events: journal.events,
     })
 }
 
-/// The page: head, log, fields and args, then result, errors, stages and messages.
-fn render(st: &AppState, v: &RunView) -> Markup {
+/// The page: head, log, steps and events, fields and args, then result, errors, stages and
+/// messages.
+fn render(st: &AppState, v: &RunView, notice: Option<&str>) -> Markup {
     let r = &v.run;
     let main = html! {
+        @if let Some(n) = notice { p.notice #notice { (n) } }
         (head(st, v))
         (log(v))
+        (journal(st, v))
         div.grid2 {
             (fields(r))
             section.card {
@@ -109,6 +130,7 @@ fn head(st: &AppState, v: &RunView) -> Markup {
         div #head data-live {
             h1.runtitle { (state(r.state.as_str())) " " span #title { (r.title) } }
             p.mono.dim { (id) }
+            @if let Some(w) = &r.waiting { p.waiting #waiting { "Waiting: " (waiting_text(w)) } }
             @if let Some(h) = &v.held { p.notice { "Held: " (h) } }
             @if let Some(t) = r.cancel_requested_at { @if running { p.notice { "Cancel requested " (ago(now, t)) "; the worker stops it at its next heartbeat." } } }
             div.actions {
@@ -128,6 +150,87 @@ fn head(st: &AppState, v: &RunView) -> Markup {
                     (progress_bar(r, false))
                     @if let Some(s) = &r.status_text { div #status.status { (s) } }
                 }
+            }
+        }
+    }
+}
+
+/// The most of a step's output, error or an event's payload a table cell shows.
+const SUMMARY: usize = 120;
+
+/// The recorded steps and the events sent, and the form that sends one (while the run has
+/// not ended; prefilled with the event it waits for).
+fn journal(st: &AppState, v: &RunView) -> Markup {
+    let r = &v.run;
+    let waits_for = r.waiting.as_ref().and_then(|w| w.event.clone());
+    html! {
+        div #journal data-live {
+            section.card #steps {
+                h2 { "Steps" }
+                @if v.steps.is_empty() { p.dim { "None recorded." } }
+                @else {
+                    table.dense {
+                        thead { tr { th.n { "#" } th { "Name" } th { "Kind" } th { "Status" } th { "Recorded" } th.n { "Attempt" } th { "Output or error" } } }
+                        tbody { @for s in &v.steps { (step_row(s)) } }
+                    }
+                }
+            }
+            section.card #events {
+                h2 { "Events" }
+                @if v.events.is_empty() { p.dim { "None sent." } }
+                @else {
+                    table.dense {
+                        thead { tr { th { "Name" } th { "Sent" } th { "By" } th { "Taken" } th { "Payload" } } }
+                        tbody {
+                            @for e in &v.events {
+                                @let payload = e.payload.to_string();
+                                tr {
+                                    td.mono { (e.name) }
+                                    td { (at(Some(e.sent_at))) }
+                                    td { @if let Some(b) = &e.sent_by { (b) } @else { span.dim { "—" } } }
+                                    td { @if let Some(t) = e.consumed_at { "consumed " (at(Some(t))) } @else { span.st-waiting { "pending" } } }
+                                    td.mono.sum title=(payload) { (cut(&payload, SUMMARY)) }
+                                }
+                            }
+                        }
+                    }
+                }
+                @if !r.state.is_final() && !st.read_only {
+                    p.sendhead.dim { "Send an event to this run:" }
+                    (action(st, &format!("/runs/{}/signal", r.id.as_str()), "Send event", "", html! {
+                        input name="name" placeholder="event name" required value=[waits_for.as_deref()];
+                        " "
+                        input name="payload" placeholder="JSON payload (optional)";
+                        " "
+                    }))
+                }
+            }
+        }
+    }
+}
+
+/// One recorded step; a wait that has not ended says until when.
+fn step_row(s: &StepRecord) -> Markup {
+    let summary = match (&s.error, &s.output) {
+        (Some(e), _) => Some(e.clone()),
+        (None, Some(o)) => Some(o.to_string()),
+        (None, None) => None,
+    };
+    html! {
+        tr {
+            td.n { (s.seq) }
+            td.mono { (s.name) }
+            td { (s.kind.as_str()) }
+            td { span class={ "st-" (s.status.as_str()) } { (s.status.as_str()) } }
+            td { (at(Some(s.recorded_at))) }
+            td.n { (s.attempt) }
+            @match (s.status, &summary, s.wake_at) {
+                (_, Some(text), _) => {
+                    td.mono.sum.error[s.error.is_some()] title=(text) { (cut(text, SUMMARY)) }
+                }
+                (StepStatus::Waiting, None, Some(t)) if t >= crate::run::steps::far_future() => { td.dim { "until the event comes (no timeout)" } }
+                (StepStatus::Waiting, None, Some(t)) => { td.dim { "until " (at(Some(t))) } }
+                _ => { td.dim { "—" } }
             }
         }
     }
@@ -160,6 +263,7 @@ fn fields(r: &Run) -> Markup {
                 tr { th { "Tool" } td { a href={ "/runs?tool=" (encode(&r.tool)) } { (r.tool) } } }
                 tr { th { "Session" } td { a href={ "/sessions/" (encode(&r.session_id)) } { (r.session_id) } } }
                 tr { th { "Attempt" } td { (r.attempt) " of " (r.max_attempts) } }
+                @if r.snoozes > 0 { tr { th { "Snoozes" } td { (r.snoozes) } } }
                 tr { th { "Priority" } td { (r.priority) } }
                 tr { th { "Created" } td { (at(Some(r.created_at))) } }
                 tr { th { "Run at" } td { (at(Some(r.run_at))) } }
