@@ -156,17 +156,6 @@ pub fn opt<T: std::fmt::Display>(v: &Option<T>) -> String {
         .map_or_else(|| "-".to_string(), |v| v.to_string())
 }
 
-/// What a suspended run waits for, in one line ([`crate::run::Waiting::describe`]), with an
-/// event wait that never times out said so instead of naming the year 9999.
-pub fn waiting(w: &crate::run::Waiting) -> String {
-    match &w.event {
-        Some(name) if w.until >= crate::run::steps::far_future() => {
-            format!("event {name:?} (no timeout)")
-        }
-        _ => w.describe(),
-    }
-}
-
 /// A compact timestamp for tables.
 pub fn time(t: &chrono::DateTime<chrono::Utc>) -> String {
     crate::clock::ts(*t)

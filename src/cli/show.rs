@@ -75,7 +75,7 @@ fn request_fields(run: &Run) -> Vec<(&'static str, String)> {
     let mut pairs = vec![("id", run.id.to_string()), ("state", run.state.to_string())];
     // A suspended run is queued; say what it waits for right under its state.
     if let Some(w) = &run.waiting {
-        pairs.push(("waiting", render::waiting(w)));
+        pairs.push(("waiting", w.describe()));
     }
     pairs.extend([
         ("tool", run.tool.clone()),

@@ -280,9 +280,16 @@ pub struct Waiting {
 }
 
 impl Waiting {
-    /// One line for people: `sleep until T`, `event "x" (times out at T)`, ...
+    /// One line for people: `sleep until T`, `event "x" (times out at T)`, `event "x" (no
+    /// timeout)`, ...
     pub fn describe(&self) -> String {
         let at = crate::clock::ts(self.until);
+        if self.kind == WaitKind::Event && self.until >= far_future() {
+            return match &self.event {
+                Some(name) => format!("event {name:?} (no timeout)"),
+                None => "an event (no timeout)".to_string(),
+            };
+        }
         match (self.kind, &self.event) {
             (WaitKind::Event, Some(name)) => format!("event {name:?} (times out at {at})"),
             (WaitKind::Sleep, _) => format!("sleep until {at}"),
@@ -330,9 +337,16 @@ mod tests {
             event: Some("approved".into()),
             until: far_future(),
         };
+        assert_eq!(w.describe(), "event \"approved\" (no timeout)");
+        let w = Waiting {
+            until: DateTime::parse_from_rfc3339("2026-11-02T12:00:00Z")
+                .unwrap()
+                .with_timezone(&Utc),
+            ..w
+        };
         assert_eq!(
             w.describe(),
-            "event \"approved\" (times out at 9999-12-31T23:59:59.999Z)"
+            "event \"approved\" (times out at 2026-11-02T12:00:00.000Z)"
         );
     }
 }

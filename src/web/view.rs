@@ -11,24 +11,13 @@ pub fn state(s: &str) -> Markup {
     html! { span class={ "state s-" (s) } { (s.replace('_', " ")) } }
 }
 
-/// What a suspended run waits for, in one line ([`crate::run::Waiting::describe`]), with an
-/// event wait that never times out said so instead of naming the year 9999.
-pub fn waiting_text(w: &crate::run::Waiting) -> String {
-    match &w.event {
-        Some(name) if w.until >= crate::run::steps::far_future() => {
-            format!("event {name:?} (no timeout)")
-        }
-        _ => w.describe(),
-    }
-}
-
 /// A run's state badge, and for a suspended (queued) run a short note of what it waits for:
 /// `queued · waiting event go`.
 pub fn run_state(r: &crate::run::Run) -> Markup {
     html! {
         (state(r.state.as_str()))
         @if let Some(w) = &r.waiting {
-            " " span.waits title=(waiting_text(w)) {
+            " " span.waits title=(w.describe()) {
                 "· " @match (&w.event, w.kind) {
                     (Some(name), _) => { "waiting event " (name) }
                     (None, crate::run::WaitKind::Sleep) => { "sleeping" }

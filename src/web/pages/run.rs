@@ -18,7 +18,7 @@ use crate::run::{Run, RunEvent, RunState, StepRecord, StepStatus};
 use crate::web::AppState;
 use crate::web::layout::{self, respond, shell};
 use crate::web::runs_table::progress_bar;
-use crate::web::view::{action, ago, at, cut, encode, json_block, state, waiting_text};
+use crate::web::view::{action, ago, at, cut, encode, json_block, state};
 
 /// The most of a log a page shows (its end).
 const LOG_SHOWN: usize = 64 * 1024;
@@ -130,7 +130,7 @@ fn head(st: &AppState, v: &RunView) -> Markup {
         div #head data-live {
             h1.runtitle { (state(r.state.as_str())) " " span #title { (r.title) } }
             p.mono.dim { (id) }
-            @if let Some(w) = &r.waiting { p.waiting #waiting { "Waiting: " (waiting_text(w)) } }
+            @if let Some(w) = &r.waiting { p.waiting #waiting { "Waiting: " (w.describe()) } }
             @if let Some(h) = &v.held { p.notice { "Held: " (h) } }
             @if let Some(t) = r.cancel_requested_at { @if running { p.notice { "Cancel requested " (ago(now, t)) "; the worker stops it at its next heartbeat." } } }
             div.actions {
