@@ -65,8 +65,16 @@ mod cli_tools;
 mod crash;
 #[path = "../it/durable.rs"]
 mod durable;
+#[path = "../it/durable_cli.rs"]
+mod durable_cli;
+#[path = "../it/durable_crash.rs"]
+mod durable_crash;
+#[path = "../it/durable_race.rs"]
+mod durable_race;
 #[path = "../it/durable_tools.rs"]
 mod durable_tools;
+#[path = "../it/durable_web.rs"]
+mod durable_web;
 #[path = "../it/ends.rs"]
 mod ends;
 #[path = "../it/engine_contract/mod.rs"]
