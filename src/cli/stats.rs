@@ -24,6 +24,15 @@ pub async fn run(ctx: &Ctx, _args: Args) -> Result<()> {
         .iter()
         .map(|s| (s.as_str(), f.by_state[s.as_str()].to_string()))
         .collect();
+    if f.waiting > 0 {
+        pairs.push((
+            "waiting",
+            format!(
+                "{} of the queued runs are suspended (a sleep, an event, a snooze, a next check)",
+                f.waiting
+            ),
+        ));
+    }
     pairs.push((
         "oldest queued",
         f.oldest_age.map_or("-".into(), |a| {
@@ -58,6 +67,7 @@ struct Figures {
     oldest_age: Option<f64>,
     busy: i64,
     live: usize,
+    waiting: i64,
     unserved: Vec<crate::status::UnservedTool>,
     paused: Vec<crate::flow::Pause>,
     info: crate::store::DbInfo,
@@ -99,6 +109,7 @@ async fn gather(ctx: &Ctx) -> Result<Figures> {
         oldest_age,
         busy: s.busy_retries,
         live: s.live_workers,
+        waiting: s.waiting,
         unserved,
         paused,
         info,
@@ -116,6 +127,7 @@ fn json_of(f: &Figures) -> Value {
         "runs": Value::Object(f.by_state.clone()),
         "oldest_queued_run_at": f.oldest,
         "oldest_queued_age_secs": f.oldest_age,
+        "waiting": f.waiting,
         "busy_retries": f.busy,
         "live_workers": f.live,
         "unserved_tools": f.unserved,

@@ -51,6 +51,9 @@ pub struct StoreStats {
     pub busy_retries: i64,
     /// Workers not stopped.
     pub live_workers: usize,
+    /// Queued runs that are suspended (a durable sleep, an event wait, a snooze, a next
+    /// check): part of the queued count.
+    pub waiting: i64,
 }
 
 /// Gauges for metrics.

@@ -468,6 +468,7 @@ impl Engine for PgStore {
                 oldest_queued: runs::oldest_queued(&tx, now).await?,
                 busy_retries: workers::total_busy_retries(&tx).await?,
                 live_workers: workers::list(&tx, false).await?.len(),
+                waiting: runs::count_waiting(&tx).await?,
             })
         })
     }

@@ -207,6 +207,18 @@ pub(crate) async fn count_by_state<C: GenericClient>(
     rows.iter().map(|r| Ok((get(r, 0)?, get(r, 1)?))).collect()
 }
 
+/// Queued runs that are suspended (`wait_kind` set): `stats`.
+pub(crate) async fn count_waiting<C: GenericClient>(c: &C) -> Result<i64, StoreError> {
+    let row = query_one(
+        c,
+        "SELECT count(*) FROM runs WHERE state = 'queued' AND wait_kind IS NOT NULL",
+        &[],
+        "count waiting runs",
+    )
+    .await?;
+    get(&row, 0)
+}
+
 /// The oldest due queued run's `run_at`.
 pub(crate) async fn oldest_queued<C: GenericClient>(
     c: &C,

@@ -470,6 +470,7 @@ impl Engine for Store {
                 oldest_queued: runs::oldest_queued(c, now)?,
                 busy_retries: workers::total_busy_retries(c)?,
                 live_workers: workers::list(c, false)?.len(),
+                waiting: runs::count_waiting(c)?,
             })
         })
         .await

@@ -71,6 +71,16 @@ pub fn count_by_state(conn: &rusqlite::Connection) -> Result<Vec<(String, i64)>,
     rows.collect::<Result<_, _>>().ctx("read counts")
 }
 
+/// Queued runs that are suspended (`wait_kind` set): `stats`.
+pub fn count_waiting(conn: &rusqlite::Connection) -> Result<i64, StoreError> {
+    conn.query_row(
+        "SELECT count(*) FROM runs WHERE state = 'queued' AND wait_kind IS NOT NULL",
+        [],
+        |r| r.get(0),
+    )
+    .ctx("count waiting runs")
+}
+
 /// The oldest runnable queued run's `run_at`.
 pub fn oldest_queued(
     conn: &rusqlite::Connection,
