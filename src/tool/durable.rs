@@ -4,8 +4,10 @@
 //! without running, a wait whose time came (or whose event arrived) returns at once.
 //!
 //! The guarantee: a step's closure runs again only if its worker died after the closure
-//! finished and before its record committed. Each record is committed (fenced by the run's
-//! lease) before `step` returns, so the next step never starts on an unrecorded result.
+//! finished and before its record committed. A record is committed (fenced by the run's
+//! lease) before the run's next step runs, and with the attempt's end at the latest: `step`
+//! hands the record to the worker's group commit and returns, and the next step waits for
+//! that commit first, so no step ever runs on an earlier result that is not recorded.
 
 use std::collections::HashSet;
 use std::future::Future;
@@ -106,10 +108,14 @@ impl From<StepError> for super::ToolOutcome {
 pub trait JournalStore: Send + Sync {
     /// The run's recorded steps and events.
     async fn load(&self) -> Result<Journal, String>;
-    /// Records `entries` under the attempt's lease and waits for the commit; `false` when
-    /// the lease no longer held.
-    async fn save(&self, entries: Vec<StepEntry>) -> Result<bool, String>;
+    /// Hands `entries` to the writer, to record under the attempt's lease in order with the
+    /// attempt's other writes (its end after them); the answer comes once they committed:
+    /// `false` when the lease no longer held.
+    fn submit(&self, entries: Vec<StepEntry>) -> Result<Committed, String>;
 }
+
+/// A submitted record's answer: true once committed, false when fenced out.
+pub type Committed = tokio::sync::oneshot::Receiver<bool>;
 
 /// A suspension the tool asked for, with the steps to record with it.
 #[derive(Debug, Clone)]
@@ -179,6 +185,9 @@ struct Replay {
     sleeps: u32,
     /// Resolved waits to record with the next write (a sleep whose time came).
     deferred: Vec<StepEntry>,
+    /// The latest record handed to the writer and not known to be committed, with its step's
+    /// name: the next step's closure waits for it.
+    outstanding: Option<(String, Committed)>,
 }
 
 /// Where a step stands when the tool asks for it.
@@ -253,6 +262,9 @@ impl Durable {
                 Slot::New(seq) => seq,
             }
         };
+        // The previous step's record commits before this step runs: no step acts on an
+        // earlier result that a crash could still take back.
+        inner.barrier().await?;
         // The lock is not held while the step runs: the step may report progress, or await
         // other work of the tool.
         let (entry, result) = match fut.await {
@@ -286,6 +298,16 @@ impl Durable {
         };
         inner.save(name, entry).await?;
         result
+    }
+
+    /// Waits until every record this attempt handed to the writer has committed (a tool that
+    /// acts outside its steps on a step's result may call it first); an error names the step
+    /// whose record was fenced out.
+    pub async fn commit(&self) -> Result<(), StepError> {
+        match &self.inner {
+            Some(inner) => inner.barrier().await,
+            None => Ok(()),
+        }
     }
 
     /// Sleeps durably for `d` (see [`super::ToolContext::sleep`]).
@@ -462,14 +484,30 @@ impl Inner {
         }
     }
 
-    /// Records `entry` (after any deferred ones) and waits for the commit.
+    /// Hands `entry` (after any deferred ones) to the writer; the next step waits for its
+    /// commit ([`Inner::barrier`]).
     async fn save(&self, name: &str, entry: StepEntry) -> Result<(), StepError> {
-        let mut entries = std::mem::take(&mut self.state.lock().await.deferred);
+        let mut st = self.state.lock().await;
+        let mut entries = std::mem::take(&mut st.deferred);
         entries.push(entry);
-        match self.store.save(entries).await {
+        let committed = self.store.submit(entries).map_err(StepError::Store)?;
+        // Records commit in the order they were handed over, so the latest answer covers
+        // the earlier ones (their lease is the same).
+        st.outstanding = Some((name.to_string(), committed));
+        Ok(())
+    }
+
+    /// Waits for the latest record handed to the writer to commit.
+    async fn barrier(&self) -> Result<(), StepError> {
+        let Some((name, committed)) = self.state.lock().await.outstanding.take() else {
+            return Ok(());
+        };
+        match committed.await {
             Ok(true) => Ok(()),
-            Ok(false) => Err(StepError::LeaseLost(name.to_string())),
-            Err(e) => Err(StepError::Store(e)),
+            Ok(false) => Err(StepError::LeaseLost(name)),
+            Err(_) => Err(StepError::Store(format!(
+                "the worker stopped before step {name:?} was recorded"
+            ))),
         }
     }
 

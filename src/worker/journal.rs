@@ -1,6 +1,6 @@
 //! An attempt's journal store: reads the run's steps and events through the engine, and sends
 //! step records to the finisher, whose batch commits them (fenced by the lease) with other
-//! attempts' ends in one transaction; the tool waits for that commit.
+//! attempts' ends in one transaction; the tool's next step waits for that commit.
 
 use std::sync::Arc;
 
@@ -10,7 +10,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::shared::{Job, Shared};
 use crate::run::{Journal, Run, StepEntry, StepSave};
 use crate::store::Settlement;
-use crate::tool::durable::{Durable, JournalStore, SuspendSignal};
+use crate::tool::durable::{Committed, Durable, JournalStore, SuspendSignal};
 
 /// The journal store of one attempt.
 struct AttemptJournal {
@@ -31,11 +31,12 @@ impl JournalStore for AttemptJournal {
             .map_err(|e| e.to_string())
     }
 
-    async fn save(&self, entries: Vec<StepEntry>) -> Result<bool, String> {
-        let Some(last) = entries.last().map(|e| e.seq) else {
-            return Ok(true);
-        };
+    fn submit(&self, entries: Vec<StepEntry>) -> Result<Committed, String> {
         let (tx, rx) = oneshot::channel();
+        let Some(last) = entries.last().map(|e| e.seq) else {
+            let _ = tx.send(true);
+            return Ok(rx);
+        };
         self.sh
             .step_acks
             .lock()
@@ -54,8 +55,7 @@ impl JournalStore for AttemptJournal {
         if !sent {
             return Err("the worker's finisher is gone".into());
         }
-        rx.await
-            .map_err(|_| "the worker stopped before the step was recorded".to_string())
+        Ok(rx)
     }
 }
 
