@@ -111,10 +111,7 @@ impl Tool for Waiter {
             Ok(i) => i,
             Err(e) => return e,
         };
-        match ctx
-            .wait_for_event(EVENT, Duration::from_secs(3600))
-            .await
-        {
+        match ctx.wait_for_event(EVENT, Duration::from_secs(3600)).await {
             Ok(Some(_)) => {}
             Ok(None) => return ToolOutcome::tool_error("no go within an hour"),
             Err(e) => return e.into(),
@@ -339,7 +336,10 @@ pub async fn signal_child(db: &Path) -> anyhow::Result<()> {
         let s = client
             .signal(&id, EVENT, json!({"k": k}), Some("bench-child".into()))
             .await?;
-        anyhow::ensure!(s.woke, "run {id} was waiting but the signal did not wake it");
+        anyhow::ensure!(
+            s.woke,
+            "run {id} was waiting but the signal did not wake it"
+        );
         writeln!(out, "{t0}")?;
         out.flush()?;
     }

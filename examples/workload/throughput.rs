@@ -51,7 +51,16 @@ pub async fn drain(
 ) -> anyhow::Result<Value> {
     let recorder = Recorder::counting();
     let mode = if limited { "drain-limited" } else { "drain" };
-    drain_with(db, n, concurrency, limited, mode, recorder.clone(), Noop(recorder)).await
+    drain_with(
+        db,
+        n,
+        concurrency,
+        limited,
+        mode,
+        recorder.clone(),
+        Noop(recorder),
+    )
+    .await
 }
 
 /// [`drain`] with `tool` as the `noop` tool, counting through `recorder`, reported as `mode`
