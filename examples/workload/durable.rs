@@ -8,7 +8,8 @@
 //! - `drain-steps3`: the drain whose tool records three steps per run
 //!   ([`toolq::ToolContext::step`], trivial closures), between two plain drains in the same
 //!   invocation (fresh files, enqueued in batches): reports the steps drain's rate and its ratio
-//!   to the mean of the plain drains.
+//!   to the mean of the plain drains. Every enqueue and drain is a child process of its own
+//!   (`drain-steps3-part` is the steps drain), as `bench/run.sh` runs `drain`.
 //! - `resume` / `resume-xproc`: `count` samples; each enqueues a run whose tool waits for the
 //!   event `go`, waits until the run is suspended, idles a gap (the latency modes' sequence),
 //!   then takes t0 and signals `go` with [`toolq::Client::signal`]: in this process (the worker
@@ -33,8 +34,8 @@ use toolq::{RunId, StepError, Tool, ToolContext, ToolDef, ToolOutcome, WorkerOpt
 
 use crate::latency::{Gaps, summary};
 use crate::noop::{definition, index};
-use crate::throughput::{drain_with, enqueue, round};
-use crate::{Noop, Recorder, fresh, mono_ns, open, open_with, pg, request, with_info};
+use crate::throughput::{drain_with, round};
+use crate::{Recorder, fresh, mono_ns, open, open_with, pg, request, with_info};
 
 /// How long each `wait-1s` run sleeps.
 const SLEEP: Duration = Duration::from_secs(1);
@@ -122,9 +123,11 @@ impl Tool for Waiter {
     }
 }
 
-/// `wait-1s`: enqueue `n` sleeping runs in batches on a fresh file, then time their drain.
+/// `wait-1s`: a child process enqueues `n` runs in batches on a fresh file; this process
+/// (which enqueued nothing, so its peak RSS is the worker's, as for `drain`) times their drain
+/// with the sleeping tool.
 pub async fn wait_1s(db: &Path, n: usize, concurrency: usize) -> anyhow::Result<Value> {
-    let enq = enqueue(db, n, 1000).await?;
+    let enq = child("enqueue-batch", db, n, concurrency).await?;
     let recorder = Recorder::counting();
     let mut v = drain_with(
         db,
@@ -145,53 +148,83 @@ pub async fn wait_1s(db: &Path, n: usize, concurrency: usize) -> anyhow::Result<
 }
 
 /// `drain-steps3`: plain drain, steps drain, plain drain, each on a fresh file enqueued in
-/// batches; the ratio is to the plain drains' mean (the VM drifts within minutes).
+/// batches and drained by a new process (as `drain`: the peak RSS is each drain's own); the
+/// ratio is to the plain drains' mean (the VM drifts within minutes).
 pub async fn drain_steps3(db: &Path, n: usize, concurrency: usize) -> anyhow::Result<Value> {
     let plain_db = beside(db, "plain");
     let mut plain = Vec::new();
+    let mut plain_rss = Vec::new();
     let mut steps = json!(null);
     for round_ in 0..3 {
-        let file = if round_ == 1 { db } else { &plain_db };
-        enqueue(file, n, 1000).await?;
-        let recorder = Recorder::counting();
-        if round_ == 1 {
-            steps = drain_with(
-                file,
-                n,
-                concurrency,
-                false,
-                "drain-steps3",
-                recorder.clone(),
-                Steps3(recorder),
-            )
-            .await?;
-            let recorded = step_records(file, "status = 'done'").await?;
-            anyhow::ensure!(
-                recorded == 3 * n as i64,
-                "{recorded} steps recorded, expected {}",
-                3 * n
-            );
+        let (file, mode) = if round_ == 1 {
+            (db, "drain-steps3-part")
         } else {
-            let v = drain_with(
-                file,
-                n,
-                concurrency,
-                false,
-                "drain",
-                recorder.clone(),
-                Noop(recorder),
-            )
-            .await?;
+            (plain_db.as_path(), "drain")
+        };
+        child("enqueue-batch", file, n, concurrency).await?;
+        let v = child(mode, file, n, concurrency).await?;
+        if round_ == 1 {
+            steps = v;
+        } else {
             plain.push(v["rate"].as_f64().context("plain drain rate")?);
+            plain_rss.push(v["peak_rss_kib"].clone());
         }
     }
     let mean = plain.iter().sum::<f64>() / plain.len() as f64;
     let rate = steps["rate"].as_f64().context("steps drain rate")?;
+    steps["mode"] = json!("drain-steps3");
     steps["steps_per_run"] = json!(3);
     steps["plain_rates"] = json!(plain);
     steps["plain_rate"] = json!(round(mean, 1));
+    steps["plain_peak_rss_kib"] = json!(plain_rss);
     steps["ratio_to_plain"] = json!(round(rate / mean, 3));
     Ok(steps)
+}
+
+/// `drain-steps3-part`: the drain with [`Steps3`] on a file an enqueue left, then a check
+/// that every run recorded its three steps.
+pub async fn drain_steps3_part(db: &Path, n: usize, concurrency: usize) -> anyhow::Result<Value> {
+    let recorder = Recorder::counting();
+    let v = drain_with(
+        db,
+        n,
+        concurrency,
+        false,
+        "drain-steps3-part",
+        recorder.clone(),
+        Steps3(recorder),
+    )
+    .await?;
+    let recorded = step_records(db, "status = 'done'").await?;
+    anyhow::ensure!(
+        recorded == 3 * n as i64,
+        "{recorded} steps recorded, expected {}",
+        3 * n
+    );
+    Ok(v)
+}
+
+/// Runs this program in `mode` on `db` as a child process and returns its JSON line.
+async fn child(mode: &str, db: &Path, n: usize, concurrency: usize) -> anyhow::Result<Value> {
+    let exe = std::env::current_exe().context("path of this program")?;
+    let out = tokio::process::Command::new(exe)
+        .arg(mode)
+        .arg(db)
+        .arg(n.to_string())
+        .arg(concurrency.to_string())
+        .stdin(Stdio::null())
+        .stderr(Stdio::inherit())
+        .output()
+        .await
+        .with_context(|| format!("run the {mode} child"))?;
+    anyhow::ensure!(
+        out.status.success(),
+        "the {mode} child failed: {}",
+        out.status
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text.lines().last().unwrap_or_default();
+    serde_json::from_str(line).with_context(|| format!("the {mode} child said {line:?}"))
 }
 
 /// Another database for the same measurement: `<db>.<what>` beside a file; on Postgres the

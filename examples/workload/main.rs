@@ -17,11 +17,11 @@
 //! beside `drain-procs-1`.
 //!
 //! Durable runs (issue 35, toolq's own): `wait-1s` enqueues `count` runs whose tool sleeps 1 s
-//! durably (the slot is freed while they wait) and times until all completed; `drain-steps3`
-//! is the drain with three recorded steps per run, beside the plain drain in the same
-//! invocation; `resume` and `resume-xproc` time from `Client::signal` to the waiting tool
-//! running again, the signal sent in this process or by a child process on the same file
-//! (`signal-one` is that child). See [`durable`].
+//! durably (the slot is freed while they wait) and times until all completed; `drain-steps3` is
+//! the drain with three recorded steps per run, beside the plain drain in the same invocation
+//! (`drain-steps3-part` is its steps drain, a child process); `resume` and `resume-xproc` time
+//! from `Client::signal` to the waiting tool running again, the signal sent in this process or
+//! by a child process on the same file (`signal-one` is that child). See [`durable`].
 
 mod durable;
 mod latency;
@@ -116,6 +116,7 @@ async fn run(a: Args) -> anyhow::Result<Option<Value>> {
         }
         "wait-1s" => durable::wait_1s(&a.db, a.count, a.concurrency).await?,
         "drain-steps3" => durable::drain_steps3(&a.db, a.count, a.concurrency).await?,
+        "drain-steps3-part" => durable::drain_steps3_part(&a.db, a.count, a.concurrency).await?,
         "resume" => durable::resume(&a.db, a.count, a.concurrency, false).await?,
         "resume-xproc" => durable::resume(&a.db, a.count, a.concurrency, true).await?,
         "signal-one" => {
