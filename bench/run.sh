@@ -191,7 +191,7 @@ if steps_ratios:
 wait_n = med("wait-1s", "n")
 line("wait-1s wall time", "wait-1s", "secs", f"s for {wait_n or 0:,.0f} runs of 1 s")
 line("wait-1s", "wait-1s", "rate", "runs/s", lim_batch, "batched lifecycle")
-line("wait-1s peak RSS", "wait-1s", "peak_rss_kib", "KiB", rss, "the drain's")
+line("wait-1s peak RSS", "wait-1s", "peak_rss_kib", "KiB", med("drain", "peak_rss_kib"), "the drain's")
 line("resume p50", "resume", "p50_ms", "ms")
 line("resume p99", "resume", "p99_ms", "ms")
 line("resume-xproc p50", "resume-xproc", "p50_ms", "ms")
