@@ -4,6 +4,8 @@
 # limit measured in every round. Prints each figure's runs and median, and new/base ratios.
 # With AB_PG=1, each round also runs the same three modes on a throwaway Postgres server
 # (bench/pg_server.sh) after the raw Postgres limit (examples/pg_limit).
+# With AB_PICKUP=SAMPLES (e.g. 200), each round also measures the pickup latency (latency and
+# latency-xproc, SAMPLES each, ~12 s per mode and version) on both.
 #
 #   bench/ab.sh REV [ROUNDS] [N]        (defaults: 4 rounds of 20,000 runs; BENCH_DIR as run.sh)
 set -euo pipefail
@@ -40,6 +42,11 @@ for r in $(seq "$ROUNDS"); do
     "$BASE/$v" enqueue "$DIR/$v-e.db" "$N" "$CONC" 2>/dev/null | tag "$v" "$r" >> "$RAW"
     "$BASE/$v" drain "$DIR/$v-e.db" "$N" "$CONC" 2>/dev/null | tag "$v" "$r" >> "$RAW"
     "$BASE/$v" enqueue-batch "$DIR/$v-b.db" "$N" "$CONC" 2>/dev/null | tag "$v" "$r" >> "$RAW"
+    if [ "${AB_PICKUP:-0}" != 0 ]; then
+      for m in latency latency-xproc; do
+        "$BASE/$v" $m "$DIR/$v-l.db" "$AB_PICKUP" "$CONC" 2>/dev/null | tag "$v" "$r" >> "$RAW"
+      done
+    fi
   done
   [ "$PG" = 1 ] || continue
   fresh() { psql_admin "DROP DATABASE IF EXISTS $1 WITH (FORCE)" >/dev/null 2>&1; psql_admin "CREATE DATABASE $1"; }
@@ -68,6 +75,16 @@ for mode in ["enqueue", "drain", "enqueue-batch"]:
 for v in ["base", "new"]:
     kib = [r["x"]["peak_rss_kib"] for r in rows if r["v"] == v and r["x"]["mode"] == "drain"]
     print(f"drain peak RSS {v}: median {st.median(kib) / 1024:.2f} MiB, runs {kib}")
+for mode in ["latency", "latency-xproc"]:
+    for key in ["p50_ms", "p99_ms"]:
+        med = {}
+        for v in ["base", "new"]:
+            xs = [r["x"][key] for r in rows if r["v"] == v and r["x"]["mode"] == mode]
+            if xs:
+                med[v] = st.median(xs)
+                print(f"{mode + ' ' + key:20} {v:4} median {med[v]:.3f} ms  runs {xs}")
+        if len(med) == 2 and med["base"]:
+            print(f"{mode + ' ' + key:20} new/base {med['new'] / med['base']:.3f}")
 pg = [r["x"]["batched_lifecycle_per_s"] for r in rows if r["v"] == "pgraw"]
 if pg:
     ref = st.median(pg)

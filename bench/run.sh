@@ -11,6 +11,8 @@
 #   Worker: bench/peers/graphile-worker)
 #   BENCH_PG=0 to skip the Postgres half (bench/pg.sh: a throwaway server, the raw Postgres
 #   limit, the workload on a postgres:// URL, 1 vs 4 worker processes, Graphile Worker)
+#   BENCH_DURABLE=0 to skip the durable runs (issue 35: wait-1s, drain-steps3, resume,
+#   resume-xproc); BENCH_WAIT_N=N runs for wait-1s (default 10000)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${1:-20000}
@@ -23,7 +25,9 @@ fs=$(df -PT "$DIR" | awk 'NR==2 {print $2}')
 if [ "$fs" = tmpfs ]; then echo "bench: $DIR is on tmpfs (fsync is free there); pick a real disk" >&2; exit 2; fi
 
 cargo build --release --quiet --example workload --example sqlite_limit --example sqlite_floor
-W=target/release/examples/workload
+# The build lands in CARGO_TARGET_DIR when it is set.
+TD=${CARGO_TARGET_DIR:-target}
+W=$TD/release/examples/workload
 # Peers speak the same adapter protocol; they are installed on first use and measured in the
 # same rounds as toolq, so the ratios compare like with like.
 PJ=""
@@ -38,9 +42,9 @@ if [ "${BENCH_PEERS:-1}" != 0 ]; then
     exit 2
   fi
 fi
-L=target/release/examples/sqlite_limit
+L=$TD/release/examples/sqlite_limit
 # SQLite alone with toolq's own rows and statements: the floor under each figure (issue 19).
-F=target/release/examples/sqlite_floor
+F=$TD/release/examples/sqlite_floor
 RAW="$DIR/raw.jsonl"
 : > "$RAW"
 
@@ -71,6 +75,17 @@ for r in $(seq "$RUNS"); do
   done
   $W latency "$DIR/l$r.db" "$SAMPLES" "$CONC" | tee -a "$RAW"
   $W latency-xproc "$DIR/x$r.db" "$SAMPLES" "$CONC" | tee -a "$RAW"
+  if [ "${BENCH_DURABLE:-1}" != 0 ]; then
+    # Durable runs (issue 35). drain-steps3 drains plain, with three recorded steps, plain
+    # again (fresh files) and reports its ratio to the plain drains of the same invocation.
+    $W drain-steps3 "$DIR/s3-$r.db" "$N" "$CONC" | tee -a "$RAW"
+    # 10,000 runs that each sleep 1 s durably: a few seconds, not 10,000 / 16 s.
+    $W wait-1s "$DIR/wait$r.db" "${BENCH_WAIT_N:-10000}" "$CONC" | tee -a "$RAW"
+    # From Client::signal to the waiting tool's next start: signal in the worker's process,
+    # then from a second process on the same file.
+    $W resume "$DIR/rs$r.db" "$SAMPLES" "$CONC" | tee -a "$RAW"
+    $W resume-xproc "$DIR/rx$r.db" "$SAMPLES" "$CONC" | tee -a "$RAW"
+  fi
   if [ -n "$PJ" ]; then
     for m in enqueue drain; do $PJ $m "$DIR/pj$r.db" "$N" "$CONC" | sed 's/"mode":"/"mode":"plainjob-/' | tee -a "$RAW"; done
     $PJ enqueue-batch "$DIR/pjb$r.db" "$N" "$CONC" | sed 's/"mode":"/"mode":"plainjob-/' | tee -a "$RAW"
@@ -167,6 +182,20 @@ line("drain (big queue)", "drain-big", "rate", "jobs/s", med("drain", "rate"), "
 line("20k drain beside it", "drain-beside-big", "rate", "jobs/s")
 line("drain (big queue)", "drain-big", "rate", "jobs/s", med("drain-beside-big", "rate"), "20k drains beside it")
 line("drain (big) peak RSS", "drain-big", "peak_rss_kib", "KiB")
+# Durable runs (issue 35).
+line("drain-steps3", "drain-steps3", "rate", "jobs/s", lim_batch, "batched lifecycle")
+line("drain-steps3", "drain-steps3", "rate", "jobs/s", med("drain-steps3", "plain_rate"), "its plain drains")
+steps_ratios = [r["ratio_to_plain"] for r in rows if r.get("mode") == "drain-steps3" and r.get("ratio_to_plain")]
+if steps_ratios:
+    print(f"{'steps3 / plain by round':<22} {' / '.join(f'{r:.2f}' for r in steps_ratios)}  (median {statistics.median(steps_ratios):.2f}x)")
+wait_n = med("wait-1s", "n")
+line("wait-1s wall time", "wait-1s", "secs", f"s for {wait_n or 0:,.0f} runs of 1 s")
+line("wait-1s", "wait-1s", "rate", "runs/s", lim_batch, "batched lifecycle")
+line("wait-1s peak RSS", "wait-1s", "peak_rss_kib", "KiB", med("drain", "peak_rss_kib"), "the drain's")
+line("resume p50", "resume", "p50_ms", "ms")
+line("resume p99", "resume", "p99_ms", "ms")
+line("resume-xproc p50", "resume-xproc", "p50_ms", "ms")
+line("resume-xproc p99", "resume-xproc", "p99_ms", "ms")
 
 # Issue 19's targets, each as a ratio to a figure of this same run.
 def ratio(a, b):
@@ -194,6 +223,14 @@ targets = [
     ("drain peak RSS MiB", rss / 1024 if rss else None, "<=", 12.0, None),
     ("big queue / 20k queued beside", ratio(med("drain-big", "rate"), med("drain-beside-big", "rate")), ">=", 0.9, None),
 ]
+# Issue 35's targets. "A few seconds" for wait-1s is read as at most 5 s (10,000 / 16 s
+# would be 625 s with the slot held).
+durable_targets = [
+    ("steps3 / plain drain, median", statistics.median(steps_ratios) if steps_ratios else None, ">=", 0.5, None),
+    ("wait-1s wall time s", med("wait-1s", "secs"), "<=", 5.0, None),
+    ("resume p50 ms", med("resume", "p50_ms"), "<=", 5.0, None),
+    ("resume-xproc p50 ms", med("resume-xproc", "p50_ms"), "<=", 5.0, None),
+]
 print("\n## issue 19 targets (this run; 'SQLite alone' = the same ratio for toolq's own writes without toolq)")
 for name, v, op, goal, alone in targets:
     if v is None:
@@ -205,6 +242,14 @@ for name, v, op, goal, alone in targets:
         reach = alone >= goal if op == ">=" else alone <= goal
         verdict += f"   (SQLite alone: {alone:.2f}{'' if reach else ', below the target: out of reach with this data model'})"
     print(f"{name:<30} {v:>10.2f}   target {op} {goal:<5} {verdict}")
+if any(v is not None for _, v, _, _, _ in durable_targets):
+    print("\n## issue 35 targets (durable runs, this run)")
+    for name, v, op, goal, _ in durable_targets:
+        if v is None:
+            print(f"{name:<30} {'not measured':>10}   target {op} {goal}")
+            continue
+        met = v >= goal if op == ">=" else v <= goal
+        print(f"{name:<30} {v:>10.2f}   target {op} {goal:<5} {'met' if met else 'NOT MET'}")
 PY
 if [ "${BENCH_PG:-1}" != 0 ]; then
   bench/pg.sh "$N" "$SAMPLES" "$RUNS"

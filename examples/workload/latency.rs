@@ -16,10 +16,11 @@ use crate::throughput::round;
 use crate::{Recorder, fresh, mono_ns, open, request, with_info};
 
 /// The idle gaps before each sample: uniform in 0..=100 ms from a fixed xorshift64 sequence.
-struct Gaps(u64);
+pub struct Gaps(u64);
 
 impl Gaps {
-    fn new() -> Self {
+    /// The fixed sequence every latency mode uses.
+    pub fn new() -> Self {
         Gaps(0x9E37_79B9_7F4A_7C15)
     }
 }
@@ -213,7 +214,7 @@ fn cpu_secs() -> anyhow::Result<f64> {
 }
 
 /// Sorts the latencies (ns) and reports p50, p99 and max in ms.
-fn summary(mode: &str, lat: &mut [i64]) -> Value {
+pub fn summary(mode: &str, lat: &mut [i64]) -> Value {
     lat.sort_unstable();
     let pct = |p: f64| -> f64 {
         if lat.is_empty() {

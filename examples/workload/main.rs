@@ -6,7 +6,7 @@
 //! database (see [`pg`]); `idle` then reports no WAL figures (the server keeps its own).
 //!
 //! Modes: enqueue | enqueue-batch | drain | drain-limited | latency | latency-xproc |
-//! latency-delayed | idle | drain-procs-P.
+//! latency-delayed | idle | drain-procs-P | wait-1s | drain-steps3 | resume | resume-xproc.
 //! Prints exactly one JSON line on stdout; everything else goes to stderr. `idle` (toolq's own)
 //! measures the CPU time and the commits of a worker that has nothing to do; `latency-delayed`
 //! (toolq's own) how late a run enqueued 100 ms ahead starts (lateness p50/p99).
@@ -15,7 +15,15 @@
 //! `latency-xproc` mode starts as its enqueuing child process. `drain-procs-P` (toolq's own) is
 //! the drain by P worker processes on one file (`drain-part` is its child), e.g. `drain-procs-4`
 //! beside `drain-procs-1`.
+//!
+//! Durable runs (issue 35, toolq's own): `wait-1s` enqueues `count` runs whose tool sleeps 1 s
+//! durably (the slot is freed while they wait) and times until all completed; `drain-steps3` is
+//! the drain with three recorded steps per run, beside the plain drain in the same invocation
+//! (`drain-steps3-part` is its steps drain, a child process); `resume` and `resume-xproc` time
+//! from `Client::signal` to the waiting tool running again, the signal sent in this process or
+//! by a child process on the same file (`signal-one` is that child). See [`durable`].
 
+mod durable;
 mod latency;
 mod noop;
 mod pg;
@@ -106,12 +114,21 @@ async fn run(a: Args) -> anyhow::Result<Option<Value>> {
                 .map_err(|e| anyhow::anyhow!("mode {m:?}: process count: {e}"))?;
             procs::drain(&a.db, a.count, a.concurrency, procs).await?
         }
+        "wait-1s" => durable::wait_1s(&a.db, a.count, a.concurrency).await?,
+        "drain-steps3" => durable::drain_steps3(&a.db, a.count, a.concurrency).await?,
+        "drain-steps3-part" => durable::drain_steps3_part(&a.db, a.count, a.concurrency).await?,
+        "resume" => durable::resume(&a.db, a.count, a.concurrency, false).await?,
+        "resume-xproc" => durable::resume(&a.db, a.count, a.concurrency, true).await?,
+        "signal-one" => {
+            durable::signal_child(&a.db).await?;
+            return Ok(None);
+        }
         "enqueue-one" => {
             latency::enqueue_child(&a.db, a.count).await?;
             return Ok(None);
         }
         other => anyhow::bail!(
-            "mode {other:?}: expected enqueue, enqueue-batch, drain, drain-limited, latency, latency-xproc, latency-delayed, idle or drain-procs-P"
+            "mode {other:?}: expected enqueue, enqueue-batch, drain, drain-limited, latency, latency-xproc, latency-delayed, idle, drain-procs-P, wait-1s, drain-steps3, resume or resume-xproc"
         ),
     };
     Ok(Some(out))
@@ -124,14 +141,15 @@ pub const LIMITS: &str = "[limits.noop]\nmax_running = 64\nrate = \"100000/1s\"\
 
 /// A client on `db` with the no-op tool, `concurrency` slots, all usable by one session.
 fn open(db: &Path, concurrency: usize, recorder: Recorder) -> anyhow::Result<Client> {
-    open_with(db, concurrency, recorder, false)
+    open_with(db, concurrency, Noop(recorder), false)
 }
 
-/// [`open`], with [`LIMITS`] if `limited`.
+/// [`open`] with `tool` as the `noop` tool (the plain one, or a durable variant of
+/// [`durable`]), and with [`LIMITS`] if `limited`.
 fn open_with(
     db: &Path,
     concurrency: usize,
-    recorder: Recorder,
+    tool: impl toolq::Tool,
     limited: bool,
 ) -> anyhow::Result<Client> {
     let mut config = Config::default();
@@ -146,7 +164,7 @@ fn open_with(
     if limited {
         config.limits = Config::parse(LIMITS, "workload")?.limits;
     }
-    let registry = RegistryBuilder::new().tool(Noop(recorder)).build()?;
+    let registry = RegistryBuilder::new().tool(tool).build()?;
     Ok(Client::open(config, registry)?)
 }
 

@@ -56,6 +56,19 @@ impl Recorder {
         self.inner.handled.load(Ordering::Acquire)
     }
 
+    /// Counts run `i` as handled (waking [`Recorder::wait_handled`] at its target) and, when
+    /// timing, sends its start `t1`.
+    pub fn record(&self, i: u64, t1: i64) {
+        if let Some(tx) = &self.inner.starts {
+            // The receiver goes away only when the measurement is over.
+            let _ = tx.send((i, t1));
+        }
+        let handled = self.inner.handled.fetch_add(1, Ordering::AcqRel) + 1;
+        if handled >= self.inner.target.load(Ordering::Acquire) {
+            self.inner.notify.notify_waiters();
+        }
+    }
+
     /// Waits until at least `n` runs were handled.
     pub async fn wait_handled(&self, n: u64) {
         self.inner.target.store(n, Ordering::Release);
@@ -72,38 +85,45 @@ impl Recorder {
 /// The no-op tool `noop`.
 pub struct Noop(pub Recorder);
 
+/// The `noop` tool's definition (shared with the durable variants, which take its payload).
+pub fn definition() -> ToolDef {
+    ToolDef::new(
+        "noop",
+        "Benchmark no-op: records its start and returns the payload's index.",
+        json!({
+            "type": "object",
+            "properties": {"kind": {"type": "string"}, "i": {"type": "integer"}, "pad": {"type": "string"}},
+            "required": ["i"]
+        }),
+    )
+    .hints(ToolHints {
+        readonly: true,
+        idempotent: true,
+        supports_background: true,
+    })
+}
+
+/// The payload's index `i`.
+pub fn index(ctx: &ToolContext) -> Result<u64, ToolOutcome> {
+    ctx.args
+        .get("i")
+        .and_then(|v| v.as_u64())
+        .ok_or_else(|| ToolOutcome::tool_error("payload has no integer \"i\""))
+}
+
 #[async_trait]
 impl Tool for Noop {
     fn definition(&self) -> ToolDef {
-        ToolDef::new(
-            "noop",
-            "Benchmark no-op: records its start and returns the payload's index.",
-            json!({
-                "type": "object",
-                "properties": {"kind": {"type": "string"}, "i": {"type": "integer"}, "pad": {"type": "string"}},
-                "required": ["i"]
-            }),
-        )
-        .hints(ToolHints {
-            readonly: true,
-            idempotent: true,
-            supports_background: true,
-        })
+        definition()
     }
 
     async fn call(&self, ctx: ToolContext) -> ToolOutcome {
         let t1 = crate::mono_ns();
-        let Some(i) = ctx.args.get("i").and_then(|v| v.as_u64()) else {
-            return ToolOutcome::tool_error("payload has no integer \"i\"");
+        let i = match index(&ctx) {
+            Ok(i) => i,
+            Err(e) => return e,
         };
-        if let Some(tx) = &self.0.inner.starts {
-            // The receiver goes away only when the measurement is over.
-            let _ = tx.send((i, t1));
-        }
-        let handled = self.0.inner.handled.fetch_add(1, Ordering::AcqRel) + 1;
-        if handled >= self.0.inner.target.load(Ordering::Acquire) {
-            self.0.inner.notify.notify_waiters();
-        }
+        self.0.record(i, t1);
         ToolOutcome::ok(json!({"i": i}))
     }
 }

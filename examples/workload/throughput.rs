@@ -8,7 +8,7 @@ use tokio_util::sync::CancellationToken;
 use toolq::WorkerOptions;
 use toolq::error::StoreError;
 
-use crate::{Recorder, fresh, open, open_with, peak_rss_kib, pg, request, with_info};
+use crate::{Noop, Recorder, fresh, open, open_with, peak_rss_kib, pg, request, with_info};
 
 /// `enqueue` (batch = 1) and `enqueue-batch` (batch = 1000) on a fresh file.
 pub async fn enqueue(db: &Path, n: usize, batch: usize) -> anyhow::Result<Value> {
@@ -49,6 +49,31 @@ pub async fn drain(
     concurrency: usize,
     limited: bool,
 ) -> anyhow::Result<Value> {
+    let recorder = Recorder::counting();
+    let mode = if limited { "drain-limited" } else { "drain" };
+    drain_with(
+        db,
+        n,
+        concurrency,
+        limited,
+        mode,
+        recorder.clone(),
+        Noop(recorder),
+    )
+    .await
+}
+
+/// [`drain`] with `tool` as the `noop` tool, counting through `recorder`, reported as `mode`
+/// (the durable modes time their runs the same way).
+pub async fn drain_with(
+    db: &Path,
+    n: usize,
+    concurrency: usize,
+    limited: bool,
+    mode: &str,
+    recorder: Recorder,
+    tool: impl toolq::Tool,
+) -> anyhow::Result<Value> {
     let sql = match pg::url(db) {
         Some(url) => Some(pg::Sql::connect(url).await?),
         None if !db.exists() => {
@@ -56,8 +81,7 @@ pub async fn drain(
         }
         None => None,
     };
-    let recorder = Recorder::counting();
-    let client = open_with(db, concurrency, recorder.clone(), limited)?;
+    let client = open_with(db, concurrency, tool, limited)?;
     let shutdown = CancellationToken::new();
     let started = Instant::now();
     let worker = client.worker(WorkerOptions::default());
@@ -119,7 +143,7 @@ pub async fn drain(
         anyhow::bail!("drain-limited recorded no starts: the rate was not counted");
     }
     let v = json!({
-        "mode": if limited { "drain-limited" } else { "drain" }, "n": n, "concurrency": concurrency, "secs": round(secs, 4),
+        "mode": mode, "n": n, "concurrency": concurrency, "secs": round(secs, 4),
         "rate": round(n as f64 / secs, 1), "handled": handled,
         "peak_rss_kib": peak_rss_kib(),
     });
