@@ -71,7 +71,7 @@ CREATE TABLE runs (
     approval_at           TEXT,
     approval_note         TEXT,
     cancel_requested_at   TEXT                               -- a running run is asked to stop
-, unique_key TEXT, background INTEGER NOT NULL DEFAULT 0 CHECK (background IN (0, 1)), wait_kind TEXT CHECK (wait_kind IS NULL OR wait_kind = 'sleep' OR wait_kind = 'event' OR wait_kind = 'snooze' OR wait_kind = 'check'), wait_event TEXT, snoozes INTEGER NOT NULL DEFAULT 0);
+, unique_key TEXT, background INTEGER NOT NULL DEFAULT 0 CHECK (background IN (0, 1)), wait_kind TEXT CHECK (wait_kind IS NULL OR wait_kind = 'sleep' OR wait_kind = 'event' OR wait_kind = 'snooze' OR wait_kind = 'check' OR wait_kind = 'resume'), wait_event TEXT, snoozes INTEGER NOT NULL DEFAULT 0);
 -- unique_key (version 7): hex SHA-256 of tool and canonical args; NULL unless enqueued unique.
 -- background (version 12): 1 for a run started in the background (spawn_background, a
 -- Background-mode tool through the executor); spawn_background's limits count these only.
@@ -366,7 +366,7 @@ FROM tool_starts GROUP BY tool;
 -- each run's recorded steps and waits (read them through run_steps); run_events the events
 -- sent to runs (`toolq signal`). waiting_runs lists the suspended runs.
 CREATE TABLE step_records (
-    run_id       TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE DEFERRABLE INITIALLY DEFERRED,
+    run_id       TEXT NOT NULL,      -- the run (deleted with it: runs_delete_steps)
     seq          INTEGER NOT NULL,   -- its place in the run's sequence, 1-based
     name         TEXT NOT NULL,      -- unique within the run
     kind         TEXT NOT NULL CHECK (kind IN ('step', 'sleep', 'event')),
@@ -378,6 +378,11 @@ CREATE TABLE step_records (
     recorded_at  TEXT NOT NULL,
     PRIMARY KEY (run_id, seq)
 ) WITHOUT ROWID;
+-- Like blobs, a step costs one b-tree insert: no foreign key to check at each commit (the
+-- worker records a run's steps under its lease); deleting a run deletes its steps.
+CREATE TRIGGER runs_delete_steps AFTER DELETE ON runs BEGIN
+    DELETE FROM step_records WHERE run_id = old.id;
+END;
 CREATE TABLE run_events (
     run_id       TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
     name         TEXT NOT NULL,      -- the first delivery of a name wins

@@ -6,11 +6,11 @@
 -- run_steps view); run_events the events sent to runs (`toolq signal`). Nothing is rebuilt.
 -- The statements below are the same text as in schema.sql (a test compares the results).
 
-ALTER TABLE runs ADD COLUMN wait_kind TEXT CHECK (wait_kind IS NULL OR wait_kind = 'sleep' OR wait_kind = 'event' OR wait_kind = 'snooze' OR wait_kind = 'check');
+ALTER TABLE runs ADD COLUMN wait_kind TEXT CHECK (wait_kind IS NULL OR wait_kind = 'sleep' OR wait_kind = 'event' OR wait_kind = 'snooze' OR wait_kind = 'check' OR wait_kind = 'resume');
 ALTER TABLE runs ADD COLUMN wait_event TEXT;
 ALTER TABLE runs ADD COLUMN snoozes INTEGER NOT NULL DEFAULT 0;
 CREATE TABLE step_records (
-    run_id       TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE DEFERRABLE INITIALLY DEFERRED,
+    run_id       TEXT NOT NULL,      -- the run (deleted with it: runs_delete_steps)
     seq          INTEGER NOT NULL,   -- its place in the run's sequence, 1-based
     name         TEXT NOT NULL,      -- unique within the run
     kind         TEXT NOT NULL CHECK (kind IN ('step', 'sleep', 'event')),
@@ -22,6 +22,11 @@ CREATE TABLE step_records (
     recorded_at  TEXT NOT NULL,
     PRIMARY KEY (run_id, seq)
 ) WITHOUT ROWID;
+-- Like blobs, a step costs one b-tree insert: no foreign key to check at each commit (the
+-- worker records a run's steps under its lease); deleting a run deletes its steps.
+CREATE TRIGGER runs_delete_steps AFTER DELETE ON runs BEGIN
+    DELETE FROM step_records WHERE run_id = old.id;
+END;
 CREATE TABLE run_events (
     run_id       TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
     name         TEXT NOT NULL,      -- the first delivery of a name wins

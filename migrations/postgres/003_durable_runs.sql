@@ -5,7 +5,7 @@
 -- each run's recorded steps and waits (read them through the run_steps view); run_events the
 -- events sent to runs (`toolq signal`).
 
-ALTER TABLE runs ADD COLUMN wait_kind TEXT CHECK (wait_kind IS NULL OR wait_kind IN ('sleep', 'event', 'snooze', 'check'));
+ALTER TABLE runs ADD COLUMN wait_kind TEXT CHECK (wait_kind IS NULL OR wait_kind IN ('sleep', 'event', 'snooze', 'check', 'resume'));
 ALTER TABLE runs ADD COLUMN wait_event TEXT;
 ALTER TABLE runs ADD COLUMN snoozes BIGINT NOT NULL DEFAULT 0;
 CREATE TABLE step_records (

@@ -108,6 +108,7 @@ fn run_at(r: &Run, now: DateTime<Utc>) -> String {
             (WaitKind::Sleep, _) => format!("sleeps {left}"),
             (WaitKind::Snooze, _) => format!("snoozed {left}"),
             (WaitKind::Check, _) => format!("next check in {left}"),
+            (WaitKind::Resume, _) => "resumes its steps".to_string(),
         };
     }
     if wait <= 0 {

@@ -218,6 +218,9 @@ pub enum WaitKind {
     Snooze,
     /// An async tool's `CheckAgainIn`: check the external operation again later.
     Check,
+    /// Handed back by a stopping worker after it recorded steps: due now, and its next
+    /// invocation replays them.
+    Resume,
 }
 
 impl WaitKind {
@@ -228,6 +231,7 @@ impl WaitKind {
             WaitKind::Event => "event",
             WaitKind::Snooze => "snooze",
             WaitKind::Check => "check",
+            WaitKind::Resume => "resume",
         }
     }
 }
@@ -240,10 +244,17 @@ impl FromStr for WaitKind {
             WaitKind::Event,
             WaitKind::Snooze,
             WaitKind::Check,
+            WaitKind::Resume,
         ]
         .into_iter()
         .find(|k| k.as_str() == s)
-        .ok_or_else(|| InputError::new("wait kind", s, "must be sleep, event, snooze or check"))
+        .ok_or_else(|| {
+            InputError::new(
+                "wait kind",
+                s,
+                "must be sleep, event, snooze, check or resume",
+            )
+        })
     }
 }
 
@@ -295,6 +306,9 @@ impl Waiting {
             (WaitKind::Sleep, _) => format!("sleep until {at}"),
             (WaitKind::Snooze, _) => format!("snoozed until {at}"),
             (WaitKind::Check, _) => format!("next check of its operation at {at}"),
+            (WaitKind::Resume, _) => {
+                format!("resume from its recorded steps (handed back by a stopping worker at {at})")
+            }
             (WaitKind::Event, None) => format!("an event (times out at {at})"),
         }
     }
@@ -324,6 +338,7 @@ mod tests {
             WaitKind::Event,
             WaitKind::Snooze,
             WaitKind::Check,
+            WaitKind::Resume,
         ] {
             assert_eq!(w.as_str().parse::<WaitKind>().unwrap(), w);
         }

@@ -204,13 +204,15 @@ impl Durable {
         Durable { inner: None }
     }
 
-    /// The journal of a run's attempt.
+    /// The journal of a run's attempt. `fresh`: the run cannot have recorded anything yet
+    /// (its first attempt, not a resume), so its journal is not read.
     pub fn new(
         store: Arc<dyn JournalStore>,
         suspend: SuspendSignal,
         clock: SharedClock,
         attempt: i64,
         max_step_bytes: usize,
+        fresh: bool,
     ) -> Durable {
         Durable {
             inner: Some(Arc::new(Inner {
@@ -221,6 +223,7 @@ impl Durable {
                 max_step_bytes,
                 state: tokio::sync::Mutex::new(Replay {
                     next_seq: 1,
+                    journal: fresh.then(Journal::default),
                     ..Replay::default()
                 }),
             })),

@@ -24,6 +24,7 @@ pub fn run_state(r: &crate::run::Run) -> Markup {
                     (None, crate::run::WaitKind::Snooze) => { "snoozed" }
                     (None, crate::run::WaitKind::Check) => { "next check later" }
                     (None, crate::run::WaitKind::Event) => { "waiting an event" }
+                    (None, crate::run::WaitKind::Resume) => { "resuming its steps" }
                 }
             }
         }

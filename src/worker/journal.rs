@@ -77,6 +77,10 @@ pub(super) fn journal_of(
         sh.core.clock().clone(),
         run.attempt,
         sh.core.config().runs.max_step_bytes,
+        // Steps are recorded only by a claimed attempt. A run claimed for the first time
+        // has none; one that ran before is a later attempt (a retry, a rescue), or a resume
+        // (a wait, a snooze, a hand-back after steps: `wait_kind` set).
+        run.attempt <= 1 && !run.resumed,
     );
     (durable, suspend)
 }

@@ -365,7 +365,9 @@ pub(crate) async fn release<C: GenericClient>(
         c,
         &format!(
             "UPDATE runs SET state = 'queued', attempt = attempt - 1, run_at = $4, \
-             lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL {GUARD}"
+             lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL, \
+             wait_kind = coalesce(wait_kind, CASE WHEN EXISTS (SELECT 1 FROM step_records s \
+                 WHERE s.run_id = runs.id) THEN 'resume' END) {GUARD}"
         ),
         &[&id, &attempt, &token, &ts(now)],
         "release run",

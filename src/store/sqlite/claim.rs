@@ -359,6 +359,8 @@ pub fn set_operation_stages(
 }
 
 /// Gives a running attempt back to the queue without counting it (clean shutdown), fenced.
+/// A run that recorded steps is marked a resume (`wait_kind` `resume`, unless it already
+/// resumed a wait): its next invocation reads its journal, and keeps its log so far.
 pub fn release(
     tx: &Transaction<'_>,
     id: &str,
@@ -369,7 +371,9 @@ pub fn release(
     let n = tx
         .prepare_cached(&super::runs::guard_sql(
             "state = 'queued', attempt = attempt - 1, run_at = :now, lease_owner = NULL, \
-             lease_token = NULL, lease_expires_at = NULL",
+             lease_token = NULL, lease_expires_at = NULL, \
+             wait_kind = coalesce(wait_kind, CASE WHEN EXISTS (SELECT 1 FROM step_records s \
+                 WHERE s.run_id = runs.id) THEN 'resume' END)",
         ))
         .ctx("prepare release")?
         .execute(named_params! {":now": ts(now), ":id": id, ":attempt": attempt, ":token": token})

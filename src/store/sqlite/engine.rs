@@ -198,9 +198,7 @@ impl Engine for Store {
             let now = p.claim.now;
             // Step saves first, while their leases hold: a release of the same attempt in
             // this batch must not fence out a step whose closure already ran.
-            let saved = settle::step_saves(&p.batch)
-                .map(|s| journal::save(tx, s, now))
-                .collect::<Result<Vec<bool>, _>>()?;
+            let saved = journal::save_many(tx, settle::step_saves(&p.batch), now)?;
             let released = settle::releases(&p.batch)
                 .map(|r| claim::release(tx, r.id.as_str(), r.attempt, &r.token, now))
                 .collect::<Result<Vec<bool>, _>>()?;

@@ -11,12 +11,29 @@ use crate::run::{
     EventSent, Journal, NewEvent, RunEvent, RunState, StepEntry, StepRecord, StepSave,
 };
 
-/// Inserts a step, or replaces the record of the same place (a failed step run again).
-const UPSERT_STEP: &str = "INSERT INTO step_records (run_id, seq, name, kind, status, output, \
-     error, wake_at, attempt, recorded_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) \
-     ON CONFLICT (run_id, seq) DO UPDATE SET name = excluded.name, kind = excluded.kind, \
-     status = excluded.status, output = excluded.output, error = excluded.error, \
-     wake_at = excluded.wake_at, attempt = excluded.attempt, recorded_at = excluded.recorded_at";
+/// Inserts steps, or replaces the record of the same place (a wait that ended, a failed step
+/// run again); `?1` is now.
+const UPSERT_HEAD: &str = "INSERT INTO step_records (run_id, seq, name, kind, status, output, \
+     error, wake_at, attempt, recorded_at)";
+const UPSERT_TAIL: &str = "ON CONFLICT (run_id, seq) DO UPDATE SET name = excluded.name, \
+     kind = excluded.kind, status = excluded.status, output = excluded.output, \
+     error = excluded.error, wake_at = excluded.wake_at, attempt = excluded.attempt, \
+     recorded_at = excluded.recorded_at";
+
+fn upsert_sql(rows: usize) -> &'static str {
+    static SQL: super::rows::SqlBySize = super::rows::SqlBySize::new();
+    SQL.get(rows, |rows| {
+        super::rows::values_sql(
+            UPSERT_HEAD,
+            "(#, #, #, #, #, #, #, #, #, ?1)",
+            rows,
+            UPSERT_TAIL,
+        )
+    })
+}
+
+/// One step to write: its run, the attempt that records it, the entry.
+pub(crate) type StepRow<'a> = (&'a str, i64, &'a StepEntry);
 
 /// Marks an event taken by a wait.
 const CONSUME_EVENT: &str = "UPDATE run_events SET consumed_at = ?3 \
@@ -26,31 +43,37 @@ const CONSUME_EVENT: &str = "UPDATE run_events SET consumed_at = ?3 \
 const LEASE_HELD: &str = "SELECT 1 FROM runs WHERE id = ?1 AND state = 'running' \
      AND attempt = ?2 AND lease_token = ?3";
 
-/// Records `entries` for the run (the caller checked the fence), in order.
-pub(crate) fn write_entries(
+/// Records steps (the caller checked their fences), in order: one multi-row statement per
+/// chunk, as blobs are written; an entry that took an event marks it consumed. A record
+/// given twice keeps the last.
+pub(crate) fn write_rows(
     tx: &Transaction<'_>,
-    run: &str,
-    attempt: i64,
-    entries: &[StepEntry],
+    rows: &[StepRow<'_>],
     now: DateTime<Utc>,
 ) -> Result<(), StoreError> {
     let now = ts(now);
-    let mut upsert = tx.prepare_cached(UPSERT_STEP).ctx("prepare record step")?;
-    for e in entries {
-        upsert
-            .execute(rusqlite::params![
-                run,
-                e.seq,
-                e.name,
-                e.kind.as_str(),
-                e.status.as_str(),
-                e.output,
-                e.error,
-                e.wake_at.map(ts),
-                attempt,
-                now,
-            ])
-            .ctx("record step")?;
+    // One statement cannot touch a row twice: a repeated place is written by its last entry.
+    let mut last: Vec<StepRow<'_>> = Vec::with_capacity(rows.len());
+    for r in rows {
+        match last.iter_mut().find(|l| l.0 == r.0 && l.2.seq == r.2.seq) {
+            Some(l) => *l = *r,
+            None => last.push(*r),
+        }
+    }
+    super::rows::insert_chunked(tx, &last, "record steps", upsert_sql, &now, |stmt, i, r| {
+        let (run, attempt, e) = *r;
+        stmt.raw_bind_parameter(i, run)?;
+        stmt.raw_bind_parameter(i + 1, e.seq)?;
+        stmt.raw_bind_parameter(i + 2, e.name.as_str())?;
+        stmt.raw_bind_parameter(i + 3, e.kind.as_str())?;
+        stmt.raw_bind_parameter(i + 4, e.status.as_str())?;
+        stmt.raw_bind_parameter(i + 5, e.output.as_deref())?;
+        stmt.raw_bind_parameter(i + 6, e.error.as_deref())?;
+        stmt.raw_bind_parameter(i + 7, e.wake_at.map(ts))?;
+        stmt.raw_bind_parameter(i + 8, attempt)?;
+        Ok(i + 9)
+    })?;
+    for (run, _, e) in rows {
         if let Some(event) = &e.consumes {
             tx.prepare_cached(CONSUME_EVENT)
                 .ctx("prepare consume event")?
@@ -61,24 +84,43 @@ pub(crate) fn write_entries(
     Ok(())
 }
 
-/// Records a running attempt's steps while its lease holds; whether it did.
-pub(crate) fn save(
+/// Records `entries` for the run (the caller checked the fence), in order.
+pub(crate) fn write_entries(
     tx: &Transaction<'_>,
-    s: &StepSave,
+    run: &str,
+    attempt: i64,
+    entries: &[StepEntry],
     now: DateTime<Utc>,
-) -> Result<bool, StoreError> {
-    let held = tx
-        .prepare_cached(LEASE_HELD)
-        .ctx("prepare step fence")?
-        .query_row(rusqlite::params![s.id.as_str(), s.attempt, s.token], |_| {
-            Ok(())
-        })
-        .optional()
-        .ctx("step fence")?
-        .is_some();
-    if held {
-        write_entries(tx, s.id.as_str(), s.attempt, &s.entries, now)?;
+) -> Result<(), StoreError> {
+    let rows: Vec<StepRow<'_>> = entries.iter().map(|e| (run, attempt, e)).collect();
+    write_rows(tx, &rows, now)
+}
+
+/// Records running attempts' steps, each while its lease holds (all applied saves in a few
+/// statements); per save, whether it did.
+pub(crate) fn save_many<'a>(
+    tx: &Transaction<'_>,
+    saves: impl Iterator<Item = &'a StepSave>,
+    now: DateTime<Utc>,
+) -> Result<Vec<bool>, StoreError> {
+    let mut fence = tx.prepare_cached(LEASE_HELD).ctx("prepare step fence")?;
+    let mut held = Vec::new();
+    let mut rows: Vec<StepRow<'_>> = Vec::new();
+    for s in saves {
+        let ok = fence
+            .query_row(rusqlite::params![s.id.as_str(), s.attempt, s.token], |_| {
+                Ok(())
+            })
+            .optional()
+            .ctx("step fence")?
+            .is_some();
+        if ok {
+            rows.extend(s.entries.iter().map(|e| (s.id.as_str(), s.attempt, e)));
+        }
+        held.push(ok);
     }
+    drop(fence);
+    write_rows(tx, &rows, now)?;
     Ok(held)
 }
 
