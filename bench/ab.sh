@@ -21,10 +21,15 @@ BASE=$(mktemp -d -p "${TMPDIR:-/tmp}" toolq-ab.XXXXXX)
 source bench/pg_server.sh
 trap 'pg_server_stop; git worktree remove --force "$BASE/src" >/dev/null 2>&1 || true; rm -rf "$BASE"' EXIT
 git worktree add --detach "$BASE/src" "$REV" >/dev/null
-# One target directory for both: the dependencies build once.
+# A target directory each: in one shared directory the second build reused the first's
+# binary (cargo keys a workspace package's artifacts without its path, and judged the working
+# tree's files by the other checkout's build time), so "new" could be the base. Each keeps
+# its dependencies between runs.
 export CARGO_TARGET_DIR=$PWD/target/ab
-(cd "$BASE/src" && cargo build --release --quiet --example workload)
-cp "$CARGO_TARGET_DIR/release/examples/workload" "$BASE/base"
+(cd "$BASE/src" && CARGO_TARGET_DIR="$CARGO_TARGET_DIR-base" cargo build --release --quiet --example workload)
+cp "$CARGO_TARGET_DIR-base/release/examples/workload" "$BASE/base"
+# The build script's symbol-order path is cached per target directory: make it this tree's.
+touch build.rs
 cargo build --release --quiet --example workload --example sqlite_limit --example pg_limit
 cp "$CARGO_TARGET_DIR/release/examples/workload" "$BASE/new"
 L=$CARGO_TARGET_DIR/release/examples/sqlite_limit
