@@ -199,7 +199,8 @@ impl ToolContext {
     }
 
     /// Runs `fut` as the recorded step `name`. The first time, it runs and its JSON result
-    /// (or its error) is recorded for the run, fenced by the lease, before this returns. On
+    /// (or its error) is recorded for the run, fenced by the lease: the record commits before
+    /// the run's next step runs (and with the attempt's end at the latest). On
     /// a later invocation of the same run (a retry, a rescue after a crash, a resume after a
     /// wait) a recorded result is returned and `fut` does not run; a step that failed in an
     /// earlier attempt runs again. Names are unique within a run, and a replay must ask for
