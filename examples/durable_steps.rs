@@ -149,12 +149,9 @@ async fn worker(db: &Path, concurrency: usize) -> Result<(), Box<dyn std::error:
     let client = client(db, concurrency)?;
     let stop = CancellationToken::new();
     let on_signal = stop.clone();
+    // Registered before the worker starts: a SIGTERM from then on stops it cleanly.
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     tokio::spawn(async move {
-        let Ok(mut term) =
-            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        else {
-            return;
-        };
         tokio::select! {
             _ = term.recv() => {}
             _ = tokio::signal::ctrl_c() => {}

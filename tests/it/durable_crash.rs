@@ -213,8 +213,15 @@ fn kill_9_during_steps_and_waits_never_runs_a_recorded_step_again() {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
+    // The runs may all have ended before the last worker started: SIGTERM once it runs.
+    let pid = child.id();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while db.count(&format!("SELECT count(*) FROM workers WHERE pid = {pid}")) == 0 {
+        assert!(Instant::now() < deadline, "worker {pid} never registered");
+        std::thread::sleep(Duration::from_millis(2));
+    }
     nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::unistd::Pid::from_raw(pid as i32),
         nix::sys::signal::Signal::SIGTERM,
     )
     .unwrap();
