@@ -101,10 +101,16 @@ fn held_leases(sh: &Shared) -> Vec<(RunId, String)> {
 /// lost.
 fn stop_cancelled_and_lost(sh: &Shared, held: &[(RunId, String)], alive: &[(String, bool)]) {
     let flights = sh.flights();
-    for (id, _) in held {
+    for (id, token) in held {
+        // The attempt the heartbeat asked about: the same run may have ended here and been
+        // claimed again meanwhile (a suspension woken at once), under a new lease that this
+        // answer says nothing about.
+        let attempt = flights
+            .get(id)
+            .filter(|f| f.run.lease_token.as_deref() == Some(token.as_str()));
         match alive.iter().find(|(a, _)| a == id.as_str()) {
             Some((_, true)) => {
-                if let Some(f) = flights.get(id) {
+                if let Some(f) = attempt {
                     tracing::info!(run_id = %id, "cancel requested; stopping the run");
                     f.stop.stop(StopReason::Cancel);
                 }
@@ -115,7 +121,7 @@ fn stop_cancelled_and_lost(sh: &Shared, held: &[(RunId, String)], alive: &[(Stri
                 // that is (almost always) our own finisher's commit, which landed between the
                 // snapshot of `held` and the heartbeat's write; the finisher's fence reports a
                 // real loss.
-                if let Some(f) = flights.get(id)
+                if let Some(f) = attempt
                     && !f.ended.load(std::sync::atomic::Ordering::Acquire)
                 {
                     tracing::warn!(run_id = %id, "lease lost (run rescued elsewhere); stopping this attempt");
