@@ -1,4 +1,4 @@
--- toolq schema, version 13 (stored in PRAGMA user_version; src/store/migrate.rs upgrades older files).
+-- toolq schema, version 14 (stored in PRAGMA user_version; src/store/migrate.rs upgrades older files).
 --
 -- This file is the whole schema. It is embedded in the binary and applied by `toolq init`
 -- (or by any command that opens a new database). Ops people: this is your interface.
@@ -71,13 +71,14 @@ CREATE TABLE runs (
     approval_at           TEXT,
     approval_note         TEXT,
     cancel_requested_at   TEXT                               -- a running run is asked to stop
-, unique_key TEXT, background INTEGER NOT NULL DEFAULT 0 CHECK (background IN (0, 1)), wait_kind TEXT CHECK (wait_kind IS NULL OR wait_kind = 'sleep' OR wait_kind = 'event' OR wait_kind = 'snooze' OR wait_kind = 'check' OR wait_kind = 'resume'), wait_event TEXT, snoozes INTEGER NOT NULL DEFAULT 0);
+, unique_key TEXT, background INTEGER NOT NULL DEFAULT 0 CHECK (background IN (0, 1)), wait_kind TEXT CHECK (wait_kind IS NULL OR wait_kind = 'sleep' OR wait_kind = 'event' OR wait_kind = 'snooze' OR wait_kind = 'check' OR wait_kind = 'resume' OR wait_kind = 'children' OR wait_kind = 'parents'), wait_event TEXT, snoozes INTEGER NOT NULL DEFAULT 0, batch_id TEXT, parent_run_id TEXT, deps_pending INTEGER NOT NULL DEFAULT 0);
 -- unique_key (version 7): hex SHA-256 of tool and canonical args; NULL unless enqueued unique.
 -- background (version 12): 1 for a run started in the background (spawn_background, a
 -- Background-mode tool through the executor); spawn_background's limits count these only.
 -- Uniqueness only where a value exists: partial indexes keep ad-hoc runs (no key, no schedule)
 -- out of them, so an enqueue commits fewer index pages.
 -- wait_kind, wait_event, snoozes (version 13): see "Durable runs" at the end.
+-- batch_id, parent_run_id, deps_pending (version 14): see "Composition" at the end.
 -- Background runs only (version 12): spawn_background's per-session count seeks it.
 CREATE INDEX runs_background_idx ON runs (session_id, state, run_at) WHERE background = 1;
 CREATE UNIQUE INDEX runs_idempotency_idx ON runs (idempotency_key) WHERE idempotency_key IS NOT NULL;
@@ -228,7 +229,7 @@ CREATE TABLE inbox (
     run_id      TEXT REFERENCES runs(id) ON DELETE CASCADE DEFERRABLE INITIALLY DEFERRED,
     attempt     INTEGER NOT NULL DEFAULT 0,
     kind        TEXT NOT NULL CHECK (kind = 'completed' OR kind = 'failed' OR kind = 'cancelled'
-                                     OR kind = 'approval_request'),
+                                     OR kind = 'approval_request' OR kind = 'batch_completed'),
     body        TEXT NOT NULL,                      -- the text shown to the session
     data        TEXT NOT NULL DEFAULT '{}',  -- the same, structured
     delivery    TEXT NOT NULL DEFAULT 'when_idle'
@@ -369,7 +370,7 @@ CREATE TABLE step_records (
     run_id       TEXT NOT NULL,      -- the run (deleted with it: runs_delete_steps)
     seq          INTEGER NOT NULL,   -- its place in the run's sequence, 1-based
     name         TEXT NOT NULL,      -- unique within the run
-    kind         TEXT NOT NULL CHECK (kind IN ('step', 'sleep', 'event')),
+    kind         TEXT NOT NULL CHECK (kind IN ('step', 'sleep', 'event', 'children')),
     status       TEXT NOT NULL CHECK (status IN ('done', 'failed', 'waiting')),
     output       TEXT,               -- the recorded JSON result
     error        TEXT,               -- a failed step's error
@@ -399,3 +400,57 @@ FROM step_records s JOIN runs r ON r.id = s.run_id;
 CREATE VIEW waiting_runs AS
 SELECT id, session_id, tool, wait_kind, wait_event, run_at AS wakes_at, attempt, snoozes, status_text
 FROM runs WHERE state = 'queued' AND wait_kind IS NOT NULL;
+
+-- Composition (version 14): batches, dependencies (run_deps, runs.deps_pending) and child
+-- runs (runs.parent_run_id); runs.batch_id names a run's batch. See migrations/014_composition.sql.
+-- A batch's runs (written once, at insert: a member's state changes write no entry here).
+CREATE INDEX runs_batch_idx ON runs (batch_id, id) WHERE batch_id IS NOT NULL;
+-- A run's spawned children, by state: ctx.wait_children is due once none is unfinished.
+CREATE INDEX runs_parent_idx ON runs (parent_run_id, state) WHERE parent_run_id IS NOT NULL;
+CREATE TABLE batches (
+    id              TEXT PRIMARY KEY,               -- 'bt_' + uuid v7
+    session_id      TEXT NOT NULL,                  -- gets the batch_completed message
+    title           TEXT NOT NULL,
+    total           INTEGER NOT NULL DEFAULT 0,     -- runs added
+    pending         INTEGER NOT NULL DEFAULT 0,     -- runs not yet final
+    completed       INTEGER NOT NULL DEFAULT 0,
+    failed          INTEGER NOT NULL DEFAULT 0,
+    cancelled       INTEGER NOT NULL DEFAULT 0,
+    on_complete     TEXT,                           -- the callback run to enqueue: {tool, args, title, max_attempts, priority}
+    callback_run_id TEXT,                           -- the callback run of the latest completion
+    completions     INTEGER NOT NULL DEFAULT 0,     -- times it completed (a retry reopens it)
+    created_at      TEXT NOT NULL,
+    completed_at    TEXT                            -- NULL while a run of it is unfinished
+);
+CREATE INDEX batches_session_idx ON batches (session_id, id);
+CREATE TABLE run_deps (
+    child_id    TEXT NOT NULL,                      -- the dependent run (deleted with it)
+    parent_id   TEXT NOT NULL,                      -- the run (or batch, mode 'batch') it waits for
+    mode        TEXT NOT NULL CHECK (mode IN ('all', 'any', 'batch')),  -- all: the parent must complete; any: any final state
+    resolved    TEXT,                               -- the parent's final state once it reached one
+    PRIMARY KEY (child_id, parent_id)
+) WITHOUT ROWID;
+-- A parent's unresolved dependents: the end-writer resolves them in the parent's end.
+CREATE INDEX run_deps_parent_idx ON run_deps (parent_id) WHERE resolved IS NULL;
+CREATE TRIGGER runs_delete_deps AFTER DELETE ON runs BEGIN
+    DELETE FROM run_deps WHERE child_id = old.id;
+END;
+CREATE VIEW run_edges AS
+SELECT parent_id, child_id,
+       CASE mode WHEN 'all' THEN 'after' WHEN 'any' THEN 'after_any' ELSE 'callback' END AS kind,
+       resolved
+FROM run_deps
+UNION ALL
+SELECT parent_run_id AS parent_id, id AS child_id, 'spawned' AS kind,
+       CASE WHEN state = 'completed' OR state = 'failed' OR state = 'cancelled' THEN state END AS resolved
+FROM runs WHERE parent_run_id IS NOT NULL;
+CREATE VIEW batch_progress AS
+SELECT id, session_id, title, total, pending, completed, failed, cancelled,
+       CASE WHEN completed_at IS NULL THEN 'running' ELSE 'completed' END AS state,
+       completions, callback_run_id, created_at, completed_at
+FROM batches;
+CREATE VIEW blocked_runs AS
+SELECT r.id, r.session_id, r.tool, r.deps_pending,
+       (SELECT group_concat(d.parent_id, ',') FROM run_deps d
+        WHERE d.child_id = r.id AND d.resolved IS NULL) AS waiting_for
+FROM runs r WHERE r.state = 'queued' AND r.wait_kind = 'parents';

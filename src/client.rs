@@ -174,6 +174,35 @@ impl Client {
         self.core.enqueue_batch(reqs).await
     }
 
+    /// Creates a batch of runs in one transaction, or nothing (see
+    /// [`crate::core::Core::create_batch`]): its id and its runs. When every run of it is
+    /// final, its session gets exactly one `batch_completed` message, and its callback run
+    /// (if any) is enqueued. ([`Client::enqueue_batch`] inserts many runs in one transaction
+    /// without making a batch of them.)
+    pub async fn create_batch(
+        &self,
+        batch: crate::core::BatchRequest,
+        reqs: Vec<EnqueueRequest>,
+    ) -> Result<crate::core::BatchCreated> {
+        self.core.create_batch(batch, reqs).await
+    }
+
+    /// Reads a batch with its runs counted by state and its first failures.
+    pub async fn batch(&self, id: &crate::ids::BatchId) -> Result<crate::run::Batch> {
+        self.core.batch(id).await
+    }
+
+    /// Lists batches, newest first.
+    pub async fn batches(&self, filter: crate::run::BatchFilter) -> Result<Vec<crate::run::Batch>> {
+        self.core.batches(filter).await
+    }
+
+    /// A run's links: its batch, the runs it waits for and that wait for it, the run that
+    /// spawned it and the runs it spawned.
+    pub async fn links(&self, id: &RunId) -> Result<crate::run::RunLinks> {
+        self.core.links(id).await
+    }
+
     /// Reads a run.
     pub async fn get(&self, id: &RunId) -> Result<Run> {
         self.core.get_run(id).await

@@ -190,6 +190,18 @@ pub enum StoreError {
         /// What differs, with both values (`different args: stored {...}, given {...}`).
         what: String,
     },
+    /// The store refused what it was asked to write because of what it found (exit code 2):
+    /// an `--after` parent that does not exist, a batch that has completed. Nothing was
+    /// written.
+    #[error("{field} {value:?}: {reason}")]
+    Rejected {
+        /// The input at fault (`after`, `batch`).
+        field: String,
+        /// Its value.
+        value: String,
+        /// Why.
+        reason: String,
+    },
     /// The database URL does not parse (exit code 2). The URL is shown without its password.
     #[error("database URL {url} is not valid: {reason}")]
     BadUrl {
@@ -271,6 +283,19 @@ pub enum Fault {
 }
 
 impl StoreError {
+    /// A [`StoreError::Rejected`].
+    pub fn rejected(
+        field: impl Into<String>,
+        value: impl Into<String>,
+        reason: impl Into<String>,
+    ) -> StoreError {
+        StoreError::Rejected {
+            field: field.into(),
+            value: value.into(),
+            reason: reason.into(),
+        }
+    }
+
     /// What kind of failure this is (the engine classifies its own errors).
     pub fn fault(&self) -> Fault {
         match self {
@@ -345,6 +370,7 @@ impl Error {
                 | StoreError::NotToolq { .. }
                 | StoreError::Missing { .. }
                 | StoreError::BadUrl { .. }
+                | StoreError::Rejected { .. }
                 | StoreError::Unsupported { .. },
             ) => 2,
             _ => 1,

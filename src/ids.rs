@@ -67,6 +67,7 @@ macro_rules! prefixed_id {
 prefixed_id!(RunId, "bg_", "run id");
 prefixed_id!(ScheduleId, "sch_", "schedule id");
 prefixed_id!(WorkerId, "wk_", "worker id");
+prefixed_id!(BatchId, "bt_", "batch id");
 
 /// Checks a session id: 1-200 characters, no control characters.
 pub fn validate_session(session: &str) -> Result<(), InputError> {

@@ -78,8 +78,9 @@ pub use client::{Client, EnqueueRequest, Enqueued};
 pub use clock::{Clock, ManualClock, SharedClock, SystemClock};
 pub use config::Config;
 pub use core::events::Signalled;
+pub use core::{BatchCreated, BatchRequest, OnComplete};
 pub use error::{Error, InputError, Result};
-pub use ids::{RunId, ScheduleId, WorkerId};
+pub use ids::{BatchId, RunId, ScheduleId, WorkerId};
 pub use run::{
     Delivery, Journal, Progress, Run, RunAnswer, RunEvent, RunFilter, RunState, StepRecord, Unique,
     UniqueBy, WaitKind, Waiting,

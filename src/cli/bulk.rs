@@ -63,6 +63,7 @@ impl Filter {
             schedule_id: schedule_id(self.schedule.as_deref())?,
             created_before: ago(now, "--older-than", &self.older_than)?,
             created_after: ago(now, "--newer-than", &self.newer_than)?,
+            batch_id: None,
         };
         if filter.is_empty() && !self.all {
             return Err(InputError::about(

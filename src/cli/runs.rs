@@ -42,6 +42,8 @@ pub async fn run(ctx: &Ctx, args: Args) -> Result<()> {
             session: filter("--session", args.session)?,
             tool: filter("--tool", args.tool)?,
             schedule_id: None,
+            batch_id: None,
+            parent_run_id: None,
             limit: args.limit,
         })
         .await?;
@@ -109,6 +111,8 @@ fn run_at(r: &Run, now: DateTime<Utc>) -> String {
             (WaitKind::Snooze, _) => format!("snoozed {left}"),
             (WaitKind::Check, _) => format!("next check in {left}"),
             (WaitKind::Resume, _) => "resumes its steps".to_string(),
+            (WaitKind::Children, _) => "waits its children".to_string(),
+            (WaitKind::Parents, _) => format!("blocked ({} parents)", r.deps_pending),
         };
     }
     if wait <= 0 {

@@ -98,6 +98,7 @@ pub(super) struct FileRuns {
     pub tail_chars: Option<i64>,
     pub max_snoozes: Option<i64>,
     pub max_step_bytes: Option<i64>,
+    pub max_batch_runs: Option<i64>,
 }
 
 #[derive(Debug, Default, Deserialize)]

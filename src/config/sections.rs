@@ -176,6 +176,8 @@ pub struct RunDefaults {
     pub max_snoozes: i64,
     /// Largest JSON result of one recorded step (`ctx.step`), in bytes.
     pub max_step_bytes: usize,
+    /// Most runs one batch may hold (`enqueue --batch`, `Client::create_batch`).
+    pub max_batch_runs: usize,
 }
 
 impl Default for RunDefaults {
@@ -189,6 +191,7 @@ impl Default for RunDefaults {
             tail_chars: 2048,
             max_snoozes: 1000,
             max_step_bytes: 1024 * 1024,
+            max_batch_runs: 100_000,
         }
     }
 }

@@ -192,6 +192,12 @@ pub(super) fn runs(c: &Checker<'_>, r: FileRuns) -> Result<RunDefaults, ConfigEr
             d.max_step_bytes as i64,
             16..=64 << 20,
         )? as usize,
+        max_batch_runs: c.int(
+            "runs.max_batch_runs",
+            r.max_batch_runs,
+            d.max_batch_runs as i64,
+            1..=crate::run::composition::MAX_BATCH_RUNS as i64,
+        )? as usize,
     };
     if runs.backoff_base > runs.backoff_max {
         return Err(c.bad(

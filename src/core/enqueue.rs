@@ -45,6 +45,19 @@ impl Core {
         // Encoded here rather than in the store, so the write transaction only binds text
         // (a batch's encoding was ~5 % of its instructions inside the transaction).
         let args = crate::run::encode_args(&req.args)?;
+        if (!req.after.is_empty() || !req.after_requests.is_empty()) && req.run_at.is_some() {
+            return Err(InputError::new(
+                "after",
+                req.after
+                    .first()
+                    .map(|p| p.as_str())
+                    .unwrap_or("an earlier request"),
+                "a run that waits for parents starts when they end; it cannot also name a start time (--at, --in)",
+            ));
+        }
+        let mut after = req.after;
+        let mut seen = std::collections::HashSet::new();
+        after.retain(|p| seen.insert(p.clone()));
         let mut row = NewRun {
             id: RunId::generate(),
             session_id: req.session,
@@ -64,7 +77,16 @@ impl Core {
             ticks: 1,
             unique,
             approval: None,
+            batch_id: req.batch,
+            parent_run_id: req.parent,
+            after,
+            after_mode: if req.after_any {
+                crate::run::DepMode::Any
+            } else {
+                crate::run::DepMode::All
+            },
         };
+        crate::run::composition::check_parents(&row.id, &row.after)?;
         // This process's rules decide whether the run waits for approval from its creation.
         row.approval = crate::approval::pending_for(self.approval_rules(), &row, &req.args);
         drop(req.args);
@@ -93,16 +115,7 @@ impl Core {
     /// creation time, the instant of the call, as they share its transaction; their ids keep
     /// the order of `reqs`.
     pub async fn enqueue_batch(&self, reqs: Vec<EnqueueRequest>) -> Result<Vec<Enqueued>> {
-        // One instant also lets the insert bind it once for many rows (`runs::Shared`).
-        let now = self.now();
-        let rows = reqs
-            .into_iter()
-            .enumerate()
-            .map(|(i, r)| {
-                self.prepare_owned(r, now)
-                    .map_err(|e| e.within(&format!("request {}: ", i + 1)))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
+        let rows = self.prepare_many(reqs, self.now())?;
         let inserted = self
             .engine()
             .run_insert(rows)
@@ -110,6 +123,42 @@ impl Core {
             .map_err(|e| key_conflict(e, "batch"))?;
         self.wake_workers();
         Ok(inserted.into_iter().map(to_enqueued).collect())
+    }
+
+    /// Validates every request of one call at `now` (one instant also lets the insert bind
+    /// it once for many rows, `runs::Shared`); an error names the request's index. Each
+    /// request's `after_requests` become its rows' parents, and a cycle among them is
+    /// refused, naming the requests on it.
+    pub(crate) fn prepare_many(
+        &self,
+        reqs: Vec<EnqueueRequest>,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<NewRun>, InputError> {
+        let links: Vec<Vec<usize>> = reqs.iter().map(|r| r.after_requests.clone()).collect();
+        let mut rows = reqs
+            .into_iter()
+            .enumerate()
+            .map(|(i, r)| {
+                self.prepare_owned(r, now)
+                    .map_err(|e| e.within(&format!("request {}: ", i + 1)))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        if links.iter().all(Vec::is_empty) {
+            return Ok(rows);
+        }
+        crate::run::composition::check_request_links(&links)?;
+        for (i, parents) in links.iter().enumerate() {
+            for &j in parents {
+                let id = rows[j].id.clone();
+                if !rows[i].after.contains(&id) {
+                    rows[i].after.push(id);
+                }
+            }
+            let (id, after) = (&rows[i].id, &rows[i].after);
+            crate::run::composition::check_parents(id, after)
+                .map_err(|e| e.within(&format!("request {}: ", i + 1)))?;
+        }
+        Ok(rows)
     }
 
     /// Inserts `row` as a background run of its session under the per-session limit (unless
@@ -304,7 +353,7 @@ fn key_conflict(e: StoreError, batch: &str) -> Error {
     }
 }
 
-fn to_enqueued(i: Inserted) -> Enqueued {
+pub(crate) fn to_enqueued(i: Inserted) -> Enqueued {
     match i {
         Inserted::New(run_id) => Enqueued {
             run_id,

@@ -8,6 +8,7 @@
 //! Nothing here imports the client, the worker, the web or the CLI: they sit above it.
 
 mod approvals;
+pub mod batches;
 pub mod ends;
 pub mod enqueue;
 pub mod events;
@@ -16,6 +17,7 @@ mod retention;
 mod schedules;
 mod tool_host;
 
+pub use batches::{BatchCreated, BatchRequest, OnComplete};
 pub use request::{EnqueueRequest, Enqueued};
 
 use std::sync::Arc;

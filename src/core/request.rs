@@ -7,7 +7,7 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::ids::RunId;
+use crate::ids::{BatchId, RunId};
 use crate::run::{Delivery, Unique};
 
 /// A request to run a tool once.
@@ -38,6 +38,19 @@ pub struct EnqueueRequest {
     /// Return a run of the same tool and args (in the given states and period) instead of
     /// inserting another; see [`Unique`].
     pub unique: Option<Unique>,
+    /// Runs it waits for (`--after`): it is blocked until they complete (see `after_any`).
+    pub after: Vec<RunId>,
+    /// Earlier requests of the same [`crate::Client::enqueue_batch`] or
+    /// [`crate::Client::create_batch`] call that it waits for, by 0-based index (an enqueue
+    /// file's `"after": ["ref"]`). Cycles are refused.
+    pub after_requests: Vec<usize>,
+    /// `--after-any`: run once each parent is final, whatever its outcome (default: each must
+    /// complete, and a failed or cancelled parent cancels this run).
+    pub after_any: bool,
+    /// Join this existing batch (it must not have completed).
+    pub batch: Option<BatchId>,
+    /// The run that spawns it (`ctx.spawn_child`; spawn_background inside a run).
+    pub parent: Option<RunId>,
 }
 
 impl EnqueueRequest {
@@ -56,7 +69,24 @@ impl EnqueueRequest {
             signal_on_completion: true,
             delivery: Delivery::WhenIdle,
             unique: None,
+            after: Vec::new(),
+            after_requests: Vec::new(),
+            after_any: false,
+            batch: None,
+            parent: None,
         }
+    }
+
+    /// Waits for these runs to complete before it runs (`--after`).
+    pub fn after(mut self, parents: impl IntoIterator<Item = RunId>) -> Self {
+        self.after.extend(parents);
+        self
+    }
+
+    /// Runs once its parents are final, whatever their outcome (`--after-any`).
+    pub fn after_any(mut self, any: bool) -> Self {
+        self.after_any = any;
+        self
     }
 
     /// Sets the session.

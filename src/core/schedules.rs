@@ -34,7 +34,7 @@ impl Core {
             idempotency_key: None,
             signal_on_completion: req.signal_on_completion,
             delivery: req.delivery,
-            unique: None,
+            ..EnqueueRequest::new(req.tool.clone(), serde_json::Value::Null)
         })?;
         let window = catchup_window_ms(req.catchup_window)?;
         let new = new_schedule(row, &req, &spec, window, now);

@@ -8,6 +8,7 @@ use std::str::FromStr;
 
 mod answer;
 pub mod artifacts;
+pub mod composition;
 pub mod delivery;
 mod end;
 pub mod ending;
@@ -17,6 +18,10 @@ mod unique;
 
 pub use answer::{Decision, RunAnswer};
 pub use artifacts::{artifact_dir, log_path, result_path};
+pub use composition::{
+    Batch, BatchFilter, BatchSummary, Callback, DepMode, Dependency, FailedRun, Linked,
+    LinkedResult, LinkedRun, NewBatch, RunLinks,
+};
 pub use delivery::Delivery;
 pub use end::{ApprovalMark, Fence, FinishRecord, Outcome};
 pub use records::{Blob, Inserted, ListFilter, RunFilter};
@@ -27,7 +32,7 @@ pub use steps::{
 pub use unique::{Unique, UniqueBy, UniqueCheck, unique_key};
 
 use crate::error::InputError;
-use crate::ids::{RunId, ScheduleId};
+use crate::ids::{BatchId, RunId, ScheduleId};
 
 /// Where a run is in its lifecycle. The strings match the schema's CHECK constraint.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -210,6 +215,15 @@ pub struct Run {
     /// its log so far is kept and added to.
     #[serde(skip)]
     pub resumed: bool,
+    /// The batch it belongs to (`runs.batch_id`), set when it was inserted.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub batch_id: Option<BatchId>,
+    /// The run that spawned it (`ctx.spawn_child`, or spawn_background from inside a run).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub parent_run_id: Option<RunId>,
+    /// Parents (`--after`) it still waits for; while above 0 it is blocked (queued, waiting
+    /// kind `parents`).
+    pub deps_pending: i64,
 }
 
 impl Run {
@@ -280,6 +294,16 @@ pub struct NewRun {
     /// transaction, instead of `queued`. Decided by the creating process's rules
     /// ([`crate::approval::pending_for`]).
     pub approval: Option<PendingApproval>,
+    /// The batch it joins (an existing batch, or the one [`crate::store::Engine::batch_insert`]
+    /// creates with it).
+    pub batch_id: Option<BatchId>,
+    /// The run that spawned it.
+    pub parent_run_id: Option<RunId>,
+    /// The runs it waits for (`--after`): known runs, or runs inserted before it in the same
+    /// call. Empty: none.
+    pub after: Vec<RunId>,
+    /// How it treats each of `after` (all: they must complete; any: any final state).
+    pub after_mode: DepMode,
 }
 
 /// What a run that waits for approval from its creation is stored with.
@@ -372,6 +396,9 @@ pub(crate) fn running_fixture(attempt: i64, max_attempts: i64) -> Run {
         waiting: None,
         snoozes: 0,
         resumed: false,
+        batch_id: None,
+        parent_run_id: None,
+        deps_pending: 0,
     }
 }
 

@@ -34,6 +34,10 @@ pub struct ListFilter {
     pub tool: Option<String>,
     /// Only runs made by this schedule.
     pub schedule_id: Option<String>,
+    /// Only runs of this batch.
+    pub batch_id: Option<String>,
+    /// Only runs spawned by this run.
+    pub parent_run_id: Option<String>,
     /// At most this many (newest first).
     pub limit: i64,
 }
@@ -69,6 +73,8 @@ pub struct RunFilter {
     pub created_before: Option<DateTime<Utc>>,
     /// Only runs created after this instant (`--newer-than`).
     pub created_after: Option<DateTime<Utc>>,
+    /// Only runs of this batch (`toolq batch cancel|retry`).
+    pub batch_id: Option<String>,
 }
 
 impl RunFilter {
@@ -80,5 +86,6 @@ impl RunFilter {
             && self.schedule_id.is_none()
             && self.created_before.is_none()
             && self.created_after.is_none()
+            && self.batch_id.is_none()
     }
 }

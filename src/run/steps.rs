@@ -21,6 +21,8 @@ pub enum StepKind {
     Sleep,
     /// `ctx.wait_for_event`: a wait for a named event.
     Event,
+    /// `ctx.wait_children`: a wait for the run's spawned children to end.
+    Children,
 }
 
 impl StepKind {
@@ -30,6 +32,7 @@ impl StepKind {
             StepKind::Step => "step",
             StepKind::Sleep => "sleep",
             StepKind::Event => "event",
+            StepKind::Children => "children",
         }
     }
 }
@@ -37,10 +40,15 @@ impl StepKind {
 impl FromStr for StepKind {
     type Err = InputError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        [StepKind::Step, StepKind::Sleep, StepKind::Event]
-            .into_iter()
-            .find(|k| k.as_str() == s)
-            .ok_or_else(|| InputError::new("step kind", s, "must be step, sleep or event"))
+        [
+            StepKind::Step,
+            StepKind::Sleep,
+            StepKind::Event,
+            StepKind::Children,
+        ]
+        .into_iter()
+        .find(|k| k.as_str() == s)
+        .ok_or_else(|| InputError::new("step kind", s, "must be step, sleep, event or children"))
     }
 }
 
@@ -221,6 +229,10 @@ pub enum WaitKind {
     /// Handed back by a stopping worker after it recorded steps: due now, and its next
     /// invocation replays them.
     Resume,
+    /// `ctx.wait_children`: due once every run it spawned is final.
+    Children,
+    /// Blocked by `--after`: due once its parents completed (`runs.deps_pending` 0).
+    Parents,
 }
 
 impl WaitKind {
@@ -232,6 +244,8 @@ impl WaitKind {
             WaitKind::Snooze => "snooze",
             WaitKind::Check => "check",
             WaitKind::Resume => "resume",
+            WaitKind::Children => "children",
+            WaitKind::Parents => "parents",
         }
     }
 }
@@ -245,6 +259,8 @@ impl FromStr for WaitKind {
             WaitKind::Snooze,
             WaitKind::Check,
             WaitKind::Resume,
+            WaitKind::Children,
+            WaitKind::Parents,
         ]
         .into_iter()
         .find(|k| k.as_str() == s)
@@ -252,7 +268,7 @@ impl FromStr for WaitKind {
             InputError::new(
                 "wait kind",
                 s,
-                "must be sleep, event, snooze, check or resume",
+                "must be sleep, event, snooze, check, resume, children or parents",
             )
         })
     }
@@ -310,6 +326,11 @@ impl Waiting {
                 format!("resume from its recorded steps (handed back by a stopping worker at {at})")
             }
             (WaitKind::Event, None) => format!("an event (times out at {at})"),
+            (WaitKind::Children, _) if self.until >= far_future() => {
+                "its children to end".to_string()
+            }
+            (WaitKind::Children, _) => format!("its children to end (times out at {at})"),
+            (WaitKind::Parents, _) => "its parents to complete".to_string(),
         }
     }
 }

@@ -120,6 +120,10 @@ impl Fire {
             ticks: self.ticks(),
             unique: None,
             approval: None,
+            batch_id: None,
+            parent_run_id: None,
+            after: Vec::new(),
+            after_mode: crate::run::DepMode::All,
         };
         row.approval = gate(&row, &s.args);
         row

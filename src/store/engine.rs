@@ -13,11 +13,11 @@ use super::run_params::*;
 use super::types::*;
 use super::upkeep::*;
 use crate::error::StoreError;
-use crate::ids::RunId;
+use crate::ids::{BatchId, RunId};
 use crate::inbox::{InboxFilter, InboxPage, Message};
 use crate::run::{
-    Blob, EventSent, FinishRecord, Inserted, Journal, ListFilter, NewEvent, NewRun, Run, RunFilter,
-    StepSave,
+    Batch, BatchFilter, Blob, EventSent, FinishRecord, Inserted, Journal, Linked, LinkedResult,
+    ListFilter, NewBatch, NewEvent, NewRun, Run, RunFilter, RunLinks, StepSave,
 };
 use crate::schedule::model::{NewSchedule, Occurrence, Schedule};
 
@@ -38,6 +38,15 @@ pub trait Engine: Send + Sync + std::fmt::Debug + 'static {
     /// run that holds it. A new run with `approval` is stored `awaiting_approval` (approval
     /// `pending`, its deadline) with its `approval_request` message, in the same transaction;
     /// an existing one returned instead writes nothing.
+    ///
+    /// Composition, in the same transaction: a run with `batch_id` joins that batch (its
+    /// counters), [`StoreError::Rejected`] when the batch is unknown or has completed. A run
+    /// with `after` gets one `run_deps` row per parent (a run stored before, or inserted
+    /// earlier in this call; [`StoreError::Rejected`] naming an unknown one). A parent
+    /// already final resolves its edge at once; while any edge is unresolved the run is
+    /// blocked (queued, `wait_kind` parents, `run_at` far in the future, `deps_pending` the
+    /// count). A parent that already failed or was cancelled (mode all) cancels the run at
+    /// once, through the end-writer, with its one final message.
     async fn run_insert(&self, runs: Vec<NewRun>) -> EngineResult<Vec<Inserted>>;
     /// Inserts one background run (`runs.background` = 1: spawn_background, a Background-mode
     /// tool through the executor) unless the run's session already has `limit` active
@@ -121,6 +130,24 @@ pub trait Engine: Send + Sync + std::fmt::Debug + 'static {
     /// name) is due at once (`run_at` = now), so no wake-up is lost: a run that suspends
     /// after the event was stored finds it in its own suspend transaction.
     async fn event_send(&self, e: NewEvent) -> EngineResult<EventSent>;
+
+    // ---- composition ----------------------------------------------------------------------
+    /// Creates a batch with its runs in one transaction, all or none (inserted as
+    /// [`Engine::run_insert`] inserts, each with `batch_id` = the batch). Its counters count
+    /// the runs inserted (a known idempotency key's run is not added).
+    async fn batch_insert(&self, batch: NewBatch, runs: Vec<NewRun>)
+    -> EngineResult<Vec<Inserted>>;
+    /// Reads one batch, with its runs counted by state and its first failures.
+    async fn batch_get(&self, id: BatchId) -> EngineResult<Option<Batch>>;
+    /// Lists batches, newest first (counters only).
+    async fn batch_list(&self, filter: BatchFilter) -> EngineResult<Vec<Batch>>;
+    /// A run's links: its batch, its parents and dependents (`run_deps`), the run that
+    /// spawned it and the runs it spawned. Empty for an unknown run.
+    async fn run_links(&self, id: RunId) -> EngineResult<RunLinks>;
+    /// The outcomes of a run's parents (a batch parent: its summary) or of its children, in
+    /// id order.
+    async fn run_linked_results(&self, id: RunId, which: Linked)
+    -> EngineResult<Vec<LinkedResult>>;
 
     // ---- attempts (a worker's leases) -------------------------------------------------
     /// Claims runnable runs under a fresh lease each (attempt + 1).

@@ -5,6 +5,7 @@
 
 mod claim_plan;
 pub mod codec;
+pub(crate) mod compose_plan;
 mod end_plan;
 pub mod engine;
 pub(crate) mod fire_ledger;

@@ -63,6 +63,7 @@ impl Filter {
             schedule_id: opt(&self.schedule),
             created_after: ago("newer_than", &self.newer_than)?,
             created_before: ago("older_than", &self.older_than)?,
+            batch_id: None,
         })
     }
 

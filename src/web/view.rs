@@ -25,6 +25,8 @@ pub fn run_state(r: &crate::run::Run) -> Markup {
                     (None, crate::run::WaitKind::Check) => { "next check later" }
                     (None, crate::run::WaitKind::Event) => { "waiting an event" }
                     (None, crate::run::WaitKind::Resume) => { "resuming its steps" }
+                    (None, crate::run::WaitKind::Children) => { "waiting for its children" }
+                    (None, crate::run::WaitKind::Parents) => { "blocked by its parents" }
                 }
             }
         }

@@ -25,6 +25,7 @@ mod cli;
 mod cli_input;
 mod cli_output;
 mod cli_tools;
+mod compose;
 mod config;
 mod crash;
 mod custom_cli;

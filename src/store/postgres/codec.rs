@@ -89,6 +89,9 @@ pub(crate) fn run_from_row(row: &Row) -> Result<Run, StoreError> {
             ts_req(row, RUN_AT)?,
         ),
         snoozes: get(row, SNOOZES)?,
+        batch_id: get::<Option<String>>(row, BATCH_ID)?.map(crate::ids::BatchId::from_db),
+        parent_run_id: get::<Option<String>>(row, PARENT_RUN_ID)?.map(RunId::from_db),
+        deps_pending: get(row, DEPS_PENDING)?,
     })
 }
 

@@ -39,12 +39,18 @@ impl<'a> Decision<'a> {
 pub fn approve(tx: &Transaction<'_>, d: &Decision<'_>) -> Result<bool, StoreError> {
     let n = tx
         .prepare_cached(
-            "UPDATE runs SET state = 'queued', run_at = max(run_at, :now), approval_state = 'approved', \
+            "UPDATE runs SET state = 'queued', \
+             run_at = CASE WHEN deps_pending > 0 THEN :blocked ELSE max(run_at, :now) END, \
+             wait_kind = CASE WHEN deps_pending > 0 THEN 'parents' ELSE wait_kind END, \
+             approval_state = 'approved', \
              approval_by = :by, approval_at = :now, approval_note = :note, status_text = NULL \
              WHERE id = :id AND state = 'awaiting_approval'",
         )
         .ctx("prepare approve")?
-        .execute(named_params! {":now": ts(d.now), ":by": d.by, ":note": d.note, ":id": d.id})
+        .execute(named_params! {
+            ":now": ts(d.now), ":by": d.by, ":note": d.note, ":id": d.id,
+            ":blocked": ts(crate::store::compose_plan::blocked_until()),
+        })
         .ctx("approve run")?;
     Ok(n == 1)
 }

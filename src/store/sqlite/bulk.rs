@@ -42,6 +42,11 @@ pub(crate) fn conditions(f: &RunFilter, plain: bool) -> (String, Vec<Box<dyn ToS
     eq("tool", &f.tool);
     eq("session_id", &f.session);
     eq("schedule_id", &f.schedule_id);
+    if let Some(b) = &f.batch_id {
+        // Never `+`: the batch index (batch_id, id) is the keyset walk a batch needs.
+        values.push(Box::new(b.clone()));
+        terms.push(format!("batch_id = ?{}", values.len()));
+    }
     if let Some(t) = f.created_before {
         values.push(Box::new(ts(t)));
         terms.push(format!("{} < ?{}", c("created_at"), values.len()));
@@ -103,7 +108,8 @@ pub fn retry_many(
     approvals: &[Option<crate::run::PendingApproval>],
     now: chrono::DateTime<chrono::Utc>,
 ) -> Result<Vec<bool>, StoreError> {
-    runs.iter()
+    let applied = runs
+        .iter()
         .enumerate()
         .map(|(i, (id, state))| {
             let ok = super::runs::requeue_finished(tx, id, *state, now)?;
@@ -112,7 +118,15 @@ pub fn retry_many(
             }
             Ok(ok)
         })
-        .collect()
+        .collect::<Result<Vec<bool>, StoreError>>()?;
+    let requeued: Vec<(&str, RunState)> = runs
+        .iter()
+        .zip(&applied)
+        .filter(|(_, ok)| **ok)
+        .map(|((id, s), _)| (id.as_str(), *s))
+        .collect();
+    super::compose::after_requeue(tx, &requeued, now)?;
+    Ok(applied)
 }
 
 /// Asks each running run to stop; per run, whether it was still running.

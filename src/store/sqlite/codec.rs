@@ -110,6 +110,13 @@ pub fn run_from_row(row: &Row<'_>) -> rusqlite::Result<Run> {
             ts_req(row, RUN_AT)?,
         ),
         snoozes: row.get(SNOOZES)?,
+        batch_id: row
+            .get::<_, Option<String>>(BATCH_ID)?
+            .map(crate::ids::BatchId::from_db),
+        parent_run_id: row
+            .get::<_, Option<String>>(PARENT_RUN_ID)?
+            .map(RunId::from_db),
+        deps_pending: row.get(DEPS_PENDING)?,
     })
 }
 

@@ -9,14 +9,15 @@ use tokio_util::sync::CancellationToken;
 use std::sync::Arc;
 
 use super::{
-    Store, approvals, artifacts, bulk, claim, dashboard, due, finish, flow, gauges, inbox,
+    Store, approvals, artifacts, bulk, claim, compose, dashboard, due, finish, flow, gauges, inbox,
     inbox_page, journal, occurrences, rescue, retention, runs, schedules, workers,
 };
 use crate::error::StoreError;
-use crate::ids::RunId;
+use crate::ids::{BatchId, RunId};
 use crate::inbox::{InboxFilter, InboxPage, Message};
 use crate::run::{
-    Blob, EventSent, FinishRecord, Inserted, Journal, ListFilter, NewEvent, NewRun, Run, RunFilter,
+    Batch, BatchFilter, Blob, EventSent, FinishRecord, Inserted, Journal, Linked, LinkedResult,
+    ListFilter, NewBatch, NewEvent, NewRun, Run, RunFilter, RunLinks,
 };
 use crate::schedule::model::{NewSchedule, Occurrence, Schedule};
 use crate::store::engine::*;
@@ -42,8 +43,14 @@ fn claim_params(c: &Claim) -> claim::ClaimParams<'_> {
 #[async_trait]
 impl Engine for Store {
     async fn run_insert(&self, rows: Vec<NewRun>) -> EngineResult<Vec<Inserted>> {
-        self.write_async(move |tx| runs::insert_many(tx, &rows))
-            .await
+        self.write_async(move |tx| {
+            let inserted = runs::insert_many(tx, &rows)?;
+            if let Some(now) = rows.first().map(|r| r.created_at) {
+                compose::after_insert(tx, &rows, &inserted, now)?;
+            }
+            Ok(inserted)
+        })
+        .await
     }
 
     async fn run_insert_within_limit(&self, p: RunInsertLimited) -> EngineResult<LimitedInsert> {
@@ -82,6 +89,9 @@ impl Engine for Store {
             let ok = runs::requeue_finished(tx, &p.id, p.expected, p.now)?;
             if let (true, Some(a)) = (ok, &p.approval) {
                 runs::mark_awaiting(tx, &p.id, a, p.now)?;
+            }
+            if ok {
+                compose::after_requeue(tx, &[(p.id.as_str(), p.expected)], p.now)?;
             }
             Ok(ok)
         })
@@ -176,6 +186,44 @@ impl Engine for Store {
 
     async fn event_send(&self, e: NewEvent) -> EngineResult<EventSent> {
         self.write_async(move |tx| journal::send(tx, &e)).await
+    }
+
+    async fn batch_insert(
+        &self,
+        batch: NewBatch,
+        rows: Vec<NewRun>,
+    ) -> EngineResult<Vec<Inserted>> {
+        self.write_async(move |tx| {
+            compose::create_batch(tx, &batch)?;
+            let inserted = runs::insert_many(tx, &rows)?;
+            compose::after_insert(tx, &rows, &inserted, batch.created_at)?;
+            Ok(inserted)
+        })
+        .await
+    }
+
+    async fn batch_get(&self, id: BatchId) -> EngineResult<Option<Batch>> {
+        self.read_async(move |c| compose::batch_get(c, id.as_str()))
+            .await
+    }
+
+    async fn batch_list(&self, filter: BatchFilter) -> EngineResult<Vec<Batch>> {
+        self.read_async(move |c| compose::batch_list(c, &filter))
+            .await
+    }
+
+    async fn run_links(&self, id: RunId) -> EngineResult<RunLinks> {
+        self.read_async(move |c| compose::links(c, id.as_str()))
+            .await
+    }
+
+    async fn run_linked_results(
+        &self,
+        id: RunId,
+        which: Linked,
+    ) -> EngineResult<Vec<LinkedResult>> {
+        self.read_async(move |c| compose::linked_results(c, id.as_str(), which))
+            .await
     }
 
     async fn attempt_claim(&self, p: Claim) -> EngineResult<Vec<Run>> {

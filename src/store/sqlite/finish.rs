@@ -35,8 +35,22 @@ pub(crate) static FINISH: std::sync::LazyLock<String> = std::sync::LazyLock::new
 /// all or nothing: its fenced state change decides whether its blobs and message are
 /// written. A final state always gets an output.log (the one given, else the log so far,
 /// else an empty one) and a result.json, and its message (one per run and attempt, enforced
-/// by `inbox_run_idx`). Returns, per record, whether it applied.
+/// by `inbox_run_idx`). Then composition ([`super::compose::after_ends`]): batches,
+/// dependents and waiting parents move with the ends, in the same transaction. Returns, per
+/// record, whether it applied.
 pub fn record_ends(
+    tx: &Transaction<'_>,
+    records: &[&FinishRecord],
+    now: DateTime<Utc>,
+) -> Result<Vec<bool>, StoreError> {
+    let applied = record_ends_plain(tx, records, now)?;
+    super::compose::after_ends(tx, &end_plan::applied_only(records, &applied), now)?;
+    Ok(applied)
+}
+
+/// [`record_ends`] without composition: what each end writes of its own run. Composition
+/// calls it for the dependents it cancels, and carries on from their ends itself.
+pub(crate) fn record_ends_plain(
     tx: &Transaction<'_>,
     records: &[&FinishRecord],
     now: DateTime<Utc>,

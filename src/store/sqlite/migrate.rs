@@ -9,7 +9,7 @@ use crate::error::StoreError;
 pub const SCHEMA_SQL: &str = include_str!("../../../schema.sql");
 
 /// The schema version this build writes and understands.
-pub const SCHEMA_VERSION: i64 = 13;
+pub const SCHEMA_VERSION: i64 = 14;
 
 /// Ordered migrations: `MIGRATIONS[i]` upgrades version `i + 1` to `i + 2`.
 const MIGRATIONS: &[&str] = &[
@@ -25,6 +25,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../../migrations/011_no_statement_journal.sql"),
     include_str!("../../../migrations/012_background_runs.sql"),
     include_str!("../../../migrations/013_durable_runs.sql"),
+    include_str!("../../../migrations/014_composition.sql"),
 ];
 
 /// What the file holds before we touch it.

@@ -9,6 +9,7 @@ pub(crate) mod change_feed;
 mod checkpointer;
 pub mod claim;
 pub mod codec;
+pub(crate) mod compose;
 pub mod dashboard;
 pub mod due;
 mod engine;

@@ -211,6 +211,7 @@ fn a_bulk_page_walks_the_primary_key() {
         schedule_id: Some("sch".into()),
         created_before: Some(chrono::Utc::now()),
         created_after: Some(chrono::Utc::now()),
+        batch_id: None,
     };
     for f in [filter, RunFilter::default()] {
         let plan = plan(&super::bulk::select_sql(&f).0);

@@ -29,10 +29,25 @@ pub fn get(conn: &rusqlite::Connection, id: &str) -> Result<Option<Run>, StoreEr
 
 /// Lists runs, newest first.
 pub fn list(conn: &rusqlite::Connection, f: &ListFilter) -> Result<Vec<Run>, StoreError> {
+    // A batch's or a parent's runs are read through their own index (ids sort by creation).
+    let (from, order) = match (&f.batch_id, &f.parent_run_id) {
+        (Some(_), _) => (
+            "runs INDEXED BY runs_batch_idx WHERE batch_id = :batch AND (:parent IS NULL OR parent_run_id = :parent)",
+            "id DESC",
+        ),
+        (None, Some(_)) => (
+            "runs INDEXED BY runs_parent_idx WHERE parent_run_id = :parent AND :batch IS NULL",
+            "id DESC",
+        ),
+        (None, None) => (
+            "runs WHERE :batch IS NULL AND :parent IS NULL",
+            "created_at DESC, id DESC",
+        ),
+    };
     let sql = format!(
-        "SELECT {RUN_COLUMNS} FROM runs WHERE (:state IS NULL OR state = :state) \
+        "SELECT {RUN_COLUMNS} FROM {from} AND (:state IS NULL OR state = :state) \
          AND (:session IS NULL OR session_id = :session) AND (:tool IS NULL OR tool = :tool) \
-         AND (:schedule IS NULL OR schedule_id = :schedule) ORDER BY created_at DESC, id DESC LIMIT :limit"
+         AND (:schedule IS NULL OR schedule_id = :schedule) ORDER BY {order} LIMIT :limit"
     );
     let mut stmt = conn.prepare_cached(&sql).ctx("prepare list runs")?;
     let rows = stmt
@@ -42,6 +57,8 @@ pub fn list(conn: &rusqlite::Connection, f: &ListFilter) -> Result<Vec<Run>, Sto
                 ":session": f.session,
                 ":tool": f.tool,
                 ":schedule": f.schedule_id,
+                ":batch": f.batch_id,
+                ":parent": f.parent_run_id,
                 ":limit": f.limit,
             },
             run_from_row,

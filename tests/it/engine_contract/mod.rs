@@ -246,6 +246,10 @@ pub(crate) fn new_run(env: &TestEnv, session: &str) -> NewRun {
         ticks: 1,
         unique: None,
         approval: None,
+        batch_id: None,
+        parent_run_id: None,
+        after: Vec::new(),
+        after_mode: toolq::run::DepMode::All,
     }
 }
 

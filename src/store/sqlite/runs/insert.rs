@@ -20,7 +20,8 @@ const FIND_BY_KEY: &str = "SELECT id, tool, args FROM runs WHERE idempotency_key
 /// changes (schema version 11).
 pub(crate) const INSERT: &str = "INSERT OR FAIL INTO runs (id, session_id, tool, args, title, state, priority, max_attempts, \
     run_at, created_at, idempotency_key, timeout_ms, signal_on_completion, delivery, schedule_id, fire_at, ticks, \
-    unique_key) VALUES (?1, ?2, ?3, ?4, ?5, 'queued', ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)";
+    unique_key, batch_id, parent_run_id) VALUES (?1, ?2, ?3, ?4, ?5, 'queued', ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, \
+    ?16, ?17, ?18, ?19)";
 /// A unique enqueue's match in one state: one seek of `runs_unique_idx`, newest first.
 pub(crate) const FIND_UNIQUE: &str = "SELECT id FROM runs WHERE unique_key = ?1 AND state = ?2 AND created_at >= ?3 \
     ORDER BY created_at DESC LIMIT 1";
@@ -108,16 +109,16 @@ pub(crate) fn mark_awaiting(
     crate::store::sqlite::inbox::insert_many_encoded(tx, &[(&p.message, &p.message_data)], now)
 }
 
-/// Rows in one multi-row INSERT at most (17 parameters each: 1,105 of SQLite's 32,766).
+/// Rows in one multi-row INSERT at most (19 parameters each: 1,235 of SQLite's 32,766).
 pub(crate) const ROWS_PER_INSERT: usize = 64;
 
 /// Parameters of one row of [`INSERT`].
-const PARAMS: usize = 17;
+const PARAMS: usize = 19;
 
 /// Groups of [`INSERT`]'s columns that a multi-row statement binds once, as parameters
-/// `?1..=?17` in the column's own position, when every row of the chunk has the same values
+/// `?1..=?19` in the column's own position, when every row of the chunk has the same values
 /// there (a batch from one caller mostly does); the other columns get a parameter per row,
-/// numbered from `?18`. Each text bound is copied by SQLite, and binding the 17 values of
+/// numbered from `?20`. Each text bound is copied by SQLite, and binding the 17 values of
 /// every row was a third of a batch's SQLite time (BENCHMARKS.md, issue 19, session 8).
 /// Three groups, not a bit per column, keep the variants (and the statement cache) small.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -128,7 +129,8 @@ impl Shared {
     const NAMES: u8 = 1;
     /// The due time and the creation time.
     const TIMES: u8 = 2;
-    /// Priority, attempts, key, timeout, signal, delivery, schedule, tick and unique key.
+    /// Priority, attempts, key, timeout, signal, delivery, schedule, tick, unique key, batch
+    /// and spawning run.
     const OPTIONS: u8 = 4;
     /// Variants: every combination of the three groups.
     const VARIANTS: usize = 8;
@@ -164,6 +166,8 @@ impl Shared {
                 || run.fire_at != first.fire_at
                 || run.ticks != first.ticks
                 || run.unique.as_ref().map(|u| &u.key) != first.unique.as_ref().map(|u| &u.key)
+                || run.batch_id != first.batch_id
+                || run.parent_run_id != first.parent_run_id
             {
                 bits &= !Shared::OPTIONS;
             }
@@ -179,7 +183,7 @@ impl Shared {
         let group = match param {
             2 | 3 | 5 => Shared::NAMES,
             8 | 9 => Shared::TIMES,
-            6 | 7 | 10..=17 => Shared::OPTIONS,
+            6 | 7 | 10..=19 => Shared::OPTIONS,
             _ => return false,
         };
         self.0 & group != 0
@@ -311,6 +315,8 @@ fn bind_run(
     bind(stmt, 15, &run.fire_at.map(ts))?;
     bind(stmt, 16, &run.ticks)?;
     bind(stmt, 17, &run.unique.as_ref().map(|u| u.key.as_str()))?;
+    bind(stmt, 18, &run.batch_id.as_ref().map(|b| b.as_str()))?;
+    bind(stmt, 19, &run.parent_run_id.as_ref().map(|p| p.as_str()))?;
     Ok(())
 }
 
@@ -387,22 +393,22 @@ mod tests {
         let values = &sql[sql.find(" VALUES ").expect("values")..];
         assert_eq!(
             values,
-            " VALUES (?18, ?2, ?3, ?19, ?5, 'queued', ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17), \
-             (?20, ?2, ?3, ?21, ?5, 'queued', ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)"
+            " VALUES (?20, ?2, ?3, ?21, ?5, 'queued', ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19), \
+             (?22, ?2, ?3, ?23, ?5, 'queued', ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19)"
         );
         let times = Shared(Shared::TIMES);
         assert_eq!(times.per_row(), PARAMS - 2);
         let sql = insert_sql(2, times);
         assert!(
-            sql.contains("(?18, ?19, ?20, ?21, ?22, 'queued', ?23, ?24, ?8, ?9, ?25,"),
+            sql.contains("(?20, ?21, ?22, ?23, ?24, 'queued', ?25, ?26, ?8, ?9, ?27,"),
             "{sql}"
         );
         assert!(
-            sql.contains("(?33, ?34, ?35, ?36, ?37, 'queued', ?38, ?39, ?8, ?9, ?40,"),
+            sql.contains("(?37, ?38, ?39, ?40, ?41, 'queued', ?42, ?43, ?8, ?9, ?44,"),
             "{sql}"
         );
         let none = insert_sql(1, Shared::NONE);
-        assert!(none.ends_with("(?18, ?19, ?20, ?21, ?22, 'queued', ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31, ?32, ?33, ?34)"), "{none}");
+        assert!(none.ends_with("(?20, ?21, ?22, ?23, ?24, 'queued', ?25, ?26, ?27, ?28, ?29, ?30, ?31, ?32, ?33, ?34, ?35, ?36, ?37, ?38)"), "{none}");
     }
 
     /// A plain queued run of tool `t` with title `t`, created `now`.
@@ -426,6 +432,10 @@ mod tests {
             ticks: 1,
             unique: None,
             approval: None,
+            batch_id: None,
+            parent_run_id: None,
+            after: Vec::new(),
+            after_mode: crate::run::DepMode::All,
         }
     }
 
