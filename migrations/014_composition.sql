@@ -16,20 +16,6 @@
 --     edge), batch_progress (batches with their counters and state), blocked_runs.
 -- The statements below leave the same schema as schema.sql (a test compares the results).
 
-PRAGMA writable_schema = ON;
-UPDATE sqlite_master SET sql = replace(sql,
-        'OR wait_kind = ''resume'')',
-        'OR wait_kind = ''resume'' OR wait_kind = ''children'' OR wait_kind = ''parents'')')
-    WHERE type = 'table' AND name = 'runs';
-UPDATE sqlite_master SET sql = replace(sql,
-        'OR kind = ''approval_request'')',
-        'OR kind = ''approval_request'' OR kind = ''batch_completed'')')
-    WHERE type = 'table' AND name = 'inbox';
-UPDATE sqlite_master SET sql = replace(sql,
-        'CHECK (kind IN (''step'', ''sleep'', ''event''))',
-        'CHECK (kind IN (''step'', ''sleep'', ''event'', ''children''))')
-    WHERE type = 'table' AND name = 'step_records';
-PRAGMA writable_schema = OFF;
 
 ALTER TABLE runs ADD COLUMN batch_id TEXT;
 ALTER TABLE runs ADD COLUMN parent_run_id TEXT;
@@ -85,3 +71,20 @@ SELECT r.id, r.session_id, r.tool, r.deps_pending,
        (SELECT group_concat(d.parent_id, ',') FROM run_deps d
         WHERE d.child_id = r.id AND d.resolved IS NULL) AS waiting_for
 FROM runs r WHERE r.state = 'queued' AND r.wait_kind = 'parents';
+
+-- Last: an ALTER TABLE after an in-place edit in the same step would edit the text at
+-- offsets parsed from the old definition (src/store/sqlite/migrate.rs).
+PRAGMA writable_schema = ON;
+UPDATE sqlite_master SET sql = replace(sql,
+        'OR wait_kind = ''resume'')',
+        'OR wait_kind = ''resume'' OR wait_kind = ''children'' OR wait_kind = ''parents'')')
+    WHERE type = 'table' AND name = 'runs';
+UPDATE sqlite_master SET sql = replace(sql,
+        'OR kind = ''approval_request'')',
+        'OR kind = ''approval_request'' OR kind = ''batch_completed'')')
+    WHERE type = 'table' AND name = 'inbox';
+UPDATE sqlite_master SET sql = replace(sql,
+        'CHECK (kind IN (''step'', ''sleep'', ''event''))',
+        'CHECK (kind IN (''step'', ''sleep'', ''event'', ''children''))')
+    WHERE type = 'table' AND name = 'step_records';
+PRAGMA writable_schema = OFF;

@@ -125,7 +125,7 @@ pub fn retry_many(
         .filter(|(_, ok)| **ok)
         .map(|((id, s), _)| (id.as_str(), *s))
         .collect();
-    super::compose::after_requeue(tx, &requeued, now)?;
+    super::compose::after_requeue(tx, super::finish::record_ends_plain, &requeued, now)?;
     Ok(applied)
 }
 

@@ -18,6 +18,24 @@ use crate::run::{
 };
 use crate::store::compose_plan::{self, DepEffect, DepStart};
 
+/// The end-writer's own part (each end's state change, blobs and message, no composition):
+/// `finish::record_ends_plain`, passed in by the caller, so this module sits below the
+/// end-writer that calls it.
+pub(crate) type WriteEnds =
+    fn(&Transaction<'_>, &[&FinishRecord], DateTime<Utc>) -> Result<Vec<bool>, StoreError>;
+
+/// Records ends through `write` and then their composition: the end-writer as a whole.
+pub(crate) fn record_ends(
+    tx: &Transaction<'_>,
+    write: WriteEnds,
+    records: &[&FinishRecord],
+    now: DateTime<Utc>,
+) -> Result<Vec<bool>, StoreError> {
+    let applied = write(tx, records, now)?;
+    after_ends(tx, write, &crate::store::end_plan::applied_only(records, &applied), now)?;
+    Ok(applied)
+}
+
 /// What the end-writer needs to know of an ended run for composition.
 struct Facts {
     id: String,
@@ -61,6 +79,7 @@ fn facts(tx: &Transaction<'_>, ids: &[&str]) -> Result<Vec<Facts>, StoreError> {
 /// suspension to wait for children is due at once if none is unfinished.
 pub(crate) fn after_ends(
     tx: &Transaction<'_>,
+    write: WriteEnds,
     done: &[&FinishRecord],
     now: DateTime<Utc>,
 ) -> Result<(), StoreError> {
@@ -101,7 +120,7 @@ pub(crate) fn after_ends(
         }
         let mut next = Vec::new();
         for f in facts.iter().filter(|f| f.has_dependents) {
-            resolve_dependents(tx, &f.id, &f.state, now, &mut next)?;
+            resolve_dependents(tx, write, &f.id, &f.state, now, &mut next)?;
         }
         ended = next;
     }
@@ -131,6 +150,7 @@ fn wake_if_children_done(
 /// each dependent; the ids of dependents cancelled go to `cancelled`.
 fn resolve_dependents(
     tx: &Transaction<'_>,
+    write: WriteEnds,
     parent: &str,
     state: &str,
     now: DateTime<Utc>,
@@ -153,7 +173,7 @@ fn resolve_dependents(
         match compose_plan::dep_effect(mode, state) {
             DepEffect::Release => release(tx, &child, now)?,
             DepEffect::Cancel => {
-                if cancel_dependent(tx, &child, parent, state, now)? {
+                if cancel_dependent(tx, write, &child, parent, state, now)? {
                     cancelled.push(child);
                 }
             }
@@ -180,6 +200,7 @@ fn release(tx: &Transaction<'_>, child: &str, now: DateTime<Utc>) -> Result<(), 
 /// ended `state`, through the end-writer's state change and artifacts. Whether it ended.
 fn cancel_dependent(
     tx: &Transaction<'_>,
+    write: WriteEnds,
     child: &str,
     parent: &str,
     state: &str,
@@ -192,7 +213,7 @@ fn cancel_dependent(
         return Ok(false);
     }
     let rec = compose_plan::dependent_cancel(&run, parent, state);
-    let applied = super::finish::record_ends_plain(tx, &[&rec], now)?;
+    let applied = write(tx, &[&rec], now)?;
     Ok(applied.first().copied().unwrap_or(false))
 }
 
@@ -341,6 +362,7 @@ pub(crate) fn create_batch(tx: &Transaction<'_>, b: &NewBatch) -> Result<(), Sto
 /// batch counters, and each new run's dependencies (blocked, or cancelled at once).
 pub(crate) fn after_insert(
     tx: &Transaction<'_>,
+    write: WriteEnds,
     runs: &[NewRun],
     inserted: &[Inserted],
     now: DateTime<Utc>,
@@ -362,7 +384,7 @@ pub(crate) fn after_insert(
         join_batch(tx, batch, n)?;
     }
     for run in new().filter(|r| !r.after.is_empty()) {
-        add_dependencies(tx, run, now)?;
+        add_dependencies(tx, write, run, now)?;
     }
     Ok(())
 }
@@ -422,6 +444,7 @@ const INSERT_EDGE: &str = "INSERT OR REPLACE INTO run_deps (child_id, parent_id,
 /// Records `run`'s edges and starts it blocked, due, or cancelled.
 fn add_dependencies(
     tx: &Transaction<'_>,
+    write: WriteEnds,
     run: &NewRun,
     now: DateTime<Utc>,
 ) -> Result<(), StoreError> {
@@ -444,12 +467,13 @@ fn add_dependencies(
             .zip(&states)
             .map(|(p, s)| (run.after_mode, p.as_str(), s.as_str())),
     );
-    start_dependent(tx, run.id.as_str(), start, now)
+    start_dependent(tx, write, run.id.as_str(), start, now)
 }
 
 /// Blocks a dependent run, or cancels it, as `start` says.
 fn start_dependent(
     tx: &Transaction<'_>,
+    write: WriteEnds,
     id: &str,
     start: DepStart,
     now: DateTime<Utc>,
@@ -483,7 +507,7 @@ fn start_dependent(
                 return Ok(());
             };
             let rec = compose_plan::dependent_cancel(&run, &parent, &state);
-            super::finish::record_ends(tx, &[&rec], now).map(|_| ())
+            record_ends(tx, write, &[&rec], now).map(|_| ())
         }
     }
 }
@@ -493,6 +517,7 @@ fn start_dependent(
 /// parents' current states.
 pub(crate) fn after_requeue(
     tx: &Transaction<'_>,
+    write: WriteEnds,
     runs: &[(&str, RunState)],
     now: DateTime<Utc>,
 ) -> Result<(), StoreError> {
@@ -555,7 +580,7 @@ pub(crate) fn after_requeue(
                 .zip(&states)
                 .map(|((p, m), s)| (m.parse().unwrap_or(DepMode::All), p.as_str(), s.as_str())),
         );
-        start_dependent(tx, id, start, now)?;
+        start_dependent(tx, write, id, start, now)?;
     }
     Ok(())
 }

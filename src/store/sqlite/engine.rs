@@ -46,7 +46,7 @@ impl Engine for Store {
         self.write_async(move |tx| {
             let inserted = runs::insert_many(tx, &rows)?;
             if let Some(now) = rows.first().map(|r| r.created_at) {
-                compose::after_insert(tx, &rows, &inserted, now)?;
+                compose::after_insert(tx, finish::record_ends_plain, &rows, &inserted, now)?;
             }
             Ok(inserted)
         })
@@ -91,7 +91,12 @@ impl Engine for Store {
                 runs::mark_awaiting(tx, &p.id, a, p.now)?;
             }
             if ok {
-                compose::after_requeue(tx, &[(p.id.as_str(), p.expected)], p.now)?;
+                compose::after_requeue(
+                    tx,
+                    finish::record_ends_plain,
+                    &[(p.id.as_str(), p.expected)],
+                    p.now,
+                )?;
             }
             Ok(ok)
         })
@@ -196,7 +201,13 @@ impl Engine for Store {
         self.write_async(move |tx| {
             compose::create_batch(tx, &batch)?;
             let inserted = runs::insert_many(tx, &rows)?;
-            compose::after_insert(tx, &rows, &inserted, batch.created_at)?;
+            compose::after_insert(
+                tx,
+                finish::record_ends_plain,
+                &rows,
+                &inserted,
+                batch.created_at,
+            )?;
             Ok(inserted)
         })
         .await

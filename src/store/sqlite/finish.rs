@@ -43,9 +43,7 @@ pub fn record_ends(
     records: &[&FinishRecord],
     now: DateTime<Utc>,
 ) -> Result<Vec<bool>, StoreError> {
-    let applied = record_ends_plain(tx, records, now)?;
-    super::compose::after_ends(tx, &end_plan::applied_only(records, &applied), now)?;
-    Ok(applied)
+    super::compose::record_ends(tx, record_ends_plain, records, now)
 }
 
 /// [`record_ends`] without composition: what each end writes of its own run. Composition
