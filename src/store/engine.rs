@@ -133,7 +133,7 @@ pub trait Engine: Send + Sync + std::fmt::Debug + 'static {
 
     // ---- composition ----------------------------------------------------------------------
     /// Creates a batch with its runs in one transaction, all or none (inserted as
-    /// [`Engine::run_insert`] inserts, each with `batch_id` = the batch). Its counters count
+    /// [`Engine::run_insert`] inserts, each with `batch_id` set to the batch). Its counters count
     /// the runs inserted (a known idempotency key's run is not added).
     async fn batch_insert(&self, batch: NewBatch, runs: Vec<NewRun>)
     -> EngineResult<Vec<Inserted>>;

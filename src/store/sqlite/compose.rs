@@ -32,7 +32,12 @@ pub(crate) fn record_ends(
     now: DateTime<Utc>,
 ) -> Result<Vec<bool>, StoreError> {
     let applied = write(tx, records, now)?;
-    after_ends(tx, write, &crate::store::end_plan::applied_only(records, &applied), now)?;
+    after_ends(
+        tx,
+        write,
+        &crate::store::end_plan::applied_only(records, &applied),
+        now,
+    )?;
     Ok(applied)
 }
 

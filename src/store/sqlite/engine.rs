@@ -198,6 +198,10 @@ impl Engine for Store {
         batch: NewBatch,
         rows: Vec<NewRun>,
     ) -> EngineResult<Vec<Inserted>> {
+        let mut rows = rows;
+        for r in &mut rows {
+            r.batch_id = Some(batch.id.clone());
+        }
         self.write_async(move |tx| {
             compose::create_batch(tx, &batch)?;
             let inserted = runs::insert_many(tx, &rows)?;

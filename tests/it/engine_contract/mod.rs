@@ -7,6 +7,7 @@
 //! fails when `trait Engine` gains an operation without one.
 
 mod attempts;
+mod compose;
 mod durable;
 mod flow;
 mod observe;
@@ -56,6 +57,14 @@ const COVERED: &[(&str, &str)] = &[
     // durable runs
     ("run_journal", "durable::run_journal_reads_steps_by_seq_and_events_oldest_first"),
     ("event_send", "durable::event_send_stores_the_first_delivery_and_wakes_a_run_waiting_for_it"),
+    // composition
+    ("batch_insert", "compose::batch_insert_is_all_or_none_and_the_last_end_completes_the_batch_once"),
+    ("batch_get", "compose::batch_insert_is_all_or_none_and_the_last_end_completes_the_batch_once"),
+    ("batch_list", "compose::batch_list_reads_newest_first_with_filters"),
+    ("run_insert", "compose::run_insert_after_blocks_until_the_parent_completes_in_its_end_transaction"),
+    ("run_end", "compose::run_end_of_a_failed_parent_cancels_its_dependents_with_one_message_each"),
+    ("run_links", "compose::run_links_and_run_linked_results_read_a_spawning_run_and_its_children"),
+    ("run_linked_results", "compose::run_links_and_run_linked_results_read_a_spawning_run_and_its_children"),
     // attempts (a worker's leases)
     ("attempt_claim", "attempts::attempt_claim_never_claims_a_run_twice"),
     ("attempt_claim", "attempts::attempt_claim_never_claims_a_run_twice_when_workers_race"),
@@ -159,6 +168,7 @@ fn every_engine_operation_has_a_contract_test() {
         "schedules",
         "observe",
         "durable",
+        "compose",
     ] {
         let source = std::fs::read_to_string(dir.join(format!("{file}.rs"))).unwrap();
         for test in source.split("#[tokio::test]\nasync fn ").skip(1) {
