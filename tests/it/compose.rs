@@ -332,3 +332,34 @@ async fn a_dag_in_one_call_runs_in_dependency_order() {
     assert_eq!(join.state, RunState::Completed);
     assert!(right.finished_at <= join.started_at);
 }
+
+#[tokio::test]
+async fn a_drain_does_not_wait_for_runs_blocked_behind_a_waiting_parent() {
+    let env = TestEnv::new();
+    let parent = env
+        .client
+        .enqueue(EnqueueRequest::new("await_event", json!({"event": "go"})))
+        .await
+        .unwrap()
+        .run_id;
+    let child = env
+        .client
+        .enqueue(echo("after").after([parent.clone()]))
+        .await
+        .unwrap()
+        .run_id;
+    env.drain().await;
+    assert_eq!(
+        env.client.get(&child).await.unwrap().waiting.map(|w| w.kind),
+        Some(WaitKind::Parents)
+    );
+    env.client
+        .signal(&parent, "go", json!(1), None)
+        .await
+        .unwrap();
+    env.drain().await;
+    assert_eq!(
+        env.client.get(&child).await.unwrap().state,
+        RunState::Completed
+    );
+}

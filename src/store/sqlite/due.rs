@@ -51,7 +51,10 @@ pub fn next_due(
 ///   at the first one;
 /// - a run with an attempt behind it that is not due yet (a retry waiting for its backoff), or
 ///   a run suspended until a time (a durable sleep, a snooze, an async tool's next check; a
-///   run that waits for an event is like one awaiting approval, and is not waited for):
+///   run that waits for an event is like one awaiting approval, and is not waited for, nor is
+///   one blocked by its parents or waiting for its children: the ends that release them make
+///   them due in their own transaction, and a run at the far-future `run_at` of "no timeout"
+///   is outside the walked range, so 100,000 blocked runs cost this check nothing):
 ///   such a run is delayed, so `runs_delayed_idx`, walked per tool in `run_at` order, reading
 ///   each row for `attempt` and stopping at the first retry. It reads only the runs due before
 ///   that retry, which the drain runs first anyway (and every delayed run once, when none is
@@ -67,8 +70,9 @@ pub(crate) const WORK_WAITING: &str = "SELECT CASE WHEN EXISTS ( \
         AND session_id NOT IN (SELECT value FROM pauses WHERE scope = 'session')) \
     THEN 1 ELSE EXISTS ( \
         SELECT 1 FROM runs INDEXED BY runs_delayed_idx \
-        WHERE state = 'queued' AND run_at > created_at \
-        AND CASE WHEN wait_kind IS NULL THEN attempt > 0 ELSE wait_kind <> 'event' END \
+        WHERE state = 'queued' AND run_at > created_at AND run_at < '9999-12-31T23:59:59.999Z' \
+        AND CASE WHEN wait_kind IS NULL THEN attempt > 0 \
+            ELSE wait_kind <> 'event' AND wait_kind <> 'children' AND wait_kind <> 'parents' END \
         AND tool IN (SELECT value FROM json_each(?2)) \
         AND session_id NOT IN (SELECT value FROM pauses WHERE scope = 'session')) END";
 
