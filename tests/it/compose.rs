@@ -363,3 +363,45 @@ async fn a_drain_does_not_wait_for_runs_blocked_behind_a_waiting_parent() {
         RunState::Completed
     );
 }
+
+/// Two clients (two connections, as two hosts would have) end a batch's last two runs at the
+/// same moment, again and again: exactly one completion message each time.
+#[tokio::test]
+async fn two_hosts_ending_a_batchs_last_two_runs_at_once_complete_it_once() {
+    use crate::engine_contract::{claim, lease_end};
+    let env = TestEnv::new();
+    let other = toolq::Client::open(
+        env.db.config(),
+        toolq::RegistryBuilder::new().with_builtins().build().unwrap(),
+    )
+    .unwrap();
+    for round in 0..20 {
+        let session = format!("race-{round}");
+        let created = env
+            .client
+            .create_batch(
+                BatchRequest {
+                    session: session.clone(),
+                    ..Default::default()
+                },
+                vec![echo("a"), echo("b")],
+            )
+            .await
+            .unwrap();
+        let runs = claim(&env, "wk_a", 2).await;
+        assert_eq!(runs.len(), 2);
+        let now = env.client.now();
+        let (a, b) = tokio::join!(
+            env.client
+                .engine()
+                .run_end(vec![lease_end(&runs[0], RunState::Completed)], now),
+            other
+                .engine()
+                .run_end(vec![lease_end(&runs[1], RunState::Completed)], now),
+        );
+        assert_eq!((a.unwrap(), b.unwrap()), (vec![true], vec![true]));
+        let b = env.client.batch(&created.batch_id).await.unwrap();
+        assert_eq!((b.state, b.completions, b.pending), ("completed", 1, 0));
+        assert_eq!(batch_messages(&env, &session).await.len(), 1, "round {round}");
+    }
+}
