@@ -45,6 +45,8 @@ pub struct Removed {
     pub occurrences: u64,
     /// `workers` rows of processes that stopped cleanly.
     pub workers: u64,
+    /// `batches` rows: completed before the cutoff, with none of their runs left.
+    pub batches: u64,
 }
 
 impl Removed {
@@ -55,10 +57,11 @@ impl Removed {
         self.inbox += o.inbox;
         self.occurrences += o.occurrences;
         self.workers += o.workers;
+        self.batches += o.batches;
     }
 
     /// Rows in all tables.
     pub fn total(&self) -> u64 {
-        self.runs + self.blobs + self.inbox + self.occurrences + self.workers
+        self.runs + self.blobs + self.inbox + self.occurrences + self.workers + self.batches
     }
 }

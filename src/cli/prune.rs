@@ -46,6 +46,7 @@ pub async fn run(ctx: &Ctx, args: Args) -> Result<()> {
         ("inbox", r.inbox.to_string()),
         ("occurrences", r.occurrences.to_string()),
         ("workers", r.workers.to_string()),
+        ("batches", r.batches.to_string()),
         ("finished before", report.runs_before.clone()),
     ]);
     render::note(&format!(

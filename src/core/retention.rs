@@ -39,6 +39,7 @@ impl Core {
             Step::AckedInbox,
             Step::Occurrences,
             Step::Workers,
+            Step::Batches,
         ] {
             loop {
                 if stop.is_cancelled() {
@@ -95,6 +96,7 @@ impl Core {
             acked_inbox_before: before(pick(r.acked_inbox), "retention.acked_inbox")?,
             occurrences_before: before(pick(r.occurrences), "retention.occurrences")?,
             workers_before: before(pick(r.finished_runs), "retention.finished_runs")?,
+            batches_before: before(pick(r.finished_runs), "retention.finished_runs")?,
         })
     }
 }
@@ -106,5 +108,6 @@ fn count_of(step: Step, r: &Removed) -> u64 {
         Step::AckedInbox => r.inbox,
         Step::Occurrences => r.occurrences,
         Step::Workers => r.workers,
+        Step::Batches => r.batches,
     }
 }

@@ -86,6 +86,8 @@ pub(crate) enum TableStep {
     Occurrences,
     /// Worker rows stopped before the cutoff that no running run names.
     Workers,
+    /// Batches completed before the cutoff with no run left.
+    Batches,
 }
 
 impl TableStep {
@@ -96,6 +98,7 @@ impl TableStep {
             PruneStep::AckedInbox => Some(Self::AckedInbox),
             PruneStep::Occurrences => Some(Self::Occurrences),
             PruneStep::Workers => Some(Self::Workers),
+            PruneStep::Batches => Some(Self::Batches),
         }
     }
 
@@ -105,6 +108,7 @@ impl TableStep {
             Self::AckedInbox => c.acked_inbox_before,
             Self::Occurrences => c.occurrences_before,
             Self::Workers => c.workers_before,
+            Self::Batches => c.batches_before,
         }
     }
 
@@ -115,6 +119,7 @@ impl TableStep {
             Self::AckedInbox => r.inbox = n,
             Self::Occurrences => r.occurrences = n,
             Self::Workers => r.workers = n,
+            Self::Batches => r.batches = n,
         }
         r
     }
@@ -133,16 +138,19 @@ pub(crate) enum Counted {
     Occurrences,
     /// Stopped worker rows no running run names.
     Workers,
+    /// Prunable batches.
+    Batches,
 }
 
 impl Counted {
     /// Every count, in the order a dry run makes them.
-    pub(crate) const ALL: [Counted; 5] = [
+    pub(crate) const ALL: [Counted; 6] = [
         Counted::Runs,
         Counted::Blobs,
         Counted::Inbox,
         Counted::Occurrences,
         Counted::Workers,
+        Counted::Batches,
     ];
 
     /// Adds this count's `n` rows to `r`.
@@ -153,6 +161,7 @@ impl Counted {
             Counted::Inbox => r.inbox += n,
             Counted::Occurrences => r.occurrences += n,
             Counted::Workers => r.workers += n,
+            Counted::Batches => r.batches += n,
         }
     }
 
@@ -164,6 +173,7 @@ impl Counted {
             Counted::Inbox => "count prunable inbox rows",
             Counted::Occurrences => "count prunable occurrences",
             Counted::Workers => "count prunable workers",
+            Counted::Batches => "count prunable batches",
         }
     }
 }

@@ -75,6 +75,8 @@ pub struct PruneCutoffs {
     pub occurrences_before: DateTime<Utc>,
     /// Cleanly stopped worker rows whose `stopped_at` is before this go.
     pub workers_before: DateTime<Utc>,
+    /// Batches completed before this go, once none of their runs is left.
+    pub batches_before: DateTime<Utc>,
 }
 
 /// Where a prune of runs stands: the final state it walks (one at a time, so each batch is a

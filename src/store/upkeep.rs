@@ -25,6 +25,8 @@ pub enum PruneStep {
     Occurrences,
     /// Stopped worker rows.
     Workers,
+    /// Completed batches whose runs are all gone.
+    Batches,
 }
 
 /// Parameters of [`Engine::prune_batch`](super::Engine::prune_batch).

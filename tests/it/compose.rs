@@ -350,7 +350,12 @@ async fn a_drain_does_not_wait_for_runs_blocked_behind_a_waiting_parent() {
         .run_id;
     env.drain().await;
     assert_eq!(
-        env.client.get(&child).await.unwrap().waiting.map(|w| w.kind),
+        env.client
+            .get(&child)
+            .await
+            .unwrap()
+            .waiting
+            .map(|w| w.kind),
         Some(WaitKind::Parents)
     );
     env.client
@@ -372,7 +377,10 @@ async fn two_hosts_ending_a_batchs_last_two_runs_at_once_complete_it_once() {
     let env = TestEnv::new();
     let other = toolq::Client::open(
         env.db.config(),
-        toolq::RegistryBuilder::new().with_builtins().build().unwrap(),
+        toolq::RegistryBuilder::new()
+            .with_builtins()
+            .build()
+            .unwrap(),
     )
     .unwrap();
     for round in 0..20 {
@@ -402,6 +410,10 @@ async fn two_hosts_ending_a_batchs_last_two_runs_at_once_complete_it_once() {
         assert_eq!((a.unwrap(), b.unwrap()), (vec![true], vec![true]));
         let b = env.client.batch(&created.batch_id).await.unwrap();
         assert_eq!((b.state, b.completions, b.pending), ("completed", 1, 0));
-        assert_eq!(batch_messages(&env, &session).await.len(), 1, "round {round}");
+        assert_eq!(
+            batch_messages(&env, &session).await.len(),
+            1,
+            "round {round}"
+        );
     }
 }

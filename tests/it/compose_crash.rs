@@ -122,7 +122,10 @@ fn kill_9_during_batches_and_chains_completes_each_batch_once_and_ends_each_chai
     child.wait().unwrap();
     let mut last = spawn_worker(&s, true);
     let status = wait_exit(&mut last, Duration::from_secs(180));
-    assert!(status.success(), "the last worker drains and exits: {status:?}");
+    assert!(
+        status.success(),
+        "the last worker drains and exits: {status:?}"
+    );
     // The callbacks enqueued by the last completions run in a second drain if the first
     // ended before they were claimed.
     let mut again = spawn_worker(&s, true);
@@ -134,9 +137,21 @@ fn kill_9_during_batches_and_chains_completes_each_batch_once_and_ends_each_chai
         assert_eq!(b.state, "completed", "{b:?}");
         assert_eq!(b.completions, 1, "{b:?}");
         assert_eq!(b.pending, 0, "{b:?}");
-        assert_eq!(b.completed + b.failed + b.cancelled, BATCH_RUNS as i64, "{b:?}");
-        assert_eq!(b.states.get("completed").copied().unwrap_or(0), b.completed, "{b:?}");
-        assert_eq!(b.states.get("failed").copied().unwrap_or(0), b.failed, "{b:?}");
+        assert_eq!(
+            b.completed + b.failed + b.cancelled,
+            BATCH_RUNS as i64,
+            "{b:?}"
+        );
+        assert_eq!(
+            b.states.get("completed").copied().unwrap_or(0),
+            b.completed,
+            "{b:?}"
+        );
+        assert_eq!(
+            b.states.get("failed").copied().unwrap_or(0),
+            b.failed,
+            "{b:?}"
+        );
         let msgs = s.db.count(&format!(
             "SELECT count(*) FROM inbox WHERE kind = 'batch_completed' AND session_id = '{}'",
             b.session_id
@@ -179,21 +194,25 @@ fn kill_9_during_batches_and_chains_completes_each_batch_once_and_ends_each_chai
         }
     }
     // One final message per run.
-    let per_run: HashMap<String, i64> = s
-        .db
-        .rows(
+    let per_run: HashMap<String, i64> =
+        s.db.rows(
             "SELECT r.id, (SELECT count(*) FROM inbox i WHERE i.run_id = r.id \
              AND i.kind IN ('completed', 'failed', 'cancelled')) FROM runs r",
         )
         .into_iter()
-        .map(|r| (r[0].clone().unwrap(), r[1].clone().unwrap().parse().unwrap()))
+        .map(|r| {
+            (
+                r[0].clone().unwrap(),
+                r[1].clone().unwrap().parse().unwrap(),
+            )
+        })
         .collect();
     for (id, n) in &per_run {
         assert_eq!(*n, 1, "run {id} has {n} final messages");
     }
-    let unfinished = s.db.count(
-        "SELECT count(*) FROM runs WHERE state NOT IN ('completed', 'failed', 'cancelled')",
-    );
+    let unfinished = s
+        .db
+        .count("SELECT count(*) FROM runs WHERE state NOT IN ('completed', 'failed', 'cancelled')");
     assert_eq!(unfinished, 0);
     eprintln!("compose crash: {KILLS} kills caught {hits} running runs");
 }

@@ -27,6 +27,9 @@ const PRUNABLE_OCCURRENCE: &str = "o.recorded_at < $1 AND o.fire_at < \
 const PRUNABLE_WORKER: &str = "w.stopped_at IS NOT NULL AND w.stopped_at < $1 \
     AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.lease_owner = w.id AND r.state = 'running')";
 
+const PRUNABLE_BATCH: &str = "b.completed_at IS NOT NULL AND b.completed_at < $1 \
+    AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.batch_id = b.id)";
+
 const PRUNABLE_ACKED: &str = "i.acked_at IS NOT NULL AND i.acked_at < $1";
 
 fn run_cutoffs(c: &PruneCutoffs) -> [String; 3] {
@@ -134,6 +137,7 @@ pub(crate) async fn prune_table_batch<C: GenericClient>(
         TableStep::AckedInbox => ("inbox", "i", PRUNABLE_ACKED),
         TableStep::Occurrences => ("schedule_occurrences", "o", PRUNABLE_OCCURRENCE),
         TableStep::Workers => ("workers", "w", PRUNABLE_WORKER),
+        TableStep::Batches => ("batches", "b", PRUNABLE_BATCH),
     };
     let sql = format!(
         "DELETE FROM {table} WHERE id IN \
@@ -195,6 +199,10 @@ fn count_query(what: Counted, cut: &PruneCutoffs) -> (String, Vec<String>) {
         Counted::Workers => (
             format!("SELECT count(*) FROM workers w WHERE {PRUNABLE_WORKER}"),
             vec![ts(cut.workers_before)],
+        ),
+        Counted::Batches => (
+            format!("SELECT count(*) FROM batches b WHERE {PRUNABLE_BATCH}"),
+            vec![ts(cut.batches_before)],
         ),
     }
 }

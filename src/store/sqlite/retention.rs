@@ -37,6 +37,11 @@ const PRUNABLE_ACKED: &str = "i.acked_at IS NOT NULL AND i.acked_at < :acked_bef
 const PRUNABLE_WORKER: &str = "w.stopped_at IS NOT NULL AND w.stopped_at < :workers_before \
     AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.lease_owner = w.id AND r.state = 'running')";
 
+/// A batch `b` that may be deleted: completed before the cutoff, and none of its runs left
+/// (its runs go first, by their own retention).
+const PRUNABLE_BATCH: &str = "b.completed_at IS NOT NULL AND b.completed_at < :batches_before \
+    AND NOT EXISTS (SELECT 1 FROM runs r INDEXED BY runs_batch_idx WHERE r.batch_id = b.id)";
+
 fn run_params(c: &PruneCutoffs) -> [(&'static str, String); 3] {
     [
         (":runs_before", ts(c.runs_before)),
@@ -183,6 +188,7 @@ pub(crate) fn prune_table_batch(
             ":occ_before",
         ),
         TableStep::Workers => (("workers", "w", PRUNABLE_WORKER), ":workers_before"),
+        TableStep::Batches => (("batches", "b", PRUNABLE_BATCH), ":batches_before"),
     };
     delete_batch(tx, table, (param, ts(step.cutoff(c))), batch)
 }
@@ -234,6 +240,10 @@ fn count_query(what: Counted, c: &PruneCutoffs) -> (String, Vec<(&'static str, S
         Counted::Workers => (
             format!("SELECT count(*) FROM workers w WHERE {PRUNABLE_WORKER}"),
             vec![(":workers_before", ts(c.workers_before))],
+        ),
+        Counted::Batches => (
+            format!("SELECT count(*) FROM batches b WHERE {PRUNABLE_BATCH}"),
+            vec![(":batches_before", ts(c.batches_before))],
         ),
     }
 }

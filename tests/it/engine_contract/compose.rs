@@ -277,3 +277,33 @@ async fn run_links_and_run_linked_results_read_a_spawning_run_and_its_children()
         Some(parent.id.as_str())
     );
 }
+
+#[tokio::test]
+async fn prune_batch_removes_a_completed_batch_once_its_runs_are_gone() {
+    let env = TestEnv::new();
+    let done = new_batch(&env, false);
+    let open = new_batch(&env, false);
+    engine(&env)
+        .batch_insert(done.clone(), vec![new_run(&env, "s")])
+        .await
+        .unwrap();
+    engine(&env)
+        .batch_insert(open.clone(), vec![new_run(&env, "s")])
+        .await
+        .unwrap();
+    let runs = claim(&env, "wk_a", 1).await;
+    end(&env, vec![lease_end(&runs[0], RunState::Completed)]).await;
+    let finished = runs[0].batch_id.clone().unwrap();
+    env.clock.advance(secs(3600));
+    let removed = super::observe::prune(&env, &super::observe::cutoffs(now(&env))).await;
+    // The finished run goes first, then its batch; the other batch's run is still queued.
+    assert_eq!(removed.runs, 1);
+    assert_eq!(removed.batches, 1);
+    assert!(engine(&env).batch_get(finished).await.unwrap().is_none());
+    let other = if runs[0].batch_id.as_ref() == Some(&done.id) {
+        open.id
+    } else {
+        done.id
+    };
+    assert!(engine(&env).batch_get(other).await.unwrap().is_some());
+}

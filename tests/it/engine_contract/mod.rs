@@ -65,6 +65,7 @@ const COVERED: &[(&str, &str)] = &[
     ("run_end", "compose::run_end_of_a_failed_parent_cancels_its_dependents_with_one_message_each"),
     ("run_links", "compose::run_links_and_run_linked_results_read_a_spawning_run_and_its_children"),
     ("run_linked_results", "compose::run_links_and_run_linked_results_read_a_spawning_run_and_its_children"),
+    ("prune_batch", "compose::prune_batch_removes_a_completed_batch_once_its_runs_are_gone"),
     // attempts (a worker's leases)
     ("attempt_claim", "attempts::attempt_claim_never_claims_a_run_twice"),
     ("attempt_claim", "attempts::attempt_claim_never_claims_a_run_twice_when_workers_race"),

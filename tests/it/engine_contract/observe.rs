@@ -8,24 +8,26 @@ use toolq::store::{PruneBatch, PruneCutoffs, PruneStep, Removed, RunsCursor};
 use super::*;
 use crate::support::{ENGINE, Engine as Which, TestEnv};
 
-fn cutoffs(before: DateTime<Utc>) -> PruneCutoffs {
+pub(crate) fn cutoffs(before: DateTime<Utc>) -> PruneCutoffs {
     PruneCutoffs {
         runs_before: before,
         unacked_runs_before: before,
         acked_inbox_before: before,
         occurrences_before: before,
         workers_before: before,
+        batches_before: before,
     }
 }
 
 /// Runs every prune step to its end, as a prune does; what went.
-async fn prune(env: &TestEnv, cutoffs: &PruneCutoffs) -> Removed {
+pub(crate) async fn prune(env: &TestEnv, cutoffs: &PruneCutoffs) -> Removed {
     let mut removed = Removed::default();
     for step in [
         PruneStep::Runs,
         PruneStep::AckedInbox,
         PruneStep::Occurrences,
         PruneStep::Workers,
+        PruneStep::Batches,
     ] {
         let mut cursor = RunsCursor::default();
         for _ in 0..20 {
