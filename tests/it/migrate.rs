@@ -649,3 +649,68 @@ fn a_version_11_file_gains_the_background_flag_and_keeps_its_rows() {
         "background is 0 or 1"
     );
 }
+
+/// Migrations 12 and 13 as files had them (version 11 above, then these).
+const MIGRATION_12: &str = include_str!("../../migrations/012_background_runs.sql");
+const MIGRATION_13: &str = include_str!("../../migrations/013_durable_runs.sql");
+
+/// Version 13 -> 14 (issue 36): runs gain `batch_id`, `parent_run_id` and `deps_pending`
+/// (none, none and 0 for the runs already there); the CHECKs of `wait_kind`, `inbox.kind` and
+/// `step_records.kind` widen in place after the new columns are added; the new tables and
+/// views work on the old rows, and a suspended run of version 13 keeps its wait.
+#[test]
+fn a_version_13_file_gains_composition_and_keeps_its_rows_and_waits() {
+    let dir = tempfile::tempdir().unwrap();
+    let (old, new) = (dir.path().join("v13.db"), dir.path().join("new.db"));
+    {
+        let c = Connection::open(&old).unwrap();
+        c.execute_batch(SCHEMA_V9).unwrap();
+        for step in [MIGRATION_10, MIGRATION_11, MIGRATION_12, MIGRATION_13] {
+            c.execute_batch(step).unwrap();
+            // As migrate.rs does after each step: connections parse edited tables again.
+            let cookie: i64 = c
+                .query_row("PRAGMA schema_version", [], |r| r.get(0))
+                .unwrap();
+            c.execute_batch(&format!("PRAGMA schema_version = {}", cookie + 1))
+                .unwrap();
+        }
+        c.execute_batch(
+            "PRAGMA user_version = 13;
+             INSERT INTO runs (id, session_id, tool, args, title, run_at, created_at, wait_kind, wait_event)
+               VALUES ('bg_wait', 's1', 'echo', '{}', 'waits', '9999-12-31T23:59:59.999Z',
+                       '2026-01-01T00:00:00.000Z', 'event', 'go');",
+        )
+        .unwrap();
+    }
+    let o = upgrade(&old, &new);
+    assert_intact(&o);
+    let row: (Option<String>, Option<String>, i64, String, String) = o
+        .query_row(
+            "SELECT batch_id, parent_run_id, deps_pending, wait_kind, wait_event FROM runs \
+             WHERE id = 'bg_wait'",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)),
+        )
+        .unwrap();
+    assert_eq!(row, (None, None, 0, "event".into(), "go".into()));
+    o.execute_batch(
+        "UPDATE runs SET wait_kind = 'parents' WHERE id = 'bg_wait';
+         INSERT INTO inbox (session_id, run_id, attempt, kind, body, created_at)
+           VALUES ('s1', NULL, 1, 'batch_completed', 'done', '2026-01-01T00:00:01.000Z');
+         INSERT INTO run_deps (child_id, parent_id, mode) VALUES ('bg_wait', 'bg_x', 'all');",
+    )
+    .unwrap();
+    assert!(
+        o.execute("UPDATE runs SET wait_kind = 'nap' WHERE id = 'bg_wait'", [])
+            .is_err(),
+        "wait_kind is still checked"
+    );
+    let blocked: i64 = o
+        .query_row("SELECT count(*) FROM blocked_runs", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(blocked, 1);
+    let edges: i64 = o
+        .query_row("SELECT count(*) FROM run_edges", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(edges, 1);
+}
