@@ -136,11 +136,9 @@ impl Core {
 
     /// The callback of a batch titled `title`, validated as an enqueue of it would be.
     fn callback(&self, c: OnComplete, title: &str) -> Result<Callback, InputError> {
-        let entry = self
-            .registry()
+        self.registry()
             .validate(&c.tool, &c.args)
             .map_err(|e| e.within("--on-complete: "))?;
-        let _ = entry;
         Ok(Callback {
             tool: c.tool,
             args: c.args,

@@ -301,8 +301,8 @@ pub fn check_parents(child: &RunId, parents: &[RunId]) -> Result<(), InputError>
     if parents.len() > MAX_PARENTS {
         return Err(InputError::new(
             "after",
-            &format!("{} runs", parents.len()),
-            &format!("a run may wait for at most {MAX_PARENTS} parents"),
+            format!("{} runs", parents.len()),
+            format!("a run may wait for at most {MAX_PARENTS} parents"),
         ));
     }
     if parents.contains(child) {

@@ -748,6 +748,15 @@ pub(crate) fn links(conn: &rusqlite::Connection, id: &str) -> Result<RunLinks, S
     })
 }
 
+/// A linked run as read: id, tool, state, error, result.json.
+type LinkedRow = (
+    String,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    Option<Vec<u8>>,
+);
+
 /// The outcomes of a run's parents or children, in id order.
 pub(crate) fn linked_results(
     conn: &rusqlite::Connection,
@@ -771,13 +780,7 @@ pub(crate) fn linked_results(
         }
     };
     let mut stmt = conn.prepare_cached(sql).ctx("prepare linked results")?;
-    let rows: Vec<(
-        String,
-        Option<String>,
-        Option<String>,
-        Option<String>,
-        Option<Vec<u8>>,
-    )> = stmt
+    let rows: Vec<LinkedRow> = stmt
         .query_map([id], |r| {
             Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
         })
