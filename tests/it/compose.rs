@@ -417,3 +417,55 @@ async fn two_hosts_ending_a_batchs_last_two_runs_at_once_complete_it_once() {
         );
     }
 }
+
+/// `RunFilter { batch_id }` cancels a whole batch in bulk (some of its runs blocked behind
+/// others of it): every run ends cancelled once, and the batch completes with one message.
+#[tokio::test]
+async fn a_bulk_cancel_of_a_batch_completes_it_once() {
+    let env = TestEnv::new();
+    let mut reqs: Vec<EnqueueRequest> = (0..300).map(|i| echo(&format!("r{i}"))).collect();
+    for (i, r) in reqs.iter_mut().enumerate().skip(250) {
+        r.after_requests = vec![i - 1];
+    }
+    let created = env
+        .client
+        .create_batch(
+            BatchRequest {
+                session: "bulk".into(),
+                ..Default::default()
+            },
+            reqs,
+        )
+        .await
+        .unwrap();
+    let filter = toolq::run::RunFilter {
+        batch_id: Some(created.batch_id.to_string()),
+        ..Default::default()
+    };
+    let report = env
+        .client
+        .cancel_where(
+            &filter,
+            toolq::BulkOptions {
+                batch_size: 64,
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    // The blocked tail is cancelled with the run it waits for, in that run's transaction:
+    // the pages after it find it cancelled already.
+    assert!(report.matched >= 250, "{report:?}");
+    assert_eq!(report.done + report.skipped, report.matched, "{report:?}");
+    let b = env.client.batch(&created.batch_id).await.unwrap();
+    assert_eq!(
+        (b.state, b.cancelled, b.pending, b.completions),
+        ("completed", 300, 0, 1)
+    );
+    assert_eq!(batch_messages(&env, "bulk").await.len(), 1);
+    assert_eq!(
+        env.count("SELECT count(*) FROM inbox WHERE kind = 'cancelled'"),
+        300,
+        "one final message per run"
+    );
+}
