@@ -102,9 +102,11 @@ fn batch_request(args: &Args) -> Result<Option<BatchRequest>, InputError> {
         ] {
             if given {
                 return Err(InputError::about(
-                    flag,
-                    "with --file, each line carries its own (\"session\", \"title\"); the \
-                     flag names a batch, so it needs --batch",
+                    "--file",
+                    format!(
+                        "cannot be used with '{flag}' without --batch: each line carries its \
+                         own (\"session\", \"title\"); beside --batch the flag names the batch"
+                    ),
                 ));
             }
         }
