@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use clap::{Parser, Subcommand};
 
 use super::{
-    approve, cancel, check, config, deny, enqueue, generate, inbox, init, logs, pause, prune,
-    result, retry, runs, schedule, show, signal, stats, status, tools, wait, web, worker,
+    approve, batch, cancel, check, config, deny, enqueue, generate, inbox, init, logs, pause,
+    prune, result, retry, runs, schedule, show, signal, stats, status, tools, wait, web, worker,
 };
 
 /// The help heading of the flags every subcommand takes, listed after its own.
@@ -51,9 +51,14 @@ pub enum Command {
     Worker(worker::Args),
     /// Enqueue a run (or a batch with --file).
     #[command(
-        after_help = "Examples:\n  toolq enqueue echo --args '{\"message\":\"hi\"}' --session demo\n  toolq enqueue sleep --args '{\"ms\":5000}' --in 10m --priority 5\n  toolq enqueue --file runs.jsonl | xargs toolq wait"
+        after_help = "Examples:\n  toolq enqueue echo --args '{\"message\":\"hi\"}' --session demo\n  toolq enqueue sleep --args '{\"ms\":5000}' --in 10m --priority 5\n  toolq enqueue --file runs.jsonl | xargs toolq wait\n  toolq enqueue echo --args '{\"message\":\"next\"}' --after bg_0193...\n  toolq enqueue --file dag.jsonl --batch --on-complete echo --on-complete-args '{\"message\":\"done\"}'"
     )]
-    Enqueue(enqueue::Args),
+    Enqueue(Box<enqueue::Args>),
+    /// Batches: list, show, wait, cancel, retry.
+    #[command(
+        after_help = "Examples:\n  toolq enqueue --file runs.jsonl --batch --title nightly\n  toolq batch list --state running\n  toolq batch wait bt_0193... --timeout 1h"
+    )]
+    Batch(batch::Args),
     /// List runs, newest first.
     #[command(
         after_help = "Examples:\n  toolq runs --state queued --limit 20\n  toolq --json runs --session demo"

@@ -6,8 +6,8 @@ use clap::CommandFactory;
 use super::args::{Cli, Command};
 use super::setup::{load_config, registry_with};
 use super::{
-    Ctx, approve, cancel, check, config, deny, enqueue, generate, inbox, init, logs, pause, prune,
-    result, retry, runs, schedule, show, signal, stats, status, tools, wait, web, worker,
+    Ctx, approve, batch, cancel, check, config, deny, enqueue, generate, inbox, init, logs, pause,
+    prune, result, retry, runs, schedule, show, signal, stats, status, tools, wait, web, worker,
     worker_start,
 };
 use crate::client::Client;
@@ -21,6 +21,10 @@ use crate::tool::RegistryBuilder;
 fn open_mode(command: &Command) -> OpenMode {
     match command {
         Command::Init(_) | Command::Worker(_) | Command::Enqueue(_) => OpenMode::Create,
+        Command::Batch(a) => match a.command {
+            batch::Sub::Cancel(_) | batch::Sub::Retry(_) => OpenMode::Existing,
+            batch::Sub::List(_) | batch::Sub::Show(_) | batch::Sub::Wait(_) => OpenMode::Read,
+        },
         Command::Schedule(a) => match a.command {
             schedule::Sub::Add(_) => OpenMode::Create,
             schedule::Sub::Cancel(_) | schedule::Sub::Enable(_) => OpenMode::Existing,
@@ -101,7 +105,8 @@ async fn run(ctx: &Ctx, command: Command) -> Result<()> {
     match command {
         Command::Init(a) => init::run(ctx, a).await,
         Command::Worker(a) => worker::run(ctx, a).await,
-        Command::Enqueue(a) => enqueue::run(ctx, a).await,
+        Command::Enqueue(a) => enqueue::run(ctx, *a).await,
+        Command::Batch(a) => batch::run(ctx, a).await,
         Command::Runs(a) => runs::run(ctx, a).await,
         Command::Show(a) => show::run(ctx, a).await,
         Command::Wait(a) => wait::run(ctx, a).await,

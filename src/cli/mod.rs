@@ -5,6 +5,7 @@
 
 mod approve;
 pub mod args;
+mod batch;
 mod bulk;
 mod cancel;
 mod check;

@@ -5,6 +5,7 @@ use chrono::{DateTime, Utc};
 use super::input::filter;
 use super::{Ctx, render};
 use crate::error::{InputError, Result};
+use crate::ids::RunId;
 use crate::run::steps::far_future;
 use crate::run::{ListFilter, Run, RunState, WaitKind};
 
@@ -20,6 +21,12 @@ pub struct Args {
     /// Only this tool.
     #[arg(long)]
     pub tool: Option<String>,
+    /// Only runs of this batch (bt_...).
+    #[arg(long, value_name = "BATCH")]
+    pub batch: Option<String>,
+    /// Only runs spawned by this run (bg_...): its children.
+    #[arg(long, value_name = "RUN")]
+    pub parent: Option<String>,
     /// At most this many, newest first.
     #[arg(long, default_value_t = 50)]
     pub limit: i64,
@@ -42,8 +49,19 @@ pub async fn run(ctx: &Ctx, args: Args) -> Result<()> {
             session: filter("--session", args.session)?,
             tool: filter("--tool", args.tool)?,
             schedule_id: None,
-            batch_id: None,
-            parent_run_id: None,
+            batch_id: super::enqueue::batch_id("--batch", args.batch.as_deref())?
+                .map(|b| b.to_string()),
+            parent_run_id: args
+                .parent
+                .as_deref()
+                .map(|p| {
+                    p.parse::<RunId>().map_err(|e| InputError {
+                        field: "--parent".into(),
+                        ..e
+                    })
+                })
+                .transpose()?
+                .map(|p| p.to_string()),
             limit: args.limit,
         })
         .await?;
@@ -112,6 +130,7 @@ fn run_at(r: &Run, now: DateTime<Utc>) -> String {
             (WaitKind::Check, _) => format!("next check in {left}"),
             (WaitKind::Resume, _) => "resumes its steps".to_string(),
             (WaitKind::Children, _) => "waits its children".to_string(),
+            (WaitKind::Parents, _) if r.deps_pending == 1 => "blocked (1 parent)".to_string(),
             (WaitKind::Parents, _) => format!("blocked ({} parents)", r.deps_pending),
         };
     }

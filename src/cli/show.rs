@@ -5,8 +5,9 @@ use std::time::Duration;
 use super::input::run_id;
 use super::{Ctx, render};
 use crate::error::Result;
+use crate::error::{Error, StoreError};
 use crate::run::steps::far_future;
-use crate::run::{Journal, Run, RunEvent, StepRecord, StepStatus};
+use crate::run::{Dependency, Journal, Run, RunEvent, RunLinks, StepRecord, StepStatus, WaitKind};
 
 /// Flags of `show`.
 #[derive(Debug, clap::Args)]
@@ -21,9 +22,12 @@ pub async fn run(ctx: &Ctx, args: Args) -> Result<()> {
     let run = ctx.client.get(&id).await?;
     let held = ctx.client.hold_reason(&run).await?;
     let journal = ctx.client.journal(&id).await?;
+    let links = links_of(ctx, &run).await?;
     let timeout = effective_timeout(ctx, &run);
     if ctx.json {
-        render::json(&json_of(&run, held, timeout, &journal));
+        let mut v = json_of(&run, held, timeout, &journal);
+        v["links"] = serde_json::to_value(&links).unwrap_or_default();
+        render::json(&v);
         return Ok(());
     }
     let mut pairs = request_fields(&run);
@@ -31,6 +35,7 @@ pub async fn run(ctx: &Ctx, args: Args) -> Result<()> {
     pairs.extend(outcome_fields(&run));
     pairs.extend(held.map(|h| ("held", h)));
     pairs.extend(origin_fields(&run));
+    pairs.extend(link_fields(&links));
     pairs.extend(journal_fields(&journal));
     add_errors_and_tail(&run, &mut pairs);
     render::fields(&pairs);
@@ -75,7 +80,19 @@ fn request_fields(run: &Run) -> Vec<(&'static str, String)> {
     let mut pairs = vec![("id", run.id.to_string()), ("state", run.state.to_string())];
     // A suspended run is queued; say what it waits for right under its state.
     if let Some(w) = &run.waiting {
-        pairs.push(("waiting", w.describe()));
+        let text = match w.kind {
+            WaitKind::Parents => format!(
+                "blocked by {} {} (it runs once they complete)",
+                run.deps_pending,
+                if run.deps_pending == 1 {
+                    "parent"
+                } else {
+                    "parents"
+                }
+            ),
+            _ => w.describe(),
+        };
+        pairs.push(("waiting", text));
     }
     pairs.extend([
         ("tool", run.tool.clone()),
@@ -94,11 +111,60 @@ fn request_fields(run: &Run) -> Vec<(&'static str, String)> {
     pairs
 }
 
+/// The run's links. An engine that cannot read them yet gives what the run's row says
+/// (batch, spawning run), so `show` keeps working on it.
+async fn links_of(ctx: &Ctx, run: &Run) -> Result<RunLinks> {
+    match ctx.client.links(&run.id).await {
+        Err(Error::Store(StoreError::Unsupported { .. })) => Ok(RunLinks {
+            batch_id: run.batch_id.as_ref().map(ToString::to_string),
+            parent_run_id: run.parent_run_id.as_ref().map(ToString::to_string),
+            ..RunLinks::default()
+        }),
+        other => other,
+    }
+}
+
+/// Its batch, the runs it waits for and that wait for it (with how, and how each resolved),
+/// the run that spawned it and the runs it spawned; nothing for a run linked to none.
+fn link_fields(links: &RunLinks) -> Vec<(&'static str, String)> {
+    let mut pairs = Vec::new();
+    if let Some(b) = &links.batch_id {
+        pairs.push(("batch", b.clone()));
+    }
+    // A parent's id, how it is waited for, and its outcome (or `waiting` while it runs).
+    let edge = |id: &str, d: &Dependency| {
+        vec![
+            id.to_string(),
+            d.mode.edge_kind().to_string(),
+            d.resolved.clone().unwrap_or_else(|| "waiting".into()),
+        ]
+    };
+    if !links.parents.is_empty() {
+        let rows = links.parents.iter().map(|d| edge(&d.parent, d));
+        pairs.push(("parents", indented(rows)));
+    }
+    if !links.dependents.is_empty() {
+        let rows = links.dependents.iter().map(|d| edge(&d.child, d));
+        pairs.push(("dependents", indented(rows)));
+    }
+    if let Some(p) = &links.parent_run_id {
+        pairs.push(("spawned_by", p.clone()));
+    }
+    if !links.children.is_empty() {
+        let rows = links
+            .children
+            .iter()
+            .map(|c| vec![c.id.clone(), c.tool.clone(), c.state.clone()]);
+        pairs.push(("children", indented(rows)));
+    }
+    pairs
+}
+
 /// The most of a step's output, error or an event's payload a line shows.
 const SUMMARY: usize = 60;
 
 /// `s` on one line, cut to [`SUMMARY`] characters.
-fn summary(s: &str) -> String {
+pub(super) fn summary(s: &str) -> String {
     let one = s.replace(['\n', '\r', '\t'], " ");
     if one.chars().count() > SUMMARY {
         format!("{}…", one.chars().take(SUMMARY - 1).collect::<String>())
@@ -156,7 +222,7 @@ fn event_cells(e: &RunEvent) -> Vec<String> {
 
 /// Rows of cells as lines under a field's key: each line indented by two spaces, columns
 /// aligned, the last cell as it is.
-fn indented(rows: impl Iterator<Item = Vec<String>>) -> String {
+pub(super) fn indented(rows: impl Iterator<Item = Vec<String>>) -> String {
     let rows: Vec<Vec<String>> = rows.collect();
     let mut widths: Vec<usize> = Vec::new();
     for r in &rows {

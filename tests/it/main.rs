@@ -26,6 +26,7 @@ mod cli_input;
 mod cli_output;
 mod cli_tools;
 mod compose;
+mod compose_cli;
 mod compose_crash;
 mod config;
 mod crash;
