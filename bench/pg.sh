@@ -5,6 +5,8 @@
 # 4 `toolq worker --drain` processes on one queue, and the Graphile Worker peer.
 #
 #   bench/pg.sh [N] [SAMPLES] [RUNS]      (BENCH_DIR, BENCH_PEERS=0 as for run.sh)
+#   BENCH_COMPOSE=0 skips composition (issue 36), as for run.sh; BENCH_CHAIN_N as for run.sh;
+#   BENCH_PG_BATCH_N=N runs in the one-batch figure (default BENCH_BATCH_N, else 100000; 0 skips)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${1:-20000}
@@ -56,6 +58,12 @@ for i in range($N): print(json.dumps({'tool':'echo','args':{'message':'noop %d' 
   python3 -c "import json; s=$t1-$t0; print(json.dumps({'mode':'pg-drain-procs','procs':$p,'n':$N,'completed':$done,'secs':round(s,3),'rate':round($N/s,1)}))"
 }
 
+# Workload mode $1 on the toolq database with count $2, reported as pg-$3 (default pg-$1).
+pgm() {
+  local m=$1 n=$2 as=${3:-$1}
+  $W "$m" "$URL/toolq" "$n" "$CONC" | sed "s/\"mode\":\"$m\"/\"mode\":\"pg-$as\"/" | tee -a "$RAW"
+}
+
 for r in $(seq "$RUNS"); do
   $L "$URL/toolq" "$N" | tee -a "$RAW"
   for m in enqueue drain enqueue-batch; do
@@ -65,6 +73,26 @@ for r in $(seq "$RUNS"); do
   $W latency-xproc "$URL/toolq" "$SAMPLES" "$CONC" | sed 's/"mode":"/"mode":"pg-/' | tee -a "$RAW"
   drain_procs 1 | tee -a "$RAW"
   drain_procs 4 | tee -a "$RAW"
+  if [ "${BENCH_COMPOSE:-1}" != 0 ]; then
+    # Composition (issue 36), as in run.sh: plain enqueue-batch + drain before and after the
+    # composed modes (each on an emptied database), a chain, one big batch beside plain.
+    pgm enqueue-batch "$N" enqueue-batch-beside-compose
+    pgm drain "$N" drain-beside-compose
+    pgm batch-enqueue "$N"
+    pgm drain-batch "$N"
+    pgm drain-blocked "$N"
+    pgm enqueue-batch "$N" enqueue-batch-beside-compose
+    pgm drain "$N" drain-beside-compose
+    pgm chain "${BENCH_CHAIN_N:-1000}"
+    BN=${BENCH_PG_BATCH_N:-${BENCH_BATCH_N:-100000}}
+    if [ "$BN" != 0 ]; then
+      pgm enqueue-batch "$BN" enqueue-batch-big
+      pgm drain "$BN" drain-big-plain
+      pgm enqueue-batch-all "$BN"
+      pgm batch-enqueue-all "$BN"
+      pgm drain-batch "$BN" drain-batch-all
+    fi
+  fi
   if [ -n "$GW" ]; then
     for m in enqueue drain enqueue-batch; do
       $GW $m "$URL/graphile" "$N" "$CONC" | sed 's/"mode":"/"mode":"graphile-/' | tee -a "$RAW"
@@ -103,4 +131,31 @@ for m in ("enqueue", "enqueue-batch", "drain"):
     if g: print(f"{'graphile-worker ' + m:<26} {g:>12,.1f} jobs/s  (toolq {t/g:.2f}x graphile-worker)")
 line("graphile-worker latency p50", med("graphile-latency", "p50_ms"), "ms")
 line("graphile-worker drain RSS", med("graphile-drain", "peak_rss_kib"), "KiB")
+# Composition (issue 36): each composed figure over the plain ones of its own round.
+def rates(mode):
+    return [r["rate"] for r in rows if r.get("mode") == mode and r.get("rate")]
+def by_round(composed, plain, per_round=2):
+    ys, xs = rates("pg-" + composed), rates("pg-" + plain)
+    out = []
+    for k, y in enumerate(ys):
+        ref = xs[per_round * k : per_round * (k + 1)]
+        if ref: out.append(y / (sum(ref) / len(ref)))
+    return out
+def show(label, ratios, goal):
+    if not ratios: return
+    m = statistics.median(ratios)
+    print(f"{label:<26} {' / '.join(f'{r:.2f}' for r in ratios)}  (median {m:.2f}x; target >= {goal}: {'met' if m >= goal else 'NOT MET'})")
+plain_e, plain_d = med("pg-enqueue-batch-beside-compose", "rate"), med("pg-drain-beside-compose", "rate")
+line("batch-enqueue", med("pg-batch-enqueue", "rate"), "jobs/s", plain_e, "plain enqueue-batch beside it")
+line("drain-batch", med("pg-drain-batch", "rate"), "jobs/s", plain_d, "plain drain beside it")
+line("drain-blocked", med("pg-drain-blocked", "rate"), "jobs/s", plain_d, "plain drain beside it")
+line("chain per link", med("pg-chain", "per_link_ms"), "ms")
+line("batch-enqueue-all", med("pg-batch-enqueue-all", "rate"), "jobs/s", med("pg-enqueue-batch-big", "rate"), "plain, 1,000 per call")
+line("  plain, 1 call", med("pg-enqueue-batch-all", "rate"), "jobs/s", med("pg-enqueue-batch-big", "rate"), "plain, 1,000 per call")
+line("drain-batch-all", med("pg-drain-batch-all", "rate"), "jobs/s", med("pg-drain-big-plain", "rate"), "plain drain of as many")
+show("batch-enqueue / plain", by_round("batch-enqueue", "enqueue-batch-beside-compose"), 0.8)
+show("drain-batch / plain", by_round("drain-batch", "drain-beside-compose"), 0.8)
+show("big batch enqueue / plain", by_round("batch-enqueue-all", "enqueue-batch-big", 1), 0.8)
+show("big batch drain / plain", by_round("drain-batch-all", "drain-big-plain", 1), 0.8)
+show("drain-blocked / plain", by_round("drain-blocked", "drain-beside-compose"), 0.9)
 PY

@@ -13,6 +13,9 @@
 #   limit, the workload on a postgres:// URL, 1 vs 4 worker processes, Graphile Worker)
 #   BENCH_DURABLE=0 to skip the durable runs (issue 35: wait-1s, drain-steps3, resume,
 #   resume-xproc); BENCH_WAIT_N=N runs for wait-1s (default 10000)
+#   BENCH_COMPOSE=0 to skip composition (issue 36: batch-enqueue, drain-batch, drain-blocked,
+#   chain, and one batch of BENCH_BATCH_N runs, default 100000, 0 skips it); BENCH_CHAIN_N=C
+#   links for chain (default 1000)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${1:-20000}
@@ -85,6 +88,33 @@ for r in $(seq "$RUNS"); do
     # then from a second process on the same file.
     $W resume "$DIR/rs$r.db" "$SAMPLES" "$CONC" | tee -a "$RAW"
     $W resume-xproc "$DIR/rx$r.db" "$SAMPLES" "$CONC" | tee -a "$RAW"
+  fi
+  if [ "${BENCH_COMPOSE:-1}" != 0 ]; then
+    # Composition (issue 36). A plain enqueue-batch + drain on a fresh file before and after
+    # the composed ones, so each ratio is to the mean of plain figures taken minutes apart at
+    # most (this VM drifts): batches of 1,000 (one per create_batch call, as enqueue-batch
+    # puts 1,000 per enqueue_batch call) and their drain, then the drain of N runnable runs
+    # beside 100,000 blocked ones (seeded by its own child process).
+    $W enqueue-batch "$DIR/cp$r.db" "$N" "$CONC" | sed 's/"mode":"enqueue-batch"/"mode":"enqueue-batch-beside-compose"/' | tee -a "$RAW"
+    $W drain "$DIR/cp$r.db" "$N" "$CONC" | sed 's/"mode":"drain"/"mode":"drain-beside-compose"/' | tee -a "$RAW"
+    $W batch-enqueue "$DIR/cb$r.db" "$N" "$CONC" | tee -a "$RAW"
+    $W drain-batch "$DIR/cb$r.db" "$N" "$CONC" | tee -a "$RAW"
+    $W drain-blocked "$DIR/cbl$r.db" "$N" "$CONC" | tee -a "$RAW"
+    $W enqueue-batch "$DIR/cq$r.db" "$N" "$CONC" | sed 's/"mode":"enqueue-batch"/"mode":"enqueue-batch-beside-compose"/' | tee -a "$RAW"
+    $W drain "$DIR/cq$r.db" "$N" "$CONC" | sed 's/"mode":"drain"/"mode":"drain-beside-compose"/' | tee -a "$RAW"
+    # A chain of 1,000 runs, each after the previous, drained by one worker: time per link.
+    $W chain "$DIR/cc$r.db" "${BENCH_CHAIN_N:-1000}" "$CONC" | tee -a "$RAW"
+    BN=${BENCH_BATCH_N:-100000}
+    if [ "$BN" != 0 ]; then
+      # The issue's figure: one batch of 100,000 runs in one create_batch call and its drain,
+      # beside the plain batch enqueue of as many runs (1,000 per call, and all in one
+      # enqueue_batch call) and the plain drain of as many.
+      $W enqueue-batch "$DIR/cpb$r.db" "$BN" "$CONC" | sed 's/"mode":"enqueue-batch"/"mode":"enqueue-batch-big"/' | tee -a "$RAW"
+      $W drain "$DIR/cpb$r.db" "$BN" "$CONC" | sed 's/"mode":"drain"/"mode":"drain-big-plain"/' | tee -a "$RAW"
+      $W enqueue-batch-all "$DIR/cpa$r.db" "$BN" "$CONC" | tee -a "$RAW"
+      $W batch-enqueue-all "$DIR/cba$r.db" "$BN" "$CONC" | tee -a "$RAW"
+      $W drain-batch "$DIR/cba$r.db" "$BN" "$CONC" | sed 's/"mode":"drain-batch"/"mode":"drain-batch-all"/' | tee -a "$RAW"
+    fi
   fi
   if [ -n "$PJ" ]; then
     for m in enqueue drain; do $PJ $m "$DIR/pj$r.db" "$N" "$CONC" | sed 's/"mode":"/"mode":"plainjob-/' | tee -a "$RAW"; done
@@ -196,6 +226,37 @@ line("resume p50", "resume", "p50_ms", "ms")
 line("resume p99", "resume", "p99_ms", "ms")
 line("resume-xproc p50", "resume-xproc", "p50_ms", "ms")
 line("resume-xproc p99", "resume-xproc", "p99_ms", "ms")
+# Composition (issue 36): each composed figure over the plain ones of its own round.
+def rates(mode):
+    return [r["rate"] for r in rows if r.get("mode") == mode and r.get("rate")]
+def by_round(composed, plain, per_round=2):
+    ys, xs = rates(composed), rates(plain)
+    out = []
+    for k, y in enumerate(ys):
+        ref = xs[per_round * k : per_round * (k + 1)]
+        if ref: out.append(y / (sum(ref) / len(ref)))
+    return out
+def show(label, ratios, refname):
+    if ratios:
+        print(f"{label:<22} {' / '.join(f'{r:.2f}' for r in ratios)}  (median {statistics.median(ratios):.2f}x {refname})")
+    return statistics.median(ratios) if ratios else None
+line("batch-enqueue", "batch-enqueue", "rate", "jobs/s", med("enqueue-batch-beside-compose", "rate"), "plain enqueue-batch beside it")
+line("drain-batch", "drain-batch", "rate", "jobs/s", med("drain-beside-compose", "rate"), "plain drain beside it")
+line("drain-blocked", "drain-blocked", "rate", "jobs/s", med("drain-beside-compose", "rate"), "plain drain beside it")
+line("drain-blocked peak RSS", "drain-blocked", "peak_rss_kib", "KiB", med("drain-beside-compose", "peak_rss_kib"), "plain drain's")
+r_benq = show("batch-enqueue / plain", by_round("batch-enqueue", "enqueue-batch-beside-compose"), "by round")
+r_bdrain = show("drain-batch / plain", by_round("drain-batch", "drain-beside-compose"), "by round")
+r_blocked = show("drain-blocked / plain", by_round("drain-blocked", "drain-beside-compose"), "by round")
+chain_n = med("chain", "n")
+line("chain wall time", "chain", "secs", f"s for {chain_n or 0:,.0f} runs")
+line("chain per link", "chain", "per_link_ms", "ms")
+big_n = med("batch-enqueue-all", "n")
+line(f"batch of {big_n or 0:,.0f}, enqueue", "batch-enqueue-all", "rate", "jobs/s", med("enqueue-batch-big", "rate"), "plain, 1,000 per call")
+line(f"  same, plain 1 call", "enqueue-batch-all", "rate", "jobs/s", med("enqueue-batch-big", "rate"), "plain, 1,000 per call")
+line(f"batch of {big_n or 0:,.0f}, drain", "drain-batch-all", "rate", "jobs/s", med("drain-big-plain", "rate"), "plain drain of as many")
+r_big_enq = show("big enqueue / plain", by_round("batch-enqueue-all", "enqueue-batch-big", 1), "by round")
+show("big enqueue / 1 call", by_round("batch-enqueue-all", "enqueue-batch-all", 1), "by round")
+r_big_drain = show("big drain / plain", by_round("drain-batch-all", "drain-big-plain", 1), "by round")
 
 # Issue 19's targets, each as a ratio to a figure of this same run.
 def ratio(a, b):
@@ -242,6 +303,21 @@ for name, v, op, goal, alone in targets:
         reach = alone >= goal if op == ">=" else alone <= goal
         verdict += f"   (SQLite alone: {alone:.2f}{'' if reach else ', below the target: out of reach with this data model'})"
     print(f"{name:<30} {v:>10.2f}   target {op} {goal:<5} {verdict}")
+# Issue 36's targets, each the median of the rounds' ratios (composed / plain, same round).
+compose_targets = [
+    ("batch-enqueue / enqueue-batch", r_benq, ">=", 0.8, None),
+    ("drain-batch / drain", r_bdrain, ">=", 0.8, None),
+    ("big batch enqueue / plain", r_big_enq, ">=", 0.8, None),
+    ("big batch drain / plain", r_big_drain, ">=", 0.8, None),
+    ("drain beside blocked / drain", r_blocked, ">=", 0.9, None),
+]
+if any(v is not None for _, v, _, _, _ in compose_targets):
+    print("\n## issue 36 targets (composition, this run)")
+    for name, v, op, goal, _ in compose_targets:
+        if v is None:
+            print(f"{name:<30} {'not measured':>10}   target {op} {goal}")
+            continue
+        print(f"{name:<30} {v:>10.2f}   target {op} {goal:<5} {'met' if v >= goal else 'NOT MET'}")
 if any(v is not None for _, v, _, _, _ in durable_targets):
     print("\n## issue 35 targets (durable runs, this run)")
     for name, v, op, goal, _ in durable_targets:

@@ -205,7 +205,7 @@ pub async fn drain_steps3_part(db: &Path, n: usize, concurrency: usize) -> anyho
 }
 
 /// Runs this program in `mode` on `db` as a child process and returns its JSON line.
-async fn child(mode: &str, db: &Path, n: usize, concurrency: usize) -> anyhow::Result<Value> {
+pub async fn child(mode: &str, db: &Path, n: usize, concurrency: usize) -> anyhow::Result<Value> {
     let exe = std::env::current_exe().context("path of this program")?;
     let out = tokio::process::Command::new(exe)
         .arg(mode)

@@ -6,7 +6,8 @@
 //! database (see [`pg`]); `idle` then reports no WAL figures (the server keeps its own).
 //!
 //! Modes: enqueue | enqueue-batch | drain | drain-limited | latency | latency-xproc |
-//! latency-delayed | idle | drain-procs-P | wait-1s | drain-steps3 | resume | resume-xproc.
+//! latency-delayed | idle | drain-procs-P | wait-1s | drain-steps3 | resume | resume-xproc |
+//! batch-enqueue | batch-enqueue-all | enqueue-batch-all | drain-batch | chain | drain-blocked.
 //! Prints exactly one JSON line on stdout; everything else goes to stderr. `idle` (toolq's own)
 //! measures the CPU time and the commits of a worker that has nothing to do; `latency-delayed`
 //! (toolq's own) how late a run enqueued 100 ms ahead starts (lateness p50/p99).
@@ -22,7 +23,15 @@
 //! (`drain-steps3-part` is its steps drain, a child process); `resume` and `resume-xproc` time
 //! from `Client::signal` to the waiting tool running again, the signal sent in this process or
 //! by a child process on the same file (`signal-one` is that child). See [`durable`].
+//!
+//! Composition (issue 36, toolq's own): `batch-enqueue` (batches of 1,000 runs, one per
+//! `Client::create_batch` call, beside `enqueue-batch`), `batch-enqueue-all` (one batch of all
+//! `count` runs) and its plain twin `enqueue-batch-all`, `drain-batch` (the drain of batched
+//! runs, checking one `batch_completed` message per batch), `chain` (`count` runs each after
+//! the previous: time per link), `drain-blocked` (the drain beside 100,000 blocked runs, which
+//! `seed-blocked`, its child, enqueues). See [`compose`].
 
+mod compose;
 mod durable;
 mod latency;
 mod noop;
@@ -119,6 +128,13 @@ async fn run(a: Args) -> anyhow::Result<Option<Value>> {
         "drain-steps3-part" => durable::drain_steps3_part(&a.db, a.count, a.concurrency).await?,
         "resume" => durable::resume(&a.db, a.count, a.concurrency, false).await?,
         "resume-xproc" => durable::resume(&a.db, a.count, a.concurrency, true).await?,
+        "batch-enqueue" => compose::enqueue(&a.db, a.count, 1000, true).await?,
+        "batch-enqueue-all" => compose::enqueue(&a.db, a.count, a.count, true).await?,
+        "enqueue-batch-all" => compose::enqueue(&a.db, a.count, a.count, false).await?,
+        "drain-batch" => compose::drain_batch(&a.db, a.count, a.concurrency).await?,
+        "chain" => compose::chain(&a.db, a.count, a.concurrency).await?,
+        "drain-blocked" => compose::drain_blocked(&a.db, a.count, a.concurrency).await?,
+        "seed-blocked" => compose::seed_blocked(&a.db, a.count).await?,
         "signal-one" => {
             durable::signal_child(&a.db).await?;
             return Ok(None);
@@ -128,7 +144,7 @@ async fn run(a: Args) -> anyhow::Result<Option<Value>> {
             return Ok(None);
         }
         other => anyhow::bail!(
-            "mode {other:?}: expected enqueue, enqueue-batch, drain, drain-limited, latency, latency-xproc, latency-delayed, idle, drain-procs-P, wait-1s, drain-steps3, resume or resume-xproc"
+            "mode {other:?}: expected enqueue, enqueue-batch, drain, drain-limited, latency, latency-xproc, latency-delayed, idle, drain-procs-P, wait-1s, drain-steps3, resume, resume-xproc, batch-enqueue, batch-enqueue-all, enqueue-batch-all, drain-batch, chain or drain-blocked"
         ),
     };
     Ok(Some(out))

@@ -89,9 +89,15 @@ pub async fn drain_with(
     recorder.wait_handled(n as u64).await;
     loop {
         let unfinished = match &sql {
+            // As `has_unfinished` on SQLite: queued runs not yet due (blocked by their
+            // parents, waiting for children, delayed) are not waited for.
             Some(sql) => {
-                sql.ints("SELECT count(*) FROM runs WHERE state IN ('queued', 'running')")
-                    .await?[0]
+                let now = toolq::clock::ts(client.now());
+                sql.ints(&format!(
+                    "SELECT count(*) FROM runs WHERE state = 'running' \
+                     OR (state = 'queued' AND run_at <= '{now}')"
+                ))
+                .await?[0]
                     > 0
             }
             None => {
