@@ -61,6 +61,8 @@ mod cli_input;
 mod cli_output;
 #[path = "../it/cli_tools.rs"]
 mod cli_tools;
+#[path = "../it/compose_tools.rs"]
+mod compose_tools;
 #[path = "../it/crash.rs"]
 mod crash;
 #[path = "../it/durable.rs"]
