@@ -1,8 +1,9 @@
 //! Composition from inside a tool: `ctx.spawn_child` and `ctx.wait_children` give fan-out and
 //! fan-in (the parent holds no slot while it waits, a replay never spawns twice, a child's
-//! failure is in the results), `ctx.parent_results()` in a Rust tool and
-//! `TOOLQ_PARENT_RESULTS` in a command tool, and spawn_background inside a run records the
-//! run as the new run's parent.
+//! failure is in the results; and with real processes, workers of `examples/fan_out` killed
+//! with SIGKILL while parents spawn and wait never leave a child spawned twice),
+//! `ctx.parent_results()` in a Rust tool and `TOOLQ_PARENT_RESULTS` in a command tool, and
+//! spawn_background inside a run records the run as the new run's parent.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -655,4 +656,124 @@ async fn without_a_queued_run_spawning_and_waiting_are_refused_and_there_are_no_
     assert!(e.to_string().contains("wait_children()"), "{e}");
     assert!(ctx.parent_results().await.unwrap().is_empty());
     assert_eq!(env.db.count("SELECT count(*) FROM runs"), 0);
+}
+
+/// A worker of `examples/fan_out` with two slots, its log in `dir`.
+fn fan_out_worker(
+    bin: &std::path::Path,
+    db: &TestDb,
+    dir: &std::path::Path,
+) -> std::process::Child {
+    let log =
+        std::fs::File::create(dir.join(format!("worker-{}.log", rand::random::<u64>()))).unwrap();
+    std::process::Command::new(bin)
+        .arg("worker")
+        .arg(db)
+        .arg("2")
+        .env("RUST_LOG", "warn")
+        .stdout(std::process::Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("the worker starts")
+}
+
+#[test]
+fn kill_9_while_parents_spawn_and_wait_never_spawns_a_child_twice() {
+    const KILLS: usize = 30;
+    const CHILDREN: i64 = 6;
+    let bin = crate::examples::example("fan_out");
+    let dir = tempfile::tempdir().unwrap();
+    let db = TestDb::at(dir.path());
+    let enqueue = || -> Vec<String> {
+        let out = std::process::Command::new(&bin)
+            .arg("enqueue")
+            .arg(&db)
+            .arg("4")
+            .arg(CHILDREN.to_string())
+            .arg("30")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8(out.stdout)
+            .unwrap()
+            .lines()
+            .map(str::to_string)
+            .collect()
+    };
+    let mut parents = enqueue();
+    let mut worker = fan_out_worker(&bin, &db, dir.path());
+    for _ in 0..KILLS {
+        let unfinished = db.count(
+            "SELECT count(*) FROM runs WHERE state IN ('queued', 'running', 'awaiting_approval')",
+        );
+        if unfinished == 0 {
+            parents.extend(enqueue());
+        }
+        let pid = worker.id();
+        let registered = std::time::Instant::now() + Duration::from_secs(20);
+        while db.count(&format!("SELECT count(*) FROM workers WHERE pid = {pid}")) == 0 {
+            assert!(
+                std::time::Instant::now() < registered,
+                "worker {pid} never registered"
+            );
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        std::thread::sleep(Duration::from_millis(rand::random_range(0..=300u64)));
+        // Often while a parent is between spawns: the next worker takes it back and replays.
+        worker.kill().unwrap();
+        worker.wait().unwrap();
+        worker = fan_out_worker(&bin, &db, dir.path());
+    }
+    // The last worker lives until every run has ended.
+    let deadline = std::time::Instant::now() + Duration::from_secs(90);
+    while db.count(
+        "SELECT count(*) FROM runs WHERE state IN ('queued', 'running', 'awaiting_approval')",
+    ) > 0
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "runs still unfinished: {:?}",
+            db.rows(
+                "SELECT id, tool, state, wait_kind, run_at FROM runs WHERE state != 'completed'"
+            )
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    worker.kill().unwrap();
+    worker.wait().unwrap();
+
+    let rescued = db.count("SELECT count(*) FROM runs WHERE tool = 'fan_out' AND attempt > 1");
+    eprintln!(
+        "{} parents, {rescued} of them attempted again after a kill",
+        parents.len()
+    );
+    let want: i64 = (1..=CHILDREN).map(|n| n * n).sum();
+    for p in &parents {
+        let state = db.text(&format!("SELECT state FROM runs WHERE id = '{p}'"));
+        assert_eq!(state.as_deref(), Some("completed"), "parent {p}");
+        let kids = db.count(&format!(
+            "SELECT count(*) FROM runs WHERE parent_run_id = '{p}'"
+        ));
+        assert_eq!(kids, CHILDREN, "parent {p} spawned each child exactly once");
+        let result = db
+            .text(&format!(
+                "SELECT {} FROM blobs WHERE path = '/.background/{p}/result.json'",
+                db.blob_as_text("content")
+            ))
+            .unwrap();
+        let result: Value = serde_json::from_str(&result).unwrap();
+        assert_eq!(result["result"]["sum"], json!(want), "{result}");
+        assert_eq!(result["result"]["failed"], json!(0), "{result}");
+    }
+    assert_eq!(
+        db.count("SELECT count(*) FROM runs WHERE tool = 'square' AND state != 'completed'"),
+        0
+    );
+    // One message per parent; the children post none.
+    assert_eq!(
+        db.count("SELECT count(*) FROM inbox"),
+        parents.len() as i64,
+        "{:?}",
+        db.rows("SELECT run_id, kind FROM inbox")
+    );
 }
