@@ -1,6 +1,8 @@
 //! Command tools: `[tools.NAME]` in config.toml defines a tool that runs a command (argv,
-//! never through a shell). Args reach it as JSON on stdin and in `TOOLQ_ARGS`; it reports
-//! through the stdout line protocol in `docs/command-tools.md`.
+//! never through a shell). Args reach it as JSON on stdin and in `TOOLQ_ARGS`; a run that
+//! waited for other runs (`--after`, a batch's callback) finds their outcomes in the JSON file
+//! named by `TOOLQ_PARENT_RESULTS`. It reports through the stdout line protocol in
+//! `docs/command-tools.md`.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -18,6 +20,10 @@ use crate::run::Progress;
 /// Args JSON longer than this is not put in `TOOLQ_ARGS` (Linux caps one environment string
 /// at 128 KiB); it is always on stdin.
 pub const MAX_ENV_ARGS: usize = 120 * 1024;
+
+/// The environment variable naming the file that holds a run's parent results (only for a
+/// run with parents).
+pub const PARENT_RESULTS_ENV: &str = "TOOLQ_PARENT_RESULTS";
 
 /// Prefix of protocol lines on a command's stdout.
 pub const PROTOCOL_PREFIX: &[u8] = b"::toolq::";
@@ -147,6 +153,15 @@ impl Tool for CommandTool {
             ("TOOLQ_TOOL".to_string(), c.name.clone()),
             ("TOOLQ_TITLE".to_string(), ctx.title.clone()),
         ]);
+        // Kept until the command has exited, then removed.
+        let parents = match ParentResults::write(&ctx).await {
+            Ok(p) => p,
+            Err(outcome) => return outcome,
+        };
+        if let Some(p) = &parents {
+            spec.env
+                .push((PARENT_RESULTS_ENV.to_string(), p.path.display().to_string()));
+        }
         spec.stdin = args.into_bytes();
         spec.kill_grace = c.kill_grace;
         let (sink, rep) = (ctx.sink.clone(), reported.clone());
@@ -158,8 +173,59 @@ impl Tool for CommandTool {
             Ok(o) => o,
             Err(e) => return ToolOutcome::tool_error(format!("command tool {:?}: {e}", c.name)),
         };
+        drop(parents);
         let rep = std::mem::take(&mut *reported.lock().unwrap_or_else(|e| e.into_inner()));
         outcome_of(&c.name, out, rep)
+    }
+}
+
+/// The file of a run's parent results (`TOOLQ_PARENT_RESULTS`): the JSON array of
+/// [`crate::run::LinkedResult`]s that `ctx.parent_results()` returns, written to the temp dir
+/// (`TMPDIR`) readable by this user only, and removed when dropped.
+struct ParentResults {
+    path: std::path::PathBuf,
+}
+
+impl ParentResults {
+    /// The file for `ctx`'s run, or `None` when it has no parents. A failed read or write is
+    /// an internal error (retried): the command would run without what it waited for.
+    async fn write(ctx: &ToolContext) -> Result<Option<ParentResults>, ToolOutcome> {
+        let parents = ctx
+            .parent_results()
+            .await
+            .map_err(|e| ToolOutcome::Internal(format!("reading the run's parent results: {e}")))?;
+        if parents.is_empty() {
+            return Ok(None);
+        }
+        let text = serde_json::to_vec(&parents)
+            .map_err(|e| ToolOutcome::Internal(format!("encoding the parent results: {e}")))?;
+        let path = std::env::temp_dir().join(format!(
+            "toolq-parents-{}-{:016x}.json",
+            ctx.run_id,
+            rand::random::<u64>()
+        ));
+        let file = ParentResults { path };
+        let mut open = tokio::fs::OpenOptions::new();
+        // A fresh name, never an existing file (or a link someone left in a shared /tmp).
+        open.write(true).create_new(true).mode(0o600);
+        let written = async {
+            let mut f = open.open(&file.path).await?;
+            tokio::io::AsyncWriteExt::write_all(&mut f, &text).await?;
+            tokio::io::AsyncWriteExt::flush(&mut f).await
+        };
+        written.await.map_err(|e| {
+            ToolOutcome::Internal(format!(
+                "writing the parent results to {}: {e}",
+                file.path.display()
+            ))
+        })?;
+        Ok(Some(file))
+    }
+}
+
+impl Drop for ParentResults {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
     }
 }
 

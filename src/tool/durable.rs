@@ -3,6 +3,10 @@
 //! earlier invocation of the same run recorded: a recorded step returns its stored result
 //! without running, a wait whose time came (or whose event arrived) returns at once.
 //!
+//! Composition is built on the same two things: spawning a child run is a recorded step
+//! (`spawn#N`), and waiting for the children is a wait that suspends (kind `children`) whose
+//! answer, the children's outcomes, is recorded (`children#N`).
+//!
 //! The guarantee: a step's closure runs again only if its worker died after the closure
 //! finished and before its record committed. A record is committed (fenced by the run's
 //! lease) before the run's next step runs, and with the attempt's end at the latest: `step`
@@ -21,9 +25,12 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 use crate::clock::SharedClock;
+use crate::ids::RunId;
 use crate::run::{
-    Journal, StepEntry, StepKind, StepRecord, StepStatus, Suspension, WaitKind, steps::far_future,
+    Journal, Linked, LinkedResult, RunState, StepEntry, StepKind, StepRecord, StepStatus,
+    Suspension, WaitKind, steps::far_future,
 };
+use crate::tool::{ChildRun, Refused, ToolHost};
 
 /// Why a recorded step (or a wait) could not give its result.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -78,9 +85,19 @@ pub enum StepError {
     /// The journal could not be read or written.
     #[error("the run's journal could not be reached: {0}")]
     Store(String),
-    /// Waiting for an event needs a queued run (not an inline tool call).
-    #[error("wait_for_event({0:?}) needs a queued run; this call has none")]
+    /// Waiting (for an event, for children) and spawning children need a queued run (not
+    /// an inline tool call); names the call.
+    #[error("{0} needs a queued run; this call has none")]
     NoRun(String),
+    /// A child run was refused: an unknown tool, args that do not match its schema, a replay
+    /// that asks for another child than was spawned at its place.
+    #[error("spawn_child({tool:?}) was refused: {error}")]
+    Refused {
+        /// The child's tool.
+        tool: String,
+        /// Why.
+        error: String,
+    },
 }
 
 impl StepError {
@@ -183,6 +200,10 @@ struct Replay {
     next_seq: i64,
     names: HashSet<String>,
     sleeps: u32,
+    /// Children spawned so far in this invocation (the `N` of `spawn#N`).
+    spawns: u32,
+    /// Waits for children so far in this invocation (the `N` of `children#N`).
+    child_waits: u32,
     /// Resolved waits to record with the next write (a sleep whose time came).
     deferred: Vec<StepEntry>,
     /// The latest record handed to the writer and not known to be committed, with its step's
@@ -366,7 +387,7 @@ impl Durable {
         timeout: Duration,
     ) -> Result<Option<Value>, StepError> {
         let Some(inner) = &self.inner else {
-            return Err(StepError::NoRun(event.to_string()));
+            return Err(StepError::NoRun(format!("wait_for_event({event:?})")));
         };
         let name = format!("event:{event}");
         let mut st = inner.state.lock().await;
@@ -424,6 +445,130 @@ impl Durable {
         drop(st);
         inner
             .suspend(WaitKind::Event, Some(event.to_string()), deadline, steps)
+            .await
+    }
+
+    /// Starts a child run of `parent` (see [`super::ToolContext::spawn_child`]): the recorded
+    /// step `spawn#N`, whose insert carries the key `toolq:{parent}:spawn:{N}`, so a replay
+    /// after a crash between the insert and the record gets the same child back.
+    pub async fn spawn_child(
+        &self,
+        host: &dyn ToolHost,
+        parent: &RunId,
+        session: &str,
+        tool: &str,
+        args: Value,
+    ) -> Result<RunId, StepError> {
+        let Some(inner) = &self.inner else {
+            return Err(StepError::NoRun(format!("spawn_child({tool:?})")));
+        };
+        let refused = |error: String| StepError::Refused {
+            tool: tool.to_string(),
+            error,
+        };
+        // Checked before a number is taken: bad args record nothing.
+        host.registry()
+            .validate(tool, &args)
+            .map_err(|e| refused(e.to_string()))?;
+        let n = {
+            let mut st = inner.state.lock().await;
+            st.spawns += 1;
+            st.spawns
+        };
+        let name = format!("spawn#{n}");
+        let child = ChildRun {
+            parent: parent.clone(),
+            session: session.to_string(),
+            tool: tool.to_string(),
+            args,
+            idempotency_key: format!("toolq:{parent}:spawn:{n}"),
+        };
+        let input_error = Mutex::new(None);
+        let started = self
+            .step(&name, async {
+                match host.start_child(child).await {
+                    Ok(id) => Ok(id),
+                    Err(Refused::Input(e) | Refused::Limit(e)) => {
+                        *input_error.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.clone());
+                        Err(e)
+                    }
+                    Err(Refused::Internal(e)) => Err(e.to_string()),
+                }
+            })
+            .await;
+        match (
+            started,
+            input_error.into_inner().unwrap_or_else(|p| p.into_inner()),
+        ) {
+            // Another attempt would be refused the same way: the tool's error, not retried.
+            (Err(_), Some(e)) => Err(refused(e)),
+            (r, _) => r,
+        }
+    }
+
+    /// Waits for every child of `run` to end (see [`super::ToolContext::wait_children`]),
+    /// at most `timeout` (`None`: no limit).
+    pub async fn wait_children(
+        &self,
+        host: &dyn ToolHost,
+        run: &RunId,
+        timeout: Option<Duration>,
+    ) -> Result<Vec<LinkedResult>, StepError> {
+        let Some(inner) = &self.inner else {
+            return Err(StepError::NoRun("wait_children()".to_string()));
+        };
+        let mut st = inner.state.lock().await;
+        st.child_waits += 1;
+        let name = format!("children#{}", st.child_waits);
+        let (seq, deadline, recorded) = match inner.slot(&mut st, &name, StepKind::Children).await?
+        {
+            Slot::Recorded(rec) if rec.status == StepStatus::Done => {
+                let out = rec.output.unwrap_or(Value::Null);
+                return decode(&name, out.get("children").cloned().unwrap_or(Value::Null));
+            }
+            Slot::Recorded(rec) => (rec.seq, rec.wake_at, true),
+            Slot::New(seq) => (seq, None, false),
+        };
+        let deadline = deadline.unwrap_or_else(|| match timeout {
+            None => far_future(),
+            Some(t) => chrono::Duration::from_std(t)
+                .ok()
+                .map_or(far_future(), |t| {
+                    crate::clock::saturating_add(inner.clock.now(), t).min(far_future())
+                }),
+        });
+        let children = host
+            .linked_results(run, Linked::Children)
+            .await
+            .map_err(|e| StepError::Store(e.to_string()))?;
+        let unfinished = children.iter().any(|c| !is_over(&c.state));
+        if !unfinished || inner.clock.now() >= deadline {
+            let out = json!({"children": children, "timed_out": unfinished}).to_string();
+            if out.len() > inner.max_step_bytes {
+                return Err(StepError::TooLarge {
+                    name,
+                    bytes: out.len(),
+                    cap: inner.max_step_bytes,
+                });
+            }
+            let mut done = entry(seq, &name, StepKind::Children, StepStatus::Done, Some(out));
+            done.wake_at = Some(deadline);
+            drop(st);
+            inner.save(&name, done).await?;
+            return Ok(children);
+        }
+        let mut steps = std::mem::take(&mut st.deferred);
+        if !recorded {
+            let mut wait = entry(seq, &name, StepKind::Children, StepStatus::Waiting, None);
+            wait.wake_at = Some(deadline);
+            steps.push(wait);
+        }
+        drop(st);
+        // The store makes the run due once no child is unfinished, also when the last one
+        // ended between the read above and this suspension's commit (checked in its
+        // transaction), or at the deadline.
+        inner
+            .suspend(WaitKind::Children, None, deadline, steps)
             .await
     }
 
@@ -547,6 +692,11 @@ fn entry(
         wake_at: None,
         consumes: None,
     }
+}
+
+/// Whether a linked run is over: final, or pruned since (retention keeps only ended runs).
+fn is_over(state: &str) -> bool {
+    state.parse::<RunState>().map_or(true, |s| s.is_final())
 }
 
 fn decode<T: DeserializeOwned>(name: &str, v: Value) -> Result<T, StepError> {

@@ -30,7 +30,7 @@ pub use executor::{
     ApprovalRequest, BasicToolExecutor, ExecContext, ToolExecutionOutcome, ToolExecutor,
     ToolRequest,
 };
-pub use host::{BackgroundRun, Refused, ToolHost};
+pub use host::{BackgroundRun, ChildRun, Refused, ToolHost};
 pub use mode::{
     Acknowledgement, DefaultResultFormatter, FunctionResponseScheduling, ResultFormatter,
     ToolExecutionMode,
@@ -43,6 +43,7 @@ pub use stop::{StopReason, StopSignal};
 pub use typed::{Typed, TypedTool, schema_of, typed_def};
 
 use crate::ids::RunId;
+use crate::run::{Linked, LinkedResult};
 
 /// Hints about a tool's behaviour. Every hint defaults to `false`, as in the seed: a tool opts
 /// in, e.g. `ToolHints::default().with_supports_background(true)`.
@@ -248,6 +249,97 @@ impl ToolContext {
         timeout: Duration,
     ) -> Result<Option<Value>, StepError> {
         self.durable.wait_for_event(name, timeout).await
+    }
+
+    /// Starts a child run of this run: `tool` with `args`, queued in this run's session and
+    /// listed under it (`runs.parent_run_id`; `show` lists its children). Returns the
+    /// child's id. Args are checked against the tool's schema: an unknown tool or bad args
+    /// is [`StepError::Refused`] naming the tool, and nothing is written.
+    ///
+    /// Exactly once: the spawn is the recorded step `spawn#N` (the N-th spawn of the run), so
+    /// a replay returns the recorded id; and the child is inserted with the idempotency key
+    /// `toolq:{this run}:spawn:{N}`, so a replay after a crash between the insert and its
+    /// record gets the same child back instead of a second one. As for any step, a replay
+    /// must spawn in the same order, with the same args.
+    ///
+    /// A child posts no message when it ends, whether it completed, failed or was cancelled
+    /// (`signal_on_completion` false; a child that needs approval still asks for it): the
+    /// parent reads its children's outcomes with [`ToolContext::wait_children`] and reports,
+    /// so a fan-out of a thousand children does not post a thousand messages. It is not
+    /// counted under spawn_background's per-session limit. Without a queued run (an inline
+    /// call) it is [`StepError::NoRun`].
+    ///
+    /// ```no_run
+    /// # async fn f(ctx: toolq::ToolContext) -> Result<(), toolq::StepError> {
+    /// use serde_json::json;
+    /// for n in 1..=10 {
+    ///     ctx.spawn_child("square", json!({"n": n})).await?;
+    /// }
+    /// // Frees the worker's slot until all ten have ended.
+    /// let children = ctx.wait_children().await?;
+    /// let sum: i64 = children.iter().filter_map(|c| c.result["result"]["square"].as_i64()).sum();
+    /// # let _ = sum; Ok(()) }
+    /// ```
+    pub async fn spawn_child(&self, tool: &str, args: Value) -> Result<RunId, StepError> {
+        let host = self.queue(&format!("spawn_child({tool:?})"))?;
+        self.durable
+            .spawn_child(&*host, &self.run_id, &self.session_id, tool, args)
+            .await
+    }
+
+    /// Waits until every child of this run has ended, without holding a worker slot, and
+    /// returns their outcomes in id order: each with its state (`completed`, `failed`,
+    /// `cancelled`), its stored result (`{"status": "completed", "result": ...}`, `null`
+    /// unless it completed) and its error. A failed child is in the list, not an error of
+    /// the wait. The children are the runs spawned with [`ToolContext::spawn_child`] and
+    /// with `spawn_background` from inside this run.
+    ///
+    /// Like [`ToolContext::sleep`], the run is suspended (queued, waiting for `children`)
+    /// and invoked again from the top once the last child ended; its recorded steps replay
+    /// (the spawns return the same ids) and this call returns. If every child has already
+    /// ended (or there are none) it returns at once. The outcomes are recorded (the step
+    /// `children#N`, within `runs.max_step_bytes`): a replay returns the same list without
+    /// reading it again.
+    pub async fn wait_children(&self) -> Result<Vec<LinkedResult>, StepError> {
+        let host = self.queue("wait_children()")?;
+        self.durable.wait_children(&*host, &self.run_id, None).await
+    }
+
+    /// [`ToolContext::wait_children`] for at most `timeout`: after it the outcomes are
+    /// returned as they stand, unfinished children with their current state (`queued`,
+    /// `running`, ...) and a `null` result.
+    pub async fn wait_children_for(
+        &self,
+        timeout: Duration,
+    ) -> Result<Vec<LinkedResult>, StepError> {
+        let host = self.queue("wait_children_for()")?;
+        self.durable
+            .wait_children(&*host, &self.run_id, Some(timeout))
+            .await
+    }
+
+    /// The outcomes of the runs this run waited for (`--after`, [`crate::EnqueueRequest::after`]),
+    /// in id order, each with its state, its stored result (`{"status": "completed",
+    /// "result": ...}`) and its error; for a batch's callback run, one entry: the batch
+    /// (`bt_…`, tool `None`) whose result is its [`crate::run::BatchSummary`]. Empty for a
+    /// run with no parents. Read when called (the parents have ended, so it does not
+    /// change). Command tools get the same list as a file: `TOOLQ_PARENT_RESULTS`. An
+    /// inline call (no queued run) has no parents: empty.
+    pub async fn parent_results(&self) -> Result<Vec<LinkedResult>, StepError> {
+        let Ok(host) = self.queue("parent_results()") else {
+            return Ok(Vec::new());
+        };
+        host.linked_results(&self.run_id, Linked::Parents)
+            .await
+            .map_err(|e| StepError::Store(e.to_string()))
+    }
+
+    /// The queue, for a call that needs a queued run.
+    fn queue(&self, call: &str) -> Result<std::sync::Arc<dyn ToolHost>, StepError> {
+        match &self.host {
+            Some(h) if self.durable.is_recording() => Ok(h.clone()),
+            _ => Err(StepError::NoRun(call.to_string())),
+        }
     }
 }
 

@@ -28,6 +28,7 @@ mod cli_tools;
 mod compose;
 mod compose_cli;
 mod compose_crash;
+mod compose_tools;
 mod config;
 mod crash;
 mod custom_cli;

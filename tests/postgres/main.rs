@@ -63,6 +63,8 @@ mod cli_output;
 mod cli_tools;
 #[path = "../it/compose_cli.rs"]
 mod compose_cli;
+#[path = "../it/compose_tools.rs"]
+mod compose_tools;
 #[path = "../it/crash.rs"]
 mod crash;
 #[path = "../it/durable.rs"]

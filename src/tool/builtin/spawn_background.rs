@@ -1,6 +1,9 @@
 //! `spawn_background`: the seed's contract. Starts another tool as a background run of the same
 //! session (returning its id and artifact paths at once), or, with a `schedule`, creates a
 //! monitor that runs it on a cron or once. Rejections use the seed's messages verbatim.
+//! Called from inside a queued run, the background run is that run's child (`show` lists it
+//! under its parent, and the parent's `ctx.wait_children()` waits for it too); what the
+//! caller gets back and the messages are the seed's either way.
 
 use async_trait::async_trait;
 use serde_json::{Value, json};
@@ -278,6 +281,9 @@ async fn start_run(
         title: title.clone(),
         signal_on_completion: signal,
         delivery: mode.as_ref().map(|m| m.delivery()).unwrap_or_default(),
+        // Called by a queued run, the new run is listed under it (`runs.parent_run_id`); an
+        // inline call's id names no run.
+        parent: ctx.durable.is_recording().then(|| ctx.run_id.clone()),
     };
     let run_id = match host.start_background(run, &ctx.run_id).await {
         Ok(id) => id,
