@@ -26,6 +26,7 @@ mod cli_input;
 mod cli_output;
 mod cli_tools;
 mod compose;
+mod compose_web;
 mod config;
 mod crash;
 mod custom_cli;

@@ -61,6 +61,8 @@ mod cli_input;
 mod cli_output;
 #[path = "../it/cli_tools.rs"]
 mod cli_tools;
+#[path = "../it/compose_web.rs"]
+mod compose_web;
 #[path = "../it/crash.rs"]
 mod crash;
 #[path = "../it/durable.rs"]
