@@ -111,7 +111,7 @@ fn render(st: &AppState, v: &BatchView, notice: Option<&str>) -> Markup {
         }
         @if !b.first_failures.is_empty() { (failures(b)) }
         section.card #bruns data-live {
-            h2 { "Runs " a.dim href={ "/runs?batch=" (id) } { "(filter in Runs)" } }
+            h2 { "Runs " a.dim href={ "/runs?batch=" (id) } { "(in the runs list)" } }
             (runs_table(st.client.now(), &v.runs))
             @if v.runs.is_empty() { p.dim.empty { "No runs." } }
             p.pager {
