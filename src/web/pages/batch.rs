@@ -109,7 +109,7 @@ fn render(st: &AppState, v: &BatchView, notice: Option<&str>) -> Markup {
             (fields(b))
             (counts(b))
         }
-        @if !b.first_failures.is_empty() { (failures(b)) }
+        (failures(b))
         section.card #bruns data-live {
             h2 { "Runs " a.dim href={ "/runs?batch=" (id) } { "(in the runs list)" } }
             (runs_table(st.client.now(), &v.runs))
@@ -213,10 +213,11 @@ fn counts(b: &Batch) -> Markup {
     }
 }
 
-/// The first runs that failed or were cancelled, with their errors.
+/// The first runs that failed or were cancelled, with their errors (an empty live part
+/// while there are none, so that the first one shows without a reload).
 fn failures(b: &Batch) -> Markup {
     html! {
-        section.card #failures data-live {
+        div #failures data-live { @if !b.first_failures.is_empty() { section.card {
             h2 { "First failures" }
             table.dense {
                 thead { tr { th { "Run" } th { "Tool" } th { "State" } th { "Error" } } }
@@ -231,6 +232,6 @@ fn failures(b: &Batch) -> Markup {
                     }
                 }
             }
-        }
+        } } }
     }
 }

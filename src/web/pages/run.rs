@@ -185,7 +185,7 @@ fn head(st: &AppState, v: &RunView) -> Markup {
             @if let Some(w) = &r.waiting {
                 @if w.kind == WaitKind::Parents {
                     @let open = v.links.parents.iter().filter(|d| d.resolved.is_none()).count();
-                    p.waiting #waiting { "Blocked by its parents: " (open) " of " (v.links.parents.len()) " not ended yet; it is queued when they complete." }
+                    p.waiting #waiting { "Blocked by its parents: " (open) " of " (v.links.parents.len()) " not ended yet." }
                 } @else {
                     p.waiting #waiting { "Waiting: " (w.describe()) }
                 }
@@ -438,14 +438,17 @@ fn edges(v: &RunView, rows: &[Dependency], parents: bool) -> Markup {
     }
 }
 
-/// Its batch, parents, dependents, the run that spawned it and the runs it spawned.
+/// Its batch, parents, dependents, the run that spawned it and the runs it spawned (an
+/// empty live part while it has none: a child it spawns shows without a reload).
 fn links(v: &RunView) -> Markup {
+    html! { div #links data-live { @if has_links(&v.links) { (link_card(v)) } } }
+}
+
+/// The Links card.
+fn link_card(v: &RunView) -> Markup {
     let l = &v.links;
-    if !has_links(l) {
-        return html! {};
-    }
     html! {
-        section.card #links data-live {
+        section.card {
             h2 { "Links" }
             table.kv {
                 @if let Some(b) = &l.batch_id {
