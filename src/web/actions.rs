@@ -1,4 +1,4 @@
-//! The POST actions on one run or one schedule. Each checks the CSRF field, acts through the
+//! The POST actions on one run, one batch or one schedule. Each checks the CSRF field, acts through the
 //! client, and redirects back (or answers JSON when asked).
 
 use std::sync::Arc;
@@ -15,9 +15,10 @@ use super::AppState;
 use super::auth::check_csrf;
 use super::layout::{self, wants_json};
 use super::view::encode;
+use crate::bulk::{BulkAction, BulkAnswer, BulkOptions};
 use crate::error::{Error, InputError};
-use crate::ids::{RunId, ScheduleId};
-use crate::run::RunAnswer;
+use crate::ids::{BatchId, RunId, ScheduleId};
+use crate::run::{RunAnswer, RunFilter};
 
 /// Who the dashboard records as the approver.
 const BY: &str = "web";
@@ -197,4 +198,76 @@ pub async fn schedule(
         Ok(s) => done(&headers, &form, format!("/schedules/{}", s.id), s),
         Err(e) => layout::error(&st, &headers, &e),
     }
+}
+
+/// An action on one batch: the last segment of `POST /batches/{id}/{action}`.
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BatchAction {
+    /// Cancel every unfinished run of the batch (running ones are asked to stop).
+    Cancel,
+    /// Queue every failed or cancelled run of the batch again.
+    Retry,
+}
+
+/// `POST /batches/{id}/cancel` and `/retry`: the bulk cancel or retry of the batch's runs
+/// (`RunFilter { batch_id }`); JSON as `toolq cancel|retry --json` answers, else back on
+/// the batch's page with a notice.
+pub async fn batch(
+    State(st): State<Arc<AppState>>,
+    headers: HeaderMap,
+    uri: Uri,
+    Path((id, action)): Path<(String, String)>,
+    form: Result<Form<ActionForm>, FormRejection>,
+) -> Response {
+    let form = match form {
+        Ok(Form(form)) => form,
+        Err(e) => return layout::unreadable(&st, &headers, "form", e.body_text()),
+    };
+    let Ok(action) = serde_json::from_value::<BatchAction>(serde_json::Value::String(action))
+    else {
+        return super::pages::fallback::not_found(State(st), headers, uri).await;
+    };
+    if let Some(r) = check_csrf(&st, &headers, &form.csrf) {
+        return r;
+    }
+    let run = async {
+        let id: BatchId = id.parse()?;
+        // An unknown batch is a 404, not a filter that matches nothing.
+        st.client.batch(&id).await?;
+        let filter = RunFilter {
+            batch_id: Some(id.to_string()),
+            ..RunFilter::default()
+        };
+        let opts = BulkOptions::default();
+        let report = match action {
+            BatchAction::Cancel => st.client.cancel_where(&filter, opts).await?,
+            BatchAction::Retry => st.client.retry_where(&filter, opts).await?,
+        };
+        Ok::<_, Error>((id, report))
+    };
+    let (id, report) = match run.await {
+        Ok(done) => done,
+        Err(e) => return layout::error(&st, &headers, &e),
+    };
+    let (kind, what) = match action {
+        BatchAction::Cancel => (
+            BulkAction::Cancel,
+            format!(
+                "Cancelled {} runs; asked {} running runs to stop; {} skipped.",
+                report.done, report.cancel_requested, report.skipped
+            ),
+        ),
+        BatchAction::Retry => (
+            BulkAction::Retry,
+            format!(
+                "Re-queued {} runs; {} skipped.",
+                report.done, report.skipped
+            ),
+        ),
+    };
+    if wants_json(&headers) {
+        return Json(BulkAnswer::new(kind, report)).into_response();
+    }
+    Redirect::to(&format!("/batches/{id}?notice={}", encode(&what))).into_response()
 }

@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use super::view::encode;
 use crate::error::{InputError, Result};
+use crate::ids::BatchId;
 use crate::run::{RunFilter, RunState};
 
 /// The filter fields of `/runs` (query string, and the bulk form's fields).
@@ -30,6 +31,9 @@ pub struct Filter {
     /// Created longer ago than this.
     #[serde(default)]
     pub older_than: String,
+    /// One batch (`bt_…`).
+    #[serde(default)]
+    pub batch: String,
 }
 
 impl Filter {
@@ -56,6 +60,10 @@ impl Filter {
                 InputError::new("state", &s, "is not a run state (queued, awaiting_approval, running, completed, failed, cancelled)")
             })?],
         };
+        let batch_id = match opt(&self.batch) {
+            None => None,
+            Some(b) => Some(b.parse::<BatchId>()?.to_string()),
+        };
         Ok(RunFilter {
             states,
             tool: opt(&self.tool),
@@ -63,7 +71,7 @@ impl Filter {
             schedule_id: opt(&self.schedule),
             created_after: ago("newer_than", &self.newer_than)?,
             created_before: ago("older_than", &self.older_than)?,
-            batch_id: None,
+            batch_id,
         })
     }
 
@@ -76,6 +84,7 @@ impl Filter {
             ("schedule", &self.schedule),
             ("newer_than", &self.newer_than),
             ("older_than", &self.older_than),
+            ("batch", &self.batch),
         ];
         pairs
             .iter()
@@ -94,6 +103,7 @@ impl Filter {
             input type="hidden" name="schedule" value=(self.schedule);
             input type="hidden" name="newer_than" value=(self.newer_than);
             input type="hidden" name="older_than" value=(self.older_than);
+            input type="hidden" name="batch" value=(self.batch);
         }
     }
 }

@@ -87,6 +87,7 @@ pub fn shell(st: &AppState, title: &str, nav: &str, main: Markup) -> Markup {
     let links = [
         ("overview", "/", "Overview"),
         ("runs", "/runs", "Runs"),
+        ("batches", "/batches", "Batches"),
         ("schedules", "/schedules", "Schedules"),
         ("approvals", "/approvals", "Approvals"),
         ("workers", "/workers", "Workers"),

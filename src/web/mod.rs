@@ -10,6 +10,7 @@
 mod actions;
 mod assets;
 mod auth;
+mod batch_view;
 mod filter;
 mod fires;
 mod layout;
@@ -28,7 +29,8 @@ use tokio_util::sync::CancellationToken;
 use crate::client::Client;
 use crate::error::{Error, InputError, Result};
 use pages::{
-    approvals, bulk, fallback, overview, run, runs, schedule, schedules, session, workers,
+    approvals, batch, batches, bulk, fallback, overview, run, runs, schedule, schedules, session,
+    workers,
 };
 
 /// How `toolq web` (or `toolq worker --web`) serves the dashboard.
@@ -130,6 +132,9 @@ fn router(state: Arc<AppState>) -> Router {
         .route("/runs/bulk", post(bulk::post))
         .route("/runs/{id}", get(run::page))
         .route("/runs/{id}/{action}", post(actions::run))
+        .route("/batches", get(batches::page))
+        .route("/batches/{id}", get(batch::page))
+        .route("/batches/{id}/{action}", post(actions::batch))
         .route("/schedules", get(schedules::page))
         .route(
             "/schedules/{id}",

@@ -479,3 +479,69 @@ async fn browser_shows_a_schedule_across_a_dst_change_and_run_text_inert() {
     );
     b.close().await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn browser_shows_a_mixed_batch_its_runs_links_and_cancels_it() {
+    let site = Site::new();
+    let m = crate::compose_web::mixed(&site).await;
+    let (_web, url) = site.web(&[]);
+    let b = Browser::start().await;
+    b.go(&format!("{url}/batches")).await;
+    b.wait_text("#batches", "both batches", |t| {
+        t.contains("nightly import") && t.contains("small")
+    })
+    .await;
+    b.shot("batches").await;
+
+    b.go(&format!("{url}/batches/{}", m.batch)).await;
+    let progress = b
+        .wait_text("#progress", "the progress", |t| t.contains("4 of 6 final"))
+        .await;
+    assert!(progress.contains("67%"), "{progress}");
+    let counts = b.text("#bcounts").await.unwrap();
+    assert!(
+        counts.contains("blocked") && counts.contains("queued"),
+        "{counts}"
+    );
+    let failures = b.text("#failures").await.unwrap();
+    assert!(
+        failures.contains("divide") && failures.contains("divide by zero"),
+        "{failures}"
+    );
+    b.refreshed().await;
+    b.shot("batch-mixed").await;
+    b.js("document.getElementById('bruns').scrollIntoView(); return 1")
+        .await;
+    b.shot("batch-mixed-runs").await;
+
+    // The blocked run's page: the note and its links.
+    b.go(&format!("{url}/runs/{}", m.runs[5])).await;
+    b.wait_text("#waiting", "the blocked note", |t| {
+        t.contains("Blocked by its parents")
+    })
+    .await;
+    let links = b.text("#links").await.unwrap();
+    assert!(
+        links.contains(&m.batch) && links.contains("Waits for (1)"),
+        "{links}"
+    );
+    b.shot("run-blocked-links").await;
+    // The spawning run: its child; and from the link, back to the batch.
+    b.go(&format!("{url}/runs/{}", m.runs[0])).await;
+    b.wait_text("#links", "the links", |t| t.contains("Spawned (1)"))
+        .await;
+    b.shot("run-links").await;
+    b.click("#links a#batch").await;
+    b.wait_text("#title", "the batch's page", |t| t == "nightly import")
+        .await;
+
+    // Cancel its unfinished runs: back with a notice, the batch completed.
+    b.click("form[action$='/cancel'] button").await;
+    b.wait_text("#notice", "the notice", |t| t.contains("Cancelled 2 runs"))
+        .await;
+    b.wait_text("#head .state", "completed", |t| t == "completed")
+        .await;
+    assert_eq!(site.state(&m.runs[5]), "cancelled");
+    b.shot("batch-cancelled").await;
+    b.close().await;
+}

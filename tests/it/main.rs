@@ -29,6 +29,7 @@ mod compose;
 mod compose_cli;
 mod compose_crash;
 mod compose_tools;
+mod compose_web;
 mod config;
 mod crash;
 mod custom_cli;

@@ -65,6 +65,8 @@ mod cli_tools;
 mod compose_cli;
 #[path = "../it/compose_tools.rs"]
 mod compose_tools;
+#[path = "../it/compose_web.rs"]
+mod compose_web;
 #[path = "../it/crash.rs"]
 mod crash;
 #[path = "../it/durable.rs"]

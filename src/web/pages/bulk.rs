@@ -91,7 +91,7 @@ async fn act(st: &AppState, form: &BulkForm, confirmed: bool) -> Result<BulkRepo
             "all",
             &form.all,
             format!(
-                "give a filter (state, tool, session, schedule, newer_than, older_than), \
+                "give a filter (state, tool, session, schedule, batch, newer_than, older_than), \
                  or all=true to {} every run it can",
                 form.action
             ),

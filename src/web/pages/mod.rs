@@ -2,6 +2,8 @@
 //! that reads the page's data (its JSON), and functions that render its sections.
 
 pub mod approvals;
+pub mod batch;
+pub mod batches;
 pub mod bulk;
 pub mod fallback;
 pub mod overview;

@@ -1,6 +1,7 @@
 //! `/runs/{id}`: one run with every field, its actions, progress, the live tail of its log,
 //! its result, errors and stages, and the inbox messages about it.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use axum::extract::rejection::QueryRejection;
@@ -14,11 +15,13 @@ use serde_json::Value;
 use crate::error::Result;
 use crate::ids::RunId;
 use crate::inbox::Message;
-use crate::run::{Run, RunEvent, RunState, StepRecord, StepStatus};
+use crate::run::{
+    DepMode, Dependency, Run, RunEvent, RunLinks, RunState, StepRecord, StepStatus, WaitKind,
+};
 use crate::web::AppState;
 use crate::web::layout::{self, respond, shell};
 use crate::web::runs_table::progress_bar;
-use crate::web::view::{action, ago, at, cut, encode, json_block, state};
+use crate::web::view::{action, ago, at, cut, encode, json_block, short, state};
 
 /// The most of a log a page shows (its end).
 const LOG_SHOWN: usize = 64 * 1024;
@@ -42,6 +45,12 @@ pub struct RunView {
     pub steps: Vec<StepRecord>,
     /// The events sent to it, oldest first.
     pub events: Vec<RunEvent>,
+    /// Its batch, the runs it waits for and that wait for it, the run that spawned it and
+    /// the runs it spawned.
+    pub links: RunLinks,
+    /// The current states of the first linked runs whose state `links` does not carry (the
+    /// parents not yet resolved and the dependents), by id.
+    pub linked_states: BTreeMap<String, String>,
 }
 
 /// The query of `/runs/{id}`: a notice after an action (e.g. an event sent).
@@ -87,6 +96,8 @@ async fn read(st: &AppState, id: &str) -> Result<RunView> {
     let messages = st.client.run_messages(&id).await?;
     let held = st.client.hold_reason(&run).await?;
     let journal = st.client.journal(&id).await?;
+    let links = st.client.links(&id).await?;
+    let linked_states = linked_states(st, &links).await?;
     Ok(RunView {
         run,
         log,
@@ -96,7 +107,47 @@ async fn read(st: &AppState, id: &str) -> Result<RunView> {
         held,
         steps: journal.steps,
         events: journal.events,
+        links,
+        linked_states,
     })
+}
+
+/// The most linked runs of each kind the page reads the state of (and lists).
+const LINKS_SHOWN: usize = 50;
+
+/// The current states of the parents not yet resolved and of the dependents (the first
+/// [`LINKS_SHOWN`] of each). A run deleted meanwhile (pruned) is left out.
+async fn linked_states(st: &AppState, links: &RunLinks) -> Result<BTreeMap<String, String>> {
+    let parents = links
+        .parents
+        .iter()
+        .filter(|d| d.resolved.is_none() && d.mode != DepMode::Batch)
+        .take(LINKS_SHOWN)
+        .map(|d| &d.parent);
+    let dependents = links.dependents.iter().take(LINKS_SHOWN).map(|d| &d.child);
+    let mut states = BTreeMap::new();
+    for id in parents.chain(dependents) {
+        let Ok(run_id) = id.parse::<RunId>() else {
+            continue;
+        };
+        match st.client.get(&run_id).await {
+            Ok(r) => {
+                let s = if r
+                    .waiting
+                    .as_ref()
+                    .is_some_and(|w| w.kind == WaitKind::Parents)
+                {
+                    "blocked".to_string()
+                } else {
+                    r.state.as_str().to_string()
+                };
+                states.insert(id.clone(), s);
+            }
+            Err(crate::error::Error::NotFound { .. }) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(states)
 }
 
 /// The page: head, log, steps and events, fields and args, then result, errors, stages and
@@ -106,6 +157,7 @@ fn render(st: &AppState, v: &RunView, notice: Option<&str>) -> Markup {
     let main = html! {
         @if let Some(n) = notice { p.notice #notice { (n) } }
         (head(st, v))
+        (links(v))
         (log(v))
         (journal(st, v))
         div.grid2 {
@@ -130,7 +182,14 @@ fn head(st: &AppState, v: &RunView) -> Markup {
         div #head data-live {
             h1.runtitle { (state(r.state.as_str())) " " span #title { (r.title) } }
             p.mono.dim { (id) }
-            @if let Some(w) = &r.waiting { p.waiting #waiting { "Waiting: " (w.describe()) } }
+            @if let Some(w) = &r.waiting {
+                @if w.kind == WaitKind::Parents {
+                    @let open = v.links.parents.iter().filter(|d| d.resolved.is_none()).count();
+                    p.waiting #waiting { "Blocked by its parents: " (open) " of " (v.links.parents.len()) " not ended yet." }
+                } @else {
+                    p.waiting #waiting { "Waiting: " (w.describe()) }
+                }
+            }
             @if let Some(h) = &v.held { p.notice { "Held: " (h) } }
             @if let Some(t) = r.cancel_requested_at { @if running { p.notice { "Cancel requested " (ago(now, t)) "; the worker stops it at its next heartbeat." } } }
             div.actions {
@@ -266,7 +325,10 @@ fn fields(r: &Run) -> Markup {
                 @if r.snoozes > 0 { tr { th { "Snoozes" } td { (r.snoozes) } } }
                 tr { th { "Priority" } td { (r.priority) } }
                 tr { th { "Created" } td { (at(Some(r.created_at))) } }
-                tr { th { "Run at" } td { (at(Some(r.run_at))) } }
+                tr { th { "Run at" } td {
+                    @if r.waiting.as_ref().is_some_and(|w| w.kind == WaitKind::Parents) { span.dim { "when its parents complete" } }
+                    @else { (at(Some(r.run_at))) }
+                } }
                 tr { th { "Started" } td { (at(r.started_at)) } }
                 tr { th { "Finished" } td { (at(r.finished_at)) } }
                 tr { th { "Heartbeat" } td { (at(r.heartbeat_at)) } }
@@ -305,6 +367,120 @@ fn more(v: &RunView) -> Markup {
                     div.message {
                         span.badge { (m.kind) } " " span.dim { (m.delivery) " · " (m.created_at) " · " (if m.acked_at.is_some() { "acknowledged" } else if m.read_at.is_some() { "read" } else { "unread" }) }
                         pre.body { (m.body) }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Whether the run is linked to anything (else the page has no Links section).
+fn has_links(l: &RunLinks) -> bool {
+    l.batch_id.is_some()
+        || l.parent_run_id.is_some()
+        || !l.parents.is_empty()
+        || !l.dependents.is_empty()
+        || !l.children.is_empty()
+}
+
+/// How an edge reads: `after`, `after any`, `callback`.
+fn edge(mode: DepMode) -> &'static str {
+    match mode {
+        DepMode::All => "after (must complete)",
+        DepMode::Any => "after any (any end)",
+        DepMode::Batch => "callback of the batch",
+    }
+}
+
+/// A linked id as a link: a batch's page for a callback's parent, else the run's page.
+fn linked(id: &str, mode: DepMode) -> Markup {
+    if mode == DepMode::Batch {
+        html! { a.mono href={ "/batches/" (encode(id)) } { (id) } }
+    } else {
+        html! { a.mono href={ "/runs/" (encode(id)) } title=(id) { (short(id)) } }
+    }
+}
+
+/// A linked run's state: the recorded end, else its current state, else a dash.
+fn linked_state(v: &RunView, id: &str, resolved: Option<&str>) -> Markup {
+    match resolved.or(v.linked_states.get(id).map(String::as_str)) {
+        Some(s) => state(s),
+        None => html! { span.dim { "—" } },
+    }
+}
+
+/// A table of edges: the other end, how, and its state.
+fn edges(v: &RunView, rows: &[Dependency], parents: bool) -> Markup {
+    html! {
+        table.dense.edges {
+            thead { tr { th { (if parents { "Parent" } else { "Dependent" }) } th { "Kind" } th { (if parents { "Resolved" } else { "State" }) } } }
+            tbody {
+                @for d in rows.iter().take(LINKS_SHOWN) {
+                    @let other = if parents { &d.parent } else { &d.child };
+                    tr data-id=(other) {
+                        td { (linked(other, d.mode)) }
+                        td { (edge(d.mode)) }
+                        td {
+                            @if parents {
+                                @match &d.resolved {
+                                    Some(s) => { (state(s)) }
+                                    None => { span.st-waiting { "not ended" } " " (linked_state(v, other, None)) }
+                                }
+                            } @else {
+                                (linked_state(v, other, None))
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        @if rows.len() > LINKS_SHOWN { p.dim { "and " (rows.len() - LINKS_SHOWN) " more" } }
+    }
+}
+
+/// Its batch, parents, dependents, the run that spawned it and the runs it spawned (an
+/// empty live part while it has none: a child it spawns shows without a reload).
+fn links(v: &RunView) -> Markup {
+    html! { div #links data-live { @if has_links(&v.links) { (link_card(v)) } } }
+}
+
+/// The Links card.
+fn link_card(v: &RunView) -> Markup {
+    let l = &v.links;
+    html! {
+        section.card {
+            h2 { "Links" }
+            table.kv {
+                @if let Some(b) = &l.batch_id {
+                    tr { th { "Batch" } td { a.mono #batch href={ "/batches/" (encode(b)) } { (b) } } }
+                }
+                @if let Some(p) = &l.parent_run_id {
+                    tr { th { "Spawned by" } td { a.mono #spawner href={ "/runs/" (encode(p)) } { (p) } } }
+                }
+            }
+            div.linkgrid {
+                @if !l.parents.is_empty() {
+                    div #parents { h3 { "Waits for (" (l.parents.len()) ")" } (edges(v, &l.parents, true)) }
+                }
+                @if !l.dependents.is_empty() {
+                    div #dependents { h3 { "Waited for by (" (l.dependents.len()) ")" } (edges(v, &l.dependents, false)) }
+                }
+                @if !l.children.is_empty() {
+                    div #children {
+                        h3 { "Spawned (" (l.children.len()) ")" }
+                        table.dense.edges {
+                            thead { tr { th { "Run" } th { "Tool" } th { "State" } } }
+                            tbody {
+                                @for c in l.children.iter().take(LINKS_SHOWN) {
+                                    tr data-id=(c.id) {
+                                        td { a.mono href={ "/runs/" (encode(&c.id)) } title=(c.id) { (short(&c.id)) } }
+                                        td { (c.tool) }
+                                        td { (state(&c.state)) }
+                                    }
+                                }
+                            }
+                        }
+                        @if l.children.len() > LINKS_SHOWN { p.dim { "and " (l.children.len() - LINKS_SHOWN) " more" } }
                     }
                 }
             }

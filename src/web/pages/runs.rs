@@ -17,6 +17,7 @@ use crate::web::AppState;
 use crate::web::filter::Filter;
 use crate::web::layout::{self, respond, shell};
 use crate::web::runs_table::runs_table;
+use crate::web::view::encode;
 
 /// Runs per page.
 const PAGE: i64 = 50;
@@ -83,6 +84,9 @@ fn render(st: &AppState, d: &RunList, notice: Option<&str>) -> Markup {
     let main = html! {
         @if let Some(n) = notice { p.notice { (n) } }
         (filter_form(st, f))
+        @if !f.batch.trim().is_empty() {
+            p.dim #batchlink { "The runs of batch " a.mono href={ "/batches/" (encode(f.batch.trim())) } { (f.batch.trim()) } "." }
+        }
         (bulk_form(st, f))
         div #runs data-live {
             (runs_table(st.client.now(), &d.runs))
@@ -118,6 +122,7 @@ fn filter_form(st: &AppState, f: &Filter) -> Markup {
             datalist #tools { @for t in &tools { option value=(t) {} } }
             label { "Session " input name="session" value=(f.session) size="12"; }
             label { "Schedule " input name="schedule" value=(f.schedule) size="14"; }
+            label { "Batch " input name="batch" value=(f.batch) placeholder="bt_…" size="14"; }
             label { "Newer than " input name="newer_than" value=(f.newer_than) placeholder="2h" size="5"; }
             label { "Older than " input name="older_than" value=(f.older_than) placeholder="7d" size="5"; }
             button type="submit" { "Filter" }
