@@ -9,8 +9,8 @@ use chrono::{DateTime, Utc};
 use tokio_util::sync::CancellationToken;
 
 use super::{
-    PgStore, claim, finish, flow, gauges, inbox, journal, notify, occurrences, read_tx, retention,
-    runs, schedules, workers, write_tx,
+    PgStore, claim, compose, finish, flow, gauges, inbox, journal, notify, occurrences, read_tx,
+    retention, runs, schedules, workers, write_tx,
 };
 use crate::error::StoreError;
 use crate::ids::{BatchId, RunId};
@@ -30,35 +30,45 @@ use crate::store::upkeep::*;
 impl Engine for PgStore {
     async fn batch_insert(
         &self,
-        _batch: NewBatch,
-        _rows: Vec<NewRun>,
+        batch: NewBatch,
+        rows: Vec<NewRun>,
     ) -> EngineResult<Vec<Inserted>> {
-        Err(pending_composition())
+        write_tx!(self, |tx| {
+            compose::create_batch(&tx, &batch).await?;
+            let done = runs::insert_many(&tx, &rows).await?;
+            compose::after_insert(&tx, &rows, &done, batch.created_at, &finish::Plain).await?;
+            notify(&tx).await?;
+            Ok(done)
+        })
     }
 
-    async fn batch_get(&self, _id: BatchId) -> EngineResult<Option<Batch>> {
-        Err(pending_composition())
+    async fn batch_get(&self, id: BatchId) -> EngineResult<Option<Batch>> {
+        read_tx!(self, |tx| compose::batch_get(&tx, id.as_str()).await)
     }
 
-    async fn batch_list(&self, _filter: BatchFilter) -> EngineResult<Vec<Batch>> {
-        Err(pending_composition())
+    async fn batch_list(&self, filter: BatchFilter) -> EngineResult<Vec<Batch>> {
+        compose::batch_list(&self.conn().await?, &filter).await
     }
 
-    async fn run_links(&self, _id: RunId) -> EngineResult<RunLinks> {
-        Err(pending_composition())
+    async fn run_links(&self, id: RunId) -> EngineResult<RunLinks> {
+        read_tx!(self, |tx| compose::links(&tx, id.as_str()).await)
     }
 
     async fn run_linked_results(
         &self,
-        _id: RunId,
-        _which: Linked,
+        id: RunId,
+        which: Linked,
     ) -> EngineResult<Vec<LinkedResult>> {
-        Err(pending_composition())
+        read_tx!(self, |tx| compose::linked_results(&tx, id.as_str(), which)
+            .await)
     }
 
     async fn run_insert(&self, rows: Vec<NewRun>) -> EngineResult<Vec<Inserted>> {
         write_tx!(self, |tx| {
             let done = runs::insert_many(&tx, &rows).await?;
+            if let Some(now) = rows.first().map(|r| r.created_at) {
+                compose::after_insert(&tx, &rows, &done, now, &finish::Plain).await?;
+            }
             notify(&tx).await?;
             Ok(done)
         })
@@ -101,6 +111,8 @@ impl Engine for PgStore {
                 runs::mark_awaiting(&tx, p.id.as_str(), a, p.now).await?;
             }
             if ok {
+                let requeued = [(p.id.as_str(), p.expected)];
+                compose::after_requeue(&tx, &requeued, p.now, &finish::Plain).await?;
                 notify(&tx).await?;
             }
             Ok(ok)
@@ -149,6 +161,14 @@ impl Engine for PgStore {
                 }
                 done.push(ok);
             }
+            let requeued: Vec<_> = p
+                .runs
+                .iter()
+                .zip(&done)
+                .filter(|(_, ok)| **ok)
+                .map(|((id, s), _)| (id.as_str(), *s))
+                .collect();
+            compose::after_requeue(&tx, &requeued, p.now, &finish::Plain).await?;
             if done.contains(&true) {
                 notify(&tx).await?;
             }
@@ -573,12 +593,5 @@ impl Engine for PgStore {
 
     async fn change_feed(&self, on_change: OnChange, stop: CancellationToken) {
         super::change_feed::listen(self.clone(), on_change, stop).await;
-    }
-}
-
-// TEMPORARY (issue 36 in progress): replaced by the Postgres composition ops.
-fn pending_composition() -> StoreError {
-    StoreError::Unsupported {
-        what: "composition on Postgres is not built yet".into(),
     }
 }

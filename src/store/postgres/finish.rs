@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use chrono::{DateTime, Utc};
 use deadpool_postgres::GenericClient;
 
-use super::{P, exec, get, query};
+use super::{P, compose, exec, get, query};
 use crate::clock::ts;
 use crate::error::StoreError;
 use crate::run::{Fence, FinishRecord};
@@ -61,7 +61,9 @@ const END_WAITING: &str = "UPDATE runs SET state = $1, finished_at = $2, error =
     WHERE id = $9 AND state = $10 AND attempt = $11";
 
 /// The one end-writer on Postgres: each end's fenced state change, then the blobs and
-/// messages of the ends that applied. Per record, whether it applied.
+/// messages of the ends that applied, then composition ([`compose::after_ends`]: batches,
+/// dependents and waiting parents move with the ends, in the same transaction). Per record,
+/// whether it applied.
 pub(crate) async fn record_ends<C: GenericClient>(
     c: &C,
     records: &[&FinishRecord],
@@ -73,6 +75,32 @@ pub(crate) async fn record_ends<C: GenericClient>(
 /// [`record_ends`], with the tool of each running attempt that ended, by run id: the slots
 /// the ends freed.
 pub(crate) async fn record_ends_freeing<C: GenericClient>(
+    c: &C,
+    records: &[&FinishRecord],
+    now: DateTime<Utc>,
+) -> Result<(Vec<bool>, HashMap<String, String>), StoreError> {
+    let (applied, tools) = record_ends_plain(c, records, now).await?;
+    let done = end_plan::applied_only(records, &applied);
+    compose::after_ends(c, &done, now, &Plain).await?;
+    Ok((applied, tools))
+}
+
+/// The plain end-writer ([`record_ends_plain`]) as composition takes it.
+pub(crate) struct Plain;
+
+impl compose::PlainEnds for Plain {
+    fn record<C: GenericClient>(
+        &self,
+        c: &C,
+        records: &[&FinishRecord],
+        now: DateTime<Utc>,
+    ) -> impl std::future::Future<Output = Result<Vec<bool>, StoreError>> + Send {
+        async move { Ok(record_ends_plain(c, records, now).await?.0) }
+    }
+}
+
+/// [`record_ends_freeing`] without composition: what each end writes of its own run.
+async fn record_ends_plain<C: GenericClient>(
     c: &C,
     records: &[&FinishRecord],
     now: DateTime<Utc>,

@@ -26,16 +26,31 @@ pub(crate) async fn get_run<C: GenericClient>(c: &C, id: &str) -> Result<Option<
 
 /// Runs, newest first.
 pub(crate) async fn list<C: GenericClient>(c: &C, f: &ListFilter) -> Result<Vec<Run>, StoreError> {
+    // A batch's or a parent's runs are read through their own index (ids sort by creation).
+    let order = if f.batch_id.is_some() || f.parent_run_id.is_some() {
+        "id DESC"
+    } else {
+        "created_at DESC, id DESC"
+    };
     let sql = format!(
         "SELECT {RUN_COLUMNS} FROM runs WHERE ($1::text IS NULL OR state = $1) \
          AND ($2::text IS NULL OR session_id = $2) AND ($3::text IS NULL OR tool = $3) \
-         AND ($4::text IS NULL OR schedule_id = $4) ORDER BY created_at DESC, id DESC LIMIT $5"
+         AND ($4::text IS NULL OR schedule_id = $4) AND ($6::text IS NULL OR batch_id = $6) \
+         AND ($7::text IS NULL OR parent_run_id = $7) ORDER BY {order} LIMIT $5"
     );
     let state = f.state.map(|s| s.as_str());
     let rows = query(
         c,
         &sql,
-        &[&state, &f.session, &f.tool, &f.schedule_id, &f.limit],
+        &[
+            &state,
+            &f.session,
+            &f.tool,
+            &f.schedule_id,
+            &f.limit,
+            &f.batch_id,
+            &f.parent_run_id,
+        ],
         "list runs",
     )
     .await?;
@@ -104,6 +119,9 @@ fn conditions(f: &RunFilter, first: usize) -> (String, Vec<String>) {
     if let Some(v) = &f.schedule_id {
         add("schedule_id =", v.clone());
     }
+    if let Some(v) = &f.batch_id {
+        add("batch_id =", v.clone());
+    }
     if let Some(t) = f.created_before {
         add("created_at <", ts(t));
     }
@@ -140,7 +158,8 @@ pub(crate) async fn count<C: GenericClient>(c: &C, f: &RunFilter) -> Result<i64,
     get(&query_one(c, &sql, &params, "count runs").await?, 0)
 }
 
-/// Queues an awaiting run as approved: due now, or at its own later `run_at`.
+/// Queues an awaiting run as approved: due now, or at its own later `run_at`; blocked
+/// (waiting for its parents, at the far-future `run_at`) while a parent is unresolved.
 pub(crate) async fn approve<C: GenericClient>(
     c: &C,
     id: &str,
@@ -148,12 +167,16 @@ pub(crate) async fn approve<C: GenericClient>(
     note: Option<&str>,
     now: DateTime<Utc>,
 ) -> Result<bool, StoreError> {
+    let blocked = ts(crate::store::compose_plan::blocked_until());
     let n = exec(
         c,
-        "UPDATE runs SET state = 'queued', run_at = GREATEST(run_at, $1), approval_state = 'approved', \
+        "UPDATE runs SET state = 'queued', \
+         run_at = CASE WHEN deps_pending > 0 THEN $5 ELSE GREATEST(run_at, $1) END, \
+         wait_kind = CASE WHEN deps_pending > 0 THEN 'parents' ELSE wait_kind END, \
+         approval_state = 'approved', \
          approval_by = $2, approval_at = $1, approval_note = $3, status_text = NULL \
          WHERE id = $4 AND state = 'awaiting_approval'",
-        &[&ts(now), &by, &note, &id],
+        &[&ts(now), &by, &note, &id, &blocked],
         "approve run",
     )
     .await?;
