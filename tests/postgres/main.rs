@@ -34,6 +34,7 @@ mod support;
 mod bad_input;
 mod harness;
 mod hosts;
+mod postgres_compose;
 mod postgres_credentials;
 mod postgres_durable;
 mod postgres_inbox;
@@ -61,6 +62,8 @@ mod cli_input;
 mod cli_output;
 #[path = "../it/cli_tools.rs"]
 mod cli_tools;
+#[path = "../it/compose.rs"]
+mod compose;
 #[path = "../it/compose_cli.rs"]
 mod compose_cli;
 #[path = "../it/compose_tools.rs"]

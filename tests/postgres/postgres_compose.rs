@@ -1,0 +1,1 @@
+//! Composition on Postgres under concurrency.
