@@ -46,10 +46,7 @@ async fn end_at_once(
     b: FinishRecord,
 ) -> (Vec<bool>, Vec<bool>) {
     let at = now(env);
-    let (x, y) = tokio::join!(
-        engine(env).run_end(vec![a], at),
-        other.run_end(vec![b], at)
-    );
+    let (x, y) = tokio::join!(engine(env).run_end(vec![a], at), other.run_end(vec![b], at));
     (x.unwrap(), y.unwrap())
 }
 
@@ -89,7 +86,11 @@ async fn a_batch_whose_last_two_runs_end_at_once_on_two_hosts_completes_once() {
         )
         .await;
         assert_eq!((x, y), (vec![true], vec![true]));
-        let b = engine(&env).batch_get(batch.clone()).await.unwrap().unwrap();
+        let b = engine(&env)
+            .batch_get(batch.clone())
+            .await
+            .unwrap()
+            .unwrap();
         assert_eq!(
             (b.state, b.pending, b.completed, b.failed, b.completions),
             ("completed", 0, 1, 1, 1),
