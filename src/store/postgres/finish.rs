@@ -89,13 +89,13 @@ pub(crate) async fn record_ends_freeing<C: GenericClient>(
 pub(crate) struct Plain;
 
 impl compose::PlainEnds for Plain {
-    fn record<C: GenericClient>(
+    async fn record<C: GenericClient>(
         &self,
         c: &C,
         records: &[&FinishRecord],
         now: DateTime<Utc>,
-    ) -> impl std::future::Future<Output = Result<Vec<bool>, StoreError>> + Send {
-        async move { Ok(record_ends_plain(c, records, now).await?.0) }
+    ) -> Result<Vec<bool>, StoreError> {
+        Ok(record_ends_plain(c, records, now).await?.0)
     }
 }
 
