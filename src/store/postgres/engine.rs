@@ -33,6 +33,10 @@ impl Engine for PgStore {
         batch: NewBatch,
         rows: Vec<NewRun>,
     ) -> EngineResult<Vec<Inserted>> {
+        let mut rows = rows;
+        for r in &mut rows {
+            r.batch_id = Some(batch.id.clone());
+        }
         write_tx!(self, |tx| {
             compose::create_batch(&tx, &batch).await?;
             let done = runs::insert_many(&tx, &rows).await?;

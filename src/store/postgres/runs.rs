@@ -271,7 +271,10 @@ pub(crate) async fn unfinished<C: GenericClient>(c: &C) -> Result<i64, StoreErro
     get(&row, 0)
 }
 
-/// Whether a queued run of `tools` is due, or waits for a retry; paused work left out.
+/// Whether a queued run of `tools` is due, or waits for a retry; paused work left out. A run
+/// that waits for an event, for its parents or for its children is not waited for (the ends
+/// that release the last two make them due in their own transaction), nor is one at the
+/// far-future `run_at` of "no timeout".
 pub(crate) async fn has_work_for<C: GenericClient>(
     c: &C,
     now: DateTime<Utc>,
@@ -284,7 +287,9 @@ pub(crate) async fn has_work_for<C: GenericClient>(
     let tools: Vec<&String> = tools.iter().filter(|t| !paused.tools.contains(t)).collect();
     let row = query_one(
         c,
-        "SELECT EXISTS (SELECT 1 FROM runs WHERE state = 'queued' AND (run_at <= $1 OR CASE WHEN wait_kind IS NULL THEN attempt > 0 ELSE wait_kind <> 'event' END) \
+        "SELECT EXISTS (SELECT 1 FROM runs WHERE state = 'queued' AND (run_at <= $1 \
+         OR (run_at < '9999-12-31T23:59:59.999Z' AND CASE WHEN wait_kind IS NULL THEN attempt > 0 \
+         ELSE wait_kind NOT IN ('event', 'children', 'parents') END)) \
          AND tool = ANY($2) \
          AND session_id NOT IN (SELECT value FROM pauses WHERE scope = 'session'))",
         &[&ts(now), &tools],
