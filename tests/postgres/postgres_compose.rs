@@ -5,15 +5,24 @@
 //! at once, and a dependent inserted while its parent ends is never left blocked.
 //!
 //! Each race runs with the ends' messages (the inbox lock then orders the two transactions)
-//! and without (only the row locks of composition do).
+//! and without (only the row locks of composition do). And composition takes its row locks
+//! before the inbox lock: a child's end that wakes-checks its parent never deadlocks with the
+//! parent's step save settled together with another run's end.
 
 use toolq::run::steps::far_future;
-use toolq::run::{FinishRecord, NewBatch, NewRun, Outcome, Suspension, WaitKind};
+use std::sync::Arc;
+
+use toolq::run::{
+    FinishRecord, NewBatch, NewRun, Outcome, StepEntry, StepKind, StepSave, StepStatus,
+    Suspension, WaitKind,
+};
 use toolq::store::postgres::PgStore;
-use toolq::store::{Engine, OpenMode};
+use toolq::store::{Engine, OpenMode, Settle, Settlement};
 use toolq::{BatchId, Run, RunId, RunState};
 
-use crate::engine_contract::{claim, engine, get, insert, lease_end, new_run, now, running};
+use crate::engine_contract::{
+    claim, claim_of, engine, get, insert, lease_end, new_run, now, running,
+};
 use crate::support::TestEnv;
 
 /// Rounds of each race.
@@ -209,4 +218,66 @@ async fn a_dependent_inserted_while_its_parent_ends_on_another_host_is_never_lef
                 .unwrap();
         }
     }
+}
+
+#[tokio::test]
+async fn a_childs_end_on_one_host_and_its_parents_step_save_on_another_never_deadlock() {
+    let env = TestEnv::new();
+    let other = other_host(&env).await;
+    for round in 0..ROUNDS {
+        let parent = running(&env, "s", "wk_a").await;
+        let child = NewRun {
+            parent_run_id: Some(parent.id.clone()),
+            ..new_run(&env, "s")
+        };
+        let child_id = insert(&env, child).await;
+        insert(&env, new_run(&env, "s")).await;
+        let both = claim(&env, "wk_b", 2).await;
+        assert_eq!(both.len(), 2, "round {round}");
+        let (kid, plain): (&Run, &Run) = if both[0].id == child_id {
+            (&both[0], &both[1])
+        } else {
+            (&both[1], &both[0])
+        };
+        // One host settles the parent's step (its row locked first) with another run's end
+        // (the inbox lock next); the other ends the child (whose end looks at the parent).
+        let save = Settlement::Step(Box::new(StepSave {
+            id: parent.id.clone(),
+            attempt: parent.attempt,
+            token: parent.lease_token.clone().unwrap(),
+            entries: vec![StepEntry {
+                seq: 1,
+                name: "step".into(),
+                kind: StepKind::Step,
+                status: StepStatus::Done,
+                output: Some("1".into()),
+                error: None,
+                wake_at: None,
+                consumes: None,
+            }],
+        }));
+        let settle = Settle {
+            batch: Arc::new(vec![
+                save,
+                Settlement::End(Box::new(ended(plain, RunState::Completed, true))),
+            ]),
+            claim: claim_of(&env, "wk_a", 0),
+        };
+        let at = now(&env);
+        let (settled, applied) = tokio::join!(
+            engine(&env).attempt_settle(settle),
+            other.run_end(vec![ended(kid, RunState::Completed, true)], at)
+        );
+        assert_eq!(settled.unwrap().applied, [true, true], "round {round}");
+        assert_eq!(applied.unwrap(), [true], "round {round}");
+        engine(&env)
+            .run_end(vec![ended(&parent, RunState::Completed, false)], at)
+            .await
+            .unwrap();
+    }
+    assert_eq!(
+        (engine(&env).busy_retries(), other.busy_retries()),
+        (0, 0),
+        "no transaction was retried after a deadlock"
+    );
 }

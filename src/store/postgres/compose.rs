@@ -35,15 +35,34 @@ use crate::run::{
 use crate::store::compose_plan::{self, DepEffect, DepStart};
 
 /// The end-writer without composition: each end's own writes. Composition cancels dependents
-/// through it and carries on from their ends itself.
+/// through it (and carries on from their ends itself), and posts batches' completion messages
+/// through it, so the writer decides when the messages (which take the inbox lock) are
+/// written: after composition's row locks.
 pub(crate) trait PlainEnds: Sync {
-    /// Records the ends; per record, whether it applied.
+    /// Records the ends (their blobs and messages now or later in this transaction); per
+    /// record, whether it applied.
     fn record<C: GenericClient>(
         &self,
         c: &C,
         records: &[&FinishRecord],
         now: DateTime<Utc>,
     ) -> impl Future<Output = Result<Vec<bool>, StoreError>> + Send;
+
+    /// Posts a batch's completion message (now or later in this transaction, in order with
+    /// the ends' messages).
+    fn batch_message(&self, m: BatchMessage);
+}
+
+/// A batch's `batch_completed` message: no run (`run_id` NULL), `attempt` = the completion.
+pub(crate) struct BatchMessage {
+    /// The batch's session.
+    pub session_id: String,
+    /// Which completion (1 unless a retry reopened the batch).
+    pub completion: i64,
+    /// The message text.
+    pub body: String,
+    /// The summary JSON.
+    pub data: String,
 }
 
 /// What the end-writer needs to know of an ended run for composition.
@@ -126,7 +145,7 @@ pub(crate) async fn after_ends<C: GenericClient, W: PlainEnds>(
                 .filter_map(|f| Some((f.batch_id.as_deref()?, f.state.as_str()))),
         );
         for (batch, n) in counts {
-            due |= count_ends(c, batch, n, now).await?;
+            due |= count_ends(c, batch, n, now, plain).await?;
         }
         let mut next = Vec::new();
         for f in facts.iter().filter(|f| f.has_dependents) {
@@ -270,11 +289,12 @@ async fn cancel_dependent<C: GenericClient, W: PlainEnds>(
 /// run of it unfinished completes it. The `UPDATE` locks the batch's row to the commit, so
 /// of several transactions counting in it exactly one sees `pending` reach 0. Whether a
 /// callback run was enqueued.
-async fn count_ends<C: GenericClient>(
+async fn count_ends<C: GenericClient, W: PlainEnds>(
     c: &C,
     batch: &str,
     n: [i64; 3],
     now: DateTime<Utc>,
+    plain: &W,
 ) -> Result<bool, StoreError> {
     let row = query_opt(
         c,
@@ -290,7 +310,7 @@ async fn count_ends<C: GenericClient>(
     };
     let (pending, open): (i64, bool) = (get(&row, 0)?, get(&row, 1)?);
     if pending <= 0 && open {
-        complete(c, batch, now).await
+        complete(c, batch, now, plain).await
     } else {
         Ok(false)
     }
@@ -321,12 +341,14 @@ async fn first_failures<C: GenericClient>(
         .collect()
 }
 
-/// Completes a batch: its callback run (with its edge to the batch), its message and the
-/// completion recorded, in this transaction. Whether a callback run was enqueued.
-async fn complete<C: GenericClient>(
+/// Completes a batch: its callback run (with its edge to the batch), its message (through
+/// `plain`) and the completion recorded, in this transaction. Whether a callback run was
+/// enqueued.
+async fn complete<C: GenericClient, W: PlainEnds>(
     c: &C,
     batch: &str,
     now: DateTime<Utc>,
+    plain: &W,
 ) -> Result<bool, StoreError> {
     let row = query_opt(
         c,
@@ -352,7 +374,6 @@ async fn complete<C: GenericClient>(
     };
     let plan = compose_plan::completion(&row, first_failures(c, batch).await?, now);
     let callback_id = plan.callback.as_ref().map(|cb| cb.id.to_string());
-    // Row writes first: the message takes the inbox lock, held to the commit.
     if let Some(cb) = &plan.callback {
         super::runs::insert_many(c, std::slice::from_ref(cb)).await?;
         exec(
@@ -372,15 +393,12 @@ async fn complete<C: GenericClient>(
         "complete batch",
     )
     .await?;
-    super::inbox::insert_batch_message(
-        c,
-        &row.session_id,
-        plan.summary.completion,
-        &plan.body,
-        &plan.data,
-        now,
-    )
-    .await?;
+    plain.batch_message(BatchMessage {
+        session_id: row.session_id,
+        completion: plan.summary.completion,
+        body: plan.body,
+        data: plan.data,
+    });
     Ok(plan.callback.is_some())
 }
 

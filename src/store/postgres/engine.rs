@@ -40,7 +40,9 @@ impl Engine for PgStore {
         write_tx!(self, |tx| {
             compose::create_batch(&tx, &batch).await?;
             let done = runs::insert_many(&tx, &rows).await?;
-            compose::after_insert(&tx, &rows, &done, batch.created_at, &finish::Plain).await?;
+            let later = finish::Deferred::default();
+            compose::after_insert(&tx, &rows, &done, batch.created_at, &later).await?;
+            later.flush(&tx, batch.created_at).await?;
             notify(&tx).await?;
             Ok(done)
         })
@@ -71,7 +73,9 @@ impl Engine for PgStore {
         write_tx!(self, |tx| {
             let done = runs::insert_many(&tx, &rows).await?;
             if let Some(now) = rows.first().map(|r| r.created_at) {
-                compose::after_insert(&tx, &rows, &done, now, &finish::Plain).await?;
+                let later = finish::Deferred::default();
+                compose::after_insert(&tx, &rows, &done, now, &later).await?;
+                later.flush(&tx, now).await?;
             }
             notify(&tx).await?;
             Ok(done)
@@ -116,7 +120,9 @@ impl Engine for PgStore {
             }
             if ok {
                 let requeued = [(p.id.as_str(), p.expected)];
-                compose::after_requeue(&tx, &requeued, p.now, &finish::Plain).await?;
+                let later = finish::Deferred::default();
+                compose::after_requeue(&tx, &requeued, p.now, &later).await?;
+                later.flush(&tx, p.now).await?;
                 notify(&tx).await?;
             }
             Ok(ok)
@@ -172,7 +178,9 @@ impl Engine for PgStore {
                 .filter(|(_, ok)| **ok)
                 .map(|((id, s), _)| (id.as_str(), *s))
                 .collect();
-            compose::after_requeue(&tx, &requeued, p.now, &finish::Plain).await?;
+            let later = finish::Deferred::default();
+            compose::after_requeue(&tx, &requeued, p.now, &later).await?;
+            later.flush(&tx, p.now).await?;
             if done.contains(&true) {
                 notify(&tx).await?;
             }
