@@ -9,12 +9,12 @@
 //! before the inbox lock: a child's end that wakes-checks its parent never deadlocks with the
 //! parent's step save settled together with another run's end.
 
-use toolq::run::steps::far_future;
 use std::sync::Arc;
+use toolq::run::steps::far_future;
 
 use toolq::run::{
-    FinishRecord, NewBatch, NewRun, Outcome, StepEntry, StepKind, StepSave, StepStatus,
-    Suspension, WaitKind,
+    FinishRecord, NewBatch, NewRun, Outcome, StepEntry, StepKind, StepSave, StepStatus, Suspension,
+    WaitKind,
 };
 use toolq::store::postgres::PgStore;
 use toolq::store::{Engine, OpenMode, Settle, Settlement};

@@ -427,6 +427,25 @@ pub(crate) async fn create_batch<C: GenericClient>(c: &C, b: &NewBatch) -> Resul
     Ok(())
 }
 
+/// Locks the parents of `runs` that exist (`FOR SHARE`, in id order) before they are
+/// inserted: inserting a run that awaits approval takes the inbox lock, and a parent's end
+/// holds its row while it waits for that lock. Nothing for runs without parents.
+pub(crate) async fn before_insert<C: GenericClient>(
+    c: &C,
+    runs: &[NewRun],
+) -> Result<(), StoreError> {
+    let mut all: Vec<&str> = runs
+        .iter()
+        .flat_map(|r| r.after.iter().map(RunId::as_str))
+        .collect();
+    if all.is_empty() {
+        return Ok(());
+    }
+    all.sort_unstable();
+    all.dedup();
+    lock_parents(c, &all).await.map(|_| ())
+}
+
 /// Composition after inserting `runs` (`inserted` per run, in order) in this transaction:
 /// batch counters, and each new run's dependencies (blocked, or cancelled at once through
 /// `plain` and composition).

@@ -39,6 +39,7 @@ impl Engine for PgStore {
         }
         write_tx!(self, |tx| {
             compose::create_batch(&tx, &batch).await?;
+            compose::before_insert(&tx, &rows).await?;
             let done = runs::insert_many(&tx, &rows).await?;
             let later = finish::Deferred::default();
             compose::after_insert(&tx, &rows, &done, batch.created_at, &later).await?;
@@ -71,6 +72,7 @@ impl Engine for PgStore {
 
     async fn run_insert(&self, rows: Vec<NewRun>) -> EngineResult<Vec<Inserted>> {
         write_tx!(self, |tx| {
+            compose::before_insert(&tx, &rows).await?;
             let done = runs::insert_many(&tx, &rows).await?;
             if let Some(now) = rows.first().map(|r| r.created_at) {
                 let later = finish::Deferred::default();
