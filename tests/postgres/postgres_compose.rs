@@ -13,11 +13,11 @@ use std::sync::Arc;
 use toolq::run::steps::far_future;
 
 use toolq::run::{
-    FinishRecord, NewBatch, NewRun, Outcome, StepEntry, StepKind, StepSave, StepStatus, Suspension,
-    WaitKind,
+    FinishRecord, ListFilter, NewBatch, NewRun, Outcome, RunFilter, StepEntry, StepKind, StepSave,
+    StepStatus, Suspension, WaitKind,
 };
 use toolq::store::postgres::PgStore;
-use toolq::store::{Engine, OpenMode, Settle, Settlement};
+use toolq::store::{Engine, OpenMode, RunSelect, Settle, Settlement};
 use toolq::{BatchId, Run, RunId, RunState};
 
 use crate::engine_contract::{
@@ -280,4 +280,88 @@ async fn a_childs_end_on_one_host_and_its_parents_step_save_on_another_never_dea
         (0, 0),
         "no transaction was retried after a deadlock"
     );
+}
+
+#[tokio::test]
+async fn runs_are_listed_selected_and_counted_by_batch_and_by_spawning_run() {
+    let env = TestEnv::new();
+    let batch = BatchId::generate();
+    let spawner = insert(&env, new_run(&env, "s")).await;
+    let spawned = NewRun {
+        parent_run_id: Some(spawner.clone()),
+        ..new_run(&env, "s")
+    };
+    let members = vec![spawned.clone(), new_run(&env, "s")];
+    let inserted = engine(&env)
+        .batch_insert(
+            NewBatch {
+                id: batch.clone(),
+                session_id: "s".into(),
+                title: "listed".into(),
+                on_complete: None,
+                created_at: now(&env),
+            },
+            members,
+        )
+        .await
+        .unwrap();
+    insert(&env, new_run(&env, "s")).await;
+    let ids = |runs: Vec<Run>| runs.into_iter().map(|r| r.id).collect::<Vec<_>>();
+    let mut newest_first: Vec<RunId> = inserted.iter().map(|i| i.id().clone()).collect();
+    newest_first.sort();
+    newest_first.reverse();
+    let of_batch = engine(&env)
+        .run_list(ListFilter {
+            batch_id: Some(batch.to_string()),
+            limit: 10,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(ids(of_batch), newest_first);
+    let of_spawner = engine(&env)
+        .run_list(ListFilter {
+            parent_run_id: Some(spawner.to_string()),
+            limit: 10,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(ids(of_spawner), [spawned.id.clone()]);
+    let both = engine(&env)
+        .run_list(ListFilter {
+            batch_id: Some(batch.to_string()),
+            parent_run_id: Some(spawner.to_string()),
+            limit: 10,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(ids(both), [spawned.id.clone()]);
+    let all = engine(&env)
+        .run_list(ListFilter {
+            limit: 10,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(all.len(), 4);
+    let filter = RunFilter {
+        batch_id: Some(batch.to_string()),
+        ..Default::default()
+    };
+    assert_eq!(
+        engine(&env).run_count_where(filter.clone()).await.unwrap(),
+        2
+    );
+    let page = engine(&env)
+        .run_select(RunSelect {
+            filter,
+            after: String::new(),
+            limit: 10,
+        })
+        .await
+        .unwrap();
+    newest_first.reverse();
+    assert_eq!(ids(page), newest_first);
 }

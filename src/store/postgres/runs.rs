@@ -26,17 +26,26 @@ pub(crate) async fn get_run<C: GenericClient>(c: &C, id: &str) -> Result<Option<
 
 /// Runs, newest first.
 pub(crate) async fn list<C: GenericClient>(c: &C, f: &ListFilter) -> Result<Vec<Run>, StoreError> {
-    // A batch's or a parent's runs are read through their own index (ids sort by creation).
-    let order = if f.batch_id.is_some() || f.parent_run_id.is_some() {
-        "id DESC"
-    } else {
-        "created_at DESC, id DESC"
+    // A batch's or a parent's runs are read through their own index (ids sort by creation):
+    // a statement of its own, whose plan is not shared with the unfiltered list's.
+    let (batch, parent, order) = match (&f.batch_id, &f.parent_run_id) {
+        (Some(_), _) => (
+            "batch_id = $6",
+            "($7::text IS NULL OR parent_run_id = $7)",
+            "id DESC",
+        ),
+        (None, Some(_)) => ("$6::text IS NULL", "parent_run_id = $7", "id DESC"),
+        (None, None) => (
+            "$6::text IS NULL",
+            "$7::text IS NULL",
+            "created_at DESC, id DESC",
+        ),
     };
     let sql = format!(
-        "SELECT {RUN_COLUMNS} FROM runs WHERE ($1::text IS NULL OR state = $1) \
+        "SELECT {RUN_COLUMNS} FROM runs WHERE {batch} AND {parent} \
+         AND ($1::text IS NULL OR state = $1) \
          AND ($2::text IS NULL OR session_id = $2) AND ($3::text IS NULL OR tool = $3) \
-         AND ($4::text IS NULL OR schedule_id = $4) AND ($6::text IS NULL OR batch_id = $6) \
-         AND ($7::text IS NULL OR parent_run_id = $7) ORDER BY {order} LIMIT $5"
+         AND ($4::text IS NULL OR schedule_id = $4) ORDER BY {order} LIMIT $5"
     );
     let state = f.state.map(|s| s.as_str());
     let rows = query(
