@@ -327,7 +327,7 @@ async fn runs_are_listed_selected_and_counted_by_batch_and_by_spawning_run() {
         })
         .await
         .unwrap();
-    assert_eq!(ids(of_spawner), [spawned.id.clone()]);
+    assert_eq!(ids(of_spawner), std::slice::from_ref(&spawned.id));
     let both = engine(&env)
         .run_list(ListFilter {
             batch_id: Some(batch.to_string()),
@@ -337,7 +337,7 @@ async fn runs_are_listed_selected_and_counted_by_batch_and_by_spawning_run() {
         })
         .await
         .unwrap();
-    assert_eq!(ids(both), [spawned.id.clone()]);
+    assert_eq!(ids(both), std::slice::from_ref(&spawned.id));
     let all = engine(&env)
         .run_list(ListFilter {
             limit: 10,
