@@ -5,7 +5,9 @@
 //! at once, and a dependent inserted while its parent ends is never left blocked.
 //!
 //! Each race runs with the ends' messages (the inbox lock then orders the two transactions)
-//! and without (only the row locks of composition do). And composition takes its row locks
+//! and without (only the row locks of composition do). A retry of a dependent racing its
+//! parent's end re-arms its edge from the parent's state as of after that end, or before it
+//! (and the end then releases it): never a stale one. And composition takes its row locks
 //! before the inbox lock: a child's end that wakes-checks its parent never deadlocks with the
 //! parent's step save settled together with another run's end.
 
@@ -17,11 +19,11 @@ use toolq::run::{
     StepStatus, Suspension, WaitKind,
 };
 use toolq::store::postgres::PgStore;
-use toolq::store::{Engine, OpenMode, RunSelect, Settle, Settlement};
+use toolq::store::{Engine, OpenMode, RunRetry, RunSelect, Settle, Settlement};
 use toolq::{BatchId, Run, RunId, RunState};
 
 use crate::engine_contract::{
-    claim, claim_of, engine, get, insert, lease_end, new_run, now, running,
+    claim, claim_of, engine, get, insert, lease_end, new_run, now, running, waiting_end,
 };
 use crate::support::TestEnv;
 
@@ -57,6 +59,16 @@ async fn end_at_once(
     let at = now(env);
     let (x, y) = tokio::join!(engine(env).run_end(vec![a], at), other.run_end(vec![b], at));
     (x.unwrap(), y.unwrap())
+}
+
+/// Neither host retried a transaction (after a deadlock): the two took their locks in the
+/// same order.
+fn no_deadlock(env: &TestEnv, other: &PgStore) {
+    assert_eq!(
+        (engine(env).busy_retries(), other.busy_retries()),
+        (0, 0),
+        "no transaction was retried after a deadlock"
+    );
 }
 
 #[tokio::test]
@@ -111,6 +123,7 @@ async fn a_batch_whose_last_two_runs_end_at_once_on_two_hosts_completes_once() {
         ));
         assert_eq!(sent, 1, "round {round}: one message per completion");
     }
+    no_deadlock(&env, &other);
 }
 
 #[tokio::test]
@@ -167,6 +180,7 @@ async fn a_parent_waiting_for_two_children_that_end_at_once_on_two_hosts_is_woke
             .await
             .unwrap();
     }
+    no_deadlock(&env, &other);
 }
 
 #[tokio::test]
@@ -218,6 +232,7 @@ async fn a_dependent_inserted_while_its_parent_ends_on_another_host_is_never_lef
                 .unwrap();
         }
     }
+    no_deadlock(&env, &other);
 }
 
 #[tokio::test]
@@ -275,11 +290,7 @@ async fn a_childs_end_on_one_host_and_its_parents_step_save_on_another_never_dea
             .await
             .unwrap();
     }
-    assert_eq!(
-        (engine(&env).busy_retries(), other.busy_retries()),
-        (0, 0),
-        "no transaction was retried after a deadlock"
-    );
+    no_deadlock(&env, &other);
 }
 
 #[tokio::test]
@@ -364,4 +375,55 @@ async fn runs_are_listed_selected_and_counted_by_batch_and_by_spawning_run() {
         .unwrap();
     newest_first.reverse();
     assert_eq!(ids(page), newest_first);
+}
+
+#[tokio::test]
+async fn a_dependent_retried_while_its_parent_ends_on_another_host_is_never_left_blocked() {
+    let env = TestEnv::new();
+    let other = other_host(&env).await;
+    for round in 0..ROUNDS {
+        // `after_any` on a parent still running: the child waits for it whatever its outcome.
+        let parent = running(&env, "s", "wk_a").await;
+        let child = insert(
+            &env,
+            NewRun {
+                after: vec![parent.id.clone()],
+                after_mode: toolq::run::DepMode::Any,
+                ..new_run(&env, "s")
+            },
+        )
+        .await;
+        let blocked = get(&env, &child).await;
+        assert_eq!(blocked.deps_pending, 1);
+        // Cancelled by hand while blocked, then retried as its parent ends.
+        engine(&env)
+            .run_end(vec![waiting_end(&blocked, RunState::Cancelled)], now(&env))
+            .await
+            .unwrap();
+        let at = now(&env);
+        let retry = RunRetry {
+            id: child.clone(),
+            expected: RunState::Cancelled,
+            now: at,
+            approval: None,
+        };
+        let end = ended(&parent, RunState::Failed, round % 2 == 0);
+        let (retried, applied) =
+            tokio::join!(engine(&env).run_retry(retry), other.run_end(vec![end], at));
+        assert!(retried.unwrap(), "round {round}");
+        assert_eq!(applied.unwrap(), [true]);
+        let c = get(&env, &child).await;
+        assert_eq!(
+            (c.state, c.deps_pending, c.waiting.is_none(), c.run_at),
+            (RunState::Queued, 0, true, at),
+            "round {round}: due once its parent ended"
+        );
+        let taken = claim(&env, "wk_a", 1).await;
+        assert_eq!(taken.iter().map(|r| &r.id).collect::<Vec<_>>(), [&child]);
+        engine(&env)
+            .run_end(vec![ended(&taken[0], RunState::Completed, false)], at)
+            .await
+            .unwrap();
+    }
+    no_deadlock(&env, &other);
 }

@@ -651,6 +651,24 @@ async fn start_dependent<C: GenericClient, W: PlainEnds>(
     }
 }
 
+/// Locks the parents of the runs `ids` (`FOR SHARE`, in id order) before they are re-queued:
+/// a parent's end locks its row and then its dependents', so a retry that locked the
+/// dependent first and its parents after would deadlock with it.
+pub(crate) async fn before_requeue<C: GenericClient>(
+    c: &C,
+    ids: &[&str],
+) -> Result<(), StoreError> {
+    query(
+        c,
+        "SELECT r.id FROM runs r WHERE r.id IN (SELECT d.parent_id FROM run_deps d \
+         WHERE d.child_id = ANY($1::text[]) AND d.mode <> 'batch') ORDER BY r.id FOR SHARE OF r",
+        &[&ids],
+        "lock parents of retried runs",
+    )
+    .await?;
+    Ok(())
+}
+
 /// Composition after retries re-queued `runs` (id, the final state each left): each counts
 /// again in its batch (reopening it), and its dependencies are evaluated again from its
 /// parents' current states (locked, as at insert).

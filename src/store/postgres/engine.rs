@@ -116,6 +116,7 @@ impl Engine for PgStore {
 
     async fn run_retry(&self, p: RunRetry) -> EngineResult<bool> {
         write_tx!(self, |tx| {
+            compose::before_requeue(&tx, &[p.id.as_str()]).await?;
             let ok = runs::requeue_finished(&tx, p.id.as_str(), p.expected, p.now).await?;
             if let (true, Some(a)) = (ok, &p.approval) {
                 runs::mark_awaiting(&tx, p.id.as_str(), a, p.now).await?;
@@ -165,6 +166,8 @@ impl Engine for PgStore {
 
     async fn run_retry_many(&self, p: RunRetryMany) -> EngineResult<Vec<bool>> {
         write_tx!(self, |tx| {
+            let ids: Vec<&str> = p.runs.iter().map(|(id, _)| id.as_str()).collect();
+            compose::before_requeue(&tx, &ids).await?;
             let mut done = Vec::with_capacity(p.runs.len());
             for (i, (id, state)) in p.runs.iter().enumerate() {
                 let ok = runs::requeue_finished(&tx, id.as_str(), *state, p.now).await?;
