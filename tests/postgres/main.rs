@@ -66,10 +66,10 @@ mod cli_output;
 mod cli_tools;
 #[path = "../it/compose.rs"]
 mod compose;
-#[path = "../it/compose_crash.rs"]
-mod compose_crash;
 #[path = "../it/compose_cli.rs"]
 mod compose_cli;
+#[path = "../it/compose_crash.rs"]
+mod compose_crash;
 #[path = "../it/compose_tools.rs"]
 mod compose_tools;
 #[path = "../it/compose_web.rs"]
