@@ -13,6 +13,11 @@
 //! - a new dependent locks its parents `FOR SHARE` (in id order): a parent's end either
 //!   commits first (its final state is read) or waits for the insert (and resolves its edge).
 //!
+//! Locks come in one order, so two hosts never deadlock over them: runs' rows (an end's own
+//! rows, then the parents it may wake, then batches, then dependents; an insert or a retry
+//! locks the parents first), and the inbox lock last: the messages composition causes go
+//! through [`PlainEnds`], which the end-writer writes after every row lock.
+//!
 //! The end-writer pays one statement per batch of ends for plain runs: [`facts`] reads only
 //! the ended runs that belong to a batch, were spawned by a run, or have dependents. The plain
 //! end-writer comes in as a parameter ([`PlainEnds`]): it imports this file, not the reverse.
