@@ -202,7 +202,10 @@ fn a_version_2_database_gains_durable_runs_and_keeps_its_rows() {
     );
     let o = toolq(&db, &["init"]);
     assert!(o.status.success(), "{}", stderr(&o));
-    assert_eq!(db.count("SELECT max(version) FROM schema_version"), 3);
+    assert_eq!(
+        db.count("SELECT max(version) FROM schema_version"),
+        toolq::store::postgres::SCHEMA_VERSION
+    );
     assert_eq!(
         db.count("SELECT count(*) FROM runs WHERE id = 'dr_old' AND wait_kind IS NULL AND wait_event IS NULL AND snoozes = 0"),
         1
@@ -227,5 +230,85 @@ fn a_version_2_database_gains_durable_runs_and_keeps_its_rows() {
         db.text("SELECT payload FROM run_events WHERE run_id = 'dr_old'")
             .as_deref(),
         Some("null")
+    );
+}
+
+/// Schema version 3 -> 4 (issue 36): `toolq init` adds composition (`runs.batch_id`,
+/// `parent_run_id`, `deps_pending`; `batches`, `run_deps` and their views) and widens the
+/// wait, inbox and step kinds; the rows stay (in no batch, waiting for no parent) and the
+/// worker runs them.
+#[test]
+fn a_version_3_database_gains_composition_and_keeps_its_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = TestDb::at(dir.path());
+    db.exec(include_str!("../../migrations/postgres/001_schema.sql"));
+    db.exec(include_str!(
+        "../../migrations/postgres/002_background_runs.sql"
+    ));
+    db.exec(include_str!(
+        "../../migrations/postgres/003_durable_runs.sql"
+    ));
+    db.exec(
+        "CREATE TABLE schema_version (version BIGINT PRIMARY KEY, applied_at TEXT NOT NULL);
+         INSERT INTO schema_version (version, applied_at) VALUES (1, '2026-01-01T00:00:00.000Z'),
+           (2, '2026-01-02T00:00:00.000Z'), (3, '2026-01-03T00:00:00.000Z');
+         INSERT INTO runs (id, session_id, tool, args, title, run_at, created_at)
+           VALUES ('bg_old', 's1', 'echo', '{\"message\":\"hi\"}', 'old one',
+                   '2026-01-01T00:00:00.000Z', '2026-01-01T00:00:00.000Z');",
+    );
+    let o = toolq(&db, &["init"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(db.count("SELECT max(version) FROM schema_version"), 4);
+    assert_eq!(
+        db.count(
+            "SELECT count(*) FROM runs WHERE id = 'bg_old' AND batch_id IS NULL \
+             AND parent_run_id IS NULL AND deps_pending = 0"
+        ),
+        1
+    );
+    for view in [
+        "batches",
+        "run_deps",
+        "run_edges",
+        "batch_progress",
+        "blocked_runs",
+    ] {
+        assert_eq!(
+            db.count(&format!("SELECT count(*) FROM {view}")),
+            0,
+            "{view}"
+        );
+    }
+    // The widened checks take the new kinds and still refuse others.
+    db.exec("UPDATE runs SET wait_kind = 'parents' WHERE id = 'bg_old'");
+    db.exec("UPDATE runs SET wait_kind = 'children' WHERE id = 'bg_old'");
+    assert!(
+        db.try_exec("UPDATE runs SET wait_kind = 'nap' WHERE id = 'bg_old'")
+            .is_err()
+    );
+    db.exec("UPDATE runs SET wait_kind = NULL WHERE id = 'bg_old'");
+    db.exec(
+        "INSERT INTO inbox (session_id, run_id, attempt, kind, body, created_at) \
+         VALUES ('s1', NULL, 1, 'batch_completed', 'done', '2026-01-01T00:00:00.000Z')",
+    );
+    assert!(
+        db.try_exec(
+            "INSERT INTO inbox (session_id, run_id, attempt, kind, body, created_at) \
+             VALUES ('s1', NULL, 1, 'batch_done', 'done', '2026-01-01T00:00:00.000Z')"
+        )
+        .is_err()
+    );
+    assert!(
+        db.try_exec(
+            "INSERT INTO run_deps (child_id, parent_id, mode) VALUES ('bg_old', 'bg_x', 'some')"
+        )
+        .is_err()
+    );
+    let o = toolq(&db, &["worker", "--drain"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        db.text("SELECT state FROM runs WHERE id = 'bg_old'")
+            .as_deref(),
+        Some("completed")
     );
 }

@@ -15,7 +15,9 @@
 //! processes with different host ids on one database; a host that stops heartbeating),
 //! `ticks` (three workers, one cron schedule, 20 ticks), `postgres_open` and
 //! `postgres_outage` (a lost connection), `postgres_durable` (durable runs through the engine: step
-//! saves, events, suspensions), `postgres_tls` (sslmode and sslrootcert, on a second
+//! saves, events, suspensions), `postgres_compose` (composition on two hosts at once: a
+//! batch's last two ends, a waiting parent's two children, an `--after` insert against its
+//! parent's end, a child's end against its parent's step save), `postgres_tls` (sslmode and sslrootcert, on a second
 //! throwaway server with TLS on). The kill -9 crash tests are the shared `crash`.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
@@ -34,6 +36,7 @@ mod support;
 mod bad_input;
 mod harness;
 mod hosts;
+mod postgres_compose;
 mod postgres_credentials;
 mod postgres_durable;
 mod postgres_inbox;
@@ -61,8 +64,12 @@ mod cli_input;
 mod cli_output;
 #[path = "../it/cli_tools.rs"]
 mod cli_tools;
+#[path = "../it/compose.rs"]
+mod compose;
 #[path = "../it/compose_cli.rs"]
 mod compose_cli;
+#[path = "../it/compose_crash.rs"]
+mod compose_crash;
 #[path = "../it/compose_tools.rs"]
 mod compose_tools;
 #[path = "../it/compose_web.rs"]

@@ -9,8 +9,8 @@ use chrono::{DateTime, Utc};
 use tokio_util::sync::CancellationToken;
 
 use super::{
-    PgStore, claim, finish, flow, gauges, inbox, journal, notify, occurrences, read_tx, retention,
-    runs, schedules, workers, write_tx,
+    PgStore, claim, compose, finish, flow, gauges, inbox, journal, notify, occurrences, read_tx,
+    retention, runs, schedules, workers, write_tx,
 };
 use crate::error::StoreError;
 use crate::ids::{BatchId, RunId};
@@ -30,35 +30,55 @@ use crate::store::upkeep::*;
 impl Engine for PgStore {
     async fn batch_insert(
         &self,
-        _batch: NewBatch,
-        _rows: Vec<NewRun>,
+        batch: NewBatch,
+        rows: Vec<NewRun>,
     ) -> EngineResult<Vec<Inserted>> {
-        Err(pending_composition())
+        let mut rows = rows;
+        for r in &mut rows {
+            r.batch_id = Some(batch.id.clone());
+        }
+        write_tx!(self, |tx| {
+            compose::create_batch(&tx, &batch).await?;
+            compose::before_insert(&tx, &rows).await?;
+            let done = runs::insert_many(&tx, &rows).await?;
+            let later = finish::Deferred::default();
+            compose::after_insert(&tx, &rows, &done, batch.created_at, &later).await?;
+            later.flush(&tx, batch.created_at).await?;
+            notify(&tx).await?;
+            Ok(done)
+        })
     }
 
-    async fn batch_get(&self, _id: BatchId) -> EngineResult<Option<Batch>> {
-        Err(pending_composition())
+    async fn batch_get(&self, id: BatchId) -> EngineResult<Option<Batch>> {
+        read_tx!(self, |tx| compose::batch_get(&tx, id.as_str()).await)
     }
 
-    async fn batch_list(&self, _filter: BatchFilter) -> EngineResult<Vec<Batch>> {
-        Err(pending_composition())
+    async fn batch_list(&self, filter: BatchFilter) -> EngineResult<Vec<Batch>> {
+        compose::batch_list(&self.conn().await?, &filter).await
     }
 
-    async fn run_links(&self, _id: RunId) -> EngineResult<RunLinks> {
-        Err(pending_composition())
+    async fn run_links(&self, id: RunId) -> EngineResult<RunLinks> {
+        read_tx!(self, |tx| compose::links(&tx, id.as_str()).await)
     }
 
     async fn run_linked_results(
         &self,
-        _id: RunId,
-        _which: Linked,
+        id: RunId,
+        which: Linked,
     ) -> EngineResult<Vec<LinkedResult>> {
-        Err(pending_composition())
+        read_tx!(self, |tx| compose::linked_results(&tx, id.as_str(), which)
+            .await)
     }
 
     async fn run_insert(&self, rows: Vec<NewRun>) -> EngineResult<Vec<Inserted>> {
         write_tx!(self, |tx| {
+            compose::before_insert(&tx, &rows).await?;
             let done = runs::insert_many(&tx, &rows).await?;
+            if let Some(now) = rows.first().map(|r| r.created_at) {
+                let later = finish::Deferred::default();
+                compose::after_insert(&tx, &rows, &done, now, &later).await?;
+                later.flush(&tx, now).await?;
+            }
             notify(&tx).await?;
             Ok(done)
         })
@@ -96,11 +116,16 @@ impl Engine for PgStore {
 
     async fn run_retry(&self, p: RunRetry) -> EngineResult<bool> {
         write_tx!(self, |tx| {
+            compose::before_requeue(&tx, &[p.id.as_str()]).await?;
             let ok = runs::requeue_finished(&tx, p.id.as_str(), p.expected, p.now).await?;
             if let (true, Some(a)) = (ok, &p.approval) {
                 runs::mark_awaiting(&tx, p.id.as_str(), a, p.now).await?;
             }
             if ok {
+                let requeued = [(p.id.as_str(), p.expected)];
+                let later = finish::Deferred::default();
+                compose::after_requeue(&tx, &requeued, p.now, &later).await?;
+                later.flush(&tx, p.now).await?;
                 notify(&tx).await?;
             }
             Ok(ok)
@@ -141,6 +166,8 @@ impl Engine for PgStore {
 
     async fn run_retry_many(&self, p: RunRetryMany) -> EngineResult<Vec<bool>> {
         write_tx!(self, |tx| {
+            let ids: Vec<&str> = p.runs.iter().map(|(id, _)| id.as_str()).collect();
+            compose::before_requeue(&tx, &ids).await?;
             let mut done = Vec::with_capacity(p.runs.len());
             for (i, (id, state)) in p.runs.iter().enumerate() {
                 let ok = runs::requeue_finished(&tx, id.as_str(), *state, p.now).await?;
@@ -149,6 +176,16 @@ impl Engine for PgStore {
                 }
                 done.push(ok);
             }
+            let requeued: Vec<_> = p
+                .runs
+                .iter()
+                .zip(&done)
+                .filter(|(_, ok)| **ok)
+                .map(|((id, s), _)| (id.as_str(), *s))
+                .collect();
+            let later = finish::Deferred::default();
+            compose::after_requeue(&tx, &requeued, p.now, &later).await?;
+            later.flush(&tx, p.now).await?;
             if done.contains(&true) {
                 notify(&tx).await?;
             }
@@ -573,12 +610,5 @@ impl Engine for PgStore {
 
     async fn change_feed(&self, on_change: OnChange, stop: CancellationToken) {
         super::change_feed::listen(self.clone(), on_change, stop).await;
-    }
-}
-
-// TEMPORARY (issue 36 in progress): replaced by the Postgres composition ops.
-fn pending_composition() -> StoreError {
-    StoreError::Unsupported {
-        what: "composition on Postgres is not built yet".into(),
     }
 }

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use chrono::{DateTime, Utc};
 use deadpool_postgres::GenericClient;
 
-use super::{P, exec, get, query};
+use super::{P, compose, exec, get, query};
 use crate::clock::ts;
 use crate::error::StoreError;
 use crate::run::{Fence, FinishRecord};
@@ -60,8 +60,11 @@ const END_WAITING: &str = "UPDATE runs SET state = $1, finished_at = $2, error =
     wait_kind = NULL, wait_event = NULL \
     WHERE id = $9 AND state = $10 AND attempt = $11";
 
-/// The one end-writer on Postgres: each end's fenced state change, then the blobs and
-/// messages of the ends that applied. Per record, whether it applied.
+/// The one end-writer on Postgres: each end's fenced state change, then composition
+/// ([`compose::after_ends`]: batches, dependents and waiting parents move with the ends, in
+/// the same transaction), then the blobs and messages of the ends that applied (and of the
+/// dependents composition cancelled, and the batches' completion messages). Per record,
+/// whether it applied.
 pub(crate) async fn record_ends<C: GenericClient>(
     c: &C,
     records: &[&FinishRecord],
@@ -72,14 +75,112 @@ pub(crate) async fn record_ends<C: GenericClient>(
 
 /// [`record_ends`], with the tool of each running attempt that ended, by run id: the slots
 /// the ends freed.
+///
+/// Every row lock comes before the inbox lock (taken by the first message, held to the
+/// commit): composition locks the batches, waiting parents and dependents of the ends, and a
+/// transaction holding the inbox lock while it waits for such a row would deadlock with one
+/// that holds the row (a parent's step save, say) and waits for the inbox lock.
 pub(crate) async fn record_ends_freeing<C: GenericClient>(
+    c: &C,
+    records: &[&FinishRecord],
+    now: DateTime<Utc>,
+) -> Result<(Vec<bool>, HashMap<String, String>), StoreError> {
+    let (applied, tools) = apply_rows(c, records, now).await?;
+    let done = end_plan::applied_only(records, &applied);
+    let later = Deferred::default();
+    compose::after_ends(c, &done, now, &later).await?;
+    write_artifacts(c, &done, now).await?;
+    later.flush(c, now).await?;
+    Ok((applied, tools))
+}
+
+/// The end-writer's own part as composition takes it: each end's row writes at once, its
+/// blobs and message (and each batch's completion message) kept, in order, for
+/// [`Deferred::flush`] after every row lock of the transaction.
+#[derive(Default)]
+pub(crate) struct Deferred {
+    kept: std::sync::Mutex<Vec<Kept>>,
+}
+
+enum Kept {
+    Ends(Vec<FinishRecord>),
+    Batch(compose::BatchMessage),
+}
+
+impl Deferred {
+    fn keep(&self, k: Kept) {
+        // Never held across an await; a poisoned lock still holds the list.
+        self.kept
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(k);
+    }
+
+    /// Writes what was kept, in order.
+    pub(crate) async fn flush<C: GenericClient>(
+        &self,
+        c: &C,
+        now: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        let kept = std::mem::take(
+            &mut *self
+                .kept
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
+        for k in &kept {
+            match k {
+                Kept::Ends(ends) => {
+                    let refs: Vec<&FinishRecord> = ends.iter().collect();
+                    write_artifacts(c, &refs, now).await?;
+                }
+                Kept::Batch(m) => {
+                    super::inbox::insert_batch_message(
+                        c,
+                        &m.session_id,
+                        m.completion,
+                        &m.body,
+                        &m.data,
+                        now,
+                    )
+                    .await?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl compose::PlainEnds for Deferred {
+    async fn record<C: GenericClient>(
+        &self,
+        c: &C,
+        records: &[&FinishRecord],
+        now: DateTime<Utc>,
+    ) -> Result<Vec<bool>, StoreError> {
+        let (applied, _) = apply_rows(c, records, now).await?;
+        let done = end_plan::applied_only(records, &applied);
+        if !done.is_empty() {
+            self.keep(Kept::Ends(done.into_iter().cloned().collect()));
+        }
+        Ok(applied)
+    }
+
+    fn batch_message(&self, m: compose::BatchMessage) {
+        self.keep(Kept::Batch(m));
+    }
+}
+
+/// The row writes of each end: its fenced state change, and for the ends that applied their
+/// step records and the wake-up of an event already sent. Their blobs and messages are
+/// [`write_artifacts`], after every row lock.
+async fn apply_rows<C: GenericClient>(
     c: &C,
     records: &[&FinishRecord],
     now: DateTime<Utc>,
 ) -> Result<(Vec<bool>, HashMap<String, String>), StoreError> {
     let (applied, tools) = apply_states(c, records, now).await?;
     let done = end_plan::applied_only(records, &applied);
-    // Row writes before the artifacts: the messages take the inbox lock, held to the commit.
     for r in done.iter().filter(|r| !r.steps.is_empty()) {
         super::journal::write_entries(c, r.id.as_str(), r.attempt, &r.steps, now).await?;
     }
@@ -91,7 +192,6 @@ pub(crate) async fn record_ends_freeing<C: GenericClient>(
         // Due now: other hosts' workers learn it from the feed.
         super::notify(c).await?;
     }
-    write_artifacts(c, &done, now).await?;
     Ok((applied, tools))
 }
 

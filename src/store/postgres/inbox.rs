@@ -78,6 +78,36 @@ pub(crate) async fn insert_many<C: GenericClient>(
     Ok(())
 }
 
+/// Inserts a batch's `batch_completed` message (no run: `run_id` NULL; `attempt` is the
+/// completion number), taking the inbox lock first as [`insert_many`] does, so its id is
+/// ordered with every other message's.
+pub(crate) async fn insert_batch_message<C: GenericClient>(
+    c: &C,
+    session: &str,
+    completion: i64,
+    body: &str,
+    data: &str,
+    now: DateTime<Utc>,
+) -> Result<(), StoreError> {
+    exec(
+        c,
+        "WITH lock AS MATERIALIZED (SELECT pg_advisory_xact_lock($6)) \
+         INSERT INTO inbox (session_id, run_id, attempt, kind, body, data, delivery, created_at) \
+         SELECT $1, NULL, $2, 'batch_completed', $3, $4, 'when_idle', $5 FROM lock",
+        &[
+            &session,
+            &completion,
+            &body,
+            &data,
+            &ts(now),
+            &super::locks::INBOX,
+        ],
+        "insert batch message",
+    )
+    .await?;
+    Ok(())
+}
+
 /// A session's messages in id order.
 pub(crate) async fn list<C: GenericClient>(
     c: &C,

@@ -7,6 +7,7 @@
 mod change_feed;
 mod claim;
 mod codec;
+mod compose;
 mod credentials;
 mod engine;
 mod errors;

@@ -26,16 +26,40 @@ pub(crate) async fn get_run<C: GenericClient>(c: &C, id: &str) -> Result<Option<
 
 /// Runs, newest first.
 pub(crate) async fn list<C: GenericClient>(c: &C, f: &ListFilter) -> Result<Vec<Run>, StoreError> {
+    // A batch's or a parent's runs are read through their own index (ids sort by creation):
+    // a statement of its own, whose plan is not shared with the unfiltered list's.
+    let (batch, parent, order) = match (&f.batch_id, &f.parent_run_id) {
+        (Some(_), _) => (
+            "batch_id = $6",
+            "($7::text IS NULL OR parent_run_id = $7)",
+            "id DESC",
+        ),
+        (None, Some(_)) => ("$6::text IS NULL", "parent_run_id = $7", "id DESC"),
+        (None, None) => (
+            "$6::text IS NULL",
+            "$7::text IS NULL",
+            "created_at DESC, id DESC",
+        ),
+    };
     let sql = format!(
-        "SELECT {RUN_COLUMNS} FROM runs WHERE ($1::text IS NULL OR state = $1) \
+        "SELECT {RUN_COLUMNS} FROM runs WHERE {batch} AND {parent} \
+         AND ($1::text IS NULL OR state = $1) \
          AND ($2::text IS NULL OR session_id = $2) AND ($3::text IS NULL OR tool = $3) \
-         AND ($4::text IS NULL OR schedule_id = $4) ORDER BY created_at DESC, id DESC LIMIT $5"
+         AND ($4::text IS NULL OR schedule_id = $4) ORDER BY {order} LIMIT $5"
     );
     let state = f.state.map(|s| s.as_str());
     let rows = query(
         c,
         &sql,
-        &[&state, &f.session, &f.tool, &f.schedule_id, &f.limit],
+        &[
+            &state,
+            &f.session,
+            &f.tool,
+            &f.schedule_id,
+            &f.limit,
+            &f.batch_id,
+            &f.parent_run_id,
+        ],
         "list runs",
     )
     .await?;
@@ -104,6 +128,9 @@ fn conditions(f: &RunFilter, first: usize) -> (String, Vec<String>) {
     if let Some(v) = &f.schedule_id {
         add("schedule_id =", v.clone());
     }
+    if let Some(v) = &f.batch_id {
+        add("batch_id =", v.clone());
+    }
     if let Some(t) = f.created_before {
         add("created_at <", ts(t));
     }
@@ -140,7 +167,8 @@ pub(crate) async fn count<C: GenericClient>(c: &C, f: &RunFilter) -> Result<i64,
     get(&query_one(c, &sql, &params, "count runs").await?, 0)
 }
 
-/// Queues an awaiting run as approved: due now, or at its own later `run_at`.
+/// Queues an awaiting run as approved: due now, or at its own later `run_at`; blocked
+/// (waiting for its parents, at the far-future `run_at`) while a parent is unresolved.
 pub(crate) async fn approve<C: GenericClient>(
     c: &C,
     id: &str,
@@ -148,12 +176,16 @@ pub(crate) async fn approve<C: GenericClient>(
     note: Option<&str>,
     now: DateTime<Utc>,
 ) -> Result<bool, StoreError> {
+    let blocked = ts(crate::store::compose_plan::blocked_until());
     let n = exec(
         c,
-        "UPDATE runs SET state = 'queued', run_at = GREATEST(run_at, $1), approval_state = 'approved', \
+        "UPDATE runs SET state = 'queued', \
+         run_at = CASE WHEN deps_pending > 0 THEN $5 ELSE GREATEST(run_at, $1) END, \
+         wait_kind = CASE WHEN deps_pending > 0 THEN 'parents' ELSE wait_kind END, \
+         approval_state = 'approved', \
          approval_by = $2, approval_at = $1, approval_note = $3, status_text = NULL \
          WHERE id = $4 AND state = 'awaiting_approval'",
-        &[&ts(now), &by, &note, &id],
+        &[&ts(now), &by, &note, &id, &blocked],
         "approve run",
     )
     .await?;
@@ -248,7 +280,10 @@ pub(crate) async fn unfinished<C: GenericClient>(c: &C) -> Result<i64, StoreErro
     get(&row, 0)
 }
 
-/// Whether a queued run of `tools` is due, or waits for a retry; paused work left out.
+/// Whether a queued run of `tools` is due, or waits for a retry; paused work left out. A run
+/// that waits for an event, for its parents or for its children is not waited for (the ends
+/// that release the last two make them due in their own transaction), nor is one at the
+/// far-future `run_at` of "no timeout".
 pub(crate) async fn has_work_for<C: GenericClient>(
     c: &C,
     now: DateTime<Utc>,
@@ -261,7 +296,9 @@ pub(crate) async fn has_work_for<C: GenericClient>(
     let tools: Vec<&String> = tools.iter().filter(|t| !paused.tools.contains(t)).collect();
     let row = query_one(
         c,
-        "SELECT EXISTS (SELECT 1 FROM runs WHERE state = 'queued' AND (run_at <= $1 OR CASE WHEN wait_kind IS NULL THEN attempt > 0 ELSE wait_kind <> 'event' END) \
+        "SELECT EXISTS (SELECT 1 FROM runs WHERE state = 'queued' AND (run_at <= $1 \
+         OR (run_at < '9999-12-31T23:59:59.999Z' AND CASE WHEN wait_kind IS NULL THEN attempt > 0 \
+         ELSE wait_kind NOT IN ('event', 'children', 'parents') END)) \
          AND tool = ANY($2) \
          AND session_id NOT IN (SELECT value FROM pauses WHERE scope = 'session'))",
         &[&ts(now), &tools],

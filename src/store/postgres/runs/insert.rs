@@ -13,14 +13,16 @@ use crate::store::run_params::{LimitedInsert, RunApprove, RunInsertLimited};
 
 const INSERT_MANY: &str = "INSERT INTO runs (id, session_id, tool, args, title, state, priority, \
     max_attempts, run_at, created_at, idempotency_key, timeout_ms, signal_on_completion, delivery, \
-    schedule_id, fire_at, ticks, unique_key) \
+    schedule_id, fire_at, ticks, unique_key, batch_id, parent_run_id) \
     SELECT id, session_id, tool, args, title, 'queued', priority, max_attempts, run_at, created_at, \
-    idempotency_key, timeout_ms, signal_on_completion, delivery, schedule_id, fire_at, ticks, unique_key \
+    idempotency_key, timeout_ms, signal_on_completion, delivery, schedule_id, fire_at, ticks, unique_key, \
+    batch_id, parent_run_id \
     FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bigint[], \
     $7::bigint[], $8::text[], $9::text[], $10::text[], $11::bigint[], $12::bigint[], $13::text[], \
-    $14::text[], $15::text[], $16::bigint[], $17::text[]) AS t(id, session_id, tool, args, title, \
-    priority, max_attempts, run_at, created_at, idempotency_key, timeout_ms, signal_on_completion, \
-    delivery, schedule_id, fire_at, ticks, unique_key)";
+    $14::text[], $15::text[], $16::bigint[], $17::text[], $18::text[], $19::text[]) AS t(id, \
+    session_id, tool, args, title, priority, max_attempts, run_at, created_at, idempotency_key, \
+    timeout_ms, signal_on_completion, delivery, schedule_id, fire_at, ticks, unique_key, batch_id, \
+    parent_run_id)";
 
 /// Column arrays of a multi-row insert.
 #[derive(Default)]
@@ -42,6 +44,8 @@ struct Columns {
     fire_at: Vec<Option<String>>,
     ticks: Vec<i64>,
     unique: Vec<Option<String>>,
+    batch: Vec<Option<String>>,
+    parent: Vec<Option<String>>,
 }
 
 impl Columns {
@@ -69,6 +73,9 @@ impl Columns {
         self.fire_at.push(r.fire_at.map(ts));
         self.ticks.push(r.ticks);
         self.unique.push(r.unique.as_ref().map(|u| u.key.clone()));
+        self.batch.push(r.batch_id.as_ref().map(|b| b.to_string()));
+        self.parent
+            .push(r.parent_run_id.as_ref().map(|p| p.to_string()));
         Ok(())
     }
 
@@ -76,7 +83,7 @@ impl Columns {
         if self.id.is_empty() {
             return Ok(());
         }
-        let params: [P<'_>; 17] = [
+        let params: [P<'_>; 19] = [
             &self.id,
             &self.session,
             &self.tool,
@@ -94,6 +101,8 @@ impl Columns {
             &self.fire_at,
             &self.ticks,
             &self.unique,
+            &self.batch,
+            &self.parent,
         ];
         exec(c, INSERT_MANY, &params, "insert runs").await?;
         Ok(())
