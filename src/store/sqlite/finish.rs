@@ -35,7 +35,7 @@ pub(crate) static FINISH: std::sync::LazyLock<String> = std::sync::LazyLock::new
 /// all or nothing: its fenced state change decides whether its blobs and message are
 /// written. A final state always gets an output.log (the one given, else the log so far,
 /// else an empty one) and a result.json, and its message (one per run and attempt, enforced
-/// by `inbox_run_idx`). Then composition ([`super::compose::after_ends`]): batches,
+/// by `inbox_run_idx`). Then composition (`compose::after_ends`): batches,
 /// dependents and waiting parents move with the ends, in the same transaction. Returns, per
 /// record, whether it applied.
 pub fn record_ends(
