@@ -132,6 +132,9 @@ mod tests {
             (WAIT_KIND, "wait_kind"),
             (WAIT_EVENT, "wait_event"),
             (SNOOZES, "snoozes"),
+            (BATCH_ID, "batch_id"),
+            (PARENT_RUN_ID, "parent_run_id"),
+            (DEPS_PENDING, "deps_pending"),
         ];
         assert_eq!(names.len(), expect.len());
         for (i, name) in expect {

@@ -238,7 +238,8 @@ fn the_unique_lookup_seeks_its_index() {
 
 /// A draining worker with nothing to claim asks whether work waits: the due check reads
 /// `runs_claimable_idx` alone, and the retry check walks `runs_delayed_idx` per tool (in
-/// `run_at` order, so it stops at the first retry), never the whole table.
+/// `run_at` order, so it stops at the first retry, and below the far-future `run_at` of blocked
+/// runs and waits without a timeout), never the whole table.
 #[test]
 fn the_work_check_reads_the_queue_indexes() {
     let plan = plan(super::due::WORK_WAITING);
@@ -249,7 +250,7 @@ fn the_work_check_reads_the_queue_indexes() {
     );
     assert!(
         plan.iter()
-            .any(|d| d.contains("USING INDEX runs_delayed_idx (tool=?)")),
+            .any(|d| d.contains("USING INDEX runs_delayed_idx (tool=? AND run_at<?)")),
         "{plan:?}"
     );
     assert!(
