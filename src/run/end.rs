@@ -90,6 +90,12 @@ pub struct FinishRecord {
     /// Steps to record with the end, under the same fence, before its state change (a
     /// wait's record when it suspends; a resolved wait's record at the run's end).
     pub steps: Vec<super::StepEntry>,
+    /// The run's batch (`runs.batch_id`, copied from the run by [`super::ending::blank`]:
+    /// set at insert and never changed, so the end-writer needs no read to count the end).
+    pub batch_id: Option<crate::ids::BatchId>,
+    /// The run that spawned it (`runs.parent_run_id`, copied likewise): the end-writer wakes
+    /// it if it waits for its children.
+    pub parent_run_id: Option<crate::ids::RunId>,
 }
 
 impl FinishRecord {

@@ -28,6 +28,8 @@ pub fn blank(run: &Run, fence: Fence) -> FinishRecord {
         message_data: None,
         approval: None,
         steps: Vec::new(),
+        batch_id: run.batch_id.clone(),
+        parent_run_id: run.parent_run_id.clone(),
     }
 }
 

@@ -303,6 +303,8 @@ mod tests {
             message_data: None,
             approval: None,
             steps: Vec::new(),
+            batch_id: None,
+            parent_run_id: None,
         }
     }
 

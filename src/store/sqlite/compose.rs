@@ -2,8 +2,8 @@
 //! ends and retries, in the transaction that causes each change. What each change writes is
 //! planned in [`crate::store::compose_plan`]; this module reads the facts and binds them.
 //!
-//! The end-writer pays one statement per batch of ends for plain runs: [`facts`] reads only
-//! the ended runs that belong to a batch, were spawned by a run, or have dependents.
+//! The end-writer pays one probe per batch of ends for plain runs (whether any dependency edge
+//! is unresolved): a run's batch and spawning run come with its end's record.
 
 use chrono::{DateTime, Utc};
 use rusqlite::{OptionalExtension, Transaction, params};
@@ -41,40 +41,41 @@ pub(crate) fn record_ends(
     Ok(applied)
 }
 
-/// What the end-writer needs to know of an ended run for composition.
-struct Facts {
+/// A final end as composition sees it: the run, its final state, and what it belongs to (all
+/// carried by its record: a run's batch and spawning run never change after its insert).
+struct Ended {
     id: String,
-    state: String,
+    state: &'static str,
     batch_id: Option<String>,
     parent_run_id: Option<String>,
-    has_dependents: bool,
 }
 
-/// The ended runs among `ids` that composition has work for.
-const FACTS: &str = "SELECT r.id, r.state, r.batch_id, r.parent_run_id, \
-    EXISTS (SELECT 1 FROM run_deps d INDEXED BY run_deps_parent_idx \
-            WHERE d.parent_id = r.id AND d.resolved IS NULL) \
-    FROM runs r WHERE r.id IN (SELECT value FROM json_each(?1)) \
-    AND (r.batch_id IS NOT NULL OR r.parent_run_id IS NOT NULL OR EXISTS \
-        (SELECT 1 FROM run_deps d INDEXED BY run_deps_parent_idx \
-         WHERE d.parent_id = r.id AND d.resolved IS NULL))";
-
-fn facts(tx: &Transaction<'_>, ids: &[&str]) -> Result<Vec<Facts>, StoreError> {
-    let list = serde_json::to_string(ids).map_err(|e| StoreError::Invalid(e.to_string()))?;
-    let mut stmt = tx.prepare_cached(FACTS).ctx("prepare composition facts")?;
-    let rows = stmt
-        .query_map([list], |r| {
-            Ok(Facts {
-                id: r.get(0)?,
-                state: r.get(1)?,
-                batch_id: r.get(2)?,
-                parent_run_id: r.get(3)?,
-                has_dependents: r.get(4)?,
-            })
+impl Ended {
+    fn of(r: &FinishRecord) -> Option<Ended> {
+        let Outcome::Final(state) = r.outcome else {
+            return None;
+        };
+        Some(Ended {
+            id: r.id.to_string(),
+            state: state.as_str(),
+            batch_id: r.batch_id.as_ref().map(|b| b.to_string()),
+            parent_run_id: r.parent_run_id.as_ref().map(|p| p.to_string()),
         })
-        .ctx("read composition facts")?;
-    rows.collect::<Result<Vec<_>, _>>()
-        .ctx("read composition facts")
+    }
+}
+
+/// Whether any dependency edge waits for its parent. Dependents are the one link a run
+/// gains after its insert (a later `--after` names it), so its record cannot carry them; one
+/// probe of the partial index `run_deps_parent_idx` (empty without dependencies) answers for
+/// a whole batch of ends, so plain runs pay no read per end.
+const ANY_UNRESOLVED: &str =
+    "SELECT EXISTS (SELECT 1 FROM run_deps INDEXED BY run_deps_parent_idx WHERE resolved IS NULL)";
+
+fn any_unresolved(tx: &Transaction<'_>) -> Result<bool, StoreError> {
+    tx.prepare_cached(ANY_UNRESOLVED)
+        .ctx("prepare dependents probe")?
+        .query_row([], |r| r.get(0))
+        .ctx("dependents probe")
 }
 
 /// Composition after the ends `done` (whose state changes applied) in this transaction:
@@ -95,28 +96,23 @@ pub(crate) fn after_ends(
             wake_if_children_done(tx, r.id.as_str(), now)?;
         }
     }
-    let mut ended: Vec<String> = done
-        .iter()
-        .filter(|r| matches!(r.outcome, Outcome::Final(_)))
-        .map(|r| r.id.to_string())
-        .collect();
+    let mut ended: Vec<Ended> = done.iter().filter_map(|r| Ended::of(r)).collect();
+    if ended.is_empty() {
+        return Ok(());
+    }
+    let mut dependents: Option<bool> = None;
     while !ended.is_empty() {
-        let ids: Vec<&str> = ended.iter().map(String::as_str).collect();
-        let facts = facts(tx, &ids)?;
-        if facts.is_empty() {
-            break;
-        }
         let counts = compose_plan::count_by_batch(
-            facts
+            ended
                 .iter()
-                .filter_map(|f| Some((f.batch_id.as_deref()?, f.state.as_str()))),
+                .filter_map(|e| Some((e.batch_id.as_deref()?, e.state))),
         );
         for (batch, c) in counts {
             count_ends(tx, batch, c, now)?;
         }
-        let mut parents: Vec<&str> = facts
+        let mut parents: Vec<&str> = ended
             .iter()
-            .filter_map(|f| f.parent_run_id.as_deref())
+            .filter_map(|e| e.parent_run_id.as_deref())
             .collect();
         parents.sort_unstable();
         parents.dedup();
@@ -124,8 +120,10 @@ pub(crate) fn after_ends(
             wake_if_children_done(tx, p, now)?;
         }
         let mut next = Vec::new();
-        for f in facts.iter().filter(|f| f.has_dependents) {
-            resolve_dependents(tx, write, &f.id, &f.state, now, &mut next)?;
+        if *dependents.get_or_insert(any_unresolved(tx)?) {
+            for e in &ended {
+                resolve_dependents(tx, write, &e.id, e.state, now, &mut next)?;
+            }
         }
         ended = next;
     }
@@ -159,7 +157,7 @@ fn resolve_dependents(
     parent: &str,
     state: &str,
     now: DateTime<Utc>,
-    cancelled: &mut Vec<String>,
+    cancelled: &mut Vec<Ended>,
 ) -> Result<(), StoreError> {
     let edges: Vec<(String, String)> = {
         let mut stmt = tx
@@ -178,8 +176,8 @@ fn resolve_dependents(
         match compose_plan::dep_effect(mode, state) {
             DepEffect::Release => release(tx, &child, now)?,
             DepEffect::Cancel => {
-                if cancel_dependent(tx, write, &child, parent, state, now)? {
-                    cancelled.push(child);
+                if let Some(e) = cancel_dependent(tx, write, &child, parent, state, now)? {
+                    cancelled.push(e);
                 }
             }
         }
@@ -202,7 +200,7 @@ fn release(tx: &Transaction<'_>, child: &str, now: DateTime<Utc>) -> Result<(), 
 }
 
 /// Cancels `child` (if it is still waiting: queued or awaiting approval) because `parent`
-/// ended `state`, through the end-writer's state change and artifacts. Whether it ended.
+/// ended `state`, through the end-writer's state change and artifacts; its end, if it ended.
 fn cancel_dependent(
     tx: &Transaction<'_>,
     write: WriteEnds,
@@ -210,16 +208,21 @@ fn cancel_dependent(
     parent: &str,
     state: &str,
     now: DateTime<Utc>,
-) -> Result<bool, StoreError> {
+) -> Result<Option<Ended>, StoreError> {
     let Some(run) = super::runs::get(tx, child)? else {
-        return Ok(false);
+        return Ok(None);
     };
     if !matches!(run.state, RunState::Queued | RunState::AwaitingApproval) {
-        return Ok(false);
+        return Ok(None);
     }
     let rec = compose_plan::dependent_cancel(&run, parent, state);
     let applied = write(tx, &[&rec], now)?;
-    Ok(applied.first().copied().unwrap_or(false))
+    Ok(applied
+        .first()
+        .copied()
+        .unwrap_or(false)
+        .then(|| Ended::of(&rec))
+        .flatten())
 }
 
 /// Counts final ends in a batch (`c`: completed, failed, cancelled); the end that leaves no

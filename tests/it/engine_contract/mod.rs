@@ -373,6 +373,8 @@ fn record(run: &Run, fence: Fence, outcome: Outcome, message_attempt: i64) -> Fi
         message_data: None,
         approval: None,
         steps: Vec::new(),
+        batch_id: run.batch_id.clone(),
+        parent_run_id: run.parent_run_id.clone(),
     }
 }
 
