@@ -87,6 +87,7 @@ impl Core {
             },
         };
         crate::run::composition::check_parents(&row.id, &row.after)?;
+        block_until_resolved(&mut row);
         // This process's rules decide whether the run waits for approval from its creation.
         row.approval = crate::approval::pending_for(self.approval_rules(), &row, &req.args);
         drop(req.args);
@@ -157,6 +158,7 @@ impl Core {
             let (id, after) = (&rows[i].id, &rows[i].after);
             crate::run::composition::check_parents(id, after)
                 .map_err(|e| e.within(&format!("request {}: ", i + 1)))?;
+            block_until_resolved(&mut rows[i]);
         }
         Ok(rows)
     }
@@ -350,6 +352,17 @@ fn key_conflict(e: StoreError, batch: &str) -> Error {
             ))
         }
         e => Error::Store(e),
+    }
+}
+
+/// A run with parents is inserted at the far-future `run_at`: no claim can take it before the
+/// insert's transaction has read its parents (which releases it at once when they completed).
+/// Inserted due and then blocked, its first version would leave Postgres a dead index entry
+/// among the runnable runs until vacuum, which every claim walked past (a drain beside 100,000
+/// blocked runs ran at 0.06x).
+fn block_until_resolved(row: &mut NewRun) {
+    if !row.after.is_empty() {
+        row.run_at = crate::run::steps::far_future();
     }
 }
 

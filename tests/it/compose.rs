@@ -469,3 +469,49 @@ async fn a_bulk_cancel_of_a_batch_completes_it_once() {
         "one final message per run"
     );
 }
+
+/// A dependent that needs approval waits for both: approved before its parent ends it stays
+/// blocked; its parent's end makes it due.
+#[tokio::test]
+async fn a_dependent_awaiting_approval_runs_once_approved_and_released() {
+    let env = TestEnv::with_config(|c| c.approvals.require = vec!["echo".into()]);
+    let parent = env
+        .client
+        .enqueue(EnqueueRequest::new("counter", json!({})))
+        .await
+        .unwrap()
+        .run_id;
+    let child = env
+        .client
+        .enqueue(echo("gated").after([parent.clone()]))
+        .await
+        .unwrap()
+        .run_id;
+    assert_eq!(
+        env.client.get(&child).await.unwrap().state,
+        RunState::AwaitingApproval
+    );
+    let run = env.client.approve(&child, "alice", None).await.unwrap();
+    assert_eq!(run.state, RunState::Queued);
+    assert_eq!(run.waiting.map(|w| w.kind), Some(WaitKind::Parents));
+    env.drain().await;
+    assert_eq!(
+        env.client.get(&child).await.unwrap().state,
+        RunState::Completed
+    );
+    // Approved after its parent ended: due at once.
+    let late = env
+        .client
+        .enqueue(echo("late").after([parent.clone()]))
+        .await
+        .unwrap()
+        .run_id;
+    let run = env.client.approve(&late, "alice", None).await.unwrap();
+    assert!(run.waiting.is_none(), "{run:?}");
+    assert!(run.run_at <= env.client.now());
+    env.drain().await;
+    assert_eq!(
+        env.client.get(&late).await.unwrap().state,
+        RunState::Completed
+    );
+}

@@ -238,7 +238,8 @@ async fn resolve_dependents<C: GenericClient, W: PlainEnds>(
 /// One parent fewer for `child`; at the last, a blocked child is due now.
 const RELEASE: &str = "UPDATE runs SET deps_pending = deps_pending - 1, \
     wait_kind = CASE WHEN deps_pending <= 1 AND wait_kind = 'parents' THEN NULL ELSE wait_kind END, \
-    run_at = CASE WHEN deps_pending <= 1 AND wait_kind = 'parents' THEN $2 ELSE run_at END \
+    run_at = CASE WHEN deps_pending <= 1 \
+        AND (wait_kind = 'parents' OR run_at >= '9999-12-31T23:59:59.999Z') THEN $2 ELSE run_at END \
     WHERE id = $1 AND deps_pending > 0 RETURNING deps_pending = 0 AND state = 'queued'";
 
 /// Releases `child` from one parent; whether it became due.
@@ -618,13 +619,15 @@ async fn start_dependent<C: GenericClient, W: PlainEnds>(
 ) -> Result<(), StoreError> {
     match start {
         DepStart::Ready => {
-            // A retried run blocked before is due again.
+            // A new dependent (inserted at the far-future run_at) or a retried one blocked
+            // before is due now.
             exec(
                 c,
                 "UPDATE runs SET deps_pending = 0, \
-                 wait_kind = CASE WHEN wait_kind = 'parents' THEN NULL ELSE wait_kind END \
-                 WHERE id = $1 AND deps_pending <> 0",
-                &[&id],
+                 wait_kind = CASE WHEN wait_kind = 'parents' THEN NULL ELSE wait_kind END, \
+                 run_at = CASE WHEN run_at >= '9999-12-31T23:59:59.999Z' THEN $2 ELSE run_at END \
+                 WHERE id = $1 AND (deps_pending <> 0 OR run_at >= '9999-12-31T23:59:59.999Z')",
+                &[&id, &ts(now)],
                 "unblock",
             )
             .await?;

@@ -186,9 +186,12 @@ fn resolve_dependents(
 }
 
 /// One parent fewer for `child`; at the last, a blocked child is due now.
+/// A dependent is inserted at the far-future `run_at` (the core sets it), so one awaiting
+/// approval is due at its last release too (`run_at >= far`), whatever its wait kind.
 const RELEASE: &str = "UPDATE runs SET deps_pending = deps_pending - 1, \
     wait_kind = CASE WHEN deps_pending <= 1 AND wait_kind = 'parents' THEN NULL ELSE wait_kind END, \
-    run_at = CASE WHEN deps_pending <= 1 AND wait_kind = 'parents' THEN ?2 ELSE run_at END \
+    run_at = CASE WHEN deps_pending <= 1 \
+        AND (wait_kind = 'parents' OR run_at >= '9999-12-31T23:59:59.999Z') THEN ?2 ELSE run_at END \
     WHERE id = ?1 AND deps_pending > 0";
 
 fn release(tx: &Transaction<'_>, child: &str, now: DateTime<Utc>) -> Result<(), StoreError> {
@@ -488,14 +491,16 @@ fn start_dependent(
 ) -> Result<(), StoreError> {
     match start {
         DepStart::Ready => {
-            // A retried run blocked before is due again.
+            // A new dependent (inserted at the far-future run_at) or a retried one blocked
+            // before is due now.
             tx.prepare_cached(
                 "UPDATE runs SET deps_pending = 0, \
-                 wait_kind = CASE WHEN wait_kind = 'parents' THEN NULL ELSE wait_kind END \
-                 WHERE id = ?1 AND deps_pending <> 0",
+                 wait_kind = CASE WHEN wait_kind = 'parents' THEN NULL ELSE wait_kind END, \
+                 run_at = CASE WHEN run_at >= '9999-12-31T23:59:59.999Z' THEN ?2 ELSE run_at END \
+                 WHERE id = ?1 AND (deps_pending <> 0 OR run_at >= '9999-12-31T23:59:59.999Z')",
             )
             .ctx("prepare unblock")?
-            .execute([id])
+            .execute(params![id, ts(now)])
             .ctx("unblock")?;
             Ok(())
         }
