@@ -179,6 +179,32 @@ impl Batch {
     pub fn is_complete(&self) -> bool {
         self.completed_at.is_some()
     }
+
+    /// The batch as its callback reads it (`ctx.parent_results()`): its one parent, with the
+    /// summary of its latest completion; `None` read as a batch pruned since.
+    pub fn as_parent(id: &str, b: Option<&Batch>) -> LinkedResult {
+        let result = b
+            .map(|b| BatchSummary {
+                batch_id: b.id.to_string(),
+                title: b.title.clone(),
+                total: b.total,
+                completed: b.completed,
+                failed: b.failed,
+                cancelled: b.cancelled,
+                first_failed: b.first_failures.clone(),
+                completion: b.completions,
+                callback_run_id: b.callback_run_id.clone(),
+            })
+            .and_then(|s| serde_json::to_value(s).ok())
+            .unwrap_or(Value::Null);
+        LinkedResult {
+            id: id.to_string(),
+            tool: None,
+            state: b.map_or("pruned", |b| b.state).to_string(),
+            result,
+            error: None,
+        }
+    }
 }
 
 /// Which batches a list shows, newest first.

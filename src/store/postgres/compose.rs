@@ -978,28 +978,5 @@ pub(crate) async fn linked_results<C: GenericClient>(
 /// A batch as its callback reads it: its latest summary.
 async fn batch_result<C: GenericClient>(c: &C, id: &str) -> Result<LinkedResult, StoreError> {
     let b = batch_get(c, id).await?;
-    let result = match &b {
-        Some(b) => serde_json::to_value(crate::run::BatchSummary {
-            batch_id: b.id.to_string(),
-            title: b.title.clone(),
-            total: b.total,
-            completed: b.completed,
-            failed: b.failed,
-            cancelled: b.cancelled,
-            first_failed: b.first_failures.clone(),
-            completion: b.completions,
-            callback_run_id: b.callback_run_id.clone(),
-        })
-        .unwrap_or(serde_json::Value::Null),
-        None => serde_json::Value::Null,
-    };
-    Ok(LinkedResult {
-        id: id.to_string(),
-        tool: None,
-        state: b
-            .map(|b| b.state.to_string())
-            .unwrap_or_else(|| "pruned".into()),
-        result,
-        error: None,
-    })
+    Ok(Batch::as_parent(id, b.as_ref()))
 }

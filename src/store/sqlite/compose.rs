@@ -819,28 +819,5 @@ pub(crate) fn linked_results(
 /// A batch as its callback reads it: its latest summary.
 fn batch_result(conn: &rusqlite::Connection, id: &str) -> Result<LinkedResult, StoreError> {
     let b = batch_get(conn, id)?;
-    let result = match &b {
-        Some(b) => serde_json::to_value(crate::run::BatchSummary {
-            batch_id: b.id.to_string(),
-            title: b.title.clone(),
-            total: b.total,
-            completed: b.completed,
-            failed: b.failed,
-            cancelled: b.cancelled,
-            first_failed: b.first_failures.clone(),
-            completion: b.completions,
-            callback_run_id: b.callback_run_id.clone(),
-        })
-        .unwrap_or(serde_json::Value::Null),
-        None => serde_json::Value::Null,
-    };
-    Ok(LinkedResult {
-        id: id.to_string(),
-        tool: None,
-        state: b
-            .map(|b| b.state.to_string())
-            .unwrap_or_else(|| "pruned".into()),
-        result,
-        error: None,
-    })
+    Ok(Batch::as_parent(id, b.as_ref()))
 }
