@@ -122,6 +122,10 @@ pub enum Command {
         after_help = "Examples:\n  toolq completions bash > ~/.local/share/bash-completion/completions/toolq\n  toolq completions zsh > \"${fpath[1]}/_toolq\"\n  toolq completions fish > ~/.config/fish/completions/toolq.fish"
     )]
     Completions(generate::CompletionsArgs),
+    /// Print the HTTP API's OpenAPI 3.1 document (what `toolq web` serves at
+    /// /api/v1/openapi.json; checked in as docs/openapi.json).
+    #[command(after_help = "Examples:\n  toolq openapi > openapi.json")]
+    Openapi,
     /// Print the man page (roff) on stdout.
     #[command(
         after_help = "Examples:\n  toolq man | man -l -\n  toolq man > /usr/local/share/man/man1/toolq.1"

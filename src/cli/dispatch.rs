@@ -56,7 +56,9 @@ fn open_mode(command: &Command) -> OpenMode {
         | Command::Check(_)
         | Command::Wait(_) => OpenMode::Read,
         // Answered before any database is opened (see dispatch).
-        Command::Completions(_) | Command::Man | Command::Config(_) => OpenMode::Read,
+        Command::Completions(_) | Command::Man | Command::Openapi | Command::Config(_) => {
+            OpenMode::Read
+        }
     }
 }
 
@@ -66,6 +68,10 @@ pub(super) async fn dispatch(cli: Cli, host: RegistryBuilder, db_from_env: bool)
     match &cli.command {
         Command::Completions(a) => return generate::completions(a, Cli::command()),
         Command::Man => return generate::man(Cli::command()),
+        Command::Openapi => {
+            super::render::json(&crate::api::document());
+            return super::render::finish();
+        }
         _ => {}
     }
     let (config, layers) = load_config(&cli, db_from_env)?;
@@ -127,6 +133,6 @@ async fn run(ctx: &Ctx, command: Command) -> Result<()> {
         Command::Resume(a) => pause::resume(ctx, a).await,
         Command::Check(a) => check::run(ctx, a).await,
         Command::Web(a) => web::run(ctx, a).await,
-        Command::Completions(_) | Command::Man | Command::Config(_) => Ok(()),
+        Command::Completions(_) | Command::Man | Command::Openapi | Command::Config(_) => Ok(()),
     }
 }

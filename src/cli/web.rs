@@ -18,6 +18,10 @@ pub struct Args {
     /// of the process list).
     #[arg(long, value_name = "TOKEN")]
     pub token: Option<String>,
+    /// A second token that may read but not act (overrides web.read_token;
+    /// TOOLQ_WEB__READ_TOKEN keeps it out of the process list).
+    #[arg(long, value_name = "TOKEN")]
+    pub read_token: Option<String>,
     /// Show everything, allow no action (overrides web.read_only).
     #[arg(long)]
     pub read_only: bool,
@@ -33,6 +37,9 @@ impl Args {
         if let Some(t) = &self.token {
             o.push(Override::new("web.token", t.as_str(), "--token"));
         }
+        if let Some(t) = &self.read_token {
+            o.push(Override::new("web.read_token", t.as_str(), "--read-token"));
+        }
         if self.read_only {
             o.push(Override::new("web.read_only", true, "--read-only"));
         }
@@ -46,6 +53,7 @@ pub fn options(ctx: &Ctx, listen: &str) -> WebOptions {
     WebOptions {
         listen: listen.to_string(),
         token: cfg.token.clone(),
+        read_token: cfg.read_token.clone(),
         read_only: cfg.read_only,
     }
 }

@@ -45,7 +45,7 @@ pub fn effective(layers: &Layers) -> Effective {
 }
 
 /// Keys whose values `toolq config` does not print.
-const SECRETS: &[&str] = &["web.token"];
+const SECRETS: &[&str] = &["web.token", "web.read_token"];
 
 fn walk(layers: &Layers, path: &mut Vec<String>, v: &Value, out: &mut Vec<Entry>) {
     match v {

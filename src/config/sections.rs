@@ -17,6 +17,9 @@ pub struct WebConfig {
     /// The token every request must carry (required to listen off loopback).
     #[serde(default)]
     pub token: Option<String>,
+    /// A second token that may read everything (dashboard and API) but take no action.
+    #[serde(default)]
+    pub read_token: Option<String>,
     /// Show everything, allow no action.
     #[serde(default)]
     pub read_only: bool,
@@ -31,6 +34,7 @@ impl Default for WebConfig {
         Self {
             listen: default_web_listen(),
             token: None,
+            read_token: None,
             read_only: false,
         }
     }

@@ -348,12 +348,24 @@ pub(super) fn limits(
 
 /// `[web]`: a token that is not blank, an address that parses.
 pub(super) fn web(c: &Checker<'_>, web: &WebConfig) -> Result<(), ConfigError> {
-    if let Some(t) = &web.token
-        && t.trim().is_empty()
-    {
-        // A blank token would read as set here and be refused by `web` (or accepted as
-        // one space): refuse it where it is given.
-        return Err(c.bad("web.token", format!("{t:?}"), "must not be empty or blank"));
+    for (key, token) in [
+        ("web.token", &web.token),
+        ("web.read_token", &web.read_token),
+    ] {
+        if let Some(t) = token
+            && t.trim().is_empty()
+        {
+            // A blank token would read as set here and be refused by `web` (or accepted as
+            // one space): refuse it where it is given.
+            return Err(c.bad(key, format!("{t:?}"), "must not be empty or blank"));
+        }
+    }
+    if web.read_token.is_some() && web.read_token == web.token {
+        return Err(c.bad(
+            "web.read_token",
+            "(hidden)",
+            "must differ from web.token: a read token that equals the acting token could act",
+        ));
     }
     if web.listen.parse::<std::net::SocketAddr>().is_err() {
         return Err(c.bad(

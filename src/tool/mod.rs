@@ -47,7 +47,7 @@ use crate::run::{Linked, LinkedResult};
 
 /// Hints about a tool's behaviour. Every hint defaults to `false`, as in the seed: a tool opts
 /// in, e.g. `ToolHints::default().with_supports_background(true)`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct ToolHints {
     /// It only reads.
     pub readonly: bool,
@@ -78,7 +78,7 @@ impl ToolHints {
 }
 
 /// Whether a run needs an operator's approval before it executes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ToolPolicy {
     /// Runs without asking.
@@ -89,7 +89,7 @@ pub enum ToolPolicy {
 }
 
 /// What a tool declares about itself.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct ToolDef {
     /// Unique name (what enqueue names).
     pub name: String,
@@ -105,10 +105,12 @@ pub struct ToolDef {
     pub policy: ToolPolicy,
     /// Default timeout of a run (a run may override it).
     #[serde(serialize_with = "ser_opt_duration")]
+    #[schemars(with = "Option<String>")]
     pub timeout: Option<Duration>,
     /// With [`ToolPolicy::RequiresApproval`]: an approval not given within this long expires
     /// the run (falls back to `[approvals] deadline`).
     #[serde(serialize_with = "ser_opt_duration")]
+    #[schemars(with = "Option<String>")]
     pub approval_deadline: Option<Duration>,
 }
 

@@ -118,7 +118,7 @@ pub async fn guard(st: State<Arc<AppState>>, req: Request, next: Next) -> Respon
 
 async fn check(State(st): State<Arc<AppState>>, req: Request, next: Next) -> Response {
     let headers = req.headers();
-    if st.loopback && st.token.is_none() && !host_is_loopback(headers) {
+    if st.loopback && !st.needs_token() && !host_is_loopback(headers) {
         return refuse(
             None,
             headers,
@@ -126,13 +126,15 @@ async fn check(State(st): State<Arc<AppState>>, req: Request, next: Next) -> Res
             "this dashboard answers only loopback host names",
         );
     }
-    if let Some(token) = &st.token
-        && let Some(r) = check_token(token, &req)
-    {
-        return r;
+    let mut role = Role::Act;
+    if st.needs_token() {
+        match check_token(&st, &req) {
+            Ok(r) => role = r,
+            Err(r) => return r,
+        }
     }
     if req.method() == Method::POST
-        && let Some(r) = check_post(&st, headers)
+        && let Some(r) = check_post(&st, headers, role)
     {
         return r;
     }
@@ -141,9 +143,62 @@ async fn check(State(st): State<Arc<AppState>>, req: Request, next: Next) -> Res
     next.run(req).await
 }
 
-/// The token check: what to answer instead of the page (a refusal, or the redirect that
-/// trades `?token=` for the cookie), or None when the request carries the token.
-fn check_token(token: &str, req: &Request) -> Option<Response> {
+/// What a request's token lets it do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// Read and act (the token, or no token configured on loopback).
+    Act,
+    /// Read only (the read token).
+    Read,
+}
+
+/// The role a presented token grants, if it is one of this server's tokens.
+pub fn role_of(st: &AppState, given: &str) -> Option<Role> {
+    if st.token.as_deref().is_some_and(|t| same(given, t)) {
+        Some(Role::Act)
+    } else if st.read_token.as_deref().is_some_and(|t| same(given, t)) {
+        Some(Role::Read)
+    } else {
+        None
+    }
+}
+
+/// The role of a request's `Authorization: Bearer` header or cookie, if it carries a token of
+/// this server.
+pub fn presented_role(st: &AppState, headers: &HeaderMap) -> Option<Role> {
+    presented(headers).and_then(|given| role_of(st, &given))
+}
+
+/// Whether the Host header names a loopback address (the DNS-rebinding check).
+pub fn loopback_host(headers: &HeaderMap) -> bool {
+    host_is_loopback(headers)
+}
+
+/// Whether a request's Origin header, when present, is this server (the Host it was sent to).
+pub fn same_origin(headers: &HeaderMap) -> Result<(), String> {
+    let Some(origin) = headers.get(header::ORIGIN).and_then(|v| v.to_str().ok()) else {
+        return Ok(());
+    };
+    let host = headers
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let ok = origin
+        .strip_prefix("http://")
+        .or_else(|| origin.strip_prefix("https://"))
+        .is_some_and(|o| o == host);
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "cross-origin request refused: Origin {origin} is not this server"
+        ))
+    }
+}
+
+/// The token check: the role the request's token grants, or what to answer instead of the
+/// page (a refusal, or the redirect that trades `?token=` for the cookie).
+fn check_token(st: &AppState, req: &Request) -> Result<Role, Response> {
     let headers = req.headers();
     let query_token = req.uri().query().and_then(|q| {
         q.split('&')
@@ -152,8 +207,8 @@ fn check_token(token: &str, req: &Request) -> Option<Response> {
             .map(|(_, v)| v.to_string())
     });
     if let Some(given) = query_token {
-        if !same(&given, token) {
-            return Some(refuse(
+        if role_of(st, &given).is_none() {
+            return Err(refuse(
                 None,
                 headers,
                 StatusCode::UNAUTHORIZED,
@@ -163,46 +218,32 @@ fn check_token(token: &str, req: &Request) -> Option<Response> {
         // Set the cookie once and drop the token from the address bar and history.
         let cookie = format!("{COOKIE}={given}; HttpOnly; SameSite=Strict; Path=/");
         let to = without_token(req.uri().path(), req.uri().query());
-        return Some(([(header::SET_COOKIE, cookie)], Redirect::to(&to)).into_response());
+        return Err(([(header::SET_COOKIE, cookie)], Redirect::to(&to)).into_response());
     }
-    match presented(headers) {
-        Some(given) if same(&given, token) => None,
-        _ => Some(refuse(
+    presented_role(st, headers).ok_or_else(|| {
+        refuse(
             None,
             headers,
             StatusCode::UNAUTHORIZED,
             "this dashboard needs its token: open it once with ?token=TOKEN, or send Authorization: Bearer TOKEN",
-        )),
-    }
-}
-
-/// The POST checks: the refusal under `--read-only`, or of an Origin other than this host.
-fn check_post(st: &AppState, headers: &HeaderMap) -> Option<Response> {
-    if st.read_only {
-        return Some(refuse(
-            Some(st),
-            headers,
-            StatusCode::FORBIDDEN,
-            "this dashboard is read-only: it takes no actions",
-        ));
-    }
-    let origin = headers.get(header::ORIGIN).and_then(|v| v.to_str().ok())?;
-    let host = headers
-        .get(header::HOST)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("");
-    let ok = origin
-        .strip_prefix("http://")
-        .or_else(|| origin.strip_prefix("https://"))
-        .is_some_and(|o| o == host);
-    (!ok).then(|| {
-        refuse(
-            Some(st),
-            headers,
-            StatusCode::FORBIDDEN,
-            &format!("cross-origin POST refused: Origin {origin} is not this dashboard"),
         )
     })
+}
+
+/// The POST checks: the refusal under `--read-only` or the read token, or of an Origin other
+/// than this host.
+fn check_post(st: &AppState, headers: &HeaderMap, role: Role) -> Option<Response> {
+    if st.read_only || role == Role::Read {
+        let why = if st.read_only {
+            "this dashboard is read-only: it takes no actions"
+        } else {
+            "the read token can see but not act: use the acting token (web.token)"
+        };
+        return Some(refuse(Some(st), headers, StatusCode::FORBIDDEN, why));
+    }
+    same_origin(headers)
+        .err()
+        .map(|why| refuse(Some(st), headers, StatusCode::FORBIDDEN, &why))
 }
 
 /// Checks a form's CSRF field (unless a script authenticated by header): the refusal, if

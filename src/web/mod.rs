@@ -9,7 +9,7 @@
 
 mod actions;
 mod assets;
-mod auth;
+pub(crate) mod auth;
 mod batch_view;
 mod filter;
 mod fires;
@@ -40,6 +40,8 @@ pub struct WebOptions {
     pub listen: String,
     /// The token every request must carry; required off loopback.
     pub token: Option<String>,
+    /// A second token that may read (pages, the API's GETs) but not act.
+    pub read_token: Option<String>,
     /// Hide every action and refuse every POST (403).
     pub read_only: bool,
 }
@@ -48,6 +50,7 @@ pub struct WebOptions {
 pub(crate) struct AppState {
     pub client: Client,
     pub token: Option<String>,
+    pub read_token: Option<String>,
     pub read_only: bool,
     /// This process's CSRF secret: every form carries it, every POST must echo it.
     pub csrf: String,
@@ -55,6 +58,15 @@ pub(crate) struct AppState {
     /// which stops DNS rebinding).
     pub loopback: bool,
     pub overview: overview::Cache,
+    /// The HTTP API's shared state (its change feed, its OpenAPI document).
+    pub api: crate::api::ApiState,
+}
+
+impl AppState {
+    /// Whether requests must carry a token (one of the two is configured).
+    pub fn needs_token(&self) -> bool {
+        self.token.is_some() || self.read_token.is_some()
+    }
 }
 
 /// A bound dashboard; [`WebServer::serve`] answers requests until shutdown.
@@ -83,8 +95,9 @@ impl WebServer {
             )
         })?;
         let token = opts.token.filter(|t| !t.is_empty());
+        let read_token = opts.read_token.filter(|t| !t.is_empty());
         let loopback = addr.ip().is_loopback();
-        if !loopback && token.is_none() {
+        if !loopback && token.is_none() && read_token.is_none() {
             return Err(InputError::new(
                 "--listen",
                 &opts.listen,
@@ -99,10 +112,12 @@ impl WebServer {
         let state = Arc::new(AppState {
             client,
             token,
+            read_token,
             read_only: opts.read_only,
             csrf: auth::secret(),
             loopback,
             overview: overview::Cache::default(),
+            api: crate::api::ApiState::default(),
         });
         Ok(Self { listener, state })
     }
@@ -126,6 +141,11 @@ impl WebServer {
 }
 
 fn router(state: Arc<AppState>) -> Router {
+    dashboard(state.clone()).nest("/api/v1", crate::api::router(state))
+}
+
+/// The dashboard's pages and actions, behind its guard (the API has its own).
+fn dashboard(state: Arc<AppState>) -> Router {
     Router::new()
         .route("/", get(overview::page))
         .route("/runs", get(runs::page))

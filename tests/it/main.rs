@@ -14,6 +14,7 @@ macro_rules! sqlite_only {
 #[allow(dead_code, reason = "shared helpers; each test module uses a subset")]
 mod support;
 
+mod api;
 mod approvals;
 mod architecture;
 mod async_ops;

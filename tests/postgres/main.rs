@@ -46,6 +46,8 @@ mod postgres_startup;
 mod postgres_tls;
 mod ticks;
 
+#[path = "../it/api.rs"]
+mod api;
 #[path = "../it/approvals.rs"]
 mod approvals;
 #[path = "../it/async_ops.rs"]
