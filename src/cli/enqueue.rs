@@ -3,7 +3,6 @@
 mod file;
 
 use std::path::PathBuf;
-use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
@@ -11,10 +10,10 @@ use serde_json::{Value, json};
 use super::input::as_typed;
 use super::{Ctx, render};
 use crate::client::{EnqueueRequest, Enqueued};
-use crate::config::parse_duration;
 use crate::error::{Error, InputError, Result, StoreError};
 use crate::ids::{BatchId, RunId};
-use crate::run::{Delivery, RunState, Unique};
+use crate::run::Delivery;
+use crate::run::spec::{parse_dur, run_at, unique};
 
 /// Flags of `enqueue`.
 #[derive(Debug, clap::Args)]
@@ -109,88 +108,6 @@ pub struct Args {
     pub on_complete_args: Option<String>,
 }
 
-/// The [`Unique`] of `--unique-by`, `--unique-for` and `--unique-states`; `names` are how
-/// errors call those three (flags, or a file line's fields).
-fn unique(
-    names: [&str; 3],
-    by: Option<&str>,
-    within: Option<&str>,
-    states: Option<Vec<String>>,
-) -> Result<Option<Unique>, InputError> {
-    let [by_name, for_name, states_name] = names;
-    let Some(by) = by else {
-        if within.is_some() || states.is_some() {
-            return Err(InputError::about(
-                by_name,
-                format!("is needed with {for_name} and {states_name}"),
-            ));
-        }
-        return Ok(None);
-    };
-    let mut u = Unique {
-        by: by.parse().map_err(|e: InputError| InputError {
-            field: by_name.into(),
-            ..e
-        })?,
-        ..Unique::default()
-    };
-    if let Some(w) = within {
-        u.within = Some(parse_dur(for_name, w)?);
-    }
-    if let Some(names) = states {
-        u.states = names
-            .iter()
-            .map(|n| {
-                n.parse::<RunState>().map_err(|e| InputError {
-                    field: states_name.into(),
-                    ..e
-                })
-            })
-            .collect::<Result<_, _>>()?;
-    }
-    Ok(Some(u))
-}
-
-fn parse_at(field: &str, s: &str) -> Result<DateTime<Utc>, InputError> {
-    DateTime::parse_from_rfc3339(s.trim())
-        .map(|t| t.with_timezone(&Utc))
-        .map_err(|e| {
-            InputError::new(
-                field,
-                s,
-                format!(
-                    "is not an RFC 3339 instant with an offset, like 2026-12-01T09:00:00Z ({e})"
-                ),
-            )
-        })
-}
-
-fn parse_dur(field: &str, s: &str) -> Result<Duration, InputError> {
-    parse_duration(s).map_err(|r| InputError::new(field, s, r))
-}
-
-fn run_at(
-    now: DateTime<Utc>,
-    at: Option<&str>,
-    in_: Option<&str>,
-) -> Result<Option<DateTime<Utc>>, InputError> {
-    match (at, in_) {
-        (Some(_), Some(_)) => Err(InputError::about("at", "give either at or in, not both")),
-        (Some(a), None) => parse_at("--at", a).map(Some),
-        (None, Some(d)) => {
-            let given = d;
-            let d = parse_dur("--in", d)?;
-            chrono::Duration::from_std(d)
-                .ok()
-                .and_then(|d| now.checked_add_signed(d))
-                .filter(|t| *t <= crate::clock::latest())
-                .map(Some)
-                .ok_or_else(|| InputError::new("--in", given, "is too far in the future"))
-        }
-        (None, None) => Ok(None),
-    }
-}
-
 impl Args {
     fn request(&self, now: DateTime<Utc>) -> Result<EnqueueRequest, InputError> {
         let tool = self.tool.clone().unwrap_or_default();
@@ -201,7 +118,7 @@ impl Args {
         let mut req = EnqueueRequest::new(tool, args).session(session);
         req.title = self.title.clone();
         req.priority = self.priority;
-        req.run_at = run_at(now, self.at.as_deref(), self.in_.as_deref())?;
+        req.run_at = run_at(now, ["--at", "--in"], self.at.as_deref(), self.in_.as_deref())?;
         req.max_attempts = self.max_attempts;
         req.timeout = self
             .timeout

@@ -2,19 +2,18 @@
 //! any is written, then enqueued in one transaction (all or none). With `--batch` the runs
 //! are one batch; lines may name each other (`"ref"`, `"after"`) to form a DAG.
 
-use std::collections::HashMap;
 use std::path::Path;
 
 use chrono::{DateTime, Utc};
-use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{Args, batch_id, name_fields, parse_dur, run_at, unique};
+use super::{Args, batch_id, name_fields};
 use crate::cli::{Ctx, progress, render};
 use crate::client::EnqueueRequest;
 use crate::core::{BatchRequest, OnComplete};
 use crate::error::{Error, InputError, Result};
 use crate::ids::RunId;
+use crate::run::spec::{Parsed, RunSpec, resolve};
 
 /// Enqueues every run of the file, and prints their ids in file order (with `--batch`, the
 /// batch's id).
@@ -147,119 +146,6 @@ fn common_session(reqs: &[EnqueueRequest]) -> String {
     }
 }
 
-/// One line of a `--file` batch.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Line {
-    tool: String,
-    #[serde(default = "empty_object")]
-    args: Value,
-    session: Option<String>,
-    title: Option<String>,
-    priority: Option<i64>,
-    at: Option<String>,
-    #[serde(rename = "in")]
-    in_: Option<String>,
-    max_attempts: Option<i64>,
-    timeout: Option<String>,
-    idempotency_key: Option<String>,
-    unique_by: Option<String>,
-    unique_for: Option<String>,
-    unique_states: Option<States>,
-    signal_on_completion: Option<bool>,
-    delivery: Option<String>,
-    /// A name other lines' `after` use for this line's run.
-    #[serde(rename = "ref")]
-    ref_: Option<String>,
-    /// Runs it waits for: refs of other lines of the file, or run ids (`bg_…`).
-    after: Option<Vec<String>>,
-    /// Run once each parent is final, whatever its outcome.
-    after_any: Option<bool>,
-}
-
-/// A line as parsed: its request, its ref, and the names its `after` gives (resolved once
-/// every line's ref is known: a line may wait for a later one).
-struct Parsed {
-    req: EnqueueRequest,
-    ref_: Option<String>,
-    after: Vec<String>,
-}
-
-/// States as `"queued,running"` or `["queued", "running"]`.
-#[derive(Debug, Deserialize)]
-#[serde(
-    untagged,
-    expecting = "unique_states must be a string like \"queued,running\" or a list of state names"
-)]
-enum States {
-    Text(String),
-    List(Vec<String>),
-}
-
-impl States {
-    fn names(&self) -> Vec<String> {
-        match self {
-            States::Text(s) => s.split(',').map(|x| x.trim().to_string()).collect(),
-            States::List(v) => v.clone(),
-        }
-    }
-}
-
-fn empty_object() -> Value {
-    json!({})
-}
-
-impl Line {
-    fn parse(mut self, now: DateTime<Utc>) -> Result<Parsed, InputError> {
-        let ref_ = self.ref_.take();
-        if let Some(r) = &ref_
-            && (r.trim().is_empty() || r.starts_with("bg_"))
-        {
-            return Err(InputError::new(
-                "ref",
-                r,
-                "must be a name that is neither blank nor a run id (bg_...)",
-            ));
-        }
-        let after = self.after.take().unwrap_or_default();
-        let after_any = self.after_any.take().unwrap_or(false);
-        if after_any && after.is_empty() {
-            return Err(InputError::about("after_any", "needs \"after\""));
-        }
-        let mut req = self.request(now)?;
-        req.after_any = after_any;
-        Ok(Parsed { req, ref_, after })
-    }
-
-    fn request(self, now: DateTime<Utc>) -> Result<EnqueueRequest, InputError> {
-        let mut req = EnqueueRequest::new(self.tool, self.args);
-        if let Some(s) = self.session {
-            req = req.session(s);
-        }
-        req.title = self.title;
-        req.priority = self.priority.unwrap_or(0);
-        req.run_at = run_at(now, self.at.as_deref(), self.in_.as_deref())?;
-        req.max_attempts = self.max_attempts;
-        req.timeout = self
-            .timeout
-            .as_deref()
-            .map(|t| parse_dur("timeout", t))
-            .transpose()?;
-        req.idempotency_key = self.idempotency_key;
-        req.unique = unique(
-            ["unique_by", "unique_for", "unique_states"],
-            self.unique_by.as_deref(),
-            self.unique_for.as_deref(),
-            self.unique_states.as_ref().map(States::names),
-        )?;
-        req.signal_on_completion = self.signal_on_completion.unwrap_or(true);
-        if let Some(d) = self.delivery {
-            req.delivery = d.parse()?;
-        }
-        Ok(req)
-    }
-}
-
 /// How messages name the `--file` input: its path, or `stdin` for `-`.
 fn source_name(path: &Path) -> String {
     if path.as_os_str() == "-" {
@@ -318,7 +204,7 @@ fn read_file(path: &Path, ctx: &Ctx) -> Result<(Vec<EnqueueRequest>, Vec<usize>)
     if parsed.is_empty() {
         return Err(InputError::new("--file", &name, "holds no runs").into());
     }
-    let reqs = resolve(parsed, &lines, &name)?;
+    let reqs = resolve(parsed, |i| format!("{name} line {}", lines[i]), "this file")?;
     for (req, line) in reqs.iter().zip(&lines) {
         if let Some(b) = &bar {
             b.inc(1);
@@ -331,61 +217,6 @@ fn read_file(path: &Path, ctx: &Ctx) -> Result<(Vec<EnqueueRequest>, Vec<usize>)
         b.finish_and_clear();
     }
     Ok((reqs, lines))
-}
-
-/// Turns each line's `after` into run ids and indexes of other lines (by their `ref`); a
-/// ref no line has, or two lines with one ref, is an error naming the line.
-fn resolve(
-    parsed: Vec<Parsed>,
-    lines: &[usize],
-    name: &str,
-) -> Result<Vec<EnqueueRequest>, InputError> {
-    let mut refs: HashMap<&str, usize> = HashMap::new();
-    for (i, p) in parsed.iter().enumerate() {
-        if let Some(r) = &p.ref_
-            && let Some(first) = refs.insert(r.as_str(), i)
-        {
-            return Err(InputError::new(
-                format!("{name} line {}: ref", lines[i]),
-                r,
-                format!("is also the ref of line {}", lines[first]),
-            ));
-        }
-    }
-    let mut links = Vec::with_capacity(parsed.len());
-    for (i, p) in parsed.iter().enumerate() {
-        let mut ids = Vec::new();
-        let mut indexes = Vec::new();
-        for a in &p.after {
-            let at = || format!("{name} line {}: after", lines[i]);
-            if a.starts_with("bg_") {
-                ids.push(
-                    a.parse::<RunId>()
-                        .map_err(|e| InputError { field: at(), ..e })?,
-                );
-            } else {
-                let j = refs.get(a.as_str()).ok_or_else(|| {
-                    InputError::new(
-                        at(),
-                        a,
-                        "is no line's ref in this file (give the \"ref\" of another line, or a run id bg_...)",
-                    )
-                })?;
-                indexes.push(*j);
-            }
-        }
-        links.push((ids, indexes));
-    }
-    Ok(parsed
-        .into_iter()
-        .zip(links)
-        .map(|(p, (ids, indexes))| {
-            let mut req = p.req;
-            req.after = ids;
-            req.after_requests = indexes;
-            req
-        })
-        .collect())
 }
 
 /// The input as text; bytes that are not UTF-8 are bad input, named by line.
@@ -411,7 +242,7 @@ fn parse_line(line: &str, now: DateTime<Utc>) -> Result<Parsed, InputError> {
             "must be a JSON object: one run per line",
         ));
     }
-    let parsed: Line = serde_json::from_str(line)
+    let parsed: RunSpec = serde_json::from_str(line)
         .map_err(|e| InputError::new("entry", line, format!("is not a valid run object: {e}")))?;
     parsed.parse(now)
 }
