@@ -118,7 +118,12 @@ impl Args {
         let mut req = EnqueueRequest::new(tool, args).session(session);
         req.title = self.title.clone();
         req.priority = self.priority;
-        req.run_at = run_at(now, ["--at", "--in"], self.at.as_deref(), self.in_.as_deref())?;
+        req.run_at = run_at(
+            now,
+            ["--at", "--in"],
+            self.at.as_deref(),
+            self.in_.as_deref(),
+        )?;
         req.max_attempts = self.max_attempts;
         req.timeout = self
             .timeout

@@ -140,7 +140,18 @@ async fn check(State(st): State<Arc<AppState>>, req: Request, next: Next) -> Res
     }
     // Other methods reach the router, which answers 405 with the route's `Allow` header
     // (`pages::fallback::method_not_allowed`): no route has a handler for them.
-    next.run(req).await
+    // The pages read the role to hide the actions the read token cannot take.
+    ROLE.scope(role, next.run(req)).await
+}
+
+tokio::task_local! {
+    /// The role of the request being answered (set by the guard around each page).
+    static ROLE: Role;
+}
+
+/// Whether the request being answered may act: not `--read-only`, and not the read token.
+pub fn can_act(st: &AppState) -> bool {
+    !st.read_only && ROLE.try_with(|r| *r == Role::Act).unwrap_or(true)
 }
 
 /// What a request's token lets it do.

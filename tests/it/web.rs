@@ -253,6 +253,40 @@ fn web_read_only_hides_and_refuses_every_action() {
 }
 
 #[test]
+fn web_read_token_sees_every_page_but_no_action() {
+    let site = Site::new();
+    let id = site.enqueue(&["echo", "--args", r#"{"message":"hi"}"#]);
+    let (_web, url) = site.web(&["--token", "act", "--read-token", "look"]);
+    let read = [("Authorization", "Bearer look")];
+    let (status, page) = get(&format!("{url}/runs/{id}"), &read);
+    assert_eq!(status, 200, "{page}");
+    assert!(!page.contains("name=\"csrf\""), "{page}");
+    assert!(page.contains("read-only"));
+    let (status, body) = post(&format!("{url}/runs/{id}/cancel"), &read, &[("csrf", "x")]);
+    assert_eq!(status, 403, "{body}");
+    assert!(body.contains("read token"), "{body}");
+    assert_eq!(site.state(&id), "queued");
+    // The acting token still sees the actions.
+    let (_, page) = get(
+        &format!("{url}/runs/{id}"),
+        &[("Authorization", "Bearer act")],
+    );
+    assert!(page.contains("name=\"csrf\""));
+    // The two tokens must differ.
+    let out = site.toolq(&[
+        "web",
+        "--listen",
+        "127.0.0.1:0",
+        "--token",
+        "same",
+        "--read-token",
+        "same",
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("web.read_token"));
+}
+
+#[test]
 fn web_with_a_token_refuses_requests_without_it() {
     let site = Site::new();
     let (_web, url) = site.web(&["--token", "s3cret"]);
