@@ -6,9 +6,9 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::Core;
-use super::request::{EnqueueRequest, Enqueued};
 use crate::error::{Error, InputError, Result};
 use crate::ids::{BatchId, RunId, validate_session};
+use crate::run::request::{EnqueueRequest, Enqueued};
 use crate::run::{Batch, BatchFilter, Callback, Linked, LinkedResult, NewBatch, RunLinks};
 
 /// The longest batch title.

@@ -10,10 +10,10 @@ use serde_json::Value;
 
 use super::Core;
 // Re-exported so `core::enqueue::{EnqueueRequest, Enqueued}` keeps naming them.
-pub use super::request::{EnqueueRequest, Enqueued};
 use crate::error::StoreError;
 use crate::error::{Error, InputError, Result};
 use crate::ids::{RunId, validate_session};
+pub use crate::run::request::{EnqueueRequest, Enqueued};
 use crate::run::{Inserted, NewRun, Unique, UniqueCheck, unique_key};
 use crate::store::{LimitedInsert, RunApprove, RunInsertLimited};
 use crate::tool::builtin::spawn_background::run_limit_message;

@@ -12,13 +12,12 @@ pub mod batches;
 pub mod ends;
 pub mod enqueue;
 pub mod events;
-pub mod request;
-mod retention;
+pub mod retention;
 mod schedules;
 mod tool_host;
 
+pub use crate::run::request::{EnqueueRequest, Enqueued};
 pub use batches::{BatchCreated, BatchRequest, OnComplete};
-pub use request::{EnqueueRequest, Enqueued};
 
 use std::sync::Arc;
 

@@ -13,6 +13,7 @@ pub mod delivery;
 mod end;
 pub mod ending;
 mod records;
+pub mod request;
 pub mod spec;
 pub mod steps;
 mod unique;

@@ -12,9 +12,9 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::config::parse_duration;
-use crate::core::EnqueueRequest;
 use crate::error::InputError;
 use crate::ids::{BatchId, RunId};
+use crate::run::request::EnqueueRequest;
 use crate::run::{RunState, Unique};
 
 /// One run to enqueue. Only `tool` is required; every other field has the default

@@ -11,6 +11,8 @@ use axum::response::{IntoResponse, Redirect, Response};
 
 use super::AppState;
 use super::layout;
+use super::role::ROLE;
+pub use super::role::Role;
 
 /// The cookie that carries the token after `?token=` was given once.
 const COOKIE: &str = "toolq_token";
@@ -142,25 +144,6 @@ async fn check(State(st): State<Arc<AppState>>, req: Request, next: Next) -> Res
     // (`pages::fallback::method_not_allowed`): no route has a handler for them.
     // The pages read the role to hide the actions the read token cannot take.
     ROLE.scope(role, next.run(req)).await
-}
-
-tokio::task_local! {
-    /// The role of the request being answered (set by the guard around each page).
-    static ROLE: Role;
-}
-
-/// Whether the request being answered may act: not `--read-only`, and not the read token.
-pub fn can_act(st: &AppState) -> bool {
-    !st.read_only && ROLE.try_with(|r| *r == Role::Act).unwrap_or(true)
-}
-
-/// What a request's token lets it do.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Role {
-    /// Read and act (the token, or no token configured on loopback).
-    Act,
-    /// Read only (the read token).
-    Read,
 }
 
 /// The role a presented token grants, if it is one of this server's tokens.

@@ -112,7 +112,7 @@ pub fn shell(st: &AppState, title: &str, nav: &str, main: Markup) -> Markup {
                     }
                     span.meta {
                         (st.client.engine().location())
-                        @if !super::auth::can_act(st) { " " span.badge.ro { "read-only" } }
+                        @if !super::role::can_act(st) { " " span.badge.ro { "read-only" } }
                         " " span #live .live title="Refreshes every second" { "live" }
                     }
                 }

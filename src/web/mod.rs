@@ -15,6 +15,7 @@ mod filter;
 mod fires;
 mod layout;
 mod pages;
+mod role;
 mod runs_table;
 mod view;
 

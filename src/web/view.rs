@@ -85,7 +85,7 @@ pub fn json_block(v: &serde_json::Value) -> Markup {
 
 /// A POST form with the CSRF field and one button; nothing under `--read-only`.
 pub fn action(st: &AppState, href: &str, label: &str, class: &str, extra: Markup) -> Markup {
-    if !super::auth::can_act(st) {
+    if !super::role::can_act(st) {
         return html! {};
     }
     html! {

@@ -56,7 +56,7 @@ fn one(st: &AppState, r: &Run) -> Markup {
                 @if let Some(d) = r.approval_deadline { " · " span.warn { "expires " (ago(now, d)) } }
             }
             (json_block(&r.args))
-            @if crate::web::auth::can_act(st) {
+            @if crate::web::role::can_act(st) {
                 form.inline.decide method="post" {
                     input type="hidden" name="csrf" value=(st.csrf);
                     input type="hidden" name="back" value="/approvals";

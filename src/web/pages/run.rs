@@ -254,7 +254,7 @@ fn journal(st: &AppState, v: &RunView) -> Markup {
                         }
                     }
                 }
-                @if !r.state.is_final() && crate::web::auth::can_act(st) {
+                @if !r.state.is_final() && crate::web::role::can_act(st) {
                     p.sendhead.dim { "Send an event to this run:" }
                     (action(st, &format!("/runs/{}/signal", r.id.as_str()), "Send event", "", html! {
                         input name="name" placeholder="event name" required value=[waits_for.as_deref()];

@@ -134,7 +134,7 @@ fn filter_form(st: &AppState, f: &Filter) -> Markup {
 /// Cancel or retry every run the filter matches (nothing under `--read-only`).
 fn bulk_form(st: &AppState, f: &Filter) -> Markup {
     html! {
-        @if crate::web::auth::can_act(st) {
+        @if crate::web::role::can_act(st) {
             form.bulk method="post" action="/runs/bulk" {
                 input type="hidden" name="csrf" value=(st.csrf);
                 (f.hidden())

@@ -7,8 +7,8 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde_json::Value;
 
+use super::{Delivery, Unique};
 use crate::ids::{BatchId, RunId};
-use crate::run::{Delivery, Unique};
 
 /// A request to run a tool once.
 #[derive(Debug, Clone)]
