@@ -7,6 +7,7 @@ mod approvals;
 mod bulk;
 mod dashboard;
 mod deliver;
+mod detail;
 mod inbox_page;
 mod pause;
 mod retention;
@@ -16,6 +17,7 @@ mod wait;
 mod wal;
 
 pub use deliver::SessionActivity;
+pub use detail::{RunDetail, TimeoutSource};
 pub use wait::WaitOutcome;
 
 use std::sync::Arc;

@@ -38,6 +38,20 @@ macro_rules! prefixed_id {
             }
         }
 
+        impl schemars::JsonSchema for $name {
+            fn schema_name() -> std::borrow::Cow<'static, str> {
+                stringify!($name).into()
+            }
+
+            fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+                schemars::json_schema!({
+                    "type": "string",
+                    "description": concat!("A ", $what, ": `", $prefix, "` followed by 32 hex digits."),
+                    "pattern": concat!("^", $prefix, "[0-9a-f]{32}$"),
+                })
+            }
+        }
+
         impl fmt::Display for $name {
             fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 f.write_str(&self.0)

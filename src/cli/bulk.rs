@@ -64,6 +64,7 @@ impl Filter {
             created_before: ago(now, "--older-than", &self.older_than)?,
             created_after: ago(now, "--newer-than", &self.newer_than)?,
             batch_id: None,
+            parent_run_id: None,
         };
         if filter.is_empty() && !self.all {
             return Err(InputError::about(

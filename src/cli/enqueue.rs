@@ -5,15 +5,15 @@ mod file;
 use std::path::PathBuf;
 
 use chrono::{DateTime, Utc};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::input::as_typed;
 use super::{Ctx, render};
 use crate::client::{EnqueueRequest, Enqueued};
 use crate::error::{Error, InputError, Result, StoreError};
 use crate::ids::{BatchId, RunId};
-use crate::run::Delivery;
 use crate::run::spec::{parse_dur, run_at, unique};
+use crate::run::{Delivery, EnqueueAnswer};
 
 /// Flags of `enqueue`.
 #[derive(Debug, clap::Args)]
@@ -237,20 +237,18 @@ pub async fn run(ctx: &Ctx, args: Args) -> Result<()> {
         ("unique_for", args.unique_for.as_deref()),
     ];
     let batch = req.batch.clone();
-    let Enqueued { run_id, created } = ctx
+    let enqueued = ctx
         .client
         .enqueue(req)
         .await
         .map_err(|e| as_typed(e, &typed))
         .map_err(|e| name_fields(e, &[("after", "--after"), ("batch", "--batch-id")]))?;
     if ctx.json {
-        let mut v = json!({"id": run_id, "run_id": run_id, "created": created, "tool": tool,
-            "result_path": crate::run::result_path(&run_id), "log_path": crate::run::log_path(&run_id)});
-        if let Some(b) = batch {
-            v["batch_id"] = json!(b);
-        }
-        render::json(&v);
-    } else if created {
+        render::json(&EnqueueAnswer::new(&enqueued, &tool, batch));
+        return Ok(());
+    }
+    let Enqueued { run_id, created } = enqueued;
+    if created {
         render::line(&run_id.to_string());
     } else {
         render::line(&run_id.to_string());

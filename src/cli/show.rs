@@ -4,10 +4,10 @@ use std::time::Duration;
 
 use super::input::run_id;
 use super::{Ctx, render};
+use crate::client::TimeoutSource;
 use crate::error::Result;
-use crate::error::{Error, StoreError};
 use crate::run::steps::far_future;
-use crate::run::{Dependency, Journal, Run, RunEvent, RunLinks, StepRecord, StepStatus, WaitKind};
+use crate::run::{Dependency, Run, RunEvent, RunLinks, StepRecord, StepStatus, WaitKind};
 
 /// Flags of `show`.
 #[derive(Debug, clap::Args)]
@@ -19,55 +19,24 @@ pub struct Args {
 /// Prints the run.
 pub async fn run(ctx: &Ctx, args: Args) -> Result<()> {
     let id = run_id(&args.run)?;
-    let run = ctx.client.get(&id).await?;
-    let held = ctx.client.hold_reason(&run).await?;
-    let journal = ctx.client.journal(&id).await?;
-    let links = links_of(ctx, &run).await?;
-    let timeout = effective_timeout(ctx, &run);
+    let detail = ctx.client.run_detail(&id).await?;
     if ctx.json {
-        let mut v = json_of(&run, held, timeout, &journal);
-        v["links"] = serde_json::to_value(&links).unwrap_or_default();
-        render::json(&v);
+        // Through a JSON value: its keys in order, as `show --json` always printed them.
+        render::json(&serde_json::to_value(&detail).unwrap_or_default());
         return Ok(());
     }
-    let mut pairs = request_fields(&run);
-    pairs.extend(timing_fields(&run, ctx.client.now(), timeout));
-    pairs.extend(outcome_fields(&run));
-    pairs.extend(held.map(|h| ("held", h)));
-    pairs.extend(origin_fields(&run));
-    pairs.extend(link_fields(&links));
-    pairs.extend(journal_fields(&journal));
-    add_errors_and_tail(&run, &mut pairs);
+    let run = &detail.run;
+    let timeout = (detail.timeout(), detail.source);
+    let mut pairs = request_fields(run);
+    pairs.extend(timing_fields(run, ctx.client.now(), timeout));
+    pairs.extend(outcome_fields(run));
+    pairs.extend(detail.held.clone().map(|h| ("held", h)));
+    pairs.extend(origin_fields(run));
+    pairs.extend(link_fields(&detail.links));
+    pairs.extend(journal_fields(&detail.steps, &detail.events));
+    add_errors_and_tail(run, &mut pairs);
     render::fields(&pairs);
     Ok(())
-}
-
-/// The run as JSON, with its paths, why it is held, its effective timeout, and its
-/// recorded steps and events (`waiting` and `snoozes` come with the run).
-fn json_of(
-    run: &Run,
-    held: Option<String>,
-    (limit, source): (Duration, TimeoutSource),
-    journal: &Journal,
-) -> serde_json::Value {
-    let mut v = with_paths(run);
-    if let Some(o) = v.as_object_mut() {
-        o.insert(
-            "steps".into(),
-            serde_json::to_value(&journal.steps).unwrap_or_default(),
-        );
-        o.insert(
-            "events".into(),
-            serde_json::to_value(&journal.events).unwrap_or_default(),
-        );
-        o.insert("held".into(), held.into());
-        o.insert(
-            "timeout_effective_ms".into(),
-            u64::try_from(limit.as_millis()).unwrap_or(u64::MAX).into(),
-        );
-        o.insert("timeout_source".into(), source.key().into());
-    }
-    v
 }
 
 /// A time, or "-".
@@ -109,19 +78,6 @@ fn request_fields(run: &Run) -> Vec<(&'static str, String)> {
         pairs.push(("snoozes", run.snoozes.to_string()));
     }
     pairs
-}
-
-/// The run's links. An engine that cannot read them yet gives what the run's row says
-/// (batch, spawning run), so `show` keeps working on it.
-async fn links_of(ctx: &Ctx, run: &Run) -> Result<RunLinks> {
-    match ctx.client.links(&run.id).await {
-        Err(Error::Store(StoreError::Unsupported { .. })) => Ok(RunLinks {
-            batch_id: run.batch_id.as_ref().map(ToString::to_string),
-            parent_run_id: run.parent_run_id.as_ref().map(ToString::to_string),
-            ..RunLinks::default()
-        }),
-        other => other,
-    }
 }
 
 /// Its batch, the runs it waits for and that wait for it (with how, and how each resolved),
@@ -175,13 +131,13 @@ pub(super) fn summary(s: &str) -> String {
 
 /// The recorded steps and the events sent, one aligned line each under their key (nothing
 /// for a run that has neither).
-fn journal_fields(journal: &Journal) -> Vec<(&'static str, String)> {
+fn journal_fields(steps: &[StepRecord], events: &[RunEvent]) -> Vec<(&'static str, String)> {
     let mut pairs = Vec::new();
-    if !journal.steps.is_empty() {
-        pairs.push(("steps", indented(journal.steps.iter().map(step_cells))));
+    if !steps.is_empty() {
+        pairs.push(("steps", indented(steps.iter().map(step_cells))));
     }
-    if !journal.events.is_empty() {
-        pairs.push(("events", indented(journal.events.iter().map(event_cells))));
+    if !events.is_empty() {
+        pairs.push(("events", indented(events.iter().map(event_cells))));
     }
     pairs
 }
@@ -361,73 +317,6 @@ fn add_errors_and_tail(run: &Run, pairs: &mut Vec<(&'static str, String)>) {
             p.1 = error_lines(&run.errors, column);
         }
     }
-}
-
-/// Where a run's time limit comes from, in the order the worker looks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum TimeoutSource {
-    /// The run's own (`enqueue --timeout`, a schedule's `--timeout`).
-    Run,
-    /// A command tool's `[tools.NAME] timeout`.
-    CommandTool,
-    /// A tool's own default (built in or registered by a host).
-    Tool,
-    /// `runs.timeout`, the default of every run.
-    Config,
-    /// `runs.timeout`, because the tool is not registered in this configuration (a worker
-    /// that has it may know better).
-    ConfigUnknownTool,
-}
-
-impl TimeoutSource {
-    /// The JSON value of `timeout_source`.
-    fn key(self) -> &'static str {
-        match self {
-            Self::Run => "run",
-            Self::CommandTool | Self::Tool => "tool",
-            Self::Config | Self::ConfigUnknownTool => "runs.timeout",
-        }
-    }
-
-    fn describe(self, tool: &str) -> String {
-        match self {
-            Self::Run => "the run's own --timeout".into(),
-            Self::CommandTool => format!("tools.{tool}.timeout"),
-            Self::Tool => format!("tool {tool:?}'s own timeout"),
-            Self::Config => "runs.timeout".into(),
-            Self::ConfigUnknownTool => {
-                format!("runs.timeout; tool {tool:?} is not registered in this configuration")
-            }
-        }
-    }
-}
-
-/// The limit the worker applies to `run` (as this configuration says, in the worker's order:
-/// [`crate::tool::time_limit`]), and where it comes from.
-fn effective_timeout(ctx: &Ctx, run: &Run) -> (Duration, TimeoutSource) {
-    use crate::tool::time_limit::{LimitSource, time_limit};
-    let config = ctx.client.config();
-    let entry = ctx.client.registry().get(&run.tool);
-    let (limit, source) = time_limit(
-        run.timeout_ms,
-        entry.and_then(|e| e.def.timeout),
-        config.runs.timeout,
-    );
-    let source = match source {
-        LimitSource::Run => TimeoutSource::Run,
-        LimitSource::Tool if config.tools.contains_key(&run.tool) => TimeoutSource::CommandTool,
-        LimitSource::Tool => TimeoutSource::Tool,
-        LimitSource::Default if entry.is_some() => TimeoutSource::Config,
-        LimitSource::Default => TimeoutSource::ConfigUnknownTool,
-    };
-    (limit, source)
-}
-
-fn with_paths(run: &Run) -> serde_json::Value {
-    let mut v = serde_json::to_value(run).unwrap_or_default();
-    v["result_path"] = run.result_path().into();
-    v["log_path"] = run.log_path().into();
-    v
 }
 
 /// The error history, one attempt per line, the first on the key's line and the others

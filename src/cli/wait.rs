@@ -6,14 +6,12 @@
 
 use std::time::Duration;
 
-use serde_json::json;
-
 use super::input::run_id;
 use super::{Ctx, render};
 use crate::client::WaitOutcome;
 use crate::config::parse_duration;
 use crate::error::{Error, InputError, Result};
-use crate::run::{Run, RunState};
+use crate::run::{Run, RunState, WaitAnswer};
 
 /// Flags of `wait`.
 #[derive(Debug, clap::Args)]
@@ -54,11 +52,9 @@ pub async fn run(ctx: &Ctx, args: Args) -> Result<()> {
 fn print(ctx: &Ctx, outcomes: &[(Run, bool)]) {
     let now = ctx.client.now();
     if ctx.json {
-        let list: Vec<_> = outcomes
+        let list: Vec<WaitAnswer> = outcomes
             .iter()
-            .map(|(run, ended)| {
-                json!({"id": run.id, "state": run.state, "ended": ended, "error": run.error})
-            })
+            .map(|(run, _)| WaitAnswer::of(run))
             .collect();
         render::json(&list);
         return;

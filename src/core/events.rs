@@ -13,7 +13,7 @@ use crate::run::{EventSent, NewEvent};
 pub const MAX_EVENT_NAME: usize = 200;
 
 /// What sending an event did.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct Signalled {
     /// The run.
     pub run_id: RunId,

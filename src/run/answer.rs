@@ -9,7 +9,7 @@ use super::{Run, RunState};
 use crate::ids::RunId;
 
 /// The run's state after an action on it.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct RunAnswer {
     /// The run.
     pub id: RunId,
@@ -28,7 +28,7 @@ pub struct RunAnswer {
 }
 
 /// An approval decision as recorded on the run (approve and deny).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct Decision {
     /// `approved` or `denied`.
     pub approval_state: Option<String>,
@@ -98,5 +98,98 @@ mod tests {
             v,
             serde_json::json!({"id": id, "run_id": id, "state": "queued"})
         );
+    }
+}
+
+/// What an enqueue of one run answers (`toolq enqueue --json`, `POST /api/v1/runs`). Its
+/// fields are declared in name order, the order `enqueue --json` always printed them in.
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+pub struct EnqueueAnswer {
+    /// The batch it joined, when it joined one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub batch_id: Option<crate::ids::BatchId>,
+    /// False when an idempotency key or a unique run returned an existing run.
+    pub created: bool,
+    /// The run.
+    pub id: RunId,
+    /// Where its log is kept.
+    pub log_path: String,
+    /// Where its result is kept.
+    pub result_path: String,
+    /// The same id again (the name the CLI's JSON always had).
+    pub run_id: RunId,
+    /// Its tool.
+    pub tool: String,
+}
+
+impl EnqueueAnswer {
+    /// The answer for `enqueued`, a run of `tool` (in batch `batch`, when it joined one).
+    pub fn new(
+        enqueued: &crate::core::Enqueued,
+        tool: &str,
+        batch: Option<crate::ids::BatchId>,
+    ) -> Self {
+        let id = &enqueued.run_id;
+        Self {
+            batch_id: batch,
+            created: enqueued.created,
+            id: id.clone(),
+            log_path: crate::run::log_path(id),
+            result_path: crate::run::result_path(id),
+            run_id: id.clone(),
+            tool: tool.to_string(),
+        }
+    }
+}
+
+/// What an enqueue of many runs in one transaction answers (`toolq enqueue --file --json`,
+/// `POST /api/v1/runs/many`), fields in name order as the CLI printed them.
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+pub struct EnqueuedMany {
+    /// How many of them are new (the others existed by idempotency key or as unique runs).
+    pub created: usize,
+    /// How many runs the request named.
+    pub enqueued: usize,
+    /// Their ids, in the request's order.
+    pub ids: Vec<RunId>,
+    /// Each run, in the request's order.
+    pub runs: Vec<crate::core::Enqueued>,
+}
+
+impl EnqueuedMany {
+    /// The answer for `runs`, in request order.
+    pub fn new(runs: Vec<crate::core::Enqueued>) -> Self {
+        Self {
+            created: runs.iter().filter(|e| e.created).count(),
+            enqueued: runs.len(),
+            ids: runs.iter().map(|e| e.run_id.clone()).collect(),
+            runs,
+        }
+    }
+}
+
+/// Where a waited-for run stands (`toolq wait --json`, one per run; `GET
+/// /api/v1/runs/{id}/wait`), fields in name order as the CLI printed them.
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+pub struct WaitAnswer {
+    /// Whether it is final (false: the wait timed out first).
+    pub ended: bool,
+    /// Its error, when it failed or was cancelled.
+    pub error: Option<String>,
+    /// The run.
+    pub id: RunId,
+    /// Its state.
+    pub state: RunState,
+}
+
+impl WaitAnswer {
+    /// Where `run` stands.
+    pub fn of(run: &Run) -> Self {
+        Self {
+            ended: run.state.is_final(),
+            error: run.error.clone(),
+            id: run.id.clone(),
+            state: run.state,
+        }
     }
 }

@@ -22,7 +22,9 @@ pub const MAX_PARENTS: usize = 1_000;
 pub const FIRST_FAILURES: usize = 5;
 
 /// How a dependent run treats one parent.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default, schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum DepMode {
     /// `--after`: the parent must complete; if it fails or is cancelled, the dependent run is
@@ -72,7 +74,7 @@ impl fmt::Display for DepMode {
 }
 
 /// One dependency edge as stored (`run_deps`): `child` waits for `parent`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct Dependency {
     /// The run (or, mode `batch`, the batch) waited for.
     pub parent: String,
@@ -280,7 +282,7 @@ pub struct LinkedResult {
 }
 
 /// A linked run as `show` lists it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct LinkedRun {
     /// Run id.
     pub id: String,
@@ -292,7 +294,7 @@ pub struct LinkedRun {
 
 /// How a run is linked to others: its batch, the runs it waits for and that wait for it,
 /// the run that spawned it and the runs it spawned.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct RunLinks {
     /// Its batch.
     #[serde(skip_serializing_if = "Option::is_none")]

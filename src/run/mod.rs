@@ -18,7 +18,7 @@ pub mod spec;
 pub mod steps;
 mod unique;
 
-pub use answer::{Decision, RunAnswer};
+pub use answer::{Decision, EnqueueAnswer, EnqueuedMany, RunAnswer, WaitAnswer};
 pub use artifacts::{artifact_dir, log_path, result_path};
 pub use composition::{
     Batch, BatchFilter, BatchSummary, Callback, DepMode, Dependency, FailedRun, Linked,
@@ -37,7 +37,7 @@ use crate::error::InputError;
 use crate::ids::{BatchId, RunId, ScheduleId};
 
 /// Where a run is in its lifecycle. The strings match the schema's CHECK constraint.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum RunState {
     /// Waiting to be claimed (possibly not before `run_at`).
@@ -110,7 +110,7 @@ impl FromStr for RunState {
 }
 
 /// Progress reported by a running tool.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Progress {
     /// Units done so far.
     pub current: f64,
@@ -126,7 +126,7 @@ pub struct Progress {
 }
 
 /// A run as stored.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct Run {
     /// The run's id.
     pub id: RunId,

@@ -75,6 +75,8 @@ pub struct RunFilter {
     pub created_after: Option<DateTime<Utc>>,
     /// Only runs of this batch (`toolq batch cancel|retry`).
     pub batch_id: Option<String>,
+    /// Only runs spawned by this run (its children; `GET /api/v1/runs?parent=`).
+    pub parent_run_id: Option<String>,
 }
 
 impl RunFilter {
@@ -87,5 +89,6 @@ impl RunFilter {
             && self.created_before.is_none()
             && self.created_after.is_none()
             && self.batch_id.is_none()
+            && self.parent_run_id.is_none()
     }
 }

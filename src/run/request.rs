@@ -118,6 +118,26 @@ pub struct Enqueued {
     pub created: bool,
 }
 
+impl schemars::JsonSchema for Enqueued {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Enqueued".into()
+    }
+
+    fn json_schema(g: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        let id = g.subschema_for::<RunId>();
+        schemars::json_schema!({
+            "type": "object",
+            "description": "One enqueued run: its id (twice, as `id` and `run_id`) and whether it is new.",
+            "properties": {
+                "id": id,
+                "run_id": id,
+                "created": {"type": "boolean", "description": "False when an idempotency key or a unique run returned an existing run."},
+            },
+            "required": ["id", "run_id", "created"],
+        })
+    }
+}
+
 impl Serialize for Enqueued {
     fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
         use serde::ser::SerializeStruct;

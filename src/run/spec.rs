@@ -331,3 +331,41 @@ pub fn run_at(
         (None, None) => Ok(None),
     }
 }
+
+/// An error the core reported about its `request N` (1-based: `request 3: timeout`) named by
+/// where that request came from: `place(i)` for the request at index `i` (`runs.jsonl line
+/// 4`, `runs[2]`), giving `runs[2]: timeout`. A cycle among the requests' `after`
+/// (`requests 1 -> 3 -> 1`) is renamed by `cycle`, which gets the indexes on it and returns
+/// the field and value to report.
+pub fn at_request(
+    e: crate::error::Error,
+    place: impl Fn(usize) -> Option<String>,
+    cycle: impl FnOnce(Vec<usize>) -> (String, String),
+) -> crate::error::Error {
+    use crate::error::Error;
+    let Error::Input(mut ie) = e else { return e };
+    if ie.field == "after"
+        && let Some(on) = ie.value.strip_prefix("requests ")
+    {
+        let indexes: Option<Vec<usize>> = on
+            .split(" -> ")
+            .map(|n| n.parse::<usize>().ok()?.checked_sub(1))
+            .collect();
+        if let Some(indexes) = indexes {
+            (ie.field, ie.value) = cycle(indexes);
+        }
+        return Error::Input(ie);
+    }
+    let placed = ie
+        .field
+        .strip_prefix("request ")
+        .and_then(|rest| rest.split_once(": "))
+        .and_then(|(n, tail)| {
+            let i = n.parse::<usize>().ok()?.checked_sub(1)?;
+            Some(format!("{}: {tail}", place(i)?))
+        });
+    if let Some(field) = placed {
+        ie.field = field;
+    }
+    Error::Input(ie)
+}

@@ -12,7 +12,7 @@ use crate::error::InputError;
 use crate::ids::RunId;
 
 /// What a recorded step is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum StepKind {
     /// `ctx.step(name, …)`: a closure whose result is recorded.
@@ -53,7 +53,7 @@ impl FromStr for StepKind {
 }
 
 /// Where a recorded step stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum StepStatus {
     /// Finished: its output is recorded (a wait: the event's payload, or a timeout).
@@ -86,7 +86,7 @@ impl FromStr for StepStatus {
 }
 
 /// One recorded step of a run, as stored (`step_records`; the ops view `run_steps`).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct StepRecord {
     /// Its place in the run's sequence (1-based): a replay asks for the steps in this order.
     pub seq: i64,
@@ -150,7 +150,7 @@ pub struct StepSave {
 }
 
 /// An event sent to a run (`toolq signal`, `Client::signal`, the dashboard).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct RunEvent {
     /// Its name: the first delivery of a name wins.
     pub name: String,
@@ -215,7 +215,7 @@ pub enum EventSent {
 
 /// What a suspended run waits for. The run stays `queued` with this in `wait_kind` (and the
 /// event's name in `wait_event`); its `run_at` is when it wakes at the latest.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum WaitKind {
     /// `ctx.sleep`: until a time.
@@ -295,7 +295,7 @@ pub struct Suspension {
 
 /// What a queued run waits for, as read (`None` on [`super::Run::waiting`] for a run that
 /// simply waits its turn).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct Waiting {
     /// What it waits for.
     pub kind: WaitKind,

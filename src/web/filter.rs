@@ -72,6 +72,7 @@ impl Filter {
             created_after: ago("newer_than", &self.newer_than)?,
             created_before: ago("older_than", &self.older_than)?,
             batch_id,
+            parent_run_id: None,
         })
     }
 

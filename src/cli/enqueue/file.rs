@@ -13,7 +13,8 @@ use crate::client::EnqueueRequest;
 use crate::core::{BatchRequest, OnComplete};
 use crate::error::{Error, InputError, Result};
 use crate::ids::RunId;
-use crate::run::spec::{Parsed, RunSpec, resolve};
+use crate::run::EnqueuedMany;
+use crate::run::spec::{Parsed, RunSpec, at_request, resolve};
 
 /// Enqueues every run of the file, and prints their ids in file order (with `--batch`, the
 /// batch's id).
@@ -71,10 +72,7 @@ pub(super) async fn run(ctx: &Ctx, path: &Path, args: &Args) -> Result<()> {
         .map_err(|e| name_fields(e, &joined))?;
     let created = done.iter().filter(|e| e.created).count();
     if ctx.json {
-        let ids: Vec<&RunId> = done.iter().map(|e| &e.run_id).collect();
-        render::json(
-            &json!({"enqueued": done.len(), "created": created, "ids": ids, "runs": done}),
-        );
+        render::json(&EnqueuedMany::new(done));
         return Ok(());
     }
     // The ids on stdout, one per line in file order, so `xargs toolq wait` works.
@@ -250,33 +248,23 @@ fn parse_line(line: &str, now: DateTime<Utc>) -> Result<Parsed, InputError> {
 /// An error the batch reported for its `request N` (or, for a cycle, `requests 1 -> 3 -> 1`)
 /// named by the file lines they came from.
 fn at_line(e: Error, path: &std::path::Path, lines: &[usize]) -> Error {
-    let Error::Input(mut ie) = e else { return e };
-    if ie.field == "after"
-        && let Some(cycle) = ie.value.strip_prefix("requests ")
-    {
-        let named: Vec<String> = cycle
-            .split(" -> ")
-            .map(|n| {
-                n.parse::<usize>()
-                    .ok()
-                    .and_then(|n| lines.get(n.checked_sub(1)?))
-                    .map_or_else(|| n.to_string(), |l| l.to_string())
-            })
-            .collect();
-        ie.field = format!("{}: after", source_name(path));
-        ie.value = format!("lines {}", named.join(" -> "));
-        return Error::Input(ie);
-    }
-    let line = ie
-        .field
-        .strip_prefix("request ")
-        .and_then(|rest| rest.split_once(": "))
-        .and_then(|(n, tail)| {
-            let n = n.parse::<usize>().ok()?.checked_sub(1)?;
-            Some((*lines.get(n)?, tail.to_string()))
-        });
-    if let Some((line, tail)) = line {
-        ie.field = format!("{} line {line}: {tail}", source_name(path));
-    }
-    Error::Input(ie)
+    let name = source_name(path);
+    at_request(
+        e,
+        |i| Some(format!("{name} line {}", lines.get(i)?)),
+        |on| {
+            let named: Vec<String> = on
+                .iter()
+                .map(|i| {
+                    lines
+                        .get(*i)
+                        .map_or_else(|| (i + 1).to_string(), usize::to_string)
+                })
+                .collect();
+            (
+                format!("{name}: after"),
+                format!("lines {}", named.join(" -> ")),
+            )
+        },
+    )
 }

@@ -131,6 +131,9 @@ fn conditions(f: &RunFilter, first: usize) -> (String, Vec<String>) {
     if let Some(v) = &f.batch_id {
         add("batch_id =", v.clone());
     }
+    if let Some(v) = &f.parent_run_id {
+        add("parent_run_id =", v.clone());
+    }
     if let Some(t) = f.created_before {
         add("created_at <", ts(t));
     }

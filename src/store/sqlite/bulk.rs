@@ -47,6 +47,11 @@ pub(crate) fn conditions(f: &RunFilter, plain: bool) -> (String, Vec<Box<dyn ToS
         values.push(Box::new(b.clone()));
         terms.push(format!("batch_id = ?{}", values.len()));
     }
+    if let Some(p) = &f.parent_run_id {
+        // Never `+`: the parent index is the walk a run's children need.
+        values.push(Box::new(p.clone()));
+        terms.push(format!("parent_run_id = ?{}", values.len()));
+    }
     if let Some(t) = f.created_before {
         values.push(Box::new(ts(t)));
         terms.push(format!("{} < ?{}", c("created_at"), values.len()));

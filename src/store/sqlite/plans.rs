@@ -212,6 +212,7 @@ fn a_bulk_page_walks_the_primary_key() {
         created_before: Some(chrono::Utc::now()),
         created_after: Some(chrono::Utc::now()),
         batch_id: None,
+        parent_run_id: None,
     };
     for f in [filter, RunFilter::default()] {
         let plan = plan(&super::bulk::select_sql(&f).0);
