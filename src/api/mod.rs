@@ -17,6 +17,7 @@ mod feed;
 mod openapi;
 mod problem;
 mod route;
+mod runs;
 mod tools;
 
 use std::collections::BTreeMap;
@@ -41,6 +42,7 @@ pub(crate) struct ApiState {
 /// Every route of the API, in the order the document lists them.
 pub(crate) fn routes() -> Vec<route::Route> {
     let mut all = Vec::new();
+    all.extend(runs::routes());
     all.extend(tools::routes());
     all.push(openapi::route());
     all

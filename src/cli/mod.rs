@@ -16,7 +16,7 @@ mod enqueue;
 mod generate;
 mod inbox;
 mod init;
-mod input;
+pub(crate) mod input;
 mod logging;
 mod logs;
 mod pause;

@@ -15,6 +15,8 @@ macro_rules! sqlite_only {
 mod support;
 
 mod api;
+mod api_input;
+mod api_runs;
 mod approvals;
 mod architecture;
 mod async_ops;

@@ -48,6 +48,10 @@ mod ticks;
 
 #[path = "../it/api.rs"]
 mod api;
+#[path = "../it/api_input.rs"]
+mod api_input;
+#[path = "../it/api_runs.rs"]
+mod api_runs;
 #[path = "../it/approvals.rs"]
 mod approvals;
 #[path = "../it/async_ops.rs"]
