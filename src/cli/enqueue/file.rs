@@ -72,7 +72,8 @@ pub(super) async fn run(ctx: &Ctx, path: &Path, args: &Args) -> Result<()> {
         .map_err(|e| name_fields(e, &joined))?;
     let created = done.iter().filter(|e| e.created).count();
     if ctx.json {
-        render::json(&EnqueuedMany::new(done));
+        // Through a JSON value: its keys in order, as `enqueue --file --json` always printed.
+        render::json(&serde_json::to_value(EnqueuedMany::new(done)).unwrap_or_default());
         return Ok(());
     }
     // The ids on stdout, one per line in file order, so `xargs toolq wait` works.
