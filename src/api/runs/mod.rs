@@ -10,8 +10,8 @@ mod read;
 
 use std::str::FromStr;
 
-use super::ApiResult;
 use super::route::Route;
+use crate::error::InputError;
 use crate::ids::RunId;
 
 pub(super) fn routes() -> Vec<Route> {
@@ -28,6 +28,6 @@ const ID: &str = "The run's id (`bg_` and 32 hex digits)";
 
 /// The `{id}` segment as a run id: anything else (another kind of id, `..%2F..`) is a 400
 /// naming `run id` and the value, before any read.
-fn run_id(s: &str) -> ApiResult<RunId> {
-    Ok(RunId::from_str(s)?)
+fn run_id(s: &str) -> Result<RunId, InputError> {
+    RunId::from_str(s)
 }
