@@ -383,3 +383,26 @@ fn a_waiting_run_resumes_on_a_signal() {
     let late = api.post(&format!("/runs/{id}/signal"), &json!({"name": "go"}));
     late.problem(409);
 }
+
+#[test]
+fn the_runs_a_run_spawned_are_listed_by_parent() {
+    let api = Api::new();
+    let parent = enqueue(
+        &api,
+        json!({"tool": "spawn_background", "args": {"tool": "sleep", "args": {"ms": 10}}}),
+    );
+    enqueue(
+        &api,
+        json!({"tool": "echo", "args": {"message": "not a child"}}),
+    );
+    let _worker = api.site.worker();
+    let w = api.get(&format!("/runs/{parent}/wait?timeout=60s"));
+    assert_eq!(w.ok()["state"], "completed", "{w:?}");
+    let kids = api.get(&format!("/runs?parent={parent}"));
+    let kids = kids.ok()["runs"].as_array().unwrap().clone();
+    assert_eq!(kids.len(), 1, "{kids:?}");
+    assert_eq!(kids[0]["parent_run_id"], json!(parent));
+    assert_eq!(kids[0]["tool"], "sleep");
+    let shown = api.get(&format!("/runs/{parent}"));
+    assert_eq!(shown.ok()["links"]["children"][0]["id"], kids[0]["id"]);
+}
