@@ -369,3 +369,42 @@ pub fn at_request(
     }
     Error::Input(ie)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::at_request;
+    use crate::error::{Error, InputError};
+
+    fn input(field: &str, value: &str) -> Error {
+        Error::Input(InputError::new(field, value, "is wrong"))
+    }
+
+    fn placed(e: Error) -> (String, String) {
+        match at_request(
+            e,
+            |i| (i < 3).then(|| format!("runs[{i}]")),
+            |on| ("runs: after".into(), format!("{on:?}")),
+        ) {
+            Error::Input(ie) => (ie.field, ie.value),
+            e => panic!("{e}"),
+        }
+    }
+
+    #[test]
+    fn a_request_is_named_by_its_place_and_a_cycle_by_its_indexes() {
+        assert_eq!(
+            placed(input("request 3: timeout", "0s")),
+            ("runs[2]: timeout".into(), "0s".into())
+        );
+        assert_eq!(
+            placed(input("after", "requests 1 -> 3 -> 1")),
+            ("runs: after".into(), "[0, 2, 0]".into())
+        );
+        // Places it does not know, and other fields, stay as they were.
+        assert_eq!(
+            placed(input("request 9: tool", "x")),
+            ("request 9: tool".into(), "x".into())
+        );
+        assert_eq!(placed(input("tool", "x")), ("tool".into(), "x".into()));
+    }
+}
