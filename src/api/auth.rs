@@ -13,7 +13,7 @@ use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
-use super::Problem;
+use super::{ApiError, Problem};
 use crate::web::AppState;
 use crate::web::auth::{Role, loopback_host, presented_role, same_origin};
 
@@ -22,7 +22,7 @@ pub(crate) async fn guard(st: State<Arc<AppState>>, req: Request, next: Next) ->
     let path = super::problem::full_path(req.extensions(), req.uri());
     let mut resp = match check(&st, req.method(), req.headers()) {
         Ok(()) => next.run(req).await,
-        Err(p) => p.at(&path).into_response(),
+        Err(ApiError(p)) => p.at(&path).into_response(),
     };
     let h = resp.headers_mut();
     h.insert(
@@ -33,13 +33,14 @@ pub(crate) async fn guard(st: State<Arc<AppState>>, req: Request, next: Next) ->
     resp
 }
 
-fn check(st: &AppState, method: &Method, headers: &HeaderMap) -> Result<(), Problem> {
+fn check(st: &AppState, method: &Method, headers: &HeaderMap) -> Result<(), ApiError> {
     if st.loopback && !st.needs_token() && !loopback_host(headers) {
         return Err(Problem::new(
             StatusCode::MISDIRECTED_REQUEST,
             "misdirected",
             "this server answers only loopback host names",
-        ));
+        )
+        .into());
     }
     let role = if st.needs_token() {
         presented_role(st, headers).ok_or_else(|| {
@@ -51,7 +52,7 @@ fn check(st: &AppState, method: &Method, headers: &HeaderMap) -> Result<(), Prob
             };
             let mut p = Problem::new(StatusCode::UNAUTHORIZED, "unauthorized", why);
             p.field = Some("Authorization".into());
-            p
+            ApiError::from(p)
         })?
     } else {
         Role::Act
@@ -63,14 +64,16 @@ fn check(st: &AppState, method: &Method, headers: &HeaderMap) -> Result<(), Prob
     if st.read_only {
         return Err(forbidden(
             "this server is read-only (web.read_only): it takes no actions".into(),
-        ));
+        )
+        .into());
     }
     if role == Role::Read {
         return Err(forbidden(
             "the read token can read but not act: use the acting token (web.token)".into(),
-        ));
+        )
+        .into());
     }
-    same_origin(headers).map_err(forbidden)?;
+    same_origin(headers).map_err(|why| ApiError::from(forbidden(why)))?;
     let site = headers
         .get("sec-fetch-site")
         .and_then(|v| v.to_str().ok())
@@ -78,7 +81,8 @@ fn check(st: &AppState, method: &Method, headers: &HeaderMap) -> Result<(), Prob
     if site == "cross-site" || site == "same-site" {
         return Err(forbidden(format!(
             "cross-origin request refused: Sec-Fetch-Site is {site}"
-        )));
+        ))
+        .into());
     }
     Ok(())
 }

@@ -8,10 +8,42 @@ use axum::http::request::Parts;
 use axum::http::{StatusCode, header};
 use serde::de::DeserializeOwned;
 
-use super::Problem;
+use super::{ApiError, Problem};
 
 /// The largest body the API reads (4 MiB): room for a batch of ~20,000 runs.
 pub(crate) const MAX_BODY: usize = 4 << 20;
+
+/// A body over [`MAX_BODY`] is still read (and dropped) up to this size before the 413, so
+/// that a client which sends its whole body before it reads the answer (most do) gets the
+/// 413 rather than a connection reset.
+const DRAIN_MAX: usize = 64 << 20;
+
+/// The longest pause between two pieces of a body.
+const IDLE: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// The body's bytes, or `Err` once it passes [`MAX_BODY`] (the rest read and dropped, up to
+/// [`DRAIN_MAX`]) or fails to arrive.
+async fn read_up_to(body: axum::body::Body) -> Result<Vec<u8>, ()> {
+    use futures_util::StreamExt;
+    let mut stream = body.into_data_stream();
+    let mut bytes = Vec::new();
+    let mut seen = 0usize;
+    // A client that stops sending mid-body is not waited for long.
+    while let Some(chunk) = tokio::time::timeout(IDLE, stream.next())
+        .await
+        .map_err(|_| ())?
+    {
+        let chunk = chunk.map_err(|_| ())?;
+        seen = seen.saturating_add(chunk.len());
+        if seen > DRAIN_MAX {
+            return Err(());
+        }
+        if seen <= MAX_BODY {
+            bytes.extend_from_slice(&chunk);
+        }
+    }
+    if seen > MAX_BODY { Err(()) } else { Ok(bytes) }
+}
 
 /// A JSON body of type `T`. An empty body reads as `{}` (for actions whose fields are all
 /// optional), which `T` refuses if it needs fields.
@@ -19,9 +51,9 @@ pub(crate) const MAX_BODY: usize = 4 << 20;
 pub(crate) struct Body<T>(pub T);
 
 impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Body<T> {
-    type Rejection = Problem;
+    type Rejection = ApiError;
 
-    async fn from_request(req: Request, _state: &S) -> Result<Self, Problem> {
+    async fn from_request(req: Request, _state: &S) -> Result<Self, ApiError> {
         let path = super::problem::full_path(req.extensions(), req.uri());
         let too_large = || {
             Problem::new(
@@ -36,17 +68,26 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Body<T> {
             .get(header::CONTENT_LENGTH)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse::<u64>().ok());
-        if declared.is_some_and(|n| n > MAX_BODY as u64) {
-            return Err(too_large());
-        }
         let content_type = req
             .headers()
             .get(header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
             .map(str::to_string);
-        let bytes = axum::body::to_bytes(req.into_body(), MAX_BODY)
+        let expects_continue = req
+            .headers()
+            .get(header::EXPECT)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.eq_ignore_ascii_case("100-continue"));
+        if declared
+            .is_some_and(|n| n > DRAIN_MAX as u64 || (n > MAX_BODY as u64 && expects_continue))
+        {
+            // Too big even to read away, or a client that waits for our go-ahead before it
+            // sends (curl's Expect: 100-continue): answer now, unread.
+            return Err(too_large().into());
+        }
+        let bytes = read_up_to(req.into_body())
             .await
-            .map_err(|_| too_large())?;
+            .map_err(|_| ApiError::from(too_large()))?;
         if bytes.iter().all(u8::is_ascii_whitespace) {
             return parse(b"{}", &path).map(Body);
         }
@@ -63,14 +104,15 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Body<T> {
                     content_type.unwrap_or_default()
                 ),
             )
-            .at(&path));
+            .at(&path)
+            .into());
         }
         parse(&bytes, &path).map(Body)
     }
 }
 
 /// Parses `bytes` as `T`, naming the field of the first error (`runs[2].priority`).
-pub(crate) fn parse<T: DeserializeOwned>(bytes: &[u8], path: &str) -> Result<T, Problem> {
+pub(crate) fn parse<T: DeserializeOwned>(bytes: &[u8], path: &str) -> Result<T, ApiError> {
     let de = &mut serde_json::Deserializer::from_slice(bytes);
     serde_path_to_error::deserialize(de).map_err(|e| {
         let field = e.path().to_string();
@@ -91,7 +133,7 @@ pub(crate) fn parse<T: DeserializeOwned>(bytes: &[u8], path: &str) -> Result<T, 
         if !syntax && field != "." {
             p.field = Some(field);
         }
-        p
+        ApiError::from(p)
     })
 }
 
@@ -101,9 +143,9 @@ pub(crate) fn parse<T: DeserializeOwned>(bytes: &[u8], path: &str) -> Result<T, 
 pub(crate) struct Params<T>(pub T);
 
 impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for Params<T> {
-    type Rejection = Problem;
+    type Rejection = ApiError;
 
-    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Problem> {
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, ApiError> {
         let query = parts.uri.query().unwrap_or("");
         let path = super::problem::full_path(&parts.extensions, &parts.uri);
         let de = serde_urlencoded::Deserializer::new(form_urlencoded::parse(query.as_bytes()));
@@ -124,7 +166,7 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for Params<T> {
                 if field != "." {
                     p.field = Some(field);
                 }
-                p
+                ApiError::from(p)
             })
     }
 }
@@ -136,9 +178,9 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for Params<T> {
 pub(crate) struct Segments<T>(pub T);
 
 impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for Segments<T> {
-    type Rejection = Problem;
+    type Rejection = ApiError;
 
-    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Problem> {
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
         match axum::extract::Path::<T>::from_request_parts(parts, state).await {
             Ok(axum::extract::Path(v)) => Ok(Segments(v)),
             Err(e) => {
@@ -148,7 +190,8 @@ impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for Segment
                     "invalid-input",
                     format!("the path {path}: {}", e.body_text()),
                 )
-                .at(&path))
+                .at(&path)
+                .into())
             }
         }
     }

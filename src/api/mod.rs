@@ -4,12 +4,12 @@
 //!
 //! The contract:
 //! - resource names and JSON fields are the CLI's `--json` ones;
-//! - errors are `application/problem+json` (RFC 9457) naming the field and value ([`problem`]);
-//! - bodies are JSON, at most [`body::MAX_BODY`] bytes, unknown fields refused ([`body`]);
+//! - errors are `application/problem+json` (RFC 9457) naming the field and value (`problem`);
+//! - bodies are JSON, at most `body::MAX_BODY` (4 MiB) bytes, unknown fields refused (`body`);
 //! - auth is the dashboard's: loopback needs no token, otherwise a bearer token; the read
-//!   token may GET but not act ([`auth`]);
-//! - every route is declared once in a [`route::Route`] table, from which both the router and
-//!   the OpenAPI 3.1 document ([`openapi`], checked in as `docs/openapi.json`) are built.
+//!   token may GET but not act (`auth`);
+//! - every route is declared once in a `route::Route` table, from which both the router and
+//!   the OpenAPI 3.1 document (`openapi`, checked in as `docs/openapi.json`) are built.
 
 mod auth;
 mod body;

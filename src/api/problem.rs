@@ -112,9 +112,9 @@ impl IntoResponse for Problem {
     }
 }
 
-/// A handler's error: answered as a [`Problem`].
+/// A handler's error: answered as a [`Problem`] (boxed: a `Result` stays small).
 #[derive(Debug)]
-pub(crate) struct ApiError(pub Problem);
+pub(crate) struct ApiError(pub Box<Problem>);
 
 /// What handlers return.
 pub(crate) type ApiResult<T> = Result<T, ApiError>;
@@ -124,19 +124,19 @@ impl From<Error> for ApiError {
         if matches!(Problem::from(&e).status, 500..) {
             tracing::error!(error = %e, "API request failed");
         }
-        ApiError(Problem::from(&e))
+        ApiError(Box::new(Problem::from(&e)))
     }
 }
 
 impl From<InputError> for ApiError {
     fn from(e: InputError) -> Self {
-        ApiError(Problem::input(&e))
+        ApiError(Box::new(Problem::input(&e)))
     }
 }
 
 impl From<Problem> for ApiError {
     fn from(p: Problem) -> Self {
-        ApiError(p)
+        ApiError(Box::new(p))
     }
 }
 

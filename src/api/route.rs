@@ -105,15 +105,6 @@ impl Route {
         Self::new(Method::POST, MethodFilter::POST, path, id, h)
     }
 
-    /// A DELETE route (acts).
-    pub fn delete<H, T>(path: &'static str, id: &'static str, h: H) -> Self
-    where
-        H: Handler<T, Arc<AppState>>,
-        T: 'static,
-    {
-        Self::new(Method::DELETE, MethodFilter::DELETE, path, id, h)
-    }
-
     /// Its group, summary line and longer description.
     pub fn doc(mut self, tag: &'static str, summary: &'static str, about: &'static str) -> Self {
         self.tag = tag;

@@ -132,7 +132,7 @@ async fn check(State(st): State<Arc<AppState>>, req: Request, next: Next) -> Res
     if st.needs_token() {
         match check_token(&st, &req) {
             Ok(r) => role = r,
-            Err(r) => return r,
+            Err(r) => return *r,
         }
     }
     if req.method() == Method::POST
@@ -192,7 +192,7 @@ pub fn same_origin(headers: &HeaderMap) -> Result<(), String> {
 
 /// The token check: the role the request's token grants, or what to answer instead of the
 /// page (a refusal, or the redirect that trades `?token=` for the cookie).
-fn check_token(st: &AppState, req: &Request) -> Result<Role, Response> {
+fn check_token(st: &AppState, req: &Request) -> Result<Role, Box<Response>> {
     let headers = req.headers();
     let query_token = req.uri().query().and_then(|q| {
         q.split('&')
@@ -202,25 +202,27 @@ fn check_token(st: &AppState, req: &Request) -> Result<Role, Response> {
     });
     if let Some(given) = query_token {
         if role_of(st, &given).is_none() {
-            return Err(refuse(
+            return Err(Box::new(refuse(
                 None,
                 headers,
                 StatusCode::UNAUTHORIZED,
                 "wrong token",
-            ));
+            )));
         }
         // Set the cookie once and drop the token from the address bar and history.
         let cookie = format!("{COOKIE}={given}; HttpOnly; SameSite=Strict; Path=/");
         let to = without_token(req.uri().path(), req.uri().query());
-        return Err(([(header::SET_COOKIE, cookie)], Redirect::to(&to)).into_response());
+        return Err(Box::new(
+            ([(header::SET_COOKIE, cookie)], Redirect::to(&to)).into_response(),
+        ));
     }
     presented_role(st, headers).ok_or_else(|| {
-        refuse(
+        Box::new(refuse(
             None,
             headers,
             StatusCode::UNAUTHORIZED,
             "this dashboard needs its token: open it once with ?token=TOKEN, or send Authorization: Bearer TOKEN",
-        )
+        ))
     })
 }
 

@@ -168,7 +168,9 @@ fn tools_are_listed_and_an_unknown_one_is_a_404_naming_it() {
 #[test]
 fn unknown_routes_and_methods_are_problems() {
     let api = Api::new();
-    let p = api.get("/nothing/here").problem(404).clone();
+    let a = api.get("/nothing/here");
+    assert!(a.text.contains("openapi.json"), "{}", a.text);
+    let p = a.problem(404).clone();
     assert_eq!(p["instance"], "/api/v1/nothing/here");
     api.call("DELETE", "/tools", &[], None).problem(405);
 }
@@ -191,10 +193,7 @@ fn a_token_is_needed_off_loopback_config_and_the_read_token_cannot_act() {
     let api = Api::start(site, &[]);
     let p = api.get("/tools").problem(401).clone();
     assert_eq!(p["field"], "Authorization");
-    let wrong = Api {
-        token: Some("nope".into()),
-        ..api
-    };
+    let wrong = api.with_token("nope");
     wrong.get("/tools").problem(401);
     let read = Api {
         token: Some("read-secret".into()),
@@ -237,4 +236,21 @@ fn a_post_from_another_origin_is_refused() {
         Some(b"{}"),
     );
     a.problem(403);
+}
+
+#[test]
+fn a_client_that_sends_a_10_mib_body_whole_still_reads_the_413() {
+    let api = Api::new();
+    let mut body = br#"{"tool":"echo","args":{"message":""#.to_vec();
+    body.extend(std::iter::repeat_n(b'x', 10 << 20));
+    body.extend_from_slice(br#""}}"#);
+    let a = api.call(
+        "POST",
+        "/runs",
+        &[("Content-Type", "application/json")],
+        Some(&body),
+    );
+    let p = a.problem(413);
+    assert!(p["detail"].as_str().unwrap().contains("limit"), "{p}");
+    assert_eq!(api.site.db().count("SELECT count(*) FROM runs"), 0);
 }
