@@ -54,6 +54,32 @@ pub struct BatchCreated {
     pub runs: Vec<Enqueued>,
 }
 
+/// A created batch as `toolq enqueue --file F --batch --json` prints it and `POST /batches`
+/// answers it: the batch's id, how many runs it holds, their ids and their enqueue answers,
+/// in request order.
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+pub struct BatchEnqueued {
+    /// The batch's id.
+    pub batch_id: BatchId,
+    /// How many runs were enqueued.
+    pub enqueued: usize,
+    /// Their ids, in request order.
+    pub ids: Vec<RunId>,
+    /// Their enqueue answers, in request order.
+    pub runs: Vec<Enqueued>,
+}
+
+impl From<BatchCreated> for BatchEnqueued {
+    fn from(done: BatchCreated) -> Self {
+        Self {
+            batch_id: done.batch_id,
+            enqueued: done.runs.len(),
+            ids: done.runs.iter().map(|e| e.run_id.clone()).collect(),
+            runs: done.runs,
+        }
+    }
+}
+
 impl Core {
     /// Creates a batch of `reqs` in one transaction, or nothing: every request is validated
     /// first (an error names its index), the callback too, and a batch over

@@ -7,7 +7,9 @@ use serde::{Deserialize, Serialize};
 use crate::error::InputError;
 
 /// How a run's completion message is delivered to its session.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum Delivery {
     /// Interrupt the session as soon as it arrives.

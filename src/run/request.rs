@@ -118,6 +118,29 @@ pub struct Enqueued {
     pub created: bool,
 }
 
+/// [`Enqueued`] as its JSON reads (the schema of its hand-written `Serialize`).
+#[derive(schemars::JsonSchema)]
+#[schemars(rename = "Enqueued")]
+#[allow(dead_code, reason = "only its schema is used")]
+struct EnqueuedJson {
+    /// The run id.
+    id: RunId,
+    /// The run id again (the first release's name).
+    run_id: RunId,
+    /// False when an idempotency key or a unique run returned an existing run.
+    created: bool,
+}
+
+impl schemars::JsonSchema for Enqueued {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        EnqueuedJson::schema_name()
+    }
+
+    fn json_schema(g: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        EnqueuedJson::json_schema(g)
+    }
+}
+
 impl Serialize for Enqueued {
     fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
         use serde::ser::SerializeStruct;

@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use super::{Args, batch_id, name_fields};
 use crate::cli::{Ctx, progress, render};
 use crate::client::EnqueueRequest;
-use crate::core::{BatchRequest, OnComplete};
+use crate::core::{BatchEnqueued, BatchRequest, OnComplete};
 use crate::error::{Error, InputError, Result};
 use crate::ids::RunId;
 use crate::run::spec::{Parsed, RunSpec, resolve};
@@ -53,11 +53,7 @@ pub(super) async fn run(ctx: &Ctx, path: &Path, args: &Args) -> Result<()> {
             )
         })?;
         if ctx.json {
-            let ids: Vec<&RunId> = done.runs.iter().map(|e| &e.run_id).collect();
-            render::json(
-                &json!({"batch_id": done.batch_id, "enqueued": done.runs.len(),
-                "ids": ids, "runs": done.runs}),
-            );
+            render::json_sorted(&BatchEnqueued::from(done));
         } else {
             // The batch's id alone, so `toolq batch wait "$(toolq enqueue ... --batch)"` works.
             render::line(done.batch_id.as_str());
