@@ -36,6 +36,19 @@ impl Default for BatchRequest {
     }
 }
 
+impl BatchRequest {
+    /// The session of every run of `reqs`, when they share one (a batch's message then goes
+    /// where its runs' messages go); else `default`. The batch's session when none is given.
+    pub fn common_session(reqs: &[EnqueueRequest]) -> String {
+        match reqs.split_first() {
+            Some((first, rest)) if rest.iter().all(|r| r.session == first.session) => {
+                first.session.clone()
+            }
+            _ => "default".into(),
+        }
+    }
+}
+
 /// A batch's callback run (`--on-complete TOOL --args JSON`).
 #[derive(Debug, Clone)]
 pub struct OnComplete {

@@ -37,7 +37,7 @@ pub(super) async fn run(ctx: &Ctx, path: &Path, args: &Args) -> Result<()> {
     let joined = [("after", after.as_str()), ("batch", "--batch-id")];
     if let Some(mut batch) = batch {
         if args.session.is_none() {
-            batch.session = common_session(&reqs);
+            batch.session = BatchRequest::common_session(&reqs);
         }
         let done = ctx.client.create_batch(batch, reqs).await;
         drop(spin);
@@ -129,17 +129,6 @@ fn batch_request(args: &Args) -> Result<Option<BatchRequest>, InputError> {
         title: args.title.clone(),
         on_complete,
     }))
-}
-
-/// The session of every run, when they share one (the batch's message goes where its runs'
-/// messages go); else `default`.
-fn common_session(reqs: &[EnqueueRequest]) -> String {
-    match reqs.split_first() {
-        Some((first, rest)) if rest.iter().all(|r| r.session == first.session) => {
-            first.session.clone()
-        }
-        _ => "default".into(),
-    }
 }
 
 /// How messages name the `--file` input: its path, or `stdin` for `-`.
