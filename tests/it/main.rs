@@ -15,6 +15,9 @@ macro_rules! sqlite_only {
 mod support;
 
 mod api;
+mod api_batches;
+mod api_python;
+mod api_schedules;
 mod approvals;
 mod architecture;
 mod async_ops;

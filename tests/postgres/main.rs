@@ -48,6 +48,12 @@ mod ticks;
 
 #[path = "../it/api.rs"]
 mod api;
+#[path = "../it/api_batches.rs"]
+mod api_batches;
+#[path = "../it/api_python.rs"]
+mod api_python;
+#[path = "../it/api_schedules.rs"]
+mod api_schedules;
 #[path = "../it/approvals.rs"]
 mod approvals;
 #[path = "../it/async_ops.rs"]
