@@ -163,10 +163,11 @@ def runs(c):
     again.close()
     assert [m["id"] for m in rest] == ids[2:], rest
 
-    c.ack(session, ids)
-    page = c.inbox(session)
+    assert c.ack(session, ids)["acknowledged"] == 4
+    page = c.inbox(session)["messages"]
     assert {m["id"] for m in page} >= set(ids), page
     assert all(m["acked_at"] for m in page if m["id"] in ids), page
+    assert c.inbox(session, unread=True)["messages"] == [], "all acknowledged"
     print("ok: runs and the inbox stream")
 
 

@@ -21,6 +21,7 @@ Every answer is the JSON the CLI prints with ``--json``, as a dict (or list). An
 
 import http.client
 import json
+import re
 import socket
 import time
 import urllib.error
@@ -29,6 +30,9 @@ import urllib.request
 
 __all__ = ["Client", "ToolqError", "InboxStream"]
 __version__ = "1"
+
+# The opening comment of an inbox stream: `: session "s", messages after 42`.
+_STARTS_AFTER = re.compile(r"messages after (\d+)")
 
 # The longest one long poll may hold a request; the server refuses longer ones.
 _POLL = 30.0
@@ -193,9 +197,11 @@ class Client:
         """A run's result (``toolq result --json``)."""
         return self._get("/runs/%s/result" % _q(run_id))
 
-    def log(self, run_id):
-        """A run's log, as text."""
-        _, raw = self._raw("GET", "/runs/%s/log" % _q(run_id))
+    def log(self, run_id, offset=None, length=None):
+        """A run's log as text: all of it, or ``length`` bytes from byte ``offset``."""
+        _, raw = self._raw(
+            "GET", "/runs/%s/log" % _q(run_id), query={"offset": offset, "length": length}
+        )
         return raw.decode("utf-8", "replace")
 
     def cancel(self, run_id):
@@ -206,20 +212,18 @@ class Client:
         """Re-queues a failed or cancelled run (``toolq retry --json``)."""
         return self._post("/runs/%s/retry" % _q(run_id))
 
-    def approve(self, run_id, note=None, by=None):
+    def approve(self, run_id, note=None):
         """Approves a run awaiting approval (``toolq approve --json``)."""
-        return self._post("/runs/%s/approve" % _q(run_id), _fields(note=note, by=by))
+        return self._post("/runs/%s/approve" % _q(run_id), _fields(note=note))
 
-    def deny(self, run_id, reason=None, by=None):
+    def deny(self, run_id, reason=None):
         """Denies a run awaiting approval (``toolq deny --json``)."""
-        return self._post("/runs/%s/deny" % _q(run_id), _fields(reason=reason, by=by))
+        return self._post("/runs/%s/deny" % _q(run_id), _fields(reason=reason))
 
-    def signal(self, run_id, name, payload=None, by=None):
+    def signal(self, run_id, name, payload=None):
         """Sends the event ``name`` with ``payload`` to a run (``toolq signal --json``); a run
         waiting for it resumes, one sent earlier is kept for its wait."""
-        return self._post(
-            "/runs/%s/signal" % _q(run_id), _fields(name=name, payload=payload, by=by)
-        )
+        return self._post("/runs/%s/signal" % _q(run_id), _fields(name=name, payload=payload))
 
     # ---- batches ---------------------------------------------------------------------
 
@@ -300,15 +304,20 @@ class Client:
     # ---- the inbox -------------------------------------------------------------------
 
     def inbox(self, session, unread=None, limit=None, before=None, after=None):
-        """A page of a session's inbox (``toolq inbox --json``)."""
+        """A page of a session's inbox: ``{"messages", "next_before", "next_after"}``, the
+        messages newest first as ``toolq inbox --json`` prints them (``before``: older ones,
+        ``after``: the ones right after that id). Listing marks nothing."""
         return self._get(
             "/sessions/%s/inbox" % _q(session),
             {"unread": unread, "limit": limit, "before": before, "after": after},
         )
 
-    def ack(self, session, ids):
-        """Acknowledges messages of a session by id."""
-        return self._post("/sessions/%s/inbox/ack" % _q(session), {"ids": [int(i) for i in ids]})
+    def ack(self, session, ids=None, through=None):
+        """Acknowledges messages of a session: those in ``ids``, and/or every one with an id
+        up to ``through``. Answers ``{"acknowledged": n}``."""
+        body = _fields(through=through)
+        body["ids"] = [int(i) for i in (ids or [])]
+        return self._post("/sessions/%s/inbox/ack" % _q(session), body)
 
     def stream_inbox(self, session, last_event_id=None, read_timeout=90.0, retry=1.0):
         """Iterates a session's messages as they commit (``GET /sessions/{id}/inbox/stream``,
@@ -408,7 +417,12 @@ class InboxStream:
                 event_id, data, kind = None, [], "message"
                 continue
             if line.startswith(":"):
-                continue  # a keep-alive comment
+                # A keep-alive, or the opening comment naming where the stream starts: kept
+                # as the place to resume from until a message comes.
+                m = _STARTS_AFTER.search(line)
+                if m and self.last_event_id is None:
+                    self.last_event_id = m.group(1)
+                continue
             name, _, value = line.partition(":")
             if value.startswith(" "):
                 value = value[1:]
