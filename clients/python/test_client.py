@@ -31,13 +31,14 @@ def problem(call, status):
 
 
 def schedules(c):
+    session = "py-sched-" + uuid.uuid4().hex[:8]
     s = c.add_schedule(
-        "echo", {"message": "tick"}, cron="*/5 * * * *", tz="Europe/Berlin", session="py-sched"
+        "echo", {"message": "tick"}, cron="*/5 * * * *", tz="Europe/Berlin", session=session
     )
     sid = s["id"]
     assert sid.startswith("sch_"), s
     assert s["timezone"] == "Europe/Berlin" and s["enabled"] is True, s
-    assert [x["id"] for x in c.schedules(session="py-sched")] == [sid]
+    assert [x["id"] for x in c.schedules(session=session)] == [sid]
     d = c.schedule(sid)
     assert d["schedule"] == s and len(d["next_fires"]) == 5, d
     assert c.disable_schedule(sid)["enabled"] is False
@@ -56,19 +57,20 @@ def schedules(c):
 
 
 def batches(c):
+    session = "py-batch-" + uuid.uuid4().hex[:8]
     b = c.create_batch(
         [
             {"tool": "echo", "args": {"message": "a"}, "ref": "a"},
             {"tool": "echo", "args": {"message": "b"}, "after": ["a"]},
         ],
-        session="py-batch",
+        session=session,
         title="two",
         on_complete=("echo", {"message": "done"}),
     )
     bid = b["batch_id"]
     assert bid.startswith("bt_") and b["enqueued"] == 2 and len(b["ids"]) == 2, b
     assert c.batch(bid)["title"] == "two"
-    assert [x["id"] for x in c.batches(session="py-batch")] == [bid]
+    assert [x["id"] for x in c.batches(session=session)] == [bid]
     w = c.wait_batch(bid, timeout=60)
     assert w["ended"] is True and w["completed"] == 2 and w["state"] == "completed", w
     assert w["callback_run_id"], w
