@@ -36,7 +36,7 @@ impl Default for BulkOptions {
 }
 
 /// What a bulk cancel or retry did (or, with `dry_run`, would do).
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, schemars::JsonSchema)]
 pub struct BulkReport {
     /// Nothing was written: `matched` and `ids` are what would be acted on.
     pub dry_run: bool,
@@ -70,7 +70,7 @@ impl BulkReport {
 }
 
 /// Which bulk operation a report is about.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum BulkAction {
     /// [`crate::Client::cancel_where`].
@@ -83,7 +83,7 @@ pub enum BulkAction {
 /// answers it (`Accept: application/json`): one shape in both places. Every field of
 /// [`BulkReport`], the `action`, and `done` once more under the name the CLI used before
 /// (`cancelled` for a cancel, `retried` for a retry), which scripts may keep reading.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct BulkAnswer {
     /// `cancel` or `retry`.
     pub action: BulkAction,

@@ -10,7 +10,9 @@ use crate::error::InputError;
 macro_rules! prefixed_id {
     ($name:ident, $prefix:literal, $what:literal) => {
         #[doc = concat!("A ", $what, " id: `", $prefix, "` followed by a uuid v7 in simple (hex) form.")]
-        #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+        #[derive(
+            Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
+        )]
         #[serde(transparent)]
         pub struct $name(String);
 

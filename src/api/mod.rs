@@ -12,12 +12,14 @@
 //!   the OpenAPI 3.1 document (`openapi`, checked in as `docs/openapi.json`) are built.
 
 mod auth;
+mod batches;
 mod body;
 mod feed;
 mod openapi;
 mod problem;
 mod route;
 mod runs;
+mod schedules;
 mod tools;
 
 use std::collections::BTreeMap;
@@ -44,6 +46,8 @@ pub(crate) fn routes() -> Vec<route::Route> {
     let mut all = Vec::new();
     all.extend(runs::routes());
     all.extend(tools::routes());
+    all.extend(schedules::routes());
+    all.extend(batches::routes());
     all.push(openapi::route());
     all
 }

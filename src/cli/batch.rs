@@ -3,8 +3,6 @@
 
 use std::time::Duration;
 
-use serde_json::json;
-
 use super::input::filter;
 use super::{Ctx, bulk, render};
 use crate::bulk::BulkOptions;
@@ -258,12 +256,7 @@ async fn wait(ctx: &Ctx, a: WaitArgs) -> Result<()> {
         pause = (pause * 2).min(MAX_POLL);
     };
     if ctx.json {
-        render::json(&json!({
-            "id": batch.id, "state": batch.state, "ended": batch.is_complete(),
-            "total": batch.total, "pending": batch.pending, "completed": batch.completed,
-            "failed": batch.failed, "cancelled": batch.cancelled,
-            "first_failures": batch.first_failures, "callback_run_id": batch.callback_run_id,
-        }));
+        render::json_sorted(&batch.waited());
     } else {
         render::fields(&fields(&batch));
     }

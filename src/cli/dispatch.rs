@@ -27,7 +27,9 @@ fn open_mode(command: &Command) -> OpenMode {
         },
         Command::Schedule(a) => match a.command {
             schedule::Sub::Add(_) => OpenMode::Create,
-            schedule::Sub::Cancel(_) | schedule::Sub::Enable(_) => OpenMode::Existing,
+            schedule::Sub::Cancel(_) | schedule::Sub::Disable(_) | schedule::Sub::Enable(_) => {
+                OpenMode::Existing
+            }
             schedule::Sub::List(_) | schedule::Sub::Show(_) | schedule::Sub::Preview(_) => {
                 OpenMode::Read
             }

@@ -22,6 +22,15 @@ pub fn json<T: Serialize + ?Sized>(value: &T) {
     }
 }
 
+/// Prints `value` as pretty JSON with every object's keys in sorted order, as a `json!` value
+/// prints (the shape the CLI printed when it built these answers inline).
+pub fn json_sorted<T: Serialize + ?Sized>(value: &T) {
+    match serde_json::to_value(value) {
+        Ok(v) => json(&v),
+        Err(e) => note(&format!("toolq: could not encode JSON: {e}")),
+    }
+}
+
 /// The first write to stdout that failed in this process, if any (kind and text).
 static STDOUT_FAILED: Mutex<Option<(io::ErrorKind, String)>> = Mutex::new(None);
 

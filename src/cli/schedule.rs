@@ -1,4 +1,4 @@
-//! `toolq schedule add|list|show|cancel|enable|preview`: cron monitors and one-shots.
+//! `toolq schedule add|list|show|cancel|disable|enable|preview`: cron monitors and one-shots.
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde_json::{Value, json};
@@ -35,6 +35,9 @@ pub enum Sub {
     /// Cancel a schedule: no more ticks fire.
     #[command(after_help = "Examples:\n  toolq schedule cancel sch_0193...")]
     Cancel(IdArgs),
+    /// Disable a schedule: no more ticks fire until it is enabled again (not marked cancelled).
+    #[command(after_help = "Examples:\n  toolq schedule disable sch_0193...")]
+    Disable(IdArgs),
     /// Enable a cancelled or disabled schedule from now on.
     #[command(after_help = "Examples:\n  toolq schedule enable sch_0193...")]
     Enable(IdArgs),
@@ -148,6 +151,11 @@ pub async fn run(ctx: &Ctx, args: Args) -> Result<()> {
         Sub::Cancel(a) => {
             let s = ctx.client.cancel_schedule(&a.id.parse()?).await?;
             done(ctx, &s, "cancelled");
+            Ok(())
+        }
+        Sub::Disable(a) => {
+            let s = ctx.client.disable_schedule(&a.id.parse()?).await?;
+            done(ctx, &s, "disabled");
             Ok(())
         }
         Sub::Enable(a) => {

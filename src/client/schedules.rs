@@ -76,6 +76,25 @@ impl Client {
         self.get_schedule_row(id.as_str()).await
     }
 
+    /// Disables an enabled schedule: no more ticks fire until it is enabled again. Unlike
+    /// [`Client::cancel_schedule`] it is not marked cancelled (`cancelled_at` stays empty).
+    pub async fn disable_schedule(&self, id: &ScheduleId) -> Result<Schedule> {
+        let s = self.get_schedule_row(id.as_str()).await?;
+        if !s.enabled {
+            return Err(Error::Conflict(format!(
+                "schedule {id} is not enabled; only enabled schedules can be disabled"
+            )));
+        }
+        let now = self.now();
+        let done = self.engine().schedule_disable(id.to_string(), now).await?;
+        if !done {
+            return Err(Error::Conflict(format!(
+                "schedule {id} changed meanwhile; try again"
+            )));
+        }
+        self.get_schedule_row(id.as_str()).await
+    }
+
     /// Enables a disabled or cancelled schedule from now on (ticks while it was disabled are
     /// not caught up). A one-shot whose time has passed cannot be enabled again.
     pub async fn enable_schedule(&self, id: &ScheduleId) -> Result<Schedule> {

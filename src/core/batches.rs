@@ -36,6 +36,19 @@ impl Default for BatchRequest {
     }
 }
 
+impl BatchRequest {
+    /// The session of every run of `reqs`, when they share one (a batch's message then goes
+    /// where its runs' messages go); else `default`. The batch's session when none is given.
+    pub fn common_session(reqs: &[EnqueueRequest]) -> String {
+        match reqs.split_first() {
+            Some((first, rest)) if rest.iter().all(|r| r.session == first.session) => {
+                first.session.clone()
+            }
+            _ => "default".into(),
+        }
+    }
+}
+
 /// A batch's callback run (`--on-complete TOOL --args JSON`).
 #[derive(Debug, Clone)]
 pub struct OnComplete {
@@ -52,6 +65,32 @@ pub struct BatchCreated {
     pub batch_id: BatchId,
     /// Its runs, in request order.
     pub runs: Vec<Enqueued>,
+}
+
+/// A created batch as `toolq enqueue --file F --batch --json` prints it and `POST /batches`
+/// answers it: the batch's id, how many runs it holds, their ids and their enqueue answers,
+/// in request order.
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+pub struct BatchEnqueued {
+    /// The batch's id.
+    pub batch_id: BatchId,
+    /// How many runs were enqueued.
+    pub enqueued: usize,
+    /// Their ids, in request order.
+    pub ids: Vec<RunId>,
+    /// Their enqueue answers, in request order.
+    pub runs: Vec<Enqueued>,
+}
+
+impl From<BatchCreated> for BatchEnqueued {
+    fn from(done: BatchCreated) -> Self {
+        Self {
+            batch_id: done.batch_id,
+            enqueued: done.runs.len(),
+            ids: done.runs.iter().map(|e| e.run_id.clone()).collect(),
+            runs: done.runs,
+        }
+    }
 }
 
 impl Core {

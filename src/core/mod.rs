@@ -17,7 +17,7 @@ mod schedules;
 mod tool_host;
 
 pub use crate::run::request::{EnqueueRequest, Enqueued};
-pub use batches::{BatchCreated, BatchRequest, OnComplete};
+pub use batches::{BatchCreated, BatchEnqueued, BatchRequest, OnComplete};
 
 use std::sync::Arc;
 

@@ -89,7 +89,7 @@ pub struct Dependency {
 
 /// The run a batch enqueues when it completes (`--on-complete TOOL --args JSON`), validated
 /// when the batch is created. It reads the batch's summary as its one parent result.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Callback {
     /// The tool.
     pub tool: String,
@@ -119,7 +119,7 @@ pub struct NewBatch {
 }
 
 /// A run of a batch that did not complete, as a batch's summary names it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct FailedRun {
     /// Run id.
     pub id: String,
@@ -133,7 +133,7 @@ pub struct FailedRun {
 }
 
 /// A batch as stored (`batches`; the ops view `batch_progress`).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct Batch {
     /// Its id.
     pub id: BatchId,
@@ -182,6 +182,22 @@ impl Batch {
         self.completed_at.is_some()
     }
 
+    /// The batch as `toolq batch wait --json` prints it and `GET /batches/{id}/wait` answers.
+    pub fn waited(&self) -> BatchWaited {
+        BatchWaited {
+            id: self.id.clone(),
+            state: self.state,
+            ended: self.is_complete(),
+            total: self.total,
+            pending: self.pending,
+            completed: self.completed,
+            failed: self.failed,
+            cancelled: self.cancelled,
+            first_failures: self.first_failures.clone(),
+            callback_run_id: self.callback_run_id.clone(),
+        }
+    }
+
     /// The batch as its callback reads it (`ctx.parent_results()`): its one parent, with the
     /// summary of its latest completion; `None` read as a batch pruned since.
     pub fn as_parent(id: &str, b: Option<&Batch>) -> LinkedResult {
@@ -207,6 +223,31 @@ impl Batch {
             error: None,
         }
     }
+}
+
+/// A batch after a wait ([`Batch::waited`]): whether it ended, and its counts.
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
+pub struct BatchWaited {
+    /// Its id.
+    pub id: BatchId,
+    /// `running` or `completed`.
+    pub state: &'static str,
+    /// Whether every run of it is final (false when the wait timed out first).
+    pub ended: bool,
+    /// Runs added.
+    pub total: i64,
+    /// Runs not yet final.
+    pub pending: i64,
+    /// Runs that completed.
+    pub completed: i64,
+    /// Runs that failed.
+    pub failed: i64,
+    /// Runs that were cancelled.
+    pub cancelled: i64,
+    /// Its first runs that failed or were cancelled.
+    pub first_failures: Vec<FailedRun>,
+    /// The callback run of its latest completion.
+    pub callback_run_id: Option<String>,
 }
 
 /// Which batches a list shows, newest first.

@@ -21,8 +21,8 @@ mod unique;
 pub use answer::{Decision, EnqueueAnswer, EnqueuedMany, RunAnswer, WaitAnswer};
 pub use artifacts::{artifact_dir, log_path, result_path};
 pub use composition::{
-    Batch, BatchFilter, BatchSummary, Callback, DepMode, Dependency, FailedRun, Linked,
-    LinkedResult, LinkedRun, NewBatch, RunLinks,
+    Batch, BatchFilter, BatchSummary, BatchWaited, Callback, DepMode, Dependency, FailedRun,
+    Linked, LinkedResult, LinkedRun, NewBatch, RunLinks,
 };
 pub use delivery::Delivery;
 pub use end::{ApprovalMark, Fence, FinishRecord, Outcome};

@@ -100,7 +100,7 @@ impl ScheduleRequest {
 }
 
 /// A schedule with its next fires and recent ledger rows.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct ScheduleDetail {
     /// The schedule.
     pub schedule: Schedule,

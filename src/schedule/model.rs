@@ -11,7 +11,7 @@ use crate::ids::{RunId, ScheduleId};
 use crate::run::{Delivery, NewRun, PendingApproval};
 
 /// A stored schedule.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct Schedule {
     /// `sch_` + uuid v7.
     pub id: ScheduleId,
@@ -105,7 +105,7 @@ pub struct NewSchedule {
 }
 
 /// One ledger row: what happened to one expected tick.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct Occurrence {
     /// The schedule.
     pub schedule_id: ScheduleId,

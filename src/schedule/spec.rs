@@ -134,7 +134,9 @@ impl ScheduleSpec {
 }
 
 /// What happens to ticks that passed while no worker fired them (downtime).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum MissedPolicy {
     /// Missed ticks never run; they are recorded as missed.
@@ -147,7 +149,9 @@ pub enum MissedPolicy {
 }
 
 /// Whether a tick may start a run while the schedule's previous run is still active.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum OverlapPolicy {
     /// Record the tick as skipped (the default).

@@ -249,6 +249,8 @@ pub trait Engine: Send + Sync + std::fmt::Debug + 'static {
     async fn schedule_occurrences(&self, id: String, limit: i64) -> EngineResult<Vec<Occurrence>>;
     /// Cancels an enabled schedule.
     async fn schedule_cancel(&self, id: String, now: DateTime<Utc>) -> EngineResult<bool>;
+    /// Disables an enabled schedule without marking it cancelled (false if it was not enabled).
+    async fn schedule_disable(&self, id: String, now: DateTime<Utc>) -> EngineResult<bool>;
     /// Enables a schedule from `next` on unless its session is at its limit (`None`);
     /// `Some(false)` when it changed meanwhile.
     async fn schedule_enable_within_limit(&self, p: ScheduleEnable) -> EngineResult<Option<bool>>;

@@ -351,7 +351,9 @@ fn every_subcommand_help_lists_its_own_options_first_and_an_example() {
         assert!(own < global, "{sub}: own options come first: {help}");
         assert!(help.contains("Examples:\n  toolq "), "{sub}: {help}");
     }
-    for sub in ["add", "list", "show", "cancel", "enable", "preview"] {
+    for sub in [
+        "add", "list", "show", "cancel", "disable", "enable", "preview",
+    ] {
         let help = ok(&db, &["schedule", sub, "--help"]);
         assert!(
             help.contains("Examples:\n  toolq schedule "),

@@ -15,8 +15,11 @@ macro_rules! sqlite_only {
 mod support;
 
 mod api;
+mod api_batches;
 mod api_input;
+mod api_python;
 mod api_runs;
+mod api_schedules;
 mod approvals;
 mod architecture;
 mod async_ops;

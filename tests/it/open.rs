@@ -87,6 +87,7 @@ sqlite_only! {
             vec!["inbox", "default", "--ack"],
             vec!["schedule", "cancel", sched],
             vec!["schedule", "enable", sched],
+            vec!["schedule", "disable", sched],
         ]
         .into_iter()
         .collect()

@@ -136,6 +136,21 @@ fn add_list_show_cancel_enable() {
     assert_eq!(o.status.code(), Some(1));
     let e = ok_json(&db, &["--json", "schedule", "enable", &id]);
     assert_eq!(e["enabled"], true);
+    // Disable stops the ticks without marking it cancelled; twice is a conflict.
+    let d = ok_json(&db, &["--json", "schedule", "disable", &id]);
+    assert_eq!(
+        (&d["enabled"], &d["cancelled_at"]),
+        (&Value::Bool(false), &Value::Null)
+    );
+    assert_eq!(d["next_trigger_at"], Value::Null);
+    let o = toolq(&db, &["schedule", "disable", &id]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("not enabled"),
+        "{o:?}"
+    );
+    let e = ok_json(&db, &["--json", "schedule", "enable", &id]);
+    assert_eq!(e["enabled"], true);
     assert_eq!(schedules(&db), 2);
 }
 

@@ -48,10 +48,16 @@ mod ticks;
 
 #[path = "../it/api.rs"]
 mod api;
+#[path = "../it/api_batches.rs"]
+mod api_batches;
 #[path = "../it/api_input.rs"]
 mod api_input;
+#[path = "../it/api_python.rs"]
+mod api_python;
 #[path = "../it/api_runs.rs"]
 mod api_runs;
+#[path = "../it/api_schedules.rs"]
+mod api_schedules;
 #[path = "../it/approvals.rs"]
 mod approvals;
 #[path = "../it/async_ops.rs"]

@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use super::{Args, batch_id, name_fields};
 use crate::cli::{Ctx, progress, render};
 use crate::client::EnqueueRequest;
-use crate::core::{BatchRequest, OnComplete};
+use crate::core::{BatchEnqueued, BatchRequest, OnComplete};
 use crate::error::{Error, InputError, Result};
 use crate::ids::RunId;
 use crate::run::EnqueuedMany;
@@ -38,7 +38,7 @@ pub(super) async fn run(ctx: &Ctx, path: &Path, args: &Args) -> Result<()> {
     let joined = [("after", after.as_str()), ("batch", "--batch-id")];
     if let Some(mut batch) = batch {
         if args.session.is_none() {
-            batch.session = common_session(&reqs);
+            batch.session = BatchRequest::common_session(&reqs);
         }
         let done = ctx.client.create_batch(batch, reqs).await;
         drop(spin);
@@ -54,11 +54,7 @@ pub(super) async fn run(ctx: &Ctx, path: &Path, args: &Args) -> Result<()> {
             )
         })?;
         if ctx.json {
-            let ids: Vec<&RunId> = done.runs.iter().map(|e| &e.run_id).collect();
-            render::json(
-                &json!({"batch_id": done.batch_id, "enqueued": done.runs.len(),
-                "ids": ids, "runs": done.runs}),
-            );
+            render::json_sorted(&BatchEnqueued::from(done));
         } else {
             // The batch's id alone, so `toolq batch wait "$(toolq enqueue ... --batch)"` works.
             render::line(done.batch_id.as_str());
@@ -132,17 +128,6 @@ fn batch_request(args: &Args) -> Result<Option<BatchRequest>, InputError> {
         title: args.title.clone(),
         on_complete,
     }))
-}
-
-/// The session of every run, when they share one (the batch's message goes where its runs'
-/// messages go); else `default`.
-fn common_session(reqs: &[EnqueueRequest]) -> String {
-    match reqs.split_first() {
-        Some((first, rest)) if rest.iter().all(|r| r.session == first.session) => {
-            first.session.clone()
-        }
-        _ => "default".into(),
-    }
 }
 
 /// How messages name the `--file` input: its path, or `stdin` for `-`.

@@ -489,6 +489,10 @@ impl Engine for PgStore {
         write_tx!(self, |tx| schedules::cancel(&tx, &id, now).await)
     }
 
+    async fn schedule_disable(&self, id: String, now: DateTime<Utc>) -> EngineResult<bool> {
+        write_tx!(self, |tx| schedules::disable(&tx, &id, now).await)
+    }
+
     async fn schedule_enable_within_limit(&self, p: ScheduleEnable) -> EngineResult<Option<bool>> {
         write_tx!(self, |tx| {
             if schedules::count_active(&tx, &p.session).await? >= p.max_active {

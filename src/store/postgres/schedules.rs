@@ -160,7 +160,8 @@ pub(crate) async fn cancel<C: GenericClient>(
     Ok(n == 1)
 }
 
-async fn disable<C: GenericClient>(
+/// Disables an enabled schedule without marking it cancelled.
+pub(crate) async fn disable<C: GenericClient>(
     c: &C,
     id: &str,
     now: DateTime<Utc>,

@@ -486,6 +486,11 @@ impl Engine for Store {
             .await
     }
 
+    async fn schedule_disable(&self, id: String, now: DateTime<Utc>) -> EngineResult<bool> {
+        self.write_async(move |tx| schedules::disable(tx, &id, now))
+            .await
+    }
+
     async fn schedule_enable_within_limit(&self, p: ScheduleEnable) -> EngineResult<Option<bool>> {
         self.write_async(move |tx| {
             if schedules::count_active(tx, &p.session)? >= p.max_active {
