@@ -1,5 +1,6 @@
-//! One change feed per server, shared by every stream and long poll: the engine's feed
-//! (SQLite: WAL watch; Postgres: LISTEN) bumps a counter that waiters watch. A waiter reads
+//! One change feed per server, shared by every stream and long poll: the engine's message
+//! feed (SQLite: WAL watch; Postgres: LISTEN on the workers' channel and on the one every
+//! inbox insert notifies) bumps a counter that waiters watch. A waiter reads
 //! the store only when something committed, so a thousand idle streams cost no queries.
 
 use std::sync::{Arc, Mutex, OnceLock};
@@ -32,7 +33,7 @@ impl Feed {
             });
             let client = client.clone();
             let stop = self.stop.clone();
-            tokio::spawn(async move { client.engine().change_feed(on_change, stop).await });
+            tokio::spawn(async move { client.engine().message_feed(on_change, stop).await });
         }
         rx
     }

@@ -296,6 +296,13 @@ pub trait Engine: Send + Sync + std::fmt::Debug + 'static {
     /// process commits (SQLite: WAL watch and -shm probe; Postgres: LISTEN/NOTIFY). It only
     /// reads. A worker awaits it as one of its background tasks.
     async fn change_feed(&self, on_change: OnChange, stop: CancellationToken);
+    /// The change feed for readers of messages (the HTTP API's inbox streams and waits): as
+    /// [`Engine::change_feed`], and also soon after any inbox message commits, even one whose
+    /// write wakes no worker (Postgres: a run's end whose slot the same transaction refilled
+    /// notifies no worker). SQLite's feed already sees every commit.
+    async fn message_feed(&self, on_change: OnChange, stop: CancellationToken) {
+        self.change_feed(on_change, stop).await;
+    }
 }
 
 /// Parameters of a claim.

@@ -609,6 +609,12 @@ impl Engine for PgStore {
     }
 
     async fn change_feed(&self, on_change: OnChange, stop: CancellationToken) {
-        super::change_feed::listen(self.clone(), on_change, stop).await;
+        use super::change_feed::{WORKER_CHANNELS, listen};
+        listen(self.clone(), WORKER_CHANNELS, on_change, stop).await;
+    }
+
+    async fn message_feed(&self, on_change: OnChange, stop: CancellationToken) {
+        use super::change_feed::{MESSAGE_CHANNELS, listen};
+        listen(self.clone(), MESSAGE_CHANNELS, on_change, stop).await;
     }
 }
