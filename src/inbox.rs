@@ -183,8 +183,9 @@ pub struct NewMessage {
     pub delivery: Delivery,
 }
 
-/// A stored message.
-#[derive(Debug, Clone, Serialize)]
+/// A stored message (`toolq inbox --json` prints a list of these; the HTTP API's inbox page
+/// and stream carry them).
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct Message {
     /// Increasing id.
     pub id: i64,

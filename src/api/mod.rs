@@ -14,6 +14,7 @@
 mod auth;
 mod body;
 mod feed;
+mod inbox;
 mod openapi;
 mod problem;
 mod route;
@@ -36,12 +37,16 @@ pub(crate) struct ApiState {
     pub feed: feed::Feed,
     /// The OpenAPI document, built on first request.
     doc: OnceLock<serde_json::Value>,
+    /// Cancelled when the server starts shutting down: open streams end, so the graceful
+    /// shutdown (which waits for every connection) does not wait for them forever.
+    pub closing: tokio_util::sync::CancellationToken,
 }
 
 /// Every route of the API, in the order the document lists them.
 pub(crate) fn routes() -> Vec<route::Route> {
     let mut all = Vec::new();
     all.extend(tools::routes());
+    all.extend(inbox::routes());
     all.push(openapi::route());
     all
 }

@@ -15,6 +15,7 @@ macro_rules! sqlite_only {
 mod support;
 
 mod api;
+mod api_stream;
 mod approvals;
 mod architecture;
 mod async_ops;

@@ -48,6 +48,8 @@ mod ticks;
 
 #[path = "../it/api.rs"]
 mod api;
+#[path = "../it/api_stream.rs"]
+mod api_stream;
 #[path = "../it/approvals.rs"]
 mod approvals;
 #[path = "../it/async_ops.rs"]
