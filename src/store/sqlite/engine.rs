@@ -595,6 +595,12 @@ impl Engine for Store {
     }
 
     async fn change_feed(&self, on_change: OnChange, stop: CancellationToken) {
-        super::change_feed::wake_loop(self.clone(), on_change, stop).await;
+        use super::change_feed::{PROBE_EVERY, wake_loop};
+        wake_loop(self.clone(), on_change, stop, PROBE_EVERY).await;
+    }
+
+    async fn message_feed(&self, on_change: OnChange, stop: CancellationToken) {
+        use super::change_feed::{MESSAGE_PROBE_EVERY, wake_loop};
+        wake_loop(self.clone(), on_change, stop, MESSAGE_PROBE_EVERY).await;
     }
 }
