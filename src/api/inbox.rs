@@ -315,8 +315,8 @@ async fn stream(
 ) -> ApiResult<Sse<impl Stream<Item = Result<Event, Infallible>>>> {
     session_of(&session)?;
     let after = start_after(&st.client, &session, &headers, q.after).await?;
-    // Subscribed before the first read: a commit after it changes `rx`.
-    let rx = st.api.feed.subscribe(&st.client);
+    // Subscribed before the first read: a message committed after it changes `rx`.
+    let rx = st.api.feed.subscribe_inbox(&st.client);
     let cursor = Cursor {
         client: st.client.clone(),
         session,
@@ -324,6 +324,8 @@ async fn stream(
         after,
         pending: VecDeque::new(),
         opened: false,
+        read: false,
+        read_to: 0,
     };
     let closing = st.api.closing.clone();
     let events = futures_util::stream::unfold(cursor, move |mut c| {
@@ -344,19 +346,24 @@ async fn stream(
 struct Cursor {
     client: Client,
     session: String,
-    /// Changes soon after any commit (the server's one shared feed).
-    rx: watch::Receiver<u64>,
+    /// The newest message id of any session, changed soon after a message commits (the
+    /// server's one shared feed).
+    rx: watch::Receiver<i64>,
     /// The id of the last message sent (or the start).
     after: i64,
     /// Read, not yet sent.
     pending: VecDeque<Message>,
     /// Whether the opening comment was sent.
     opened: bool,
+    /// Whether a read found nothing more, and the newest id (of any session) it covered.
+    read: bool,
+    read_to: i64,
 }
 
 impl Cursor {
     /// The next event: the opening comment, then each message after `after`, waiting on the
-    /// feed when there is none (reading only when something committed).
+    /// feed when there is none. It reads its session's messages at its start and then only
+    /// when the inbox's newest id (of any session) passed the last id it read up to.
     async fn next(&mut self) -> Event {
         if !self.opened {
             self.opened = true;
@@ -370,8 +377,18 @@ impl Cursor {
                 self.after = m.id;
                 return message_event(&m);
             }
-            // Mark the feed seen before reading: a commit after this read changes it again.
-            self.rx.borrow_and_update();
+            // Mark the feed seen before reading: a message committed after this read
+            // changes it again.
+            let newest = *self.rx.borrow_and_update();
+            if self.read && newest <= self.read_to {
+                // Nothing new of any session since the last read.
+                if self.rx.changed().await.is_err() {
+                    // The feed is gone (the server's state is dropping): the closing
+                    // token ends the stream.
+                    std::future::pending::<()>().await;
+                }
+                continue;
+            }
             let read = self
                 .client
                 .inbox(
@@ -389,11 +406,9 @@ impl Cursor {
                     continue;
                 }
                 Ok(_) => {
-                    if self.rx.changed().await.is_err() {
-                        // The feed is gone (the server's state is dropping): the closing
-                        // token ends the stream.
-                        std::future::pending::<()>().await;
-                    }
+                    // Every message up to `newest` was committed before this read began.
+                    self.read = true;
+                    self.read_to = newest;
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, session = %self.session,

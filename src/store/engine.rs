@@ -225,6 +225,9 @@ pub trait Engine: Send + Sync + std::fmt::Debug + 'static {
     ) -> EngineResult<Vec<Message>>;
     /// Marks messages read (and, with `ack`, acknowledged); returns how many changed.
     async fn inbox_mark(&self, p: InboxMark) -> EngineResult<usize>;
+    /// The newest message id of any session (0 when there is none): the HTTP API's streams
+    /// read their session's messages only when it grows.
+    async fn inbox_newest_id(&self) -> EngineResult<i64>;
     /// The inbox messages about one run, oldest first, at most `limit`.
     async fn inbox_of_run(&self, run: RunId, limit: i64) -> EngineResult<Vec<Message>>;
     /// A blob by session and path.

@@ -446,6 +446,10 @@ impl Engine for PgStore {
         .await)
     }
 
+    async fn inbox_newest_id(&self) -> EngineResult<i64> {
+        inbox::newest_id(&self.conn().await?).await
+    }
+
     async fn inbox_of_run(&self, run: RunId, limit: i64) -> EngineResult<Vec<Message>> {
         inbox::of_run(&self.conn().await?, run.as_str(), limit).await
     }

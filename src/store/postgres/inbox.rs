@@ -132,6 +132,18 @@ pub(crate) async fn list<C: GenericClient>(
     messages(&rows)
 }
 
+/// The newest message id of any session (0 when none).
+pub(crate) async fn newest_id<C: GenericClient>(c: &C) -> Result<i64, StoreError> {
+    let row = super::query_one(
+        c,
+        "SELECT coalesce(max(id), 0)::bigint FROM inbox",
+        &[],
+        "newest message id",
+    )
+    .await?;
+    get(&row, 0)
+}
+
 /// A page of a session's messages, newest first.
 pub(crate) async fn page<C: GenericClient>(
     c: &C,

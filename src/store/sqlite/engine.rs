@@ -412,6 +412,10 @@ impl Engine for Store {
             .await
     }
 
+    async fn inbox_newest_id(&self) -> EngineResult<i64> {
+        self.read_async(inbox::newest_id).await
+    }
+
     async fn inbox_of_run(&self, run: RunId, limit: i64) -> EngineResult<Vec<Message>> {
         self.read_async(move |c| dashboard::messages_of_run(c, run.as_str(), limit))
             .await
