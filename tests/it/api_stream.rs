@@ -341,6 +341,36 @@ fn a_run_that_ends_is_pushed_on_the_stream_as_inbox_json_gives_it() {
     assert_eq!(resumed.message(), m2);
 }
 
+/// A run's end whose slot the worker refills in the same settle (same session, same tool)
+/// wakes no other worker (on Postgres it notifies no one on the workers' channel); its
+/// message is still pushed at once, not when something else happens to commit.
+#[test]
+fn a_message_is_pushed_when_its_runs_slot_is_refilled_at_once() {
+    let api = Api::start(site_with_slots(1), &[]);
+    let quick = api
+        .site
+        .enqueue(&["shell", "--args", r#"{"argv":["true"]}"#, "--session", "s"]);
+    let _slow = api.site.enqueue(&[
+        "shell",
+        "--args",
+        r#"{"argv":["sleep","60"]}"#,
+        "--session",
+        "s",
+    ]);
+    let mut sse = SseClient::open(&api, "s", "", None);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(sse.message());
+    });
+    let started = Instant::now();
+    let _w = api.site.worker();
+    let m = rx
+        .recv_timeout(Duration::from_secs(20))
+        .expect("the quick run's message while the slow one runs");
+    assert_eq!(m["run_id"], quick.as_str());
+    eprintln!("pushed {:?} after the worker started", started.elapsed());
+}
+
 /// How many runs end while the reconnecting client reads: 10,000 as the issue asks, on both
 /// engines.
 const RECONNECT_RUNS: usize = 10_000;
