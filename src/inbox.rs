@@ -193,7 +193,8 @@ pub struct Message {
     pub session_id: String,
     /// The run it is about.
     pub run_id: Option<String>,
-    /// completed | failed | cancelled | approval_request.
+    /// completed | failed | cancelled | approval_request | batch_completed (a batch's
+    /// message: no `run_id`).
     pub kind: String,
     /// Text for the session.
     pub body: String,
