@@ -307,6 +307,12 @@ impl Client {
             .await?)
     }
 
+    /// The newest inbox message id of any session (0 when there is none). Ids are assigned
+    /// in commit order, so a reader that saw every message up to this id has missed none.
+    pub async fn inbox_newest_id(&self) -> Result<i64> {
+        Ok(self.engine().inbox_newest_id().await?)
+    }
+
     /// Marks messages read; with `ack`, also acknowledges them.
     pub async fn mark_inbox(&self, session: &str, ids: Vec<i64>, ack: bool) -> Result<usize> {
         let mark = InboxMark {

@@ -183,8 +183,9 @@ pub struct NewMessage {
     pub delivery: Delivery,
 }
 
-/// A stored message.
-#[derive(Debug, Clone, Serialize)]
+/// A stored message (`toolq inbox --json` prints a list of these; the HTTP API's inbox page
+/// and stream carry them).
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct Message {
     /// Increasing id.
     pub id: i64,
@@ -192,7 +193,8 @@ pub struct Message {
     pub session_id: String,
     /// The run it is about.
     pub run_id: Option<String>,
-    /// completed | failed | cancelled | approval_request.
+    /// completed | failed | cancelled | approval_request | batch_completed (a batch's
+    /// message: no `run_id`).
     pub kind: String,
     /// Text for the session.
     pub body: String,

@@ -330,13 +330,19 @@ async fn wait(
         rx.borrow_and_update();
         let batch = st.client.batch(&id).await?;
         let now = tokio::time::Instant::now();
-        if batch.is_complete() || now >= deadline {
+        if batch.is_complete() || now >= deadline || st.api.closing.is_cancelled() {
             return Ok(Json(batch.waited()));
         }
         let until = deadline.min(now + WAIT_TICK);
-        if let Ok(Err(_)) = tokio::time::timeout_at(until, rx.changed()).await {
-            // The feed stopped (the server is shutting down): read on the tick alone.
-            tokio::time::sleep_until(until).await;
+        tokio::select! {
+            woke = tokio::time::timeout_at(until, rx.changed()) => {
+                if let Ok(Err(_)) = woke {
+                    // The feed stopped (the server is shutting down): read on the tick alone.
+                    tokio::time::sleep_until(until).await;
+                }
+            }
+            // Shutting down: answer now with the batch as it is.
+            () = st.api.closing.cancelled() => {}
         }
     }
 }

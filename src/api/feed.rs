@@ -1,5 +1,6 @@
-//! One change feed per server, shared by every stream and long poll: the engine's feed
-//! (SQLite: WAL watch; Postgres: LISTEN) bumps a counter that waiters watch. A waiter reads
+//! One change feed per server, shared by every stream and long poll: the engine's message
+//! feed (SQLite: WAL watch; Postgres: LISTEN on the workers' channel and on the one every
+//! inbox insert notifies) bumps a counter that waiters watch. A waiter reads
 //! the store only when something committed, so a thousand idle streams cost no queries.
 
 use std::sync::{Arc, Mutex, OnceLock};
@@ -16,6 +17,9 @@ pub(crate) struct Feed {
     tx: OnceLock<watch::Sender<u64>>,
     stop: CancellationToken,
     started: Mutex<bool>,
+    /// The newest inbox message id, read once per change by one task for every stream.
+    newest: OnceLock<watch::Sender<i64>>,
+    newest_started: Mutex<bool>,
 }
 
 impl Feed {
@@ -32,7 +36,57 @@ impl Feed {
             });
             let client = client.clone();
             let stop = self.stop.clone();
-            tokio::spawn(async move { client.engine().change_feed(on_change, stop).await });
+            tokio::spawn(async move { client.engine().message_feed(on_change, stop).await });
+        }
+        rx
+    }
+
+    /// A receiver of the newest inbox message id (of any session), which changes when a
+    /// message commits. One task reads it once per change of [`Feed::subscribe`] for all
+    /// subscribers, so a stream reads its own session's messages only when the inbox grew,
+    /// not at every commit (claims, heartbeats, log flushes). The first value may be 0 until
+    /// that task's first read.
+    pub fn subscribe_inbox(&self, client: &Client) -> watch::Receiver<i64> {
+        let tx = self.newest.get_or_init(|| watch::channel(0).0);
+        let rx = tx.subscribe();
+        let mut started = self
+            .newest_started
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if !*started {
+            *started = true;
+            let tx = tx.clone();
+            let mut changes = self.subscribe(client);
+            let client = client.clone();
+            let stop = self.stop.clone();
+            tokio::spawn(async move {
+                loop {
+                    // Seen before the read: a commit after the read changes it again.
+                    changes.borrow_and_update();
+                    match client.inbox_newest_id().await {
+                        Ok(id) => {
+                            tx.send_if_modified(|v| {
+                                let grew = id > *v;
+                                if grew {
+                                    *v = id;
+                                }
+                                grew
+                            });
+                        }
+                        Err(e) => {
+                            tracing::warn!(error = %e, "reading the newest inbox id failed; trying again");
+                            tokio::select! {
+                                _ = stop.cancelled() => return,
+                                _ = tokio::time::sleep(std::time::Duration::from_secs(1)) => continue,
+                            }
+                        }
+                    }
+                    tokio::select! {
+                        _ = stop.cancelled() => return,
+                        changed = changes.changed() => if changed.is_err() { return },
+                    }
+                }
+            });
         }
         rx
     }

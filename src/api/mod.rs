@@ -15,6 +15,7 @@ mod auth;
 mod batches;
 mod body;
 mod feed;
+mod inbox;
 mod openapi;
 mod problem;
 mod route;
@@ -39,6 +40,9 @@ pub(crate) struct ApiState {
     pub feed: feed::Feed,
     /// The OpenAPI document, built on first request.
     doc: OnceLock<serde_json::Value>,
+    /// Cancelled when the server starts shutting down: open streams end, so the graceful
+    /// shutdown (which waits for every connection) does not wait for them forever.
+    pub closing: tokio_util::sync::CancellationToken,
 }
 
 /// Every route of the API, in the order the document lists them.
@@ -48,6 +52,7 @@ pub(crate) fn routes() -> Vec<route::Route> {
     all.extend(tools::routes());
     all.extend(schedules::routes());
     all.extend(batches::routes());
+    all.extend(inbox::routes());
     all.push(openapi::route());
     all
 }

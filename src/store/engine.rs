@@ -225,6 +225,9 @@ pub trait Engine: Send + Sync + std::fmt::Debug + 'static {
     ) -> EngineResult<Vec<Message>>;
     /// Marks messages read (and, with `ack`, acknowledged); returns how many changed.
     async fn inbox_mark(&self, p: InboxMark) -> EngineResult<usize>;
+    /// The newest message id of any session (0 when there is none): the HTTP API's streams
+    /// read their session's messages only when it grows.
+    async fn inbox_newest_id(&self) -> EngineResult<i64>;
     /// The inbox messages about one run, oldest first, at most `limit`.
     async fn inbox_of_run(&self, run: RunId, limit: i64) -> EngineResult<Vec<Message>>;
     /// A blob by session and path.
@@ -298,6 +301,13 @@ pub trait Engine: Send + Sync + std::fmt::Debug + 'static {
     /// process commits (SQLite: WAL watch and -shm probe; Postgres: LISTEN/NOTIFY). It only
     /// reads. A worker awaits it as one of its background tasks.
     async fn change_feed(&self, on_change: OnChange, stop: CancellationToken);
+    /// The change feed for readers of messages (the HTTP API's inbox streams and waits): as
+    /// [`Engine::change_feed`], and also soon after any inbox message commits, even one whose
+    /// write wakes no worker (Postgres: a run's end whose slot the same transaction refilled
+    /// notifies no worker). SQLite's feed already sees every commit.
+    async fn message_feed(&self, on_change: OnChange, stop: CancellationToken) {
+        self.change_feed(on_change, stop).await;
+    }
 }
 
 /// Parameters of a claim.

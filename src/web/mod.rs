@@ -133,9 +133,15 @@ impl WebServer {
     /// Serves until `shutdown` fires.
     pub async fn serve(self, shutdown: CancellationToken) -> Result<()> {
         overview::warm(&self.state);
+        let state = self.state.clone();
         let app = router(self.state);
         axum::serve(self.listener, app)
-            .with_graceful_shutdown(async move { shutdown.cancelled().await })
+            .with_graceful_shutdown(async move {
+                shutdown.cancelled().await;
+                // Ends the API's open streams, which would otherwise keep their
+                // connections (and so the shutdown) waiting.
+                state.api.closing.cancel();
+            })
             .await
             .map_err(|e| Error::io("serve the dashboard", e))
     }

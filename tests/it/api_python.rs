@@ -37,7 +37,6 @@ fn the_python_client_drives_schedules_and_batches() {
 }
 
 #[test]
-#[ignore = "needs the runs and inbox routes (merged by the lead)"]
 fn the_python_client_enqueues_waits_signals_and_streams_the_inbox() {
     let api = Api::new();
     let _worker = api.site.worker();

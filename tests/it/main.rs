@@ -20,6 +20,7 @@ mod api_input;
 mod api_python;
 mod api_runs;
 mod api_schedules;
+mod api_stream;
 mod approvals;
 mod architecture;
 mod async_ops;

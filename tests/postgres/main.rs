@@ -58,6 +58,8 @@ mod api_python;
 mod api_runs;
 #[path = "../it/api_schedules.rs"]
 mod api_schedules;
+#[path = "../it/api_stream.rs"]
+mod api_stream;
 #[path = "../it/approvals.rs"]
 mod approvals;
 #[path = "../it/async_ops.rs"]

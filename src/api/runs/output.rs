@@ -342,6 +342,7 @@ impl Follow {
                 None => std::future::pending().await,
             }
         };
+        let closing = self.st.api.closing.clone();
         tokio::select! {
             changed = self.changes.changed() => {
                 if changed.is_err() {
@@ -350,6 +351,9 @@ impl Follow {
                 }
             }
             () = wait => {}
+            // The server is shutting down: end the stream (the client resumes elsewhere
+            // with Last-Event-ID), so the graceful shutdown does not wait for the run.
+            () = closing.cancelled() => self.done = true,
         }
     }
 

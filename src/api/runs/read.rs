@@ -226,7 +226,8 @@ async fn wait(
     loop {
         changes.borrow_and_update();
         let run = st.client.get(&id).await?;
-        if run.state.is_final() || tokio::time::Instant::now() >= deadline {
+        let closing = st.api.closing.is_cancelled();
+        if run.state.is_final() || closing || tokio::time::Instant::now() >= deadline {
             return Ok(Json(WaitReply {
                 at: WaitAnswer::of(&run),
                 run,
@@ -240,6 +241,8 @@ async fn wait(
                 }
             }
             () = tokio::time::sleep_until(deadline) => {}
+            // Shutting down: answer now with the run as it is (ended false).
+            () = st.api.closing.cancelled() => {}
         }
     }
 }

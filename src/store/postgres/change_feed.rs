@@ -14,17 +14,30 @@ use crate::store::OnChange;
 
 /// The notification channel every writer notifies.
 pub(crate) const CHANNEL: &str = "toolq_changes";
+/// The channel every inbox insert notifies (see `inbox::insert_many`): only message feeds
+/// listen to it, so a busy drain's ends, which free no slot, do not wake the workers.
+pub(crate) const INBOX_CHANNEL: &str = "toolq_inbox";
+/// What the workers' feed listens to.
+pub(crate) const WORKER_CHANNELS: &[&str] = &[CHANNEL];
+/// What a message feed (the HTTP API's streams and waits) listens to: every change, and
+/// every message.
+pub(crate) const MESSAGE_CHANNELS: &[&str] = &[CHANNEL, INBOX_CHANNEL];
 /// How often a feed without a connection wakes the worker.
 const POLL: Duration = Duration::from_millis(250);
 /// Longest wait between two reconnection attempts.
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
 
-/// Runs until `stop`: listens, and polls while it cannot.
-pub(crate) async fn listen(store: PgStore, on_change: OnChange, stop: CancellationToken) {
+/// Runs until `stop`: listens on `channels`, and polls while it cannot.
+pub(crate) async fn listen(
+    store: PgStore,
+    channels: &'static [&'static str],
+    on_change: OnChange,
+    stop: CancellationToken,
+) {
     let mut backoff = POLL;
     let mut connected_before = false;
     while !stop.is_cancelled() {
-        match session(&store, &on_change, &stop, connected_before).await {
+        match session(&store, channels, &on_change, &stop, connected_before).await {
             Ok(()) => return,
             Err(e) => {
                 if connected_before {
@@ -53,6 +66,7 @@ pub(crate) async fn listen(store: PgStore, on_change: OnChange, stop: Cancellati
 /// One listening connection: returns Ok when stopped, Err when the connection failed.
 async fn session(
     store: &PgStore,
+    channels: &[&str],
     on_change: &OnChange,
     stop: &CancellationToken,
     _was_connected: bool,
@@ -79,8 +93,9 @@ async fn session(
         }
         Err("connection closed".to_string())
     });
+    let listen: String = channels.iter().map(|c| format!("LISTEN {c};")).collect();
     let listening = client
-        .batch_execute(&format!("LISTEN {CHANNEL}"))
+        .batch_execute(&listen)
         .await
         .map_err(|e| e.to_string());
     if let Err(e) = listening {

@@ -446,6 +446,10 @@ impl Engine for PgStore {
         .await)
     }
 
+    async fn inbox_newest_id(&self) -> EngineResult<i64> {
+        inbox::newest_id(&self.conn().await?).await
+    }
+
     async fn inbox_of_run(&self, run: RunId, limit: i64) -> EngineResult<Vec<Message>> {
         inbox::of_run(&self.conn().await?, run.as_str(), limit).await
     }
@@ -613,6 +617,12 @@ impl Engine for PgStore {
     }
 
     async fn change_feed(&self, on_change: OnChange, stop: CancellationToken) {
-        super::change_feed::listen(self.clone(), on_change, stop).await;
+        use super::change_feed::{WORKER_CHANNELS, listen};
+        listen(self.clone(), WORKER_CHANNELS, on_change, stop).await;
+    }
+
+    async fn message_feed(&self, on_change: OnChange, stop: CancellationToken) {
+        use super::change_feed::{MESSAGE_CHANNELS, listen};
+        listen(self.clone(), MESSAGE_CHANNELS, on_change, stop).await;
     }
 }

@@ -36,7 +36,9 @@ fn messages(rows: &[Row]) -> Result<Vec<Message>, StoreError> {
 
 /// Inserts messages (each with its data encoded) in one statement that first takes the inbox
 /// lock (see [`super::locks::INBOX`]): ids follow `msgs`' order and become visible in
-/// increasing order.
+/// increasing order. It also notifies [`super::change_feed::INBOX_CHANNEL`], so message
+/// feeds (the API's inbox streams and waits) wake at its commit even when the end that wrote
+/// it frees no slot (and so does not notify the workers' channel).
 pub(crate) async fn insert_many<C: GenericClient>(
     c: &C,
     msgs: &[(&NewMessage, &str)],
@@ -54,11 +56,12 @@ pub(crate) async fn insert_many<C: GenericClient>(
     let delivery: Vec<&str> = msgs.iter().map(|(m, _)| m.delivery.as_str()).collect();
     exec(
         c,
-        // The inbox lock first (a volatile CTE is evaluated before any row is made), in the
-        // same round trip.
-        "WITH lock AS MATERIALIZED (SELECT pg_advisory_xact_lock($9)) \
+        // The inbox lock first (a volatile CTE is evaluated before any row is made), and the
+        // notification, in the same round trip.
+        "WITH lock AS MATERIALIZED (SELECT pg_advisory_xact_lock($9)), \
+         note AS MATERIALIZED (SELECT pg_notify('toolq_inbox', '')) \
          INSERT INTO inbox (session_id, run_id, attempt, kind, body, data, delivery, created_at) \
-         SELECT s, r, a, k, b, d, v, $8 FROM lock, unnest($1::text[], $2::text[], $3::bigint[], \
+         SELECT s, r, a, k, b, d, v, $8 FROM lock, note, unnest($1::text[], $2::text[], $3::bigint[], \
          $4::text[], $5::text[], $6::text[], $7::text[]) WITH ORDINALITY AS u(s, r, a, k, b, d, v, n) \
          ORDER BY n",
         &[
@@ -80,7 +83,7 @@ pub(crate) async fn insert_many<C: GenericClient>(
 
 /// Inserts a batch's `batch_completed` message (no run: `run_id` NULL; `attempt` is the
 /// completion number), taking the inbox lock first as [`insert_many`] does, so its id is
-/// ordered with every other message's.
+/// ordered with every other message's, and notifying as it does.
 pub(crate) async fn insert_batch_message<C: GenericClient>(
     c: &C,
     session: &str,
@@ -91,9 +94,10 @@ pub(crate) async fn insert_batch_message<C: GenericClient>(
 ) -> Result<(), StoreError> {
     exec(
         c,
-        "WITH lock AS MATERIALIZED (SELECT pg_advisory_xact_lock($6)) \
+        "WITH lock AS MATERIALIZED (SELECT pg_advisory_xact_lock($6)), \
+         note AS MATERIALIZED (SELECT pg_notify('toolq_inbox', '')) \
          INSERT INTO inbox (session_id, run_id, attempt, kind, body, data, delivery, created_at) \
-         SELECT $1, NULL, $2, 'batch_completed', $3, $4, 'when_idle', $5 FROM lock",
+         SELECT $1, NULL, $2, 'batch_completed', $3, $4, 'when_idle', $5 FROM lock, note",
         &[
             &session,
             &completion,
@@ -126,6 +130,18 @@ pub(crate) async fn list<C: GenericClient>(
     )
     .await?;
     messages(&rows)
+}
+
+/// The newest message id of any session (0 when none).
+pub(crate) async fn newest_id<C: GenericClient>(c: &C) -> Result<i64, StoreError> {
+    let row = super::query_one(
+        c,
+        "SELECT coalesce(max(id), 0)::bigint FROM inbox",
+        &[],
+        "newest message id",
+    )
+    .await?;
+    get(&row, 0)
 }
 
 /// A page of a session's messages, newest first.

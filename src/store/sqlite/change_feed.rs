@@ -27,6 +27,12 @@ pub(crate) const PROBE_EVERY: Duration = Duration::from_millis(10);
 /// not report, and the bound on how long a dropped runtime waits for the probe thread.
 const WATCH_TIMEOUT: Duration = Duration::from_millis(100);
 
+/// [`PROBE_EVERY`] for the message feed (the HTTP API's inbox streams and waits): a pushed
+/// message should reach its client within a few ms of its commit (issue 37: p50 <= 5 ms) also
+/// while commits stream in, which pauses the watch. At 500 probes a second (~3% of a core on
+/// the benchmark VM, only while commits keep coming and only once an API client subscribed).
+pub(crate) const MESSAGE_PROBE_EVERY: Duration = Duration::from_millis(2);
+
 /// One probe: wakes this process's claim loop if anything was committed since the last one.
 pub(crate) fn wake_tick(
     on_change: &OnChange,
@@ -42,7 +48,15 @@ pub(crate) fn wake_tick(
 /// Runs the probe on its own blocking thread (no DB call on the async runtime's threads) until
 /// `stop` fires. If the probe cannot be opened or fails, the claim loop's poll interval
 /// remains the fallback.
-pub(super) async fn wake_loop(store: Store, on_change: OnChange, stop: CancellationToken) {
+///
+/// `every` paces the probe while commits stream in (or always, without a WAL watch): the
+/// workers' feed uses [`PROBE_EVERY`], the message feed [`MESSAGE_PROBE_EVERY`].
+pub(super) async fn wake_loop(
+    store: Store,
+    on_change: OnChange,
+    stop: CancellationToken,
+    every: Duration,
+) {
     // Also stop the thread when this future is dropped (a runtime shutting down without a
     // worker shutdown), or the runtime would wait forever for its blocking thread.
     let stop = stop.child_token();
@@ -51,7 +65,7 @@ pub(super) async fn wake_loop(store: Store, on_change: OnChange, stop: Cancellat
     let thread_stop = stop.clone();
     let thread_watch = watch.clone();
     let mut task = tokio::task::spawn_blocking(move || {
-        probe_thread(&store, &on_change, &thread_stop, thread_watch)
+        probe_thread(&store, &on_change, &thread_stop, thread_watch, every)
     });
     let ended = tokio::select! {
         ended = &mut task => ended,
@@ -83,6 +97,7 @@ fn probe_thread(
     on_change: &OnChange,
     stop: &CancellationToken,
     mut watch: Option<Arc<WalWatch>>,
+    every: Duration,
 ) {
     let mut probe = match ChangeProbe::open(store) {
         Ok(p) => p,
@@ -91,7 +106,7 @@ fn probe_thread(
             return;
         }
     };
-    let mut pacing = Pacing::default();
+    let mut pacing = Pacing::every(every);
     while !stop.is_cancelled() {
         let changed = match wake_tick(on_change, &mut probe) {
             Ok(c) => c,
@@ -101,10 +116,14 @@ fn probe_thread(
             }
         };
         let Some(w) = watch.clone() else {
-            std::thread::sleep(PROBE_EVERY);
+            std::thread::sleep(every);
             continue;
         };
-        match act_on(pacing.after_probe(changed, std::time::Instant::now()), &w) {
+        match act_on(
+            pacing.after_probe(changed, std::time::Instant::now()),
+            &w,
+            every,
+        ) {
             Then::Wait => {}
             Then::Probe => continue,
             Then::DropWatch => {
@@ -132,8 +151,9 @@ enum Then {
     DropWatch,
 }
 
-/// Carries out the pacing's verdict `next` on the watch `w`: sleeps, pauses or resumes it.
-fn act_on(next: Next, w: &WalWatch) -> Then {
+/// Carries out the pacing's verdict `next` on the watch `w`: sleeps (`every`), pauses or
+/// resumes it.
+fn act_on(next: Next, w: &WalWatch, every: Duration) -> Then {
     match next {
         Next::Wait => Then::Wait,
         Next::LookAgain => {
@@ -141,14 +161,14 @@ fn act_on(next: Next, w: &WalWatch) -> Then {
             Then::Probe
         }
         Next::Sleep => {
-            std::thread::sleep(PROBE_EVERY);
+            std::thread::sleep(every);
             Then::Probe
         }
         Next::Pause => {
             if let Err(e) = w.pause() {
                 tracing::debug!(error = %e, "could not pause the WAL watch");
             }
-            std::thread::sleep(PROBE_EVERY);
+            std::thread::sleep(every);
             Then::Probe
         }
         // Probe at once: a commit between the last probe and the new watch is not reported.
@@ -189,8 +209,10 @@ enum Next {
 }
 
 /// Decides, probe by probe, between sleeping in the watch and polling.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Pacing {
+    /// The polling pace (and what counts as commits streaming in).
+    every: Duration,
     /// A reported write the last probe did not see yet: the writer updates the `-shm` header
     /// just after its WAL frames, so look once more a little later.
     look_again: bool,
@@ -203,7 +225,25 @@ struct Pacing {
     paused: bool,
 }
 
+impl Default for Pacing {
+    fn default() -> Self {
+        Pacing::every(PROBE_EVERY)
+    }
+}
+
 impl Pacing {
+    /// Pacing that polls every `every` while commits stream in.
+    fn every(every: Duration) -> Self {
+        Pacing {
+            every,
+            look_again: false,
+            busy: 0,
+            last_change: None,
+            quiet: 0,
+            paused: false,
+        }
+    }
+
     /// After a probe at `now` that saw a commit (`changed`) or not.
     fn after_probe(&mut self, changed: bool, now: std::time::Instant) -> Next {
         if self.paused {
@@ -211,20 +251,20 @@ impl Pacing {
             if self.quiet < QUIET_PROBES {
                 return Next::Sleep;
             }
-            *self = Pacing::default();
+            *self = Pacing::every(self.every);
             return Next::Resume;
         }
         if changed {
             self.look_again = false;
             let streaming = self
                 .last_change
-                .is_some_and(|t| now.saturating_duration_since(t) < PROBE_EVERY);
+                .is_some_and(|t| now.saturating_duration_since(t) < self.every);
             self.busy = if streaming { self.busy + 1 } else { 1 };
             self.last_change = Some(now);
             if self.busy >= BUSY_PROBES {
                 *self = Pacing {
                     paused: true,
-                    ..Pacing::default()
+                    ..Pacing::every(self.every)
                 };
                 return Next::Pause;
             }

@@ -412,6 +412,10 @@ impl Engine for Store {
             .await
     }
 
+    async fn inbox_newest_id(&self) -> EngineResult<i64> {
+        self.read_async(inbox::newest_id).await
+    }
+
     async fn inbox_of_run(&self, run: RunId, limit: i64) -> EngineResult<Vec<Message>> {
         self.read_async(move |c| dashboard::messages_of_run(c, run.as_str(), limit))
             .await
@@ -600,6 +604,12 @@ impl Engine for Store {
     }
 
     async fn change_feed(&self, on_change: OnChange, stop: CancellationToken) {
-        super::change_feed::wake_loop(self.clone(), on_change, stop).await;
+        use super::change_feed::{PROBE_EVERY, wake_loop};
+        wake_loop(self.clone(), on_change, stop, PROBE_EVERY).await;
+    }
+
+    async fn message_feed(&self, on_change: OnChange, stop: CancellationToken) {
+        use super::change_feed::{MESSAGE_PROBE_EVERY, wake_loop};
+        wake_loop(self.clone(), on_change, stop, MESSAGE_PROBE_EVERY).await;
     }
 }

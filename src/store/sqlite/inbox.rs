@@ -104,6 +104,14 @@ pub fn list(
     rows.collect::<Result<_, _>>().ctx("read inbox")
 }
 
+/// The newest message id of any session (0 when none).
+pub fn newest_id(conn: &rusqlite::Connection) -> Result<i64, StoreError> {
+    conn.prepare_cached("SELECT coalesce(max(id), 0) FROM inbox")
+        .ctx("prepare newest message id")?
+        .query_row([], |r| r.get(0))
+        .ctx("newest message id")
+}
+
 /// Maps a row of `id, session_id, run_id, kind, body, data, delivery, created_at, read_at,
 /// acked_at` to a message.
 pub(crate) fn message_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Message> {
