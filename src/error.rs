@@ -360,7 +360,45 @@ pub enum Error {
     },
 }
 
+impl InputError {
+    /// A filter's value (`--session S`, `?session=S`): absent matches all; given, it must not
+    /// be empty or blank, which would match nothing.
+    pub fn non_blank_filter(
+        flag: &str,
+        value: Option<String>,
+    ) -> Result<Option<String>, InputError> {
+        match value {
+            Some(v) if v.is_empty() => Err(InputError::new(
+                flag,
+                v,
+                "must not be empty: a filter on an empty value matches nothing (leave the flag out to match all)",
+            )),
+            Some(v) if v.trim().is_empty() => Err(InputError::new(
+                flag,
+                v,
+                "must not be blank: a filter on a blank value matches nothing (leave the flag out to match all)",
+            )),
+            v => Ok(v),
+        }
+    }
+}
+
 impl Error {
+    /// A library error about one of the request's fields, shown with the text the user typed
+    /// for it: the library knows only the parsed value (`--timeout 0m` is echoed as "0m").
+    /// `typed` pairs the library's field names with the values given.
+    pub fn with_typed_values(self, typed: &[(&str, Option<&str>)]) -> Error {
+        match self {
+            Error::Input(mut ie) => {
+                if let Some((_, Some(text))) = typed.iter().find(|(f, _)| *f == ie.field) {
+                    ie.value = (*text).to_string();
+                }
+                Error::Input(ie)
+            }
+            e => e,
+        }
+    }
+
     /// The process exit code for this error: 2 for bad input, 1 for everything else.
     pub fn exit_code(&self) -> i32 {
         match self {

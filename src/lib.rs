@@ -49,7 +49,6 @@
 //!
 //! Execution is at-least-once; recording is exactly-once.
 
-pub mod api;
 pub mod approval;
 pub mod bulk;
 #[doc(hidden)]

@@ -71,7 +71,7 @@ pub(super) async fn dispatch(cli: Cli, host: RegistryBuilder, db_from_env: bool)
         Command::Completions(a) => return generate::completions(a, Cli::command()),
         Command::Man => return generate::man(Cli::command()),
         Command::Openapi => {
-            super::render::json(&crate::api::document());
+            super::render::json(&crate::web::api::document());
             return super::render::finish();
         }
         _ => {}

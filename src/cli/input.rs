@@ -42,34 +42,14 @@ pub(super) fn name_flags(e: Error) -> Error {
 /// an empty tool or session, so such a filter would list nothing and exit 0 as if there were
 /// no such runs (and `enqueue --session ''` is refused the same way).
 pub(crate) fn filter(flag: &str, value: Option<String>) -> Result<Option<String>, InputError> {
-    match value {
-        Some(v) if v.is_empty() => Err(InputError::new(
-            flag,
-            v,
-            "must not be empty: a filter on an empty value matches nothing (leave the flag out to match all)",
-        )),
-        Some(v) if v.trim().is_empty() => Err(InputError::new(
-            flag,
-            v,
-            "must not be blank: a filter on a blank value matches nothing (leave the flag out to match all)",
-        )),
-        v => Ok(v),
-    }
+    InputError::non_blank_filter(flag, value)
 }
 
 /// A library error about one of the request's fields, shown with the text the user typed for
 /// it: the library knows only the parsed value (`--timeout 0m` is echoed as "0m"). `typed`
 /// pairs the library's field names with the flag values given.
 pub(crate) fn as_typed(e: Error, typed: &[(&str, Option<&str>)]) -> Error {
-    match e {
-        Error::Input(mut ie) => {
-            if let Some((_, Some(text))) = typed.iter().find(|(f, _)| *f == ie.field) {
-                ie.value = (*text).to_string();
-            }
-            Error::Input(ie)
-        }
-        e => e,
-    }
+    e.with_typed_values(typed)
 }
 
 /// Parses a run id argument (exit 2 on a malformed id).

@@ -125,7 +125,7 @@ pub struct EnqueueAnswer {
 impl EnqueueAnswer {
     /// The answer for `enqueued`, a run of `tool` (in batch `batch`, when it joined one).
     pub fn new(
-        enqueued: &crate::core::Enqueued,
+        enqueued: &super::request::Enqueued,
         tool: &str,
         batch: Option<crate::ids::BatchId>,
     ) -> Self {
@@ -153,12 +153,12 @@ pub struct EnqueuedMany {
     /// Their ids, in the request's order.
     pub ids: Vec<RunId>,
     /// Each run, in the request's order.
-    pub runs: Vec<crate::core::Enqueued>,
+    pub runs: Vec<super::request::Enqueued>,
 }
 
 impl EnqueuedMany {
     /// The answer for `runs`, in request order.
-    pub fn new(runs: Vec<crate::core::Enqueued>) -> Self {
+    pub fn new(runs: Vec<super::request::Enqueued>) -> Self {
         Self {
             created: runs.iter().filter(|e| e.created).count(),
             enqueued: runs.len(),

@@ -8,6 +8,7 @@
 //! process's CSRF secret and a matching Origin; `--read-only` hides and refuses actions.
 
 mod actions;
+pub mod api;
 mod assets;
 pub(crate) mod auth;
 mod batch_view;
@@ -60,7 +61,7 @@ pub(crate) struct AppState {
     pub loopback: bool,
     pub overview: overview::Cache,
     /// The HTTP API's shared state (its change feed, its OpenAPI document).
-    pub api: crate::api::ApiState,
+    pub api: api::ApiState,
 }
 
 impl AppState {
@@ -118,7 +119,7 @@ impl WebServer {
             csrf: auth::secret(),
             loopback,
             overview: overview::Cache::default(),
-            api: crate::api::ApiState::default(),
+            api: api::ApiState::default(),
         });
         Ok(Self { listener, state })
     }
@@ -148,7 +149,7 @@ impl WebServer {
 }
 
 fn router(state: Arc<AppState>) -> Router {
-    dashboard(state.clone()).nest("/api/v1", crate::api::router(state))
+    dashboard(state.clone()).nest("/api/v1", api::router(state))
 }
 
 /// The dashboard's pages and actions, behind its guard (the API has its own).

@@ -5,14 +5,13 @@
 use std::path::Path;
 
 use chrono::{DateTime, Utc};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::{Args, batch_id, name_fields};
 use crate::cli::{Ctx, progress, render};
 use crate::client::EnqueueRequest;
 use crate::core::{BatchEnqueued, BatchRequest, OnComplete};
 use crate::error::{Error, InputError, Result};
-use crate::ids::RunId;
 use crate::run::EnqueuedMany;
 use crate::run::spec::{Parsed, RunSpec, at_request, resolve};
 

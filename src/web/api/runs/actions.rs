@@ -10,13 +10,13 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::{ID, run_id};
-use crate::api::ApiResult;
-use crate::api::body::{Body, Segments};
-use crate::api::route::Route;
 use crate::core::events::Signalled;
 use crate::error::Error;
 use crate::run::RunAnswer;
 use crate::web::AppState;
+use crate::web::api::ApiResult;
+use crate::web::api::body::{Body, Segments};
+use crate::web::api::route::Route;
 
 /// Who the API's decisions and events are recorded as.
 const ACTOR: &str = "api";

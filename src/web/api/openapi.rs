@@ -194,7 +194,7 @@ mod tests {
     #[test]
     fn the_checked_in_document_is_the_generated_one() {
         let checked_in: serde_json::Value =
-            serde_json::from_str(include_str!("../../docs/openapi.json"))
+            serde_json::from_str(include_str!("../../../docs/openapi.json"))
                 .expect("docs/openapi.json is JSON");
         let generated = document();
         assert!(

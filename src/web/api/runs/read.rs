@@ -10,16 +10,15 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::{ID, run_id};
-use crate::api::ApiResult;
-use crate::api::body::{Params, Segments};
-use crate::api::route::Route;
-use crate::cli::input::filter;
 use crate::client::RunDetail;
 use crate::error::InputError;
 use crate::ids::{BatchId, RunId};
 use crate::run::spec::parse_dur;
 use crate::run::{Run, RunFilter, RunState, WaitAnswer};
 use crate::web::AppState;
+use crate::web::api::ApiResult;
+use crate::web::api::body::{Params, Segments};
+use crate::web::api::route::Route;
 
 /// A wait's default length.
 const WAIT_DEFAULT: Duration = Duration::from_secs(30);
@@ -152,8 +151,8 @@ fn run_filter(q: &ListQuery) -> Result<RunFilter, InputError> {
         .map(|p| p.to_string());
     Ok(RunFilter {
         states,
-        tool: filter("tool", q.tool.clone())?,
-        session: filter("session", q.session.clone())?,
+        tool: InputError::non_blank_filter("tool", q.tool.clone())?,
+        session: InputError::non_blank_filter("session", q.session.clone())?,
         batch_id,
         parent_run_id,
         ..RunFilter::default()

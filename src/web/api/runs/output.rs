@@ -22,13 +22,13 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
 use super::{ID, run_id};
-use crate::api::body::{Params, Segments};
-use crate::api::route::Route;
-use crate::api::{ApiResult, Problem};
 use crate::error::{Error, InputError};
 use crate::ids::RunId;
 use crate::run::{Run, RunState};
 use crate::web::AppState;
+use crate::web::api::body::{Params, Segments};
+use crate::web::api::route::Route;
+use crate::web::api::{ApiResult, Problem};
 
 /// The most log bytes one event carries.
 const CHUNK: usize = 64 << 10;

@@ -8,15 +8,14 @@ use axum::http::StatusCode;
 use schemars::JsonSchema;
 use serde::Deserialize;
 
-use crate::api::ApiResult;
-use crate::api::body::Body;
-use crate::api::route::Route;
-use crate::cli::input::as_typed;
 use crate::error::{Error, InputError};
 use crate::ids::RunId;
 use crate::run::spec::{RunSpec, at_request, resolve};
 use crate::run::{EnqueueAnswer, EnqueuedMany};
 use crate::web::AppState;
+use crate::web::api::ApiResult;
+use crate::web::api::body::Body;
+use crate::web::api::route::Route;
 
 pub(super) fn routes() -> Vec<Route> {
     vec![
@@ -77,7 +76,7 @@ fn typed(spec: &RunSpec) -> [(&'static str, Option<String>); 2] {
 
 fn echo(e: Error, typed: &[(&'static str, Option<String>)]) -> Error {
     let typed: Vec<(&str, Option<&str>)> = typed.iter().map(|(f, v)| (*f, v.as_deref())).collect();
-    as_typed(e, &typed)
+    e.with_typed_values(&typed)
 }
 
 async fn enqueue(
