@@ -63,6 +63,27 @@ fn a_wrong_type_names_the_field() {
 }
 
 #[test]
+fn a_missing_field_is_named_with_its_path() {
+    let api = Api::new();
+    let p = api.post("/runs", &json!({"args": {}})).problem(400).clone();
+    assert_eq!(p["field"], "tool", "{p}");
+    let p = api
+        .post(
+            "/runs/many",
+            &json!({"runs": [{"tool": "echo"}, {"args": {}}]}),
+        )
+        .problem(400)
+        .clone();
+    assert_eq!(p["field"], "runs[1].tool", "{p}");
+    let p = api
+        .post("/batches", &json!({"title": "t"}))
+        .problem(400)
+        .clone();
+    assert_eq!(p["field"], "runs", "{p}");
+    assert_eq!(runs(&api), 0);
+}
+
+#[test]
 fn an_unknown_field_is_named() {
     let api = Api::new();
     let p = api

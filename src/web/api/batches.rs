@@ -2,7 +2,6 @@
 //! makes them and `toolq batch list|show|wait|cancel|retry` prints them (`--json`).
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::Json;
 use axum::extract::State;
@@ -13,22 +12,15 @@ use serde_json::{Value, json};
 
 use super::body::{Body, Params, Segments};
 use super::route::Route;
+use super::wait::{WaitQuery, hold};
 use super::{ApiError, ApiResult};
 use crate::bulk::{BulkAction, BulkAnswer, BulkOptions};
-use crate::config::parse_duration;
 use crate::core::{BatchEnqueued, BatchRequest, OnComplete};
 use crate::error::{Error, InputError};
 use crate::ids::BatchId;
 use crate::run::spec::{RunSpec, resolve};
 use crate::run::{Batch, BatchFilter, BatchWaited, RunFilter};
 use crate::web::AppState;
-
-/// How long a wait holds the request when the query gives no `timeout`.
-const DEFAULT_WAIT: Duration = Duration::from_secs(30);
-/// The longest `timeout` a wait accepts (a client repeats the wait to wait longer).
-const MAX_WAIT: Duration = Duration::from_secs(300);
-/// A waiting request reads the batch at least this often, even if the change feed is quiet.
-const WAIT_TICK: Duration = Duration::from_secs(1);
 
 pub(super) fn routes() -> Vec<Route> {
     vec![
@@ -153,15 +145,6 @@ pub(crate) struct BatchQuery {
     /// Only batches older than this one (`bt_...`: the last id of the previous page).
     #[serde(default)]
     before: Option<String>,
-}
-
-/// The query of `GET /batches/{id}/wait`.
-#[derive(Debug, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct WaitQuery {
-    /// How long to hold the request at most (`30s`, `2m`; default 30s, at most 5m).
-    #[serde(default)]
-    timeout: Option<String>,
 }
 
 /// The body of a batch's cancel or retry (optional).
@@ -308,43 +291,17 @@ async fn wait(
     Params(q): Params<WaitQuery>,
 ) -> ApiResult<Json<BatchWaited>> {
     let id = batch_id(&id)?;
-    let timeout = match &q.timeout {
-        None => DEFAULT_WAIT,
-        Some(t) => {
-            let d = parse_duration(t).map_err(|r| InputError::new("timeout", t, r))?;
-            if d > MAX_WAIT {
-                return Err(InputError::new(
-                    "timeout",
-                    t,
-                    "must be at most 5m (repeat the wait to wait longer)",
-                )
-                .into());
-            }
-            d
+    let length = q.length()?;
+    let batch = hold(&st, length, || {
+        let (client, id) = (st.client.clone(), id.clone());
+        async move {
+            let batch = client.batch(&id).await?;
+            let done = batch.is_complete();
+            Ok((batch, done))
         }
-    };
-    let deadline = tokio::time::Instant::now() + timeout;
-    let mut rx = st.api.feed.subscribe(&st.client);
-    loop {
-        // Seen before the read: a commit after it wakes the next wait.
-        rx.borrow_and_update();
-        let batch = st.client.batch(&id).await?;
-        let now = tokio::time::Instant::now();
-        if batch.is_complete() || now >= deadline || st.api.closing.is_cancelled() {
-            return Ok(Json(batch.waited()));
-        }
-        let until = deadline.min(now + WAIT_TICK);
-        tokio::select! {
-            woke = tokio::time::timeout_at(until, rx.changed()) => {
-                if let Ok(Err(_)) = woke {
-                    // The feed stopped (the server is shutting down): read on the tick alone.
-                    tokio::time::sleep_until(until).await;
-                }
-            }
-            // Shutting down: answer now with the batch as it is.
-            () = st.api.closing.cancelled() => {}
-        }
-    }
+    })
+    .await?;
+    Ok(Json(batch.waited()))
 }
 
 async fn cancel(

@@ -130,8 +130,16 @@ pub(crate) fn parse<T: DeserializeOwned>(bytes: &[u8], path: &str) -> Result<T, 
             },
         )
         .at(path);
-        if !syntax && field != "." {
-            p.field = Some(field);
+        if !syntax {
+            p.field = missing_field(&inner.to_string())
+                .map(|name| {
+                    if field == "." {
+                        name.to_string()
+                    } else {
+                        format!("{field}.{name}")
+                    }
+                })
+                .or((field != ".").then_some(field));
         }
         ApiError::from(p)
     })
@@ -195,4 +203,13 @@ impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for Segment
             }
         }
     }
+}
+
+/// The field serde names in "missing field `tool`", which its path does not include (the
+/// path ends at the object that lacks it).
+fn missing_field(message: &str) -> Option<&str> {
+    message
+        .strip_prefix("missing field `")?
+        .split_once('`')
+        .map(|(name, _)| name)
 }

@@ -22,6 +22,7 @@ mod route;
 mod runs;
 mod schedules;
 mod tools;
+mod wait;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, OnceLock};

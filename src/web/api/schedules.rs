@@ -249,17 +249,8 @@ async fn list(
     State(st): State<Arc<AppState>>,
     Params(q): Params<ScheduleQuery>,
 ) -> ApiResult<Json<Vec<Schedule>>> {
-    if let Some(s) = &q.session
-        && s.trim().is_empty()
-    {
-        return Err(InputError::new(
-            "session",
-            s,
-            "must not be blank: a filter on a blank value matches nothing (leave it out to match all)",
-        )
-        .into());
-    }
-    Ok(Json(st.client.list_schedules(q.session.as_deref()).await?))
+    let session = InputError::non_blank_filter("session", q.session)?;
+    Ok(Json(st.client.list_schedules(session.as_deref()).await?))
 }
 
 /// The `{id}` segment as a schedule id (`schedule id "bg_...": must start with "sch_"`).

@@ -93,6 +93,7 @@ const COVERED: &[(&str, &str)] = &[
     ("worker_overview", "workers::worker_overview_reads_workers_queue_and_schedules"),
     ("inbox_list", "workers::inbox_list_filters_after_an_id_and_unacked"),
     ("inbox_page", "workers::inbox_page_is_newest_first_before_or_after_an_id"),
+    ("inbox_newest_id", "workers::inbox_newest_id_is_the_largest_id_of_any_session"),
     ("inbox_of_run", "workers::inbox_of_run_is_oldest_first"),
     ("inbox_deliverable", "workers::inbox_deliverable_returns_the_sessions_unacked_of_the_modes"),
     ("inbox_mark", "workers::inbox_mark_touches_only_the_sessions_own_messages"),
@@ -103,6 +104,7 @@ const COVERED: &[(&str, &str)] = &[
     ("schedule_list", "schedules::schedule_reads_get_list_and_occurrences"),
     ("schedule_occurrences", "schedules::schedule_reads_get_list_and_occurrences"),
     ("schedule_cancel", "schedules::schedule_cancel_only_an_enabled_schedule"),
+    ("schedule_disable", "schedules::schedule_disable_only_an_enabled_schedule_and_does_not_mark_it_cancelled"),
     ("schedule_enable_within_limit", "schedules::schedule_enable_within_limit_holds_the_session_limit"),
     ("schedule_next_due", "schedules::schedule_next_due_is_the_earliest_enabled_tick"),
     ("schedule_claim_due", "schedules::schedule_claim_due_fires_a_tick_once"),
@@ -122,6 +124,7 @@ const COVERED: &[(&str, &str)] = &[
     ("wal_bytes", "observe::upkeep_reports_the_log_or_zeros"),
     ("checkpoint", "observe::upkeep_reports_the_log_or_zeros"),
     ("change_feed", "observe::change_feed_calls_back_after_another_connection_commits"),
+    ("message_feed", "observe::message_feed_calls_back_after_an_inbox_message_commits"),
 ];
 
 #[test]

@@ -312,3 +312,40 @@ async fn change_feed_calls_back_after_another_connection_commits() {
         .expect("the feed returns once stopped")
         .unwrap();
 }
+
+#[tokio::test]
+async fn message_feed_calls_back_after_an_inbox_message_commits() {
+    let env = TestEnv::new();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let seen = calls.clone();
+    let on_change: toolq::store::OnChange = Arc::new(move || {
+        seen.fetch_add(1, Ordering::SeqCst);
+    });
+    let stop = tokio_util::sync::CancellationToken::new();
+    let registry = toolq::RegistryBuilder::new()
+        .with_builtins()
+        .build()
+        .unwrap();
+    let watcher = toolq::Client::open(env.db.config(), registry).unwrap();
+    let feed = {
+        let stop = stop.clone();
+        tokio::spawn(async move { watcher.engine().message_feed(on_change, stop).await })
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let start = calls.load(Ordering::SeqCst);
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
+    while calls.load(Ordering::SeqCst) == start {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no call after a message committed"
+        );
+        // A cancelled run: its end writes its inbox message.
+        cancelled(&env, "s1").await;
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    stop.cancel();
+    tokio::time::timeout(std::time::Duration::from_secs(10), feed)
+        .await
+        .expect("the feed returns once stopped")
+        .unwrap();
+}

@@ -203,6 +203,38 @@ async fn schedule_cancel_only_an_enabled_schedule() {
 }
 
 #[tokio::test]
+async fn schedule_disable_only_an_enabled_schedule_and_does_not_mark_it_cancelled() {
+    let env = TestEnv::new();
+    let id = insert_schedule(&env, "s1", now(&env) + secs(60)).await;
+    assert!(
+        engine(&env)
+            .schedule_disable(id.clone(), now(&env))
+            .await
+            .unwrap()
+    );
+    let got = engine(&env)
+        .schedule_get(id.clone())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(!got.enabled);
+    assert_eq!(got.cancelled_at, None, "disabled, not cancelled");
+    assert!(
+        !engine(&env)
+            .schedule_disable(id.clone(), now(&env))
+            .await
+            .unwrap(),
+        "a disabled schedule is not disabled twice"
+    );
+    assert!(
+        !engine(&env)
+            .schedule_disable("sch_nothing".into(), now(&env))
+            .await
+            .unwrap()
+    );
+}
+
+#[tokio::test]
 async fn schedule_enable_within_limit_holds_the_session_limit() {
     let env = TestEnv::new();
     let a = insert_schedule(&env, "s1", now(&env) + secs(60)).await;

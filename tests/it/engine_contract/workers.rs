@@ -161,6 +161,28 @@ async fn inbox_list_filters_after_an_id_and_unacked() {
 }
 
 #[tokio::test]
+async fn inbox_newest_id_is_the_largest_id_of_any_session() {
+    let env = TestEnv::new();
+    assert_eq!(engine(&env).inbox_newest_id().await.unwrap(), 0);
+    let s1 = three(&env, "s1").await;
+    assert_eq!(engine(&env).inbox_newest_id().await.unwrap(), s1[2]);
+    cancelled(&env, "s2").await;
+    let s2 = ids(&engine(&env)
+        .inbox_list(
+            "s2".into(),
+            InboxFilter {
+                limit: 10,
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap());
+    assert_eq!(s2.len(), 1);
+    assert!(s2[0] > s1[2]);
+    assert_eq!(engine(&env).inbox_newest_id().await.unwrap(), s2[0]);
+}
+
+#[tokio::test]
 async fn inbox_page_is_newest_first_before_or_after_an_id() {
     let env = TestEnv::new();
     let mut all = Vec::new();

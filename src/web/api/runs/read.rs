@@ -2,7 +2,6 @@
 //! `toolq show --json` prints) and `GET /runs/{id}/wait` (a long poll until the run ends).
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::Json;
 use axum::extract::State;
@@ -13,17 +12,12 @@ use super::{ID, run_id};
 use crate::client::RunDetail;
 use crate::error::InputError;
 use crate::ids::{BatchId, RunId};
-use crate::run::spec::parse_dur;
 use crate::run::{Run, RunFilter, RunState, WaitAnswer};
 use crate::web::AppState;
 use crate::web::api::ApiResult;
 use crate::web::api::body::{Params, Segments};
 use crate::web::api::route::Route;
-
-/// A wait's default length.
-const WAIT_DEFAULT: Duration = Duration::from_secs(30);
-/// A wait's longest length (a proxy between client and server may cut longer requests).
-const WAIT_MAX: Duration = Duration::from_secs(300);
+use crate::web::api::wait::{WaitQuery, hold};
 
 pub(super) fn routes() -> Vec<Route> {
     vec![
@@ -93,14 +87,6 @@ pub(crate) struct RunsPage {
     pub runs: Vec<Run>,
     /// The `cursor` of the next page; null when this page is the last.
     pub next: Option<String>,
-}
-
-/// How long `GET /runs/{id}/wait` waits.
-#[derive(Debug, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct WaitQuery {
-    /// Answer after this long at the latest (`10s`, `2m`; default 30s, at most 5m).
-    pub timeout: Option<String>,
 }
 
 /// Where a waited-for run stands (`toolq wait --json`), and the run.
@@ -204,44 +190,18 @@ async fn wait(
     Params(q): Params<WaitQuery>,
 ) -> ApiResult<Json<WaitReply>> {
     let id = run_id(&id)?;
-    let limit = match &q.timeout {
-        None => WAIT_DEFAULT,
-        Some(t) => {
-            let d = parse_dur("timeout", t)?;
-            if d > WAIT_MAX {
-                return Err(InputError::new(
-                    "timeout",
-                    t,
-                    "is longer than the longest wait, 5m (wait again after it answers)",
-                )
-                .into());
-            }
-            d
+    let length = q.length()?;
+    let run = hold(&st, length, || {
+        let (client, id) = (st.client.clone(), id.clone());
+        async move {
+            let run = client.get(&id).await?;
+            let done = run.state.is_final();
+            Ok((run, done))
         }
-    };
-    let deadline = tokio::time::Instant::now() + limit;
-    // Subscribed before the first read: a commit between the read and the wait still wakes.
-    let mut changes = st.api.feed.subscribe(&st.client);
-    loop {
-        changes.borrow_and_update();
-        let run = st.client.get(&id).await?;
-        let closing = st.api.closing.is_cancelled();
-        if run.state.is_final() || closing || tokio::time::Instant::now() >= deadline {
-            return Ok(Json(WaitReply {
-                at: WaitAnswer::of(&run),
-                run,
-            }));
-        }
-        tokio::select! {
-            changed = changes.changed() => {
-                if changed.is_err() {
-                    // The feed stopped (the server is shutting down): answer at the deadline.
-                    tokio::time::sleep_until(deadline).await;
-                }
-            }
-            () = tokio::time::sleep_until(deadline) => {}
-            // Shutting down: answer now with the run as it is (ended false).
-            () = st.api.closing.cancelled() => {}
-        }
-    }
+    })
+    .await?;
+    Ok(Json(WaitReply {
+        at: WaitAnswer::of(&run),
+        run,
+    }))
 }
