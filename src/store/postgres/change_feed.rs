@@ -93,7 +93,13 @@ async fn session(
         }
         Err("connection closed".to_string())
     });
-    let listen: String = channels.iter().map(|c| format!("LISTEN {c};")).collect();
+    // One channel reads `LISTEN toolq_changes` in pg_stat_activity, as before the inbox
+    // channel existed (operators and tests look for it).
+    let listen = channels
+        .iter()
+        .map(|c| format!("LISTEN {c}"))
+        .collect::<Vec<_>>()
+        .join("; ");
     let listening = client
         .batch_execute(&listen)
         .await

@@ -276,24 +276,37 @@ async fn upkeep_reports_the_log_or_zeros() {
     }
 }
 
-#[tokio::test]
-async fn change_feed_calls_back_after_another_connection_commits() {
-    let env = TestEnv::new();
+/// The two feeds of the contract.
+#[derive(Clone, Copy)]
+enum Feed {
+    /// `change_feed`, after any commit (here: a run's insert).
+    Changes,
+    /// `message_feed`, after an inbox message commits (here: a cancelled run's end).
+    Messages,
+}
+
+/// Runs `feed` on a client of its own (its engine is 'static) and commits until it calls
+/// back, failing after 20 s; then it must return once stopped.
+async fn assert_calls_back(env: &TestEnv, feed: Feed) {
     let calls = Arc::new(AtomicUsize::new(0));
     let seen = calls.clone();
     let on_change: toolq::store::OnChange = Arc::new(move || {
         seen.fetch_add(1, Ordering::SeqCst);
     });
     let stop = tokio_util::sync::CancellationToken::new();
-    // The feed runs until stopped, on a client of its own (its engine is 'static).
     let registry = toolq::RegistryBuilder::new()
         .with_builtins()
         .build()
         .unwrap();
     let watcher = toolq::Client::open(env.db.config(), registry).unwrap();
-    let feed = {
+    let task = {
         let stop = stop.clone();
-        tokio::spawn(async move { watcher.engine().change_feed(on_change, stop).await })
+        tokio::spawn(async move {
+            match feed {
+                Feed::Changes => watcher.engine().change_feed(on_change, stop).await,
+                Feed::Messages => watcher.engine().message_feed(on_change, stop).await,
+            }
+        })
     };
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
     let start = calls.load(Ordering::SeqCst);
@@ -303,49 +316,29 @@ async fn change_feed_calls_back_after_another_connection_commits() {
             tokio::time::Instant::now() < deadline,
             "no call after a commit"
         );
-        queued(&env, "s1").await;
+        match feed {
+            Feed::Changes => {
+                queued(env, "s1").await;
+            }
+            Feed::Messages => {
+                cancelled(env, "s1").await;
+            }
+        }
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
     stop.cancel();
-    tokio::time::timeout(std::time::Duration::from_secs(10), feed)
+    tokio::time::timeout(std::time::Duration::from_secs(10), task)
         .await
         .expect("the feed returns once stopped")
         .unwrap();
 }
 
 #[tokio::test]
+async fn change_feed_calls_back_after_another_connection_commits() {
+    assert_calls_back(&TestEnv::new(), Feed::Changes).await;
+}
+
+#[tokio::test]
 async fn message_feed_calls_back_after_an_inbox_message_commits() {
-    let env = TestEnv::new();
-    let calls = Arc::new(AtomicUsize::new(0));
-    let seen = calls.clone();
-    let on_change: toolq::store::OnChange = Arc::new(move || {
-        seen.fetch_add(1, Ordering::SeqCst);
-    });
-    let stop = tokio_util::sync::CancellationToken::new();
-    let registry = toolq::RegistryBuilder::new()
-        .with_builtins()
-        .build()
-        .unwrap();
-    let watcher = toolq::Client::open(env.db.config(), registry).unwrap();
-    let feed = {
-        let stop = stop.clone();
-        tokio::spawn(async move { watcher.engine().message_feed(on_change, stop).await })
-    };
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-    let start = calls.load(Ordering::SeqCst);
-    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
-    while calls.load(Ordering::SeqCst) == start {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "no call after a message committed"
-        );
-        // A cancelled run: its end writes its inbox message.
-        cancelled(&env, "s1").await;
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
-    stop.cancel();
-    tokio::time::timeout(std::time::Duration::from_secs(10), feed)
-        .await
-        .expect("the feed returns once stopped")
-        .unwrap();
+    assert_calls_back(&TestEnv::new(), Feed::Messages).await;
 }
