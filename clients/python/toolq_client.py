@@ -174,24 +174,24 @@ class Client:
         """A run, as ``toolq show --json`` prints it."""
         return self._get("/runs/%s" % _q(run_id))
 
+    def _long_poll(self, path, timeout, poll):
+        """Repeats the long poll ``GET path?timeout=`` (each at most ``poll`` seconds) until it
+        answers ``ended``, or ``timeout`` seconds in all passed (None: as long as it takes);
+        answers the last answer."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = poll if deadline is None else min(poll, deadline - time.monotonic())
+            left = max(left, 0.001)
+            answer = self._get(path, query={"timeout": _seconds(left)}, timeout=left + self.timeout)
+            if answer.get("ended") or (deadline is not None and time.monotonic() >= deadline):
+                return answer
+
     def wait(self, run_id, timeout=None, poll=_POLL):
         """Waits until the run ended: repeats the long poll ``GET /runs/{id}/wait`` (each at most
         ``poll`` seconds) until it answers ``ended``, or ``timeout`` seconds in all passed
         (None: as long as it takes). Answers the last answer (``{"id", "state", "ended",
         "error"}``); check ``ended`` when you gave a timeout."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            left = poll if deadline is None else min(poll, deadline - time.monotonic())
-            left = max(left, 0.001)
-            answer = self._get(
-                "/runs/%s/wait" % _q(run_id),
-                query={"timeout": _seconds(left)},
-                timeout=left + self.timeout,
-            )
-            if isinstance(answer, list):
-                answer = answer[0] if answer else {}
-            if answer.get("ended") or (deadline is not None and time.monotonic() >= deadline):
-                return answer
+        return self._long_poll("/runs/%s/wait" % _q(run_id), timeout, poll)
 
     def result(self, run_id):
         """A run's result (``toolq result --json``)."""
@@ -252,17 +252,7 @@ class Client:
     def wait_batch(self, batch_id, timeout=None, poll=_POLL):
         """Waits until every run of the batch is final, repeating the long poll (as
         :meth:`wait`). Answers ``toolq batch wait --json``'s shape; check ``ended``."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            left = poll if deadline is None else min(poll, deadline - time.monotonic())
-            left = max(left, 0.001)
-            answer = self._get(
-                "/batches/%s/wait" % _q(batch_id),
-                query={"timeout": _seconds(left)},
-                timeout=left + self.timeout,
-            )
-            if answer.get("ended") or (deadline is not None and time.monotonic() >= deadline):
-                return answer
+        return self._long_poll("/batches/%s/wait" % _q(batch_id), timeout, poll)
 
     def cancel_batch(self, batch_id, dry_run=False):
         """Cancels every unfinished run of the batch (``toolq batch cancel --json``)."""
