@@ -1,4 +1,4 @@
--- toolq schema, version 14 (stored in PRAGMA user_version; src/store/migrate.rs upgrades older files).
+-- toolq schema, version 15 (stored in PRAGMA user_version; src/store/migrate.rs upgrades older files).
 --
 -- This file is the whole schema. It is embedded in the binary and applied by `toolq init`
 -- (or by any command that opens a new database). Ops people: this is your interface.
@@ -71,7 +71,7 @@ CREATE TABLE runs (
     approval_at           TEXT,
     approval_note         TEXT,
     cancel_requested_at   TEXT                               -- a running run is asked to stop
-, unique_key TEXT, background INTEGER NOT NULL DEFAULT 0 CHECK (background IN (0, 1)), wait_kind TEXT CHECK (wait_kind IS NULL OR wait_kind = 'sleep' OR wait_kind = 'event' OR wait_kind = 'snooze' OR wait_kind = 'check' OR wait_kind = 'resume' OR wait_kind = 'children' OR wait_kind = 'parents'), wait_event TEXT, snoozes INTEGER NOT NULL DEFAULT 0, batch_id TEXT, parent_run_id TEXT, deps_pending INTEGER NOT NULL DEFAULT 0);
+, unique_key TEXT, background INTEGER NOT NULL DEFAULT 0 CHECK (background IN (0, 1)), wait_kind TEXT CHECK (wait_kind IS NULL OR wait_kind = 'sleep' OR wait_kind = 'event' OR wait_kind = 'snooze' OR wait_kind = 'check' OR wait_kind = 'resume' OR wait_kind = 'children' OR wait_kind = 'parents'), wait_event TEXT, snoozes INTEGER NOT NULL DEFAULT 0, batch_id TEXT, parent_run_id TEXT, deps_pending INTEGER NOT NULL DEFAULT 0, tags TEXT, traceparent TEXT);
 -- unique_key (version 7): hex SHA-256 of tool and canonical args; NULL unless enqueued unique.
 -- background (version 12): 1 for a run started in the background (spawn_background, a
 -- Background-mode tool through the executor); spawn_background's limits count these only.
@@ -79,6 +79,7 @@ CREATE TABLE runs (
 -- out of them, so an enqueue commits fewer index pages.
 -- wait_kind, wait_event, snoozes (version 13): see "Durable runs" at the end.
 -- batch_id, parent_run_id, deps_pending (version 14): see "Composition" at the end.
+-- tags, traceparent (version 15): see "Tags and traces" at the end.
 -- Background runs only (version 12): spawn_background's per-session count seeks it.
 CREATE INDEX runs_background_idx ON runs (session_id, state, run_at) WHERE background = 1;
 CREATE UNIQUE INDEX runs_idempotency_idx ON runs (idempotency_key) WHERE idempotency_key IS NOT NULL;
@@ -168,7 +169,7 @@ CREATE TABLE schedules (
     updated_at         TEXT NOT NULL,
     cancelled_at       TEXT,
     CHECK ((cron_expression IS NULL) <> (scheduled_at IS NULL))  -- exactly one of the two
-);
+, tags TEXT);
 -- Due-schedule lookup.
 CREATE INDEX schedules_due_idx ON schedules (next_trigger_at) WHERE enabled = 1 AND next_trigger_at IS NOT NULL;
 CREATE INDEX schedules_session_idx ON schedules (session_id, enabled);
@@ -454,3 +455,18 @@ SELECT r.id, r.session_id, r.tool, r.deps_pending,
        (SELECT group_concat(d.parent_id, ',') FROM run_deps d
         WHERE d.child_id = r.id AND d.resolved IS NULL) AS waiting_for
 FROM runs r WHERE r.state = 'queued' AND r.wait_kind = 'parents';
+
+-- Tags and traces (version 15): runs.tags and schedules.tags (a JSON object of text values,
+-- written once; a schedule's are copied to each run it fires), run_tags (one 'key=value' row
+-- per tag, the index of `runs --tag`) and runs.traceparent (the W3C trace context of the span
+-- that enqueued the run). See migrations/015_tags_traces.sql.
+CREATE TABLE run_tags (
+    run_id  TEXT NOT NULL,                      -- the tagged run (deleted with it)
+    tag     TEXT NOT NULL,                      -- 'key=value'
+    PRIMARY KEY (run_id, tag)
+) WITHOUT ROWID;
+-- `runs --tag customer=acme`: the runs with a tag, newest id last.
+CREATE INDEX run_tags_tag_idx ON run_tags (tag, run_id);
+CREATE TRIGGER runs_delete_tags AFTER DELETE ON runs WHEN old.tags IS NOT NULL BEGIN
+    DELETE FROM run_tags WHERE run_id = old.id;
+END;

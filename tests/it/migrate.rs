@@ -714,3 +714,71 @@ fn a_version_13_file_gains_composition_and_keeps_its_rows_and_waits() {
         .unwrap();
     assert_eq!(edges, 1);
 }
+
+/// Migration 14 as files had it (version 13 above, then this).
+const MIGRATION_14: &str = include_str!("../../migrations/014_composition.sql");
+
+/// Version 14 -> 15 (issue 39): runs and schedules gain `tags` (none for the rows already
+/// there), runs gain `traceparent`, and `run_tags` indexes tags; deleting a tagged run by hand
+/// deletes its tag rows, and an untagged run's delete touches none.
+#[test]
+fn a_version_14_file_gains_tags_and_traces_and_keeps_its_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let (old, new) = (dir.path().join("v14.db"), dir.path().join("new.db"));
+    {
+        let c = Connection::open(&old).unwrap();
+        c.execute_batch(SCHEMA_V9).unwrap();
+        for step in [
+            MIGRATION_10,
+            MIGRATION_11,
+            MIGRATION_12,
+            MIGRATION_13,
+            MIGRATION_14,
+        ] {
+            c.execute_batch(step).unwrap();
+            let cookie: i64 = c
+                .query_row("PRAGMA schema_version", [], |r| r.get(0))
+                .unwrap();
+            c.execute_batch(&format!("PRAGMA schema_version = {}", cookie + 1))
+                .unwrap();
+        }
+        c.execute_batch(
+            "PRAGMA user_version = 14;
+             INSERT INTO runs (id, session_id, tool, args, title, run_at, created_at)
+               VALUES ('bg_old', 's1', 'echo', '{}', 'old', '2026-01-01T00:00:00.000Z',
+                       '2026-01-01T00:00:00.000Z');",
+        )
+        .unwrap();
+    }
+    let o = upgrade(&old, &new);
+    assert_intact(&o);
+    let row: (Option<String>, Option<String>) = o
+        .query_row(
+            "SELECT tags, traceparent FROM runs WHERE id = 'bg_old'",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    assert_eq!(row, (None, None));
+    o.execute_batch(
+        "INSERT INTO runs (id, session_id, tool, args, title, run_at, created_at, tags)
+           VALUES ('bg_tagged', 's1', 'echo', '{}', 'tagged', '2026-01-01T00:00:00.000Z',
+                   '2026-01-01T00:00:00.000Z', '{\"customer\":\"acme\"}');
+         INSERT INTO run_tags (run_id, tag) VALUES ('bg_tagged', 'customer=acme');",
+    )
+    .unwrap();
+    let tagged: String = o
+        .query_row(
+            "SELECT run_id FROM run_tags WHERE tag = 'customer=acme'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(tagged, "bg_tagged");
+    o.execute_batch("DELETE FROM runs WHERE id IN ('bg_old', 'bg_tagged')")
+        .unwrap();
+    let left: i64 = o
+        .query_row("SELECT count(*) FROM run_tags", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(left, 0, "a deleted run's tags go with it");
+}

@@ -258,7 +258,10 @@ fn a_version_3_database_gains_composition_and_keeps_its_rows() {
     );
     let o = toolq(&db, &["init"]);
     assert!(o.status.success(), "{}", stderr(&o));
-    assert_eq!(db.count("SELECT max(version) FROM schema_version"), 4);
+    assert_eq!(
+        db.count("SELECT max(version) FROM schema_version"),
+        toolq::store::postgres::SCHEMA_VERSION
+    );
     assert_eq!(
         db.count(
             "SELECT count(*) FROM runs WHERE id = 'bg_old' AND batch_id IS NULL \
@@ -304,6 +307,68 @@ fn a_version_3_database_gains_composition_and_keeps_its_rows() {
         )
         .is_err()
     );
+    let o = toolq(&db, &["worker", "--drain"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        db.text("SELECT state FROM runs WHERE id = 'bg_old'")
+            .as_deref(),
+        Some("completed")
+    );
+}
+
+/// Schema version 4 -> 5 (issue 39): `toolq init` adds `runs.tags`, `runs.traceparent`,
+/// `schedules.tags` (none for the rows already there) and `run_tags`; a tagged run's tag rows
+/// go with it, and the worker runs the old rows.
+#[test]
+fn a_version_4_database_gains_tags_and_traces_and_keeps_its_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = TestDb::at(dir.path());
+    for step in [
+        include_str!("../../migrations/postgres/001_schema.sql"),
+        include_str!("../../migrations/postgres/002_background_runs.sql"),
+        include_str!("../../migrations/postgres/003_durable_runs.sql"),
+        include_str!("../../migrations/postgres/004_composition.sql"),
+    ] {
+        db.exec(step);
+    }
+    db.exec(
+        "CREATE TABLE schema_version (version BIGINT PRIMARY KEY, applied_at TEXT NOT NULL);
+         INSERT INTO schema_version (version, applied_at) VALUES (1, '2026-01-01T00:00:00.000Z'),
+           (2, '2026-01-02T00:00:00.000Z'), (3, '2026-01-03T00:00:00.000Z'),
+           (4, '2026-01-04T00:00:00.000Z');
+         INSERT INTO runs (id, session_id, tool, args, title, run_at, created_at)
+           VALUES ('bg_old', 's1', 'echo', '{\"message\":\"hi\"}', 'old one',
+                   '2026-01-01T00:00:00.000Z', '2026-01-01T00:00:00.000Z');",
+    );
+    let o = toolq(&db, &["init"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        db.count("SELECT max(version) FROM schema_version"),
+        toolq::store::postgres::SCHEMA_VERSION
+    );
+    assert_eq!(
+        db.count(
+            "SELECT count(*) FROM runs WHERE id = 'bg_old' AND tags IS NULL \
+             AND traceparent IS NULL"
+        ),
+        1
+    );
+    assert_eq!(db.count("SELECT count(*) FROM run_tags"), 0);
+    assert!(
+        db.try_exec("UPDATE runs SET tags = 'not json' WHERE id = 'bg_old'")
+            .is_err(),
+        "tags are JSON"
+    );
+    db.exec(
+        "INSERT INTO runs (id, session_id, tool, args, title, run_at, created_at, tags, state,
+                           finished_at)
+           VALUES ('bg_tagged', 's1', 'echo', '{}', 'tagged', '2026-01-01T00:00:00.000Z',
+                   '2026-01-01T00:00:00.000Z', '{\"customer\":\"acme\"}', 'completed',
+                   '2026-01-01T00:00:01.000Z');
+         INSERT INTO run_tags (run_id, tag) VALUES ('bg_tagged', 'customer=acme');
+         DELETE FROM runs WHERE id = 'bg_tagged';",
+    );
+    assert_eq!(db.count("SELECT count(*) FROM run_tags"), 0);
     let o = toolq(&db, &["worker", "--drain"]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert_eq!(

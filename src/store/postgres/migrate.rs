@@ -9,7 +9,7 @@ use crate::error::StoreError;
 use crate::store::OpenMode;
 
 /// The schema version this build writes and understands (Postgres numbers its own).
-pub const SCHEMA_VERSION: i64 = 4;
+pub const SCHEMA_VERSION: i64 = 5;
 
 /// Ordered steps: `STEPS[i]` creates version `i + 1` from version `i`.
 const STEPS: &[&str] = &[
@@ -17,6 +17,7 @@ const STEPS: &[&str] = &[
     include_str!("../../../migrations/postgres/002_background_runs.sql"),
     include_str!("../../../migrations/postgres/003_durable_runs.sql"),
     include_str!("../../../migrations/postgres/004_composition.sql"),
+    include_str!("../../../migrations/postgres/005_tags_traces.sql"),
 ];
 
 /// What the database holds before we touch it.
