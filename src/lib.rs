@@ -82,8 +82,8 @@ pub use core::{BatchCreated, BatchRequest, OnComplete};
 pub use error::{Error, InputError, Result};
 pub use ids::{BatchId, RunId, ScheduleId, WorkerId};
 pub use run::{
-    Delivery, Journal, Progress, Run, RunAnswer, RunEvent, RunFilter, RunState, StepRecord, Unique,
-    UniqueBy, WaitKind, Waiting,
+    Delivery, Journal, Progress, Run, RunAnswer, RunEvent, RunFilter, RunState, StepRecord, Tags,
+    Unique, UniqueBy, WaitKind, Waiting,
 };
 pub use schedule::{MissedPolicy, OverlapPolicy, Schedule, ScheduleDetail, ScheduleRequest};
 #[doc(hidden)]

@@ -77,6 +77,7 @@ mod spawn_background;
 mod sqlite_build;
 mod stats_size;
 mod status;
+mod tags;
 mod tools;
 mod typed_tools;
 mod wakeup;

@@ -148,6 +148,8 @@ mod spawn_background;
 mod stats_size;
 #[path = "../it/status.rs"]
 mod status;
+#[path = "../it/tags.rs"]
+mod tags;
 #[path = "../it/tools.rs"]
 mod tools;
 #[path = "../it/wakeup.rs"]
