@@ -21,7 +21,13 @@ pub fn runs_table(now: DateTime<Utc>, runs: &[Run]) -> Markup {
                         tr data-id=(r.id.as_str()) {
                             td.mono { a href={ "/runs/" (r.id.as_str()) } { (short(r.id.as_str())) } }
                             td { (run_state(r)) }
-                            td.title { (r.title) }
+                            td.title {
+                                (r.title)
+                                // Each tag links to the runs that carry it.
+                                @for (k, v) in r.tags.iter() {
+                                    " " (tag_link(k, v))
+                                }
+                            }
                             td { (r.tool) }
                             td { a href={ "/sessions/" (encode(&r.session_id)) } { (r.session_id) } }
                             td.n { (r.attempt) "/" (r.max_attempts) }
@@ -34,6 +40,12 @@ pub fn runs_table(now: DateTime<Utc>, runs: &[Run]) -> Markup {
             }
         }
     }
+}
+
+/// A tag as a chip linking to the runs list filtered by it.
+pub fn tag_link(key: &str, value: &str) -> Markup {
+    let tag = format!("{key}={value}");
+    html! { a.tag href={ "/runs?tag=" (encode(&tag)) } { (tag) } }
 }
 
 /// A run's progress (nothing when it reported none); `compact` leaves out the detail line.

@@ -213,6 +213,7 @@ fn a_bulk_page_walks_the_primary_key() {
         created_after: Some(chrono::Utc::now()),
         batch_id: None,
         parent_run_id: None,
+        tags: Default::default(),
     };
     for f in [filter, RunFilter::default()] {
         let plan = plan(&super::bulk::select_sql(&f).0);
@@ -279,4 +280,42 @@ fn background_limits_read_their_indexes() {
         "{head:?}"
     );
     assert!(!head.iter().any(|d| d.contains("TEMP B-TREE")), "{head:?}");
+}
+
+/// `runs --tag` walks `run_tags_tag_idx` for its first tag, newest id first, and reads each
+/// run by its key: no scan of the runs, no sort. A bulk page with a tag still walks the
+/// primary key (the tag's runs a list built once from the same index).
+#[test]
+fn a_tag_filter_reads_the_tag_index() {
+    use crate::run::{ListFilter, RunFilter, Tags};
+    let two = Tags::parse_all(["customer=acme", "env=prod"]).expect("tags");
+    let list = plan(&super::runs::list_sql(&ListFilter {
+        tags: two.clone(),
+        tool: Some("t".into()),
+        limit: 50,
+        ..ListFilter::default()
+    }));
+    assert!(
+        list.iter()
+            .any(|d| d.contains("run_tags_tag_idx") && d.contains("tag=?")),
+        "{list:?}"
+    );
+    assert!(
+        list.iter().any(|d| d.contains("sqlite_autoindex_runs_1 (id=?)")),
+        "{list:?}"
+    );
+    assert!(!list.iter().any(|d| d.contains("TEMP B-TREE")), "{list:?}");
+    assert!(!list.iter().any(|d| d.starts_with("SCAN runs")), "{list:?}");
+    let bulk = plan(
+        &super::bulk::select_sql(&RunFilter {
+            tags: two,
+            ..RunFilter::default()
+        })
+        .0,
+    );
+    assert!(
+        bulk.iter().any(|d| d.contains("run_tags_tag_idx")),
+        "{bulk:?}"
+    );
+    assert!(!bulk.iter().any(|d| d.contains("TEMP B-TREE")), "{bulk:?}");
 }

@@ -27,8 +27,9 @@ pub fn get(conn: &rusqlite::Connection, id: &str) -> Result<Option<Run>, StoreEr
         .ctx("get run")
 }
 
-/// Lists runs, newest first.
-pub fn list(conn: &rusqlite::Connection, f: &ListFilter) -> Result<Vec<Run>, StoreError> {
+/// The SELECT of [`list`] for `f`'s shape: named parameters `:state`, `:session`, `:tool`,
+/// `:schedule`, `:batch`, `:parent`, `:limit` and `:tag0`.. (one per tag).
+pub(crate) fn list_sql(f: &ListFilter) -> String {
     // A batch's or a parent's runs are read through their own index (ids sort by creation).
     let (from, order) = match (&f.batch_id, &f.parent_run_id) {
         // Tagged runs: walked from `run_tags_tag_idx` (tag, run_id), newest id first, each
@@ -52,18 +53,21 @@ pub fn list(conn: &rusqlite::Connection, f: &ListFilter) -> Result<Vec<Run>, Sto
             "created_at DESC, id DESC",
         ),
     };
-    let tags: Vec<String> = f.tags.rows().collect();
-    let names: Vec<String> = (0..tags.len()).map(|i| format!(":tag{i}")).collect();
-    let more_tags: String = names
-        .iter()
-        .skip(1)
-        .map(|n| format!(" AND EXISTS (SELECT 1 FROM run_tags m WHERE m.run_id = runs.id AND m.tag = {n})"))
+    let more_tags: String = (1..f.tags.len())
+        .map(|i| format!(" AND EXISTS (SELECT 1 FROM run_tags m WHERE m.run_id = runs.id AND m.tag = :tag{i})"))
         .collect();
-    let sql = format!(
+    format!(
         "SELECT {RUN_COLUMNS} FROM {from} AND (:state IS NULL OR state = :state) \
          AND (:session IS NULL OR session_id = :session) AND (:tool IS NULL OR tool = :tool) \
          AND (:schedule IS NULL OR schedule_id = :schedule){more_tags} ORDER BY {order} LIMIT :limit"
-    );
+    )
+}
+
+/// Lists runs, newest first.
+pub fn list(conn: &rusqlite::Connection, f: &ListFilter) -> Result<Vec<Run>, StoreError> {
+    let sql = list_sql(f);
+    let tags: Vec<String> = f.tags.rows().collect();
+    let names: Vec<String> = (0..tags.len()).map(|i| format!(":tag{i}")).collect();
     let mut stmt = conn.prepare_cached(&sql).ctx("prepare list runs")?;
     let state = f.state.map(|s| s.as_str());
     let mut params: Vec<(&str, &dyn rusqlite::ToSql)> = vec![

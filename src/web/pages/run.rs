@@ -182,6 +182,9 @@ fn head(st: &AppState, v: &RunView) -> Markup {
         div #head data-live {
             h1.runtitle { (state(r.state.as_str())) " " span #title { (r.title) } }
             p.mono.dim { (id) }
+            @if !r.tags.is_empty() {
+                p #tags { @for (k, v) in r.tags.iter() { (crate::web::runs_table::tag_link(k, v)) " " } }
+            }
             @if let Some(w) = &r.waiting {
                 @if w.kind == WaitKind::Parents {
                     @let open = v.links.parents.iter().filter(|d| d.resolved.is_none()).count();

@@ -123,6 +123,7 @@ fn filter_form(st: &AppState, f: &Filter) -> Markup {
             label { "Session " input name="session" value=(f.session) size="12"; }
             label { "Schedule " input name="schedule" value=(f.schedule) size="14"; }
             label { "Batch " input name="batch" value=(f.batch) placeholder="bt_…" size="14"; }
+            label title="key=value; several separated by commas, all must match" { "Tag " input name="tag" value=(f.tag) placeholder="key=value" size="14"; }
             label { "Newer than " input name="newer_than" value=(f.newer_than) placeholder="2h" size="5"; }
             label { "Older than " input name="older_than" value=(f.older_than) placeholder="7d" size="5"; }
             button type="submit" { "Filter" }
