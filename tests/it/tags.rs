@@ -4,9 +4,9 @@
 //! tags refused with exit 2 writing nothing; prune removes a run's run_tags rows.
 
 use serde_json::{Value, json};
-use toolq::run::Tags;
 use toolq::retention::PruneOptions;
 use toolq::run::ListFilter;
+use toolq::run::Tags;
 use toolq::{BulkOptions, EnqueueRequest, RunFilter, RunId};
 
 use crate::schedules::rows;
@@ -84,16 +84,40 @@ async fn the_cli_enqueues_and_lists_by_tag() {
     let one = json_out(&toolq(
         db,
         &[
-            "--json", "enqueue", "echo", "--args", ARGS, "--tag", "customer=acme", "--tag", "env=prod",
+            "--json",
+            "enqueue",
+            "echo",
+            "--args",
+            ARGS,
+            "--tag",
+            "customer=acme",
+            "--tag",
+            "env=prod",
         ],
     ));
     let two = json_out(&toolq(
         db,
-        &["--json", "enqueue", "echo", "--args", ARGS, "--tag", "customer=acme"],
+        &[
+            "--json",
+            "enqueue",
+            "echo",
+            "--args",
+            ARGS,
+            "--tag",
+            "customer=acme",
+        ],
     ));
     let _other = json_out(&toolq(
         db,
-        &["--json", "enqueue", "echo", "--args", ARGS, "--tag", "customer=globex"],
+        &[
+            "--json",
+            "enqueue",
+            "echo",
+            "--args",
+            ARGS,
+            "--tag",
+            "customer=globex",
+        ],
     ));
     // An enqueue file's line carries "tags".
     let file = env.dir.path().join("runs.jsonl");
@@ -133,7 +157,14 @@ async fn the_cli_enqueues_and_lists_by_tag() {
         "every tag must match"
     );
     assert_eq!(
-        ids(&["--tag", "customer=acme", "--tag", "batch=f", "--tool", "echo"]),
+        ids(&[
+            "--tag",
+            "customer=acme",
+            "--tag",
+            "batch=f",
+            "--tool",
+            "echo"
+        ]),
         [three]
     );
     assert!(ids(&["--tag", "customer=nobody"]).is_empty());
@@ -170,7 +201,12 @@ async fn bad_tags_exit_2_naming_the_tag_and_write_nothing() {
     ];
     cases.push((many, "at most 16"));
     for (items, rule) in &cases {
-        let mut args = vec!["enqueue".to_string(), "echo".into(), "--args".into(), ARGS.into()];
+        let mut args = vec![
+            "enqueue".to_string(),
+            "echo".into(),
+            "--args".into(),
+            ARGS.into(),
+        ];
         for i in items {
             args.push(format!("--tag={i}"));
         }
@@ -178,18 +214,43 @@ async fn bad_tags_exit_2_naming_the_tag_and_write_nothing() {
         let out = toolq(&env.db, &args);
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{items:?}: {err}");
-        assert!(err.contains("tag") && err.contains(rule), "{items:?}: {err}");
+        assert!(
+            err.contains("tag") && err.contains(rule),
+            "{items:?}: {err}"
+        );
     }
     // The filters check them too.
     let out = toolq(&env.db, &["runs", "--tag", "nokey"]);
     assert_eq!(out.status.code(), Some(2));
-    let out = toolq(&env.db, &["schedule", "add", "echo", "--args", ARGS, "--cron", "* * * * *", "--tag", "_x=1"]);
+    let out = toolq(
+        &env.db,
+        &[
+            "schedule",
+            "add",
+            "echo",
+            "--args",
+            ARGS,
+            "--cron",
+            "* * * * *",
+            "--tag",
+            "_x=1",
+        ],
+    );
     assert_eq!(out.status.code(), Some(2));
     // A file line's bad tags name the line; the library refuses a bad map.
     let file = env.dir.path().join("bad.jsonl");
-    std::fs::write(&file, "{\"tool\": \"echo\", \"args\": {\"message\": \"x\"}, \"tags\": {\"bad key\": \"v\"}}\n").unwrap();
+    std::fs::write(
+        &file,
+        "{\"tool\": \"echo\", \"args\": {\"message\": \"x\"}, \"tags\": {\"bad key\": \"v\"}}\n",
+    )
+    .unwrap();
     let out = toolq(&env.db, &["enqueue", "--file", file.to_str().unwrap()]);
-    assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let map: Tags = serde_json::from_value(json!({"ok": "1", "bad key": "2"})).unwrap();
     let e = env
         .client
@@ -231,7 +292,16 @@ async fn a_schedule_copies_its_tags_to_every_run_it_fires() {
     let out = toolq(
         &env.db,
         &[
-            "--json", "schedule", "add", "echo", "--args", ARGS, "--cron", "0 * * * *", "--tag", "team=web",
+            "--json",
+            "schedule",
+            "add",
+            "echo",
+            "--args",
+            ARGS,
+            "--cron",
+            "0 * * * *",
+            "--tag",
+            "team=web",
         ],
     );
     assert_eq!(json_out(&out)["tags"], json!({"team": "web"}));
@@ -274,7 +344,10 @@ async fn spawn_background_tags_its_run_and_the_caller_keeps_its_own() {
         panic!("{out:?}")
     };
     assert!(m.contains("tag") && m.contains("1-256"), "{m}");
-    assert_eq!(env.count("SELECT count(*) FROM runs WHERE tool = 'counter'"), 1);
+    assert_eq!(
+        env.count("SELECT count(*) FROM runs WHERE tool = 'counter'"),
+        1
+    );
 }
 
 #[tokio::test]
@@ -328,4 +401,79 @@ async fn prune_removes_the_tag_rows_of_the_runs_it_deletes() {
     assert!(!report.dry_run);
     assert_eq!(env.count("SELECT count(*) FROM runs"), 0);
     assert_eq!(env.count("SELECT count(*) FROM run_tags"), 0);
+}
+
+#[test]
+fn the_api_takes_tags_and_filters_by_them_and_the_dashboard_shows_them() {
+    let api = crate::api::Api::new();
+    let one = api.post(
+        "/runs",
+        &json!({"tool": "echo", "args": {"message": "x"}, "tags": {"customer": "acme", "env": "prod"}}),
+    );
+    assert_eq!(one.status, 201, "{one:?}");
+    let one = one.body["id"].as_str().unwrap().to_string();
+    let many = api.post(
+        "/runs/many",
+        &json!({"runs": [
+            {"tool": "echo", "args": {"message": "y"}, "tags": {"customer": "acme"}},
+            {"tool": "echo", "args": {"message": "z"}},
+        ]}),
+    );
+    assert_eq!(many.status, 201, "{many:?}");
+    let ids = |query: &str| -> Vec<String> {
+        let a = api.get(&format!("/runs?{query}"));
+        assert_eq!(a.status, 200, "{a:?}");
+        a.body["runs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["id"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(ids("tag=customer%3Dacme").len(), 2);
+    assert_eq!(ids("tag=customer=acme&tag=env=prod"), [one.clone()]);
+    assert_eq!(
+        ids("tag=customer=acme&tag=env=prod&state=queued&limit=5"),
+        [one.clone()]
+    );
+    assert!(ids("tag=customer=globex").is_empty());
+    // Each run's JSON carries its tags ({} when none) and traceparent.
+    let all = api.get("/runs");
+    for r in all.body["runs"].as_array().unwrap() {
+        assert!(
+            r["tags"].is_object() && r.get("traceparent").is_some(),
+            "{r}"
+        );
+    }
+    let got = api.get(&format!("/runs/{one}"));
+    assert_eq!(
+        got.body["tags"],
+        json!({"customer": "acme", "env": "prod"}),
+        "{got:?}"
+    );
+
+    // Bad tags: 400 naming the tag, nothing written.
+    let bad = api.post(
+        "/runs",
+        &json!({"tool": "echo", "args": {"message": "x"}, "tags": {"bad key": "v"}}),
+    );
+    let p = bad.problem(400);
+    assert!(p.to_string().contains("bad key=v"), "{p}");
+    let bad = api.get("/runs?tag=novalue");
+    assert!(bad.problem(400).to_string().contains("key=value"));
+    assert_eq!(ids("limit=100").len(), 3);
+
+    // The dashboard: the tag filter narrows the list, and each row shows its tags.
+    let page = ureq::get(format!("{}/runs?tag=env%3Dprod", api.base))
+        .call()
+        .unwrap()
+        .body_mut()
+        .read_to_string()
+        .unwrap();
+    assert!(page.contains(&one), "the tagged run is listed");
+    assert_eq!(page.matches("data-id=").count(), 1, "only it");
+    assert!(
+        page.contains(r#"<a class="tag" href="/runs?tag=customer%3Dacme">customer=acme</a>"#),
+        "{page}"
+    );
 }

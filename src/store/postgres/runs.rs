@@ -49,7 +49,12 @@ pub(crate) async fn list<C: GenericClient>(c: &C, f: &ListFilter) -> Result<Vec<
     // Tagged runs (`runs --tag`): each tag's runs through `run_tags_tag_idx`, newest id first.
     let tags: Vec<String> = f.tags.rows().collect();
     let tagged: String = (0..tags.len())
-        .map(|i| format!(" AND id IN (SELECT run_id FROM run_tags WHERE tag = ${})", 8 + i))
+        .map(|i| {
+            format!(
+                " AND id IN (SELECT run_id FROM run_tags WHERE tag = ${})",
+                8 + i
+            )
+        })
         .collect();
     let sql = format!(
         "SELECT {RUN_COLUMNS} FROM runs WHERE {batch} AND {parent} \

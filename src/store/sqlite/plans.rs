@@ -301,7 +301,8 @@ fn a_tag_filter_reads_the_tag_index() {
         "{list:?}"
     );
     assert!(
-        list.iter().any(|d| d.contains("sqlite_autoindex_runs_1 (id=?)")),
+        list.iter()
+            .any(|d| d.contains("sqlite_autoindex_runs_1 (id=?)")),
         "{list:?}"
     );
     assert!(!list.iter().any(|d| d.contains("TEMP B-TREE")), "{list:?}");

@@ -198,7 +198,9 @@ fn read_call(args: &Value) -> Result<Call, ToolOutcome> {
         None | Some(Value::Null) => crate::run::Tags::new(),
         Some(t) => serde_json::from_value::<std::collections::BTreeMap<String, String>>(t.clone())
             .map_err(|_| {
-                ToolOutcome::tool_error("Invalid parameter: tags (an object of text values expected)")
+                ToolOutcome::tool_error(
+                    "Invalid parameter: tags (an object of text values expected)",
+                )
             })
             .and_then(|m| {
                 crate::run::Tags::from_map(m)
