@@ -147,16 +147,10 @@ impl Tool for SpawnBackground {
             Err(refusal) => return refusal,
         };
         let title = title_of(&ctx.args, &call.tool, &display_name);
-        let Call {
-            tool,
-            args,
-            signal,
-            schedule,
-            tags,
-        } = call;
-        match schedule {
-            Some(s) => create_monitor(&*host, &ctx, tool, args, title, signal, s, tags).await,
-            None => start_run(&*host, &ctx, tool, args, title, signal, tags).await,
+        let mut call = call;
+        match call.schedule.take() {
+            Some(s) => create_monitor(&*host, &ctx, call, title, s).await,
+            None => start_run(&*host, &ctx, call, title).await,
         }
     }
 }
@@ -256,13 +250,17 @@ fn title_of(args: &Value, tool: &str, display_name: &str) -> String {
 async fn create_monitor(
     host: &dyn ToolHost,
     ctx: &ToolContext,
-    tool: String,
-    args: Value,
+    call: Call,
     title: String,
-    signal: bool,
     s: ScheduleArgs,
-    tags: crate::run::Tags,
 ) -> ToolOutcome {
+    let Call {
+        tool,
+        args,
+        signal,
+        tags,
+        ..
+    } = call;
     let mut req = ScheduleRequest::new(tool.clone(), args, s.cron, s.at)
         .timezone(s.timezone)
         .session(ctx.session_id.clone());
@@ -291,12 +289,16 @@ async fn create_monitor(
 async fn start_run(
     host: &dyn ToolHost,
     ctx: &ToolContext,
-    tool: String,
-    args: Value,
+    call: Call,
     title: String,
-    signal: bool,
-    tags: crate::run::Tags,
 ) -> ToolOutcome {
+    let Call {
+        tool,
+        args,
+        signal,
+        tags,
+        ..
+    } = call;
     // A tool registered in Background mode brings its scheduling (the message's delivery).
     let mode = host.registry().get(&tool).map(|e| e.mode.clone());
     let run = BackgroundRun {
