@@ -466,6 +466,19 @@ fn the_api_takes_tags_and_filters_by_them_and_the_dashboard_shows_them() {
     assert!(bad.problem(400).to_string().contains("key=value"));
     assert_eq!(ids("limit=100").len(), 3);
 
+    // A schedule made through the API keeps its tags for the runs it fires.
+    let s = api.post(
+        "/schedules",
+        &json!({"tool": "echo", "args": {"message": "t"}, "cron": "0 * * * *", "tags": {"team": "ops"}}),
+    );
+    assert_eq!(s.status, 201, "{s:?}");
+    assert_eq!(s.body["tags"], json!({"team": "ops"}));
+    let bad = api.post(
+        "/schedules",
+        &json!({"tool": "echo", "args": {"message": "t"}, "cron": "0 * * * *", "tags": {"team": ""}}),
+    );
+    assert!(bad.problem(400).to_string().contains("1-256"));
+
     // The dashboard: the tag filter narrows the list, and each row shows its tags.
     let page = ureq::get(format!("{}/runs?tag=env%3Dprod", api.base))
         .call()
