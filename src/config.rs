@@ -247,13 +247,25 @@ mod tests {
         let other = c.retry_policy("http");
         assert_eq!((other.max_attempts, other.retry_on), (4, RetryOn::DEFAULT));
         assert_eq!(c.limits["http"].max_running, Some(3));
-        assert_eq!(Config::parse("[limits.x]\nretry_on = []\n", "c").unwrap().retry_policy("x").retry_on, RetryOn::NONE);
+        assert_eq!(
+            Config::parse("[limits.x]\nretry_on = []\n", "c")
+                .unwrap()
+                .retry_policy("x")
+                .retry_on,
+            RetryOn::NONE
+        );
         for (text, key) in [
             ("[limits.x]\nmax_attempts = 1001\n", "limits.x.max_attempts"),
             ("[limits.x]\nbackoff_max = \"0s\"\n", "limits.x.backoff_max"),
-            ("[limits.x]\nbackoff_base = \"soon\"\n", "limits.x.backoff_base"),
+            (
+                "[limits.x]\nbackoff_base = \"soon\"\n",
+                "limits.x.backoff_base",
+            ),
             ("[limits.x]\nretry_on = [\"crash\"]\n", "limits.x.retry_on"),
-            ("[limits.x]\nbackoff_max = \"100ms\"\n", "limits.x.backoff_max"),
+            (
+                "[limits.x]\nbackoff_max = \"100ms\"\n",
+                "limits.x.backoff_max",
+            ),
             (
                 "[tools.t]\ncommand = [\"x\"]\nretry_on = []\n[limits.t]\nretry_on = [\"timeout\"]\n",
                 "limits.t.retry_on",

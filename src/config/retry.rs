@@ -255,7 +255,10 @@ fn one(
             return Err(bad(
                 &key(k),
                 value,
-                format!("{other} is set too ({}); give it in one place", origin(other)),
+                format!(
+                    "{other} is set too ({}); give it in one place",
+                    origin(other)
+                ),
             ));
         }
         entry.set_at.insert(k, key(k));
@@ -272,11 +275,18 @@ fn one(
         claim("max_attempts", entry, n.to_string())?;
         entry.max_attempts = Some(n);
     }
-    for (k, v) in [("backoff_base", r.backoff_base), ("backoff_max", r.backoff_max)] {
+    for (k, v) in [
+        ("backoff_base", r.backoff_base),
+        ("backoff_max", r.backoff_max),
+    ] {
         let Some(s) = v else { continue };
         let d = match parse_duration(&s) {
             Ok(d) if d.is_zero() => {
-                return Err(bad(&key(k), format!("{s:?}"), "must be greater than zero".into()));
+                return Err(bad(
+                    &key(k),
+                    format!("{s:?}"),
+                    "must be greater than zero".into(),
+                ));
             }
             Ok(d) => d,
             Err(reason) => return Err(bad(&key(k), format!("{s:?}"), reason)),
@@ -294,8 +304,7 @@ fn one(
             match FailureKind::parse(s) {
                 Some(k) => kinds.push(k),
                 None => {
-                    let allowed: Vec<&str> =
-                        FailureKind::ALL.iter().map(|k| k.as_str()).collect();
+                    let allowed: Vec<&str> = FailureKind::ALL.iter().map(|k| k.as_str()).collect();
                     return Err(bad(
                         &key("retry_on"),
                         format!("{s:?}"),

@@ -238,10 +238,8 @@ fn failed(
     if policy.retries(f.kind_of, run.attempt, run.max_attempts) {
         let delay = backoff(
             run.attempt,
-            chrono::Duration::from_std(policy.backoff_base)
-                .unwrap_or(chrono::Duration::seconds(1)),
-            chrono::Duration::from_std(policy.backoff_max)
-                .unwrap_or(chrono::Duration::minutes(10)),
+            chrono::Duration::from_std(policy.backoff_base).unwrap_or(chrono::Duration::seconds(1)),
+            chrono::Duration::from_std(policy.backoff_max).unwrap_or(chrono::Duration::minutes(10)),
             jitter,
         );
         rec.outcome = Outcome::Retry(crate::clock::saturating_add(now, delay));
@@ -461,8 +459,10 @@ mod tests {
                 decide_with(&only, 3, end.clone()),
                 Outcome::Final(RunState::Failed)
             );
-            let others: Vec<FailureKind> =
-                FailureKind::ALL.into_iter().filter(|k| *k != kind).collect();
+            let others: Vec<FailureKind> = FailureKind::ALL
+                .into_iter()
+                .filter(|k| *k != kind)
+                .collect();
             assert_eq!(
                 decide_with(&with(&others), 1, end),
                 Outcome::Final(RunState::Failed),

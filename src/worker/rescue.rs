@@ -80,7 +80,15 @@ pub fn decide_rescue(
         );
         AttemptEnd::WorkerLost(reason_text(reason).to_string(), detail)
     };
-    decide(run, end, SinkSnapshot::default(), defaults, policy, now, jitter)
+    decide(
+        run,
+        end,
+        SinkSnapshot::default(),
+        defaults,
+        policy,
+        now,
+        jitter,
+    )
 }
 
 /// One rescue pass over the database, as an operator tool (or a test) runs it: it spares
@@ -281,9 +289,8 @@ mod tests {
         let now = at("2026-11-01T12:00:00Z");
         let run = crate::run::running_fixture(1, 3);
         let mut policy = RetryPolicy::of_runs(&d);
-        policy.retry_on = crate::config::retry::RetryOn::of(&[
-            crate::config::retry::FailureKind::Timeout,
-        ]);
+        policy.retry_on =
+            crate::config::retry::RetryOn::of(&[crate::config::retry::FailureKind::Timeout]);
         let rec = decide_rescue(&run, RescueReason::OwnerDied, &d, &policy, now, 0.5);
         assert_eq!(rec.outcome, Outcome::Final(RunState::Failed));
         policy.retry_on = crate::config::retry::RetryOn::DEFAULT;
