@@ -384,5 +384,9 @@ async fn prune_dry_run_prints_the_counts_by_outcome() {
         text.contains("6 (completed 2, failed 2, cancelled 2)"),
         "{text}"
     );
-    assert_eq!(env.count("SELECT count(*) FROM runs"), 6, "a dry run deletes nothing");
+    assert_eq!(
+        env.count("SELECT count(*) FROM runs"),
+        6,
+        "a dry run deletes nothing"
+    );
 }
