@@ -111,7 +111,7 @@ async fn each_failure_kind_retries_as_its_tools_policy_says() {
 }
 
 #[tokio::test]
-async fn schedules_take_the_tools_max_attempts() {
+async fn schedules_and_batches_take_the_tools_max_attempts() {
     let env = env_with(POLICIES);
     let s = env
         .client
@@ -127,6 +127,29 @@ async fn schedules_take_the_tools_max_attempts() {
     req.max_attempts = Some(7);
     let s = env.client.create_schedule(req).await.unwrap();
     assert_eq!(s.max_attempts, 7, "the schedule's own count wins");
+
+    // A batch's runs and its callback run: divide's count too.
+    let created = env
+        .client
+        .create_batch(
+            toolq::BatchRequest {
+                session: "s1".into(),
+                title: None,
+                on_complete: Some(toolq::OnComplete {
+                    tool: "divide".into(),
+                    args: json!({"a": 1, "b": 1}),
+                }),
+            },
+            vec![EnqueueRequest::new("divide", json!({"a": 4, "b": 2})).session("s1")],
+        )
+        .await
+        .unwrap();
+    let run = env.client.get(&created.runs[0].run_id).await.unwrap();
+    assert_eq!(run.max_attempts, 2);
+    env.drain().await;
+    let b = env.client.batch(&created.batch_id).await.unwrap();
+    let callback: RunId = b.callback_run_id.expect("a callback run").parse().unwrap();
+    assert_eq!(env.client.get(&callback).await.unwrap().max_attempts, 2);
 }
 
 /// A claim through the engine contract by a worker that has no row, so the next rescue
