@@ -81,7 +81,9 @@ pub(super) async fn dispatch(cli: Cli, host: RegistryBuilder, db_from_env: bool)
     // These need no database: they neither open nor create one.
     let command = match cli.command {
         Command::Tools(a) => return tools::run(&registry, cli.json, a),
-        Command::Config(a) => return config::run(&layers, cli.json, &a),
+        Command::Config(a) => {
+            return config::run(&layers, &config, &registry.names(), cli.json, &a);
+        }
         Command::Schedule(schedule::Args {
             command: schedule::Sub::Preview(a),
         }) => return schedule::preview(cli.json, a),

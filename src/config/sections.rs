@@ -45,8 +45,13 @@ impl Default for WebConfig {
 pub struct RetentionConfig {
     /// Whether workers prune automatically.
     pub enabled: bool,
-    /// Finished runs (with their logs, results and messages) are kept this long.
+    /// Finished runs (with their logs, results and messages) are kept this long; completed
+    /// runs always, failed and cancelled ones unless their own keys say otherwise.
     pub finished_runs: Duration,
+    /// Failed runs are kept this long (default: `finished_runs`).
+    pub failed_runs: Duration,
+    /// Cancelled runs are kept this long (default: `finished_runs`).
+    pub cancelled_runs: Duration,
     /// Finished runs whose message is still unacknowledged are kept this long.
     pub unacked_runs: Duration,
     /// Acknowledged inbox messages are kept this long after the acknowledgement.
@@ -64,6 +69,8 @@ impl Default for RetentionConfig {
         Self {
             enabled: true,
             finished_runs: Duration::from_secs(7 * DAY),
+            failed_runs: Duration::from_secs(7 * DAY),
+            cancelled_runs: Duration::from_secs(7 * DAY),
             unacked_runs: Duration::from_secs(30 * DAY),
             acked_inbox: Duration::from_secs(7 * DAY),
             occurrences: Duration::from_secs(30 * DAY),

@@ -273,9 +273,13 @@ pub(super) fn maintenance(
 ) -> Result<(RetentionConfig, WalConfig), ConfigError> {
     let (r, w) = (r.unwrap_or_default(), w.unwrap_or_default());
     let (dr, dw) = (RetentionConfig::default(), WalConfig::default());
+    let finished_runs = c.duration("retention.finished_runs", r.finished_runs, dr.finished_runs)?;
     let retention = RetentionConfig {
         enabled: r.enabled.unwrap_or(dr.enabled),
-        finished_runs: c.duration("retention.finished_runs", r.finished_runs, dr.finished_runs)?,
+        finished_runs,
+        // Unset, an outcome is kept as long as finished runs are (the one age before these).
+        failed_runs: c.duration("retention.failed_runs", r.failed_runs, finished_runs)?,
+        cancelled_runs: c.duration("retention.cancelled_runs", r.cancelled_runs, finished_runs)?,
         unacked_runs: c.duration("retention.unacked_runs", r.unacked_runs, dr.unacked_runs)?,
         acked_inbox: c.duration("retention.acked_inbox", r.acked_inbox, dr.acked_inbox)?,
         occurrences: c.duration("retention.occurrences", r.occurrences, dr.occurrences)?,
@@ -336,6 +340,10 @@ pub(super) fn limits(
                 ),
             ));
         }
+        // A table with retry keys only limits nothing: no entry, so claims see no limit.
+        if max_running.is_none() && rate.is_none() {
+            continue;
+        }
         out.insert(name, ToolLimit { max_running, rate });
     }
     for (name, t) in tools {
@@ -344,6 +352,27 @@ pub(super) fn limits(
         }
     }
     Ok(out)
+}
+
+/// The retry keys of `[limits.NAME]` and `[tools.NAME]`, taken out of both tables and
+/// merged per tool (`retry::merge`); a key given in both places is an error naming both.
+pub(super) fn retries(
+    c: &Checker<'_>,
+    limits: &mut BTreeMap<String, FileLimit>,
+    tools: &mut BTreeMap<String, super::command_tools::FileCommandTool>,
+    runs: &RunDefaults,
+) -> Result<BTreeMap<String, super::retry::ToolRetry>, ConfigError> {
+    let from_limits = limits
+        .iter_mut()
+        .map(|(n, l)| (n.clone(), l.take_retry()))
+        .collect();
+    let from_tools = tools
+        .iter_mut()
+        .map(|(n, t)| (n.clone(), t.take_retry()))
+        .collect();
+    let bad = |key: &str, value: String, reason: String| c.bad(key, value, reason);
+    let origin = |key: &str| c.origin(key);
+    super::retry::merge(from_limits, from_tools, runs, &bad, &origin)
 }
 
 /// `[web]`: a token that is not blank, an address that parses.

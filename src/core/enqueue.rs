@@ -32,7 +32,11 @@ impl Core {
         let entry = self.registry().validate(&req.tool, &req.args)?;
         check_priority(req.priority)?;
         check_run_at(req.run_at)?;
-        let max_attempts = req.max_attempts.unwrap_or(self.config().runs.max_attempts);
+        // The run's own count wins; else its tool's retry policy (`[limits.NAME]`/`[tools.NAME]`),
+        // else `runs.max_attempts`. Resolved here, so a schedule keeps the count it was made with.
+        let max_attempts = req
+            .max_attempts
+            .unwrap_or_else(|| self.config().retry_policy(&req.tool).max_attempts);
         check_max_attempts(max_attempts)?;
         let timeout_ms = timeout_ms(req.timeout)?;
         check_idempotency_key(req.idempotency_key.as_deref())?;

@@ -210,6 +210,7 @@ fn settlement(
                 end,
                 sink.final_snapshot(),
                 defaults,
+                &core.config().retry_policy(&run.tool),
                 core.now(),
                 rand::random::<f64>(),
             );

@@ -67,6 +67,7 @@ mod ops;
 mod output;
 mod readme;
 mod retries;
+mod retry_policy;
 mod routing;
 mod run_end_log;
 mod schedule_cli;

@@ -130,6 +130,8 @@ mod ops;
 mod output;
 #[path = "../it/retries.rs"]
 mod retries;
+#[path = "../it/retry_policy.rs"]
+mod retry_policy;
 #[path = "../it/routing.rs"]
 mod routing;
 #[path = "../it/run_end_log.rs"]
