@@ -480,4 +480,26 @@ mod tests {
         });
         assert_eq!(decide_with(&all, 1, conn), Outcome::Final(RunState::Failed));
     }
+
+    #[test]
+    fn a_run_past_its_snooze_limit_fails_even_when_tool_errors_retry() {
+        let d = Config::default().runs;
+        let mut run = crate::run::running_fixture(1, 3);
+        run.snoozes = d.max_snoozes;
+        let policy = RetryPolicy {
+            retry_on: crate::config::retry::RetryOn::of(&FailureKind::ALL),
+            ..RetryPolicy::of_runs(&d)
+        };
+        let rec = decide(
+            &run,
+            AttemptEnd::Returned(ToolOutcome::Snooze(std::time::Duration::from_secs(1))),
+            SinkSnapshot::default(),
+            &d,
+            &policy,
+            now(),
+            0.5,
+        );
+        assert_eq!(rec.outcome, Outcome::Final(RunState::Failed));
+        assert!(rec.error.unwrap().contains("runs.max_snoozes"));
+    }
 }

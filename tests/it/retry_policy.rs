@@ -61,6 +61,9 @@ retry_on = ["tool_error"]
 [limits.fail]
 retry_on = ["timeout", "worker_lost"]
 
+[limits.sleep]
+max_attempts = 4
+
 [limits.hang]
 max_attempts = 2
 backoff_base = "20s"
@@ -150,6 +153,35 @@ async fn schedules_and_batches_take_the_tools_max_attempts() {
     let b = env.client.batch(&created.batch_id).await.unwrap();
     let callback: RunId = b.callback_run_id.expect("a callback run").parse().unwrap();
     assert_eq!(env.client.get(&callback).await.unwrap().max_attempts, 2);
+
+    // A run spawn_background starts: its tool's count too.
+    let spawn = env
+        .client
+        .registry()
+        .get("spawn_background")
+        .unwrap()
+        .tool
+        .clone();
+    let ctx = toolq::ToolContext {
+        run_id: RunId::generate(),
+        session_id: "s1".into(),
+        title: "Spawn".into(),
+        args: json!({"tool": "sleep", "args": {"ms": 0}}),
+        attempt: 1,
+        sink: toolq::RunSink::new(toolq::tool::sink::SinkLimits::default()),
+        cancel: CancellationToken::new(),
+        stop: Default::default(),
+        operation_id: None,
+        clock: env.client.clock().clone(),
+        host: Some(env.client.tool_host()),
+        durable: Default::default(),
+    };
+    let s = match spawn.call(ctx).await {
+        toolq::ToolOutcome::Success(s) => s,
+        other => panic!("spawn_background: {other:?}"),
+    };
+    let spawned: RunId = s.value["run_id"].as_str().unwrap().parse().unwrap();
+    assert_eq!(env.client.get(&spawned).await.unwrap().max_attempts, 4);
 }
 
 /// A claim through the engine contract by a worker that has no row, so the next rescue
