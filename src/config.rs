@@ -20,9 +20,10 @@ pub use command_tools::{BUILTIN_TOOLS, CommandToolConfig, SHELL_TOOLS};
 use file::FileConfig;
 pub use layers::{ConfigFile, FileChoice, Layers, Origin, Override};
 pub(crate) use report::suggest;
+pub(crate) use validate::refuse_endpoint;
 pub use sections::{
     ApprovalConfig, RetentionConfig, RunDefaults, SchedulesConfig, SessionLimits, ShellConfig,
-    WalConfig, WebConfig, WorkerConfig,
+    TracesConfig, WalConfig, WebConfig, WorkerConfig,
 };
 use validate::Checker;
 
@@ -60,6 +61,8 @@ pub struct Config {
     pub limits: crate::flow::ToolLimits,
     /// The dashboard (`toolq web`, `toolq worker --web`).
     pub web: WebConfig,
+    /// OpenTelemetry traces (`[traces]`).
+    pub traces: TracesConfig,
 }
 
 impl Default for Config {
@@ -78,6 +81,7 @@ impl Default for Config {
             wal: WalConfig::default(),
             limits: crate::flow::ToolLimits::new(),
             web: WebConfig::default(),
+            traces: TracesConfig::default(),
         }
     }
 }
@@ -131,9 +135,11 @@ impl Config {
         command_tools::refuse_builtin_names(&tools, file.shell.enabled, &origin)?;
         let limits = validate::limits(&c, file.limits, &tools)?;
         validate::web(&c, &file.web)?;
+        validate::traces(&c, &file.traces)?;
         let approvals = validate::approvals(&c, file.approvals)?;
         Ok(Config {
             web: file.web,
+            traces: file.traces,
             limits,
             db_path,
             db_url,
