@@ -32,7 +32,7 @@ pub enum Parent<'a> {
 }
 
 /// A started span, ended by [`Span::end`] (or when dropped). Empty when tracing is off.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 #[must_use = "a span is sent when it ends"]
 pub struct Span(Option<Context>);
 
@@ -79,6 +79,23 @@ impl Span {
         }
         let span = builder.start_with_context(tracer, &parent_cx);
         Span(Some(parent_cx.with_span(span)))
+    }
+
+    /// A handle on the span a stored traceparent names, to hang spans under with
+    /// [`Parent::Span`]; empty when tracing is off or `tp` is none (or unreadable).
+    pub fn remote(tp: Option<&str>) -> Span {
+        if TRACER.get().is_none() {
+            return Span(None);
+        }
+        Span(tp.and_then(super::traceparent::decode).map(|sc| Context::new().with_remote_span_context(sc)))
+    }
+
+    /// Ends the span now and keeps it as a parent for later spans.
+    pub fn ended(self) -> Span {
+        if let Some(cx) = &self.0 {
+            cx.span().end();
+        }
+        self
     }
 
     /// Whether this span is being recorded (tracing on).

@@ -79,6 +79,7 @@ mod stats_size;
 mod status;
 mod tools;
 mod typed_tools;
+mod traces;
 mod wakeup;
 mod web;
 mod workers;
