@@ -167,9 +167,9 @@ CREATE TABLE schedules (
     delivery           TEXT NOT NULL DEFAULT 'when_idle' CHECK (delivery IN ('interrupt', 'when_idle', 'silent')),
     created_at         TEXT NOT NULL,
     updated_at         TEXT NOT NULL,
-    cancelled_at       TEXT,
+    cancelled_at       TEXT, tags TEXT,
     CHECK ((cron_expression IS NULL) <> (scheduled_at IS NULL))  -- exactly one of the two
-, tags TEXT);
+);
 -- Due-schedule lookup.
 CREATE INDEX schedules_due_idx ON schedules (next_trigger_at) WHERE enabled = 1 AND next_trigger_at IS NOT NULL;
 CREATE INDEX schedules_session_idx ON schedules (session_id, enabled);

@@ -26,14 +26,18 @@ git worktree add --detach "$BASE/src" "$REV" >/dev/null
 # tree's files by the other checkout's build time), so "new" could be the base. Each keeps
 # its dependencies between runs.
 export CARGO_TARGET_DIR=$PWD/target/ab
-(cd "$BASE/src" && CARGO_TARGET_DIR="$CARGO_TARGET_DIR-base" cargo build --release --quiet --example workload)
-cp "$CARGO_TARGET_DIR-base/release/examples/workload" "$BASE/base"
+# Both sides in their tuned build: the `dist` profile, or `release` for a REV from before the
+# `dist` profile existed (issue 39), when `release` was the tuned build.
+profile_of() { if grep -q '^\[profile.dist\]' "$1/Cargo.toml"; then echo dist; else echo release; fi; }
+BP=$(profile_of "$BASE/src")
+(cd "$BASE/src" && CARGO_TARGET_DIR="$CARGO_TARGET_DIR-base" cargo build --profile "$BP" --quiet --example workload)
+cp "$CARGO_TARGET_DIR-base/$BP/examples/workload" "$BASE/base"
 # The build script's symbol-order path is cached per target directory: make it this tree's.
 touch build.rs
-cargo build --release --quiet --example workload --example sqlite_limit --example pg_limit
-cp "$CARGO_TARGET_DIR/release/examples/workload" "$BASE/new"
-L=$CARGO_TARGET_DIR/release/examples/sqlite_limit
-PL=$CARGO_TARGET_DIR/release/examples/pg_limit
+cargo build --profile dist --quiet --example workload --example sqlite_limit --example pg_limit
+cp "$CARGO_TARGET_DIR/dist/examples/workload" "$BASE/new"
+L=$CARGO_TARGET_DIR/dist/examples/sqlite_limit
+PL=$CARGO_TARGET_DIR/dist/examples/pg_limit
 PG=${AB_PG:-0}
 [ "$PG" = 1 ] && pg_server_start "$DIR"
 RAW="$DIR/ab.jsonl"

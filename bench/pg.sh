@@ -24,10 +24,10 @@ pg_server_start "$DIR"
 psql_admin "CREATE DATABASE toolq" && psql_admin "CREATE DATABASE graphile"
 echo "# postgres $("$BIN/postgres" --version | awk '{print $3}') on $PGDIR, port $PORT; fsync and synchronous_commit at their defaults"
 
-cargo build --release --quiet --example workload --example pg_limit --bin toolq
-W=target/release/examples/workload
-L=target/release/examples/pg_limit
-T=target/release/toolq
+cargo build --profile dist --quiet --example workload --example pg_limit --bin toolq
+W=target/dist/examples/workload
+L=target/dist/examples/pg_limit
+T=target/dist/toolq
 GW=""
 if [ "${BENCH_PEERS:-1}" != 0 ] && command -v node >/dev/null && command -v npm >/dev/null; then
   if [ -d bench/peers/graphile-worker/node_modules ] || (cd bench/peers/graphile-worker && npm ci --no-audit --no-fund >&2); then

@@ -27,10 +27,10 @@ mkdir -p "$DIR"
 fs=$(df -PT "$DIR" | awk 'NR==2 {print $2}')
 if [ "$fs" = tmpfs ]; then echo "bench: $DIR is on tmpfs (fsync is free there); pick a real disk" >&2; exit 2; fi
 
-cargo build --release --quiet --example workload --example sqlite_limit --example sqlite_floor
+cargo build --profile dist --quiet --example workload --example sqlite_limit --example sqlite_floor
 # The build lands in CARGO_TARGET_DIR when it is set.
 TD=${CARGO_TARGET_DIR:-target}
-W=$TD/release/examples/workload
+W=$TD/dist/examples/workload
 # Peers speak the same adapter protocol; they are installed on first use and measured in the
 # same rounds as toolq, so the ratios compare like with like.
 PJ=""
@@ -45,9 +45,9 @@ if [ "${BENCH_PEERS:-1}" != 0 ]; then
     exit 2
   fi
 fi
-L=$TD/release/examples/sqlite_limit
+L=$TD/dist/examples/sqlite_limit
 # SQLite alone with toolq's own rows and statements: the floor under each figure (issue 19).
-F=$TD/release/examples/sqlite_floor
+F=$TD/dist/examples/sqlite_floor
 RAW="$DIR/raw.jsonl"
 : > "$RAW"
 

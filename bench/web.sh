@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The dashboard benchmark (issue 23): a database with COUNT runs (default 1,000,000) seeded
-# through the library, then `toolq web` (release) answers every page REQUESTS times (default
+# through the library, then `toolq web` (the `dist` profile) answers every page REQUESTS times (default
 # 200); prints p50/p99/max per page and the server's RSS (now and peak).
 #
 #   bench/web.sh [COUNT] [REQUESTS]     BENCH_DIR=... for the files (default bench/out)
@@ -12,9 +12,9 @@ REQUESTS=${2:-200}
 DIR=${BENCH_DIR:-bench/out}
 mkdir -p "$DIR"
 DB="$DIR/web-$COUNT.db"
-cargo build --release --quiet --example web_bench --bin toolq
-B=target/release/examples/web_bench
-T=target/release/toolq
+cargo build --profile dist --quiet --example web_bench --bin toolq
+B=target/dist/examples/web_bench
+T=target/dist/toolq
 if [ "${BENCH_KEEP:-0}" != 1 ] || [ ! -f "$DB" ]; then
   rm -f "$DB" "$DB-wal" "$DB-shm" "$DB.mid"
   $B seed "$DB" "$COUNT"

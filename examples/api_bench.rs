@@ -1,7 +1,7 @@
 //! The HTTP API's figures (issue 37): the API server ([`toolq::web::WebServer`]) and a worker
 //! run in this process on one database; clients talk to the server over loopback HTTP.
 //!
-//! `cargo run --release --example api_bench -- [--db PATH|postgres://URL] [--requests 1000]
+//! `cargo run --profile dist --example api_bench -- [--db PATH|postgres://URL] [--requests 1000]
 //! [--clients 50] [--runs 2000]`
 //!
 //! Without `--db`, a fresh SQLite file in a temporary directory. Prints one JSON line:

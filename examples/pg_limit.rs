@@ -2,7 +2,7 @@
 //! one connection, the server's default durability, an emptied database per figure,
 //! tokio-postgres directly.
 //!
-//! `cargo run --release --example pg_limit -- <postgres-url> <n>` prints one JSON line:
+//! `cargo run --profile dist --example pg_limit -- <postgres-url> <n>` prints one JSON line:
 //! insert commits/s (one INSERT per transaction), lifecycle jobs/s (insert, claim with
 //! `FOR UPDATE SKIP LOCKED`, complete, each its own transaction) and batched lifecycle jobs/s
 //! (100 per transaction for each step).

@@ -3,7 +3,7 @@
 //! figure of `examples/workload` is at or near its floor here, no change to toolq's code can
 //! lift it much: only a change of what is written (the data model) can.
 //!
-//! `cargo run --release --example sqlite_floor -- <dir> <n>` prints one JSON line:
+//! `cargo run --profile dist --example sqlite_floor -- <dir> <n>` prints one JSON line:
 //! - `runs_batch_insert_per_s`: toolq's enqueue row into `schema.sql`, 1,000 runs per
 //!   transaction in multi-row INSERTs of 64 (what `Client::enqueue_batch` writes);
 //! - `runs_batch_insert_inline_checkpoint_per_s`: the same with SQLite's default checkpoint (the

@@ -1,7 +1,7 @@
 //! The physical limit of SQLite on this disk (WORKLOAD.md): one thread, WAL, synchronous
 //! NORMAL (toolq's default), a fresh file per figure, rusqlite directly.
 //!
-//! `cargo run --release --example sqlite_limit -- <dir> <n>` prints one JSON line:
+//! `cargo run --profile dist --example sqlite_limit -- <dir> <n>` prints one JSON line:
 //! insert commits/s (one INSERT per transaction), lifecycle jobs/s (insert, claim, complete,
 //! each its own transaction) and batched lifecycle jobs/s (100 per transaction for each step).
 //! `runs_insert_commits_per_s` is the first figure with toolq's own schema (schema.sql) and

@@ -1,10 +1,10 @@
 //! The dashboard benchmark (issue 23): seeds a database through the library and measures how
 //! long `toolq web` takes to answer each page. `bench/web.sh` runs both halves.
 //!
-//! `cargo run --release --example web_bench -- seed DB COUNT` fills DB with COUNT finished runs
+//! `cargo run --profile dist --example web_bench -- seed DB COUNT` fills DB with COUNT finished runs
 //! (one in ten failed) over 50 sessions, then 2,000 queued runs (due tomorrow) and 100 runs
 //! awaiting approval; it writes a run id from the middle to `DB.mid`.
-//! `cargo run --release --example web_bench -- measure URL DB REQUESTS` requests every page
+//! `cargo run --profile dist --example web_bench -- measure URL DB REQUESTS` requests every page
 //! REQUESTS times in a row and prints one JSON line per page: p50, p99 and max in ms (the time
 //! from request to the whole body over loopback: an upper bound of the server's time).
 

@@ -1,6 +1,6 @@
 //! The benchmark adapter of /work/shared/WORKLOAD.md for toolq, through the public library API.
 //!
-//! `cargo run --release --example workload -- <mode> <db-path> <count> <concurrency>`
+//! `cargo run --profile dist --example workload -- <mode> <db-path> <count> <concurrency>`
 //!
 //! `<db-path>` may be a `postgres://` URL: the same modes on Postgres, each on an emptied
 //! database (see [`pg`]); `idle` then reports no WAL figures (the server keeps its own).

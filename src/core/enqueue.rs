@@ -36,6 +36,9 @@ impl Core {
         check_max_attempts(max_attempts)?;
         let timeout_ms = timeout_ms(req.timeout)?;
         check_idempotency_key(req.idempotency_key.as_deref())?;
+        // Built by `--tag` parsing they are checked already; a library caller's or a
+        // deserialized map is not.
+        req.tags.validate()?;
         let title = title_of(req.title, &entry.def.display_name)?;
         let unique = req
             .unique
@@ -85,6 +88,8 @@ impl Core {
             } else {
                 crate::run::DepMode::All
             },
+            tags: req.tags,
+            traceparent: req.traceparent,
         };
         crate::run::composition::check_parents(&row.id, &row.after)?;
         block_until_resolved(&mut row);

@@ -97,7 +97,7 @@ fn the_dockerfile_builds_locked_with_a_new_enough_rust_and_runs_unprivileged() {
         version(image) >= version(want),
         "image rust:{image} is older than rust-version {want}"
     );
-    assert!(DOCKERFILE.contains("cargo build --release --locked"));
+    assert!(DOCKERFILE.contains("cargo build --profile dist --locked"));
     let user = DOCKERFILE
         .lines()
         .rev()
