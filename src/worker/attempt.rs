@@ -45,7 +45,7 @@ pub(super) fn start(sh: &Arc<Shared>, run: Run, jobs: mpsc::UnboundedSender<Job>
 
 /// The run's stored traceparent (None: a run enqueued without one, e.g. fired by a schedule).
 fn traceparent(run: &Run) -> Option<&str> {
-    let _ = run; None // STUB-TAGS
+    run.traceparent.as_deref()
 }
 
 /// Sends the claim's span and returns what the attempt's other spans hang under: the run's
