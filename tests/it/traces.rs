@@ -289,7 +289,7 @@ fn with_tracing_off_nothing_is_sent_and_the_callers_traceparent_is_kept() {
     let site = Site::new();
     let id = enqueue(&site, &rx.url, false, &["shout", "--args", r#"{"text":"hi"}"#]);
     work(&site, &rx.url, false, &[&id]);
-    assert_eq!(site.state(&id), "succeeded");
+    assert_eq!(site.state(&id), "completed");
     assert_eq!(rx.requests(), 0, "nothing exported");
     // The caller's context is stored as given, so a worker with tracing on would continue it.
     assert_eq!(
