@@ -20,12 +20,12 @@ pub use command_tools::{BUILTIN_TOOLS, CommandToolConfig, SHELL_TOOLS};
 use file::FileConfig;
 pub use layers::{ConfigFile, FileChoice, Layers, Origin, Override};
 pub(crate) use report::suggest;
-pub(crate) use validate::refuse_endpoint;
 pub use sections::{
     ApprovalConfig, RetentionConfig, RunDefaults, SchedulesConfig, SessionLimits, ShellConfig,
     TracesConfig, WalConfig, WebConfig, WorkerConfig,
 };
 use validate::Checker;
+pub(crate) use validate::refuse_endpoint;
 
 /// The database file when neither the config nor `--db` names one.
 const DEFAULT_DB_PATH: &str = "./toolq.db";

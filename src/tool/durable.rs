@@ -25,14 +25,14 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 use crate::clock::SharedClock;
-use crate::trace::{Parent, Span, names};
-use opentelemetry::KeyValue;
 use crate::ids::RunId;
 use crate::run::{
     Journal, Linked, LinkedResult, RunState, StepEntry, StepKind, StepRecord, StepStatus,
     Suspension, WaitKind, steps::far_future,
 };
 use crate::tool::{ChildRun, Refused, ToolHost};
+use crate::trace::{Parent, Span, names};
+use opentelemetry::KeyValue;
 
 /// Why a recorded step (or a wait) could not give its result.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]

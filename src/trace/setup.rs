@@ -170,7 +170,10 @@ mod tests {
             service_name: None,
         };
         let e = endpoint(&cfg).unwrap_err().to_string();
-        assert!(e.contains("traces.endpoint") && e.contains("localhost:4318"), "{e}");
+        assert!(
+            e.contains("traces.endpoint") && e.contains("localhost:4318"),
+            "{e}"
+        );
         let cfg = TracesConfig {
             endpoint: Some("https://collector:4318/v1/traces".into()),
             ..cfg

@@ -87,7 +87,10 @@ impl Span {
         if TRACER.get().is_none() {
             return Span(None);
         }
-        Span(tp.and_then(super::traceparent::decode).map(|sc| Context::new().with_remote_span_context(sc)))
+        Span(
+            tp.and_then(super::traceparent::decode)
+                .map(|sc| Context::new().with_remote_span_context(sc)),
+        )
     }
 
     /// Ends the span now and keeps it as a parent for later spans.

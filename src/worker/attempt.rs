@@ -173,8 +173,7 @@ impl Attempt {
             Some(tool) => {
                 let ctx = tool_context(&core, host, &run, &sink, &stop, durable.clone());
                 // The tool's steps, waits and enqueues see the execute span as current.
-                crate::trace::within(&span, execute(tool, ctx, timeout, grace, stop, suspend))
-                    .await
+                crate::trace::within(&span, execute(tool, ctx, timeout, grace, stop, suspend)).await
             }
         };
         // Stages reported after the last flush still belong in the history.

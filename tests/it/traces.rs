@@ -216,7 +216,11 @@ fn tree(spans: &[Got]) -> String {
             walk(spans, &s.id, depth + 1, out);
         }
     }
-    let mut out = format!("trace {} (caller span {})\n", &CALLER[3..35], &CALLER[36..52]);
+    let mut out = format!(
+        "trace {} (caller span {})\n",
+        &CALLER[3..35],
+        &CALLER[36..52]
+    );
     walk(spans, &CALLER[36..52], 1, &mut out);
     out
 }
@@ -225,7 +229,12 @@ fn tree(spans: &[Got]) -> String {
 fn spans_follow_a_run_from_the_callers_trace_through_a_worker_process() {
     let rx = Receiver::start();
     let site = Site::new();
-    let shout = enqueue(&site, &rx.url, true, &["shout", "--args", r#"{"text":"hi"}"#]);
+    let shout = enqueue(
+        &site,
+        &rx.url,
+        true,
+        &["shout", "--args", r#"{"text":"hi"}"#],
+    );
     let wait = enqueue(
         &site,
         &rx.url,
@@ -235,15 +244,23 @@ fn spans_follow_a_run_from_the_callers_trace_through_a_worker_process() {
     // The run stores its enqueue span's context, in the caller's trace.
     let stored = site
         .db()
-        .text(&format!("SELECT traceparent FROM runs WHERE id = '{shout}'"))
+        .text(&format!(
+            "SELECT traceparent FROM runs WHERE id = '{shout}'"
+        ))
         .unwrap();
     assert!(stored.starts_with(&CALLER[..36]), "{stored}");
     work(&site, &rx.url, true, &[&shout, &wait]);
 
     let spans = rx.spans();
     println!("{}", tree(&spans));
-    assert!(spans.iter().all(|s| s.trace == CALLER[3..35]), "one trace: {spans:#?}");
-    assert!(spans.iter().all(|s| s.service.contains("toolq")), "{spans:#?}");
+    assert!(
+        spans.iter().all(|s| s.trace == CALLER[3..35]),
+        "one trace: {spans:#?}"
+    );
+    assert!(
+        spans.iter().all(|s| s.service.contains("toolq")),
+        "{spans:#?}"
+    );
     let by_id: BTreeMap<&str, &Got> = spans.iter().map(|s| (s.id.as_str(), s)).collect();
     let of = |run: &str, name: &str| -> Vec<&Got> {
         spans
@@ -254,29 +271,48 @@ fn spans_follow_a_run_from_the_callers_trace_through_a_worker_process() {
     for run in [&shout, &wait] {
         let enq = of(run, "toolq.enqueue");
         assert_eq!(enq.len(), 1, "{run}: {spans:#?}");
-        assert_eq!(enq[0].parent, CALLER[36..52], "enqueue hangs under the caller");
+        assert_eq!(
+            enq[0].parent,
+            CALLER[36..52],
+            "enqueue hangs under the caller"
+        );
         assert_eq!(stored.len(), 55);
         for name in ["toolq.claim", "toolq.execute", "toolq.end"] {
             let got = of(run, name);
             assert!(!got.is_empty(), "{run}: no {name}: {spans:#?}");
-            assert!(got.iter().all(|s| s.parent == enq[0].id), "{name} under the enqueue");
+            assert!(
+                got.iter().all(|s| s.parent == enq[0].id),
+                "{name} under the enqueue"
+            );
         }
     }
     assert_eq!(
-        site.db().text(&format!("SELECT traceparent FROM runs WHERE id = '{shout}'")),
-        Some(format!("00-{}-{}-01", &CALLER[3..35], of(&shout, "toolq.enqueue")[0].id))
+        site.db().text(&format!(
+            "SELECT traceparent FROM runs WHERE id = '{shout}'"
+        )),
+        Some(format!(
+            "00-{}-{}-01",
+            &CALLER[3..35],
+            of(&shout, "toolq.enqueue")[0].id
+        ))
     );
     // The step and the wait hang under an execute span of their run.
     let step: Vec<&Got> = spans.iter().filter(|s| s.name == "toolq.step").collect();
     assert_eq!(step.len(), 1, "{spans:#?}");
     assert_eq!(step[0].attrs["step.name"], "shout");
     let parent = by_id[step[0].parent.as_str()];
-    assert_eq!((parent.name.as_str(), parent.attrs["run.id"].as_str()), ("toolq.execute", shout.as_str()));
+    assert_eq!(
+        (parent.name.as_str(), parent.attrs["run.id"].as_str()),
+        ("toolq.execute", shout.as_str())
+    );
     let waits: Vec<&Got> = spans.iter().filter(|s| s.name == "toolq.wait").collect();
     assert!(!waits.is_empty(), "{spans:#?}");
     for w in waits {
         let parent = by_id[w.parent.as_str()];
-        assert_eq!((parent.name.as_str(), parent.attrs["run.id"].as_str()), ("toolq.execute", wait.as_str()));
+        assert_eq!(
+            (parent.name.as_str(), parent.attrs["run.id"].as_str()),
+            ("toolq.execute", wait.as_str())
+        );
         assert_eq!(w.attrs["wait.kind"], "event");
     }
     // The wait suspended the run once: two invocations, two executes.
@@ -287,13 +323,20 @@ fn spans_follow_a_run_from_the_callers_trace_through_a_worker_process() {
 fn with_tracing_off_nothing_is_sent_and_the_callers_traceparent_is_kept() {
     let rx = Receiver::start();
     let site = Site::new();
-    let id = enqueue(&site, &rx.url, false, &["shout", "--args", r#"{"text":"hi"}"#]);
+    let id = enqueue(
+        &site,
+        &rx.url,
+        false,
+        &["shout", "--args", r#"{"text":"hi"}"#],
+    );
     work(&site, &rx.url, false, &[&id]);
     assert_eq!(site.state(&id), "completed");
     assert_eq!(rx.requests(), 0, "nothing exported");
     // The caller's context is stored as given, so a worker with tracing on would continue it.
     assert_eq!(
-        site.db().text(&format!("SELECT traceparent FROM runs WHERE id = '{id}'")).as_deref(),
+        site.db()
+            .text(&format!("SELECT traceparent FROM runs WHERE id = '{id}'"))
+            .as_deref(),
         Some(CALLER)
     );
 }
@@ -308,7 +351,10 @@ fn a_bad_endpoint_or_traceparent_exits_2_naming_it_and_writes_nothing() {
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
-    assert!(err.contains("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") && err.contains("localhost:4318"), "{err}");
+    assert!(
+        err.contains("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") && err.contains("localhost:4318"),
+        "{err}"
+    );
     let out = host(&site, &rx.url, true)
         .env("TRACEPARENT", "00-nope")
         .args(["enqueue", "shout", "--args", r#"{"text":"hi"}"#])
@@ -316,6 +362,13 @@ fn a_bad_endpoint_or_traceparent_exits_2_naming_it_and_writes_nothing() {
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
-    assert!(err.contains("TRACEPARENT") && err.contains("00-nope"), "{err}");
-    assert_eq!(site.db().count("SELECT count(*) FROM runs"), 0, "nothing written");
+    assert!(
+        err.contains("TRACEPARENT") && err.contains("00-nope"),
+        "{err}"
+    );
+    assert_eq!(
+        site.db().count("SELECT count(*) FROM runs"),
+        0,
+        "nothing written"
+    );
 }
