@@ -209,6 +209,30 @@ mod tests {
     }
 
     #[test]
+    fn traces_section_takes_an_http_endpoint_and_refuses_others() {
+        let c = Config::parse(
+            "[traces]\nenabled = true\nendpoint = \"https://otel.example:4318/v1/traces\"\n\
+             service_name = \"jobs\"\n",
+            "c.toml",
+        )
+        .unwrap();
+        assert!(c.traces.enabled);
+        assert_eq!(c.traces.service_name.as_deref(), Some("jobs"));
+        for (text, shown) in [
+            (
+                "[traces]\nendpoint = \"localhost:4318\"\n",
+                "localhost:4318",
+            ),
+            ("[traces]\nendpoint = \"grpc://c:4317\"\n", "grpc://c:4317"),
+            ("[traces]\nendpoint = \"http://\"\n", "http://"),
+            ("[traces]\nservice_name = \" \"\n", "traces.service_name"),
+        ] {
+            let e = Config::parse(text, "c.toml").unwrap_err().to_string();
+            assert!(e.contains("traces.") && e.contains(shown), "{text}: {e}");
+        }
+    }
+
+    #[test]
     fn bad_values_name_key_and_value() {
         let e = Config::parse("[worker]\nconcurrency = 0\n", "c.toml")
             .unwrap_err()

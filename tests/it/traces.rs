@@ -372,3 +372,58 @@ fn a_bad_endpoint_or_traceparent_exits_2_naming_it_and_writes_nothing() {
         "nothing written"
     );
 }
+
+#[test]
+fn the_api_takes_the_callers_traceparent_header_and_refuses_a_bad_one() {
+    let api = crate::api::Api::new();
+    let body =
+        serde_json::to_vec(&serde_json::json!({"tool": "echo", "args": {"message": "x"}})).unwrap();
+    let json = ("Content-Type", "application/json");
+    let a = api.call(
+        "POST",
+        "/runs",
+        &[json, ("traceparent", CALLER)],
+        Some(&body),
+    );
+    assert_eq!(a.status, 201, "{a:?}");
+    let id = a.body["id"].as_str().unwrap();
+    // Tracing is off in this process: the caller's context is stored as given.
+    assert_eq!(
+        api.site
+            .db()
+            .text(&format!("SELECT traceparent FROM runs WHERE id = '{id}'"))
+            .as_deref(),
+        Some(CALLER)
+    );
+    let many = serde_json::to_vec(&serde_json::json!({"runs": [
+        {"tool": "echo", "args": {"message": "a"}},
+        {"tool": "echo", "args": {"message": "b"}}
+    ]}))
+    .unwrap();
+    let a = api.call(
+        "POST",
+        "/runs/many",
+        &[json, ("traceparent", CALLER)],
+        Some(&many),
+    );
+    assert_eq!(a.status, 201, "{a:?}");
+    assert_eq!(
+        api.site.db().count(&format!(
+            "SELECT count(*) FROM runs WHERE traceparent = '{CALLER}'"
+        )),
+        3
+    );
+    let a = api.call(
+        "POST",
+        "/runs",
+        &[json, ("traceparent", "00-bad")],
+        Some(&body),
+    );
+    let p = a.problem(400);
+    assert!(p.to_string().contains("traceparent"), "{p}");
+    assert_eq!(
+        api.site.db().count("SELECT count(*) FROM runs"),
+        3,
+        "nothing written"
+    );
+}
