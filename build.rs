@@ -133,11 +133,9 @@ fn warn_if_stale(order: &std::path::Path, lock: &std::path::Path) {
         .output()
         .ok()
         .and_then(|o| String::from_utf8(o.stdout).ok());
-    let (Some(version), Ok(lock), Ok(text)) = (
-        version,
-        std::fs::read(lock),
-        std::fs::read_to_string(order),
-    ) else {
+    let (Some(version), Ok(lock), Ok(text)) =
+        (version, std::fs::read(lock), std::fs::read_to_string(order))
+    else {
         return;
     };
     // "rustc 1.95.0 (59807616e 2026-04-14)" -> "rustc 1.95.0", as the script writes it.

@@ -23,9 +23,10 @@ pub use layers::{ConfigFile, FileChoice, Layers, Origin, Override};
 pub(crate) use report::suggest;
 pub use sections::{
     ApprovalConfig, RetentionConfig, RunDefaults, SchedulesConfig, SessionLimits, ShellConfig,
-    WalConfig, WebConfig, WorkerConfig,
+    TracesConfig, WalConfig, WebConfig, WorkerConfig,
 };
 use validate::Checker;
+pub(crate) use validate::refuse_endpoint;
 
 /// The database file when neither the config nor `--db` names one.
 const DEFAULT_DB_PATH: &str = "./toolq.db";
@@ -64,6 +65,8 @@ pub struct Config {
     /// Per-tool retry keys: `[limits.NAME]` merged with `[tools.NAME]` (each key in one of
     /// the two). See [`Config::retry_policy`].
     pub retry: BTreeMap<String, retry::ToolRetry>,
+    /// OpenTelemetry traces (`[traces]`).
+    pub traces: TracesConfig,
 }
 
 impl Default for Config {
@@ -83,6 +86,7 @@ impl Default for Config {
             limits: crate::flow::ToolLimits::new(),
             web: WebConfig::default(),
             retry: BTreeMap::new(),
+            traces: TracesConfig::default(),
         }
     }
 }
@@ -137,10 +141,12 @@ impl Config {
         command_tools::refuse_builtin_names(&tools, file.shell.enabled, &origin)?;
         let limits = validate::limits(&c, file.limits, &tools)?;
         validate::web(&c, &file.web)?;
+        validate::traces(&c, &file.traces)?;
         let approvals = validate::approvals(&c, file.approvals)?;
         Ok(Config {
             retry,
             web: file.web,
+            traces: file.traces,
             limits,
             db_path,
             db_url,
@@ -295,6 +301,30 @@ mod tests {
         let c = Config::parse("[retention]\nfailed_runs = \"90d\"\n", "c").unwrap();
         assert_eq!(c.retention.failed_runs, 90 * day);
         assert_eq!(c.retention.cancelled_runs, 7 * day);
+    }
+
+    #[test]
+    fn traces_section_takes_an_http_endpoint_and_refuses_others() {
+        let c = Config::parse(
+            "[traces]\nenabled = true\nendpoint = \"https://otel.example:4318/v1/traces\"\n\
+             service_name = \"jobs\"\n",
+            "c.toml",
+        )
+        .unwrap();
+        assert!(c.traces.enabled);
+        assert_eq!(c.traces.service_name.as_deref(), Some("jobs"));
+        for (text, shown) in [
+            (
+                "[traces]\nendpoint = \"localhost:4318\"\n",
+                "localhost:4318",
+            ),
+            ("[traces]\nendpoint = \"grpc://c:4317\"\n", "grpc://c:4317"),
+            ("[traces]\nendpoint = \"http://\"\n", "http://"),
+            ("[traces]\nservice_name = \" \"\n", "traces.service_name"),
+        ] {
+            let e = Config::parse(text, "c.toml").unwrap_err().to_string();
+            assert!(e.contains("traces.") && e.contains(shown), "{text}: {e}");
+        }
     }
 
     #[test]

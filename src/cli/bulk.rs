@@ -28,6 +28,9 @@ pub struct Filter {
     /// Only runs created less long ago than this (e.g. 30m).
     #[arg(long, value_name = "DURATION")]
     pub newer_than: Option<String>,
+    /// Only runs with this tag (repeatable: all must match), e.g. `--tag customer=acme`.
+    #[arg(long, value_name = "KEY=VALUE")]
+    pub tag: Vec<String>,
     /// Act on every run in the states the command acts on (needed when no filter is given).
     #[arg(long)]
     pub all: bool,
@@ -48,6 +51,7 @@ impl Filter {
             || self.schedule.is_some()
             || self.older_than.is_some()
             || self.newer_than.is_some()
+            || !self.tag.is_empty()
             || self.all
             || self.dry_run
             || self.batch_size != DEFAULT_BATCH
@@ -65,13 +69,14 @@ impl Filter {
             created_after: ago(now, "--newer-than", &self.newer_than)?,
             batch_id: None,
             parent_run_id: None,
+            tags: crate::run::Tags::parse_all(&self.tag)?,
         };
         if filter.is_empty() && !self.all {
             return Err(InputError::about(
                 cmd,
                 format!(
                     "give a RUN id, or filters (--state, --tool, --session, --schedule, \
-                     --older-than, --newer-than), or --all to {cmd} every run it can"
+                     --older-than, --newer-than, --tag), or --all to {cmd} every run it can"
                 ),
             )
             .into());

@@ -85,12 +85,18 @@ pub struct Args {
     /// have completed yet.
     #[arg(long, value_name = "BATCH", conflicts_with = "batch")]
     pub batch_id: Option<String>,
+    /// Tag the run (repeatable): `--tag customer=acme --tag env=prod`. Keys: 1-64 of
+    /// A-Z a-z 0-9 _ . : / - starting with a letter or digit; values: 1-256 characters; at most
+    /// 16 tags. `toolq runs --tag` (and cancel/retry) filter by them.
+    #[arg(long, value_name = "KEY=VALUE")]
+    pub tag: Vec<String>,
     /// Enqueue every line of a JSONL file (all or none), or of stdin with `-`; see the README
     /// for the fields. Each line carries its own options, so the per-run flags are refused
     /// beside it.
     #[arg(long, value_name = "PATH", conflicts_with_all = [
         "args", "priority", "at", "in_", "max_attempts", "timeout", "idempotency_key",
         "unique_by", "unique_for", "unique_states", "no_signal", "delivery", "after", "after_any",
+        "tag",
     ])]
     pub file: Option<PathBuf>,
     /// With --file: make one batch of the file's runs, and print the batch's id. Its session
@@ -147,8 +153,20 @@ impl Args {
         req.after = after_ids(&self.after)?;
         req.after_any = self.after_any;
         req.batch = batch_id("--batch-id", self.batch_id.as_deref())?;
+        req.tags = crate::run::Tags::parse_all(&self.tag)?;
+        req.traceparent = caller_traceparent()?;
         Ok(req)
     }
+}
+
+/// The caller's trace context from the `TRACEPARENT` variable (the W3C header's text, as
+/// tools like otel-cli set it): the run's spans join that trace. Unset or empty: none.
+pub(super) fn caller_traceparent() -> Result<Option<String>, InputError> {
+    let Some(tp) = std::env::var("TRACEPARENT").ok().filter(|v| !v.is_empty()) else {
+        return Ok(None);
+    };
+    crate::trace::traceparent::check("TRACEPARENT", &tp)?;
+    Ok(Some(tp))
 }
 
 /// The runs of `--after`: each value a run id or several, comma-separated.

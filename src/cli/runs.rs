@@ -27,6 +27,9 @@ pub struct Args {
     /// Only runs spawned by this run (bg_...): its children.
     #[arg(long, value_name = "RUN")]
     pub parent: Option<String>,
+    /// Only runs with this tag (repeatable: all must match), e.g. `--tag customer=acme`.
+    #[arg(long, value_name = "KEY=VALUE")]
+    pub tag: Vec<String>,
     /// At most this many, newest first.
     #[arg(long, default_value_t = 50)]
     pub limit: i64,
@@ -62,6 +65,7 @@ pub async fn run(ctx: &Ctx, args: Args) -> Result<()> {
                 })
                 .transpose()?
                 .map(|p| p.to_string()),
+            tags: crate::run::Tags::parse_all(&args.tag)?,
             limit: args.limit,
         })
         .await?;

@@ -99,6 +99,10 @@ pub struct AddArgs {
     /// How those completion messages are delivered: interrupt, when_idle, silent.
     #[arg(long, default_value = "when_idle")]
     pub delivery: String,
+    /// Tag every run it fires (repeatable): `--tag customer=acme` (the rules of
+    /// `enqueue --tag`).
+    #[arg(long, value_name = "KEY=VALUE")]
+    pub tag: Vec<String>,
 }
 
 /// Flags of `schedule list`.
@@ -187,6 +191,7 @@ async fn add(ctx: &Ctx, a: AddArgs) -> Result<()> {
         None => None,
     };
     req.signal_on_completion = !a.no_signal;
+    req.tags = crate::run::Tags::parse_all(&a.tag)?;
     req.delivery = a.delivery.parse::<Delivery>().map_err(|e| InputError {
         field: "--delivery".into(),
         ..e

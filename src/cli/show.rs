@@ -77,6 +77,14 @@ fn request_fields(run: &Run) -> Vec<(&'static str, String)> {
     if run.snoozes > 0 {
         pairs.push(("snoozes", run.snoozes.to_string()));
     }
+    if !run.tags.is_empty() {
+        // `key=value, key=value`, as `--tag` takes them.
+        let tags: Vec<String> = run.tags.rows().collect();
+        pairs.push(("tags", tags.join(", ")));
+    }
+    if let Some(t) = &run.traceparent {
+        pairs.push(("traceparent", t.clone()));
+    }
     pairs
 }
 

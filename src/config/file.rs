@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 
 use super::command_tools::FileCommandTool;
-use super::sections::{ShellConfig, WebConfig};
+use super::sections::{ShellConfig, TracesConfig, WebConfig};
 
 /// The whole file.
 #[derive(Debug, Default, Deserialize)]
@@ -29,6 +29,8 @@ pub(super) struct FileConfig {
     pub limits: BTreeMap<String, FileLimit>,
     #[serde(default)]
     pub web: WebConfig,
+    #[serde(default)]
+    pub traces: TracesConfig,
 }
 
 #[derive(Debug, Default, Deserialize)]

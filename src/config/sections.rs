@@ -40,6 +40,23 @@ impl Default for WebConfig {
     }
 }
 
+/// The `[traces]` section: OpenTelemetry traces over OTLP/HTTP (off by default). Unset keys
+/// fall back on the standard `OTEL_*` variables when the exporter starts (see `crate::trace`).
+#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TracesConfig {
+    /// Export spans (also on with `OTEL_TRACES_EXPORTER=otlp`; `OTEL_SDK_DISABLED=true` wins).
+    #[serde(default)]
+    pub enabled: bool,
+    /// The OTLP/HTTP traces URL (None: `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`, else
+    /// `OTEL_EXPORTER_OTLP_ENDPOINT` + `/v1/traces`, else `http://localhost:4318/v1/traces`).
+    #[serde(default)]
+    pub endpoint: Option<String>,
+    /// `service.name` of the spans (None: `OTEL_SERVICE_NAME`, else `toolq`).
+    #[serde(default)]
+    pub service_name: Option<String>,
+}
+
 /// Retention: how long finished work is kept before the worker's retention tick deletes it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RetentionConfig {

@@ -12,8 +12,8 @@ use super::file::{
 };
 use super::layers::Layers;
 use super::sections::{
-    ApprovalConfig, RetentionConfig, RunDefaults, SchedulesConfig, SessionLimits, WalConfig,
-    WebConfig, WorkerConfig,
+    ApprovalConfig, RetentionConfig, RunDefaults, SchedulesConfig, SessionLimits, TracesConfig,
+    WalConfig, WebConfig, WorkerConfig,
 };
 use crate::clock::{format_duration, parse_duration};
 use crate::error::ConfigError;
@@ -376,6 +376,42 @@ pub(super) fn retries(
 }
 
 /// `[web]`: a token that is not blank, an address that parses.
+/// `[traces]`: the endpoint must be an http(s) URL and the service name not blank.
+pub(super) fn traces(c: &Checker<'_>, t: &TracesConfig) -> Result<(), ConfigError> {
+    if let Some(e) = &t.endpoint
+        && let Some(reason) = refuse_endpoint(e)
+    {
+        return Err(c.bad("traces.endpoint", format!("{e:?}"), reason));
+    }
+    if let Some(n) = &t.service_name
+        && n.trim().is_empty()
+    {
+        return Err(c.bad("traces.service_name", format!("{n:?}"), "must not be blank"));
+    }
+    Ok(())
+}
+
+/// Why `url` cannot be an OTLP/HTTP endpoint, or None when it can: an `http://` or
+/// `https://` URL with a host. Also checks the `OTEL_*` variables' endpoints (`crate::trace`).
+pub(crate) fn refuse_endpoint(url: &str) -> Option<&'static str> {
+    const NEED: &str = "must be an http:// or https:// URL with a host, like \
+                        http://localhost:4318/v1/traces";
+    let rest = url
+        .strip_prefix("http://")
+        .or_else(|| url.strip_prefix("https://"));
+    let Some(rest) = rest else {
+        return Some(NEED);
+    };
+    let host = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    if host.is_empty() || host.starts_with(':') || url.chars().any(char::is_whitespace) {
+        return Some(NEED);
+    }
+    if url.parse::<ureq::http::Uri>().is_err() {
+        return Some(NEED);
+    }
+    None
+}
+
 pub(super) fn web(c: &Checker<'_>, web: &WebConfig) -> Result<(), ConfigError> {
     for (key, token) in [
         ("web.token", &web.token),

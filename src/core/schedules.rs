@@ -34,6 +34,7 @@ impl Core {
             idempotency_key: None,
             signal_on_completion: req.signal_on_completion,
             delivery: req.delivery,
+            tags: req.tags.clone(),
             ..EnqueueRequest::new(req.tool.clone(), serde_json::Value::Null)
         })?;
         let window = catchup_window_ms(req.catchup_window)?;
@@ -104,5 +105,6 @@ fn new_schedule(
         signal_on_completion: row.signal_on_completion,
         delivery: row.delivery,
         created_at: now,
+        tags: row.tags,
     }
 }

@@ -27,6 +27,7 @@ impl ToolHost for Core {
         req.signal_on_completion = run.signal_on_completion;
         req.delivery = run.delivery;
         req.parent = run.parent;
+        req.tags = run.tags;
         let row = self
             .prepare(&req)
             .map_err(|e| Refused::Input(e.to_string()))?;

@@ -16,6 +16,7 @@ mod records;
 pub mod request;
 pub mod spec;
 pub mod steps;
+pub mod tags;
 mod unique;
 
 pub use answer::{Decision, EnqueueAnswer, EnqueuedMany, RunAnswer, WaitAnswer};
@@ -31,6 +32,7 @@ pub use steps::{
     EventSent, Journal, NewEvent, RunEvent, StepEntry, StepKind, StepRecord, StepSave, StepStatus,
     Suspension, WaitKind, Waiting,
 };
+pub use tags::Tags;
 pub use unique::{Unique, UniqueBy, UniqueCheck, unique_key};
 
 use crate::error::InputError;
@@ -226,6 +228,11 @@ pub struct Run {
     /// Parents (`--after`) it still waits for; while above 0 it is blocked (queued, waiting
     /// kind `parents`).
     pub deps_pending: i64,
+    /// Its tags (`{}` when none): given at enqueue, or copied from the schedule that fired it.
+    pub tags: Tags,
+    /// The W3C trace context of the span that enqueued it (`runs.traceparent`); the worker's
+    /// spans continue that trace. `None`: no trace.
+    pub traceparent: Option<String>,
 }
 
 impl Run {
@@ -306,6 +313,10 @@ pub struct NewRun {
     pub after: Vec<RunId>,
     /// How it treats each of `after` (all: they must complete; any: any final state).
     pub after_mode: DepMode,
+    /// Its tags, already checked (empty: none; no `run_tags` row is written).
+    pub tags: Tags,
+    /// The W3C trace context of the enqueuing span, stored as `runs.traceparent`.
+    pub traceparent: Option<String>,
 }
 
 /// What a run that waits for approval from its creation is stored with.
@@ -401,6 +412,8 @@ pub(crate) fn running_fixture(attempt: i64, max_attempts: i64) -> Run {
         batch_id: None,
         parent_run_id: None,
         deps_pending: 0,
+        tags: Tags::new(),
+        traceparent: None,
     }
 }
 

@@ -2,7 +2,7 @@
 
 use chrono::{DateTime, Utc};
 
-use super::RunState;
+use super::{RunState, Tags};
 use crate::ids::RunId;
 
 /// What `Engine::run_insert` did.
@@ -38,6 +38,9 @@ pub struct ListFilter {
     pub batch_id: Option<String>,
     /// Only runs spawned by this run.
     pub parent_run_id: Option<String>,
+    /// Only runs carrying every one of these tags (`runs --tag`), read through
+    /// `run_tags_tag_idx`; newest id first then.
+    pub tags: Tags,
     /// At most this many (newest first).
     pub limit: i64,
 }
@@ -77,6 +80,8 @@ pub struct RunFilter {
     pub batch_id: Option<String>,
     /// Only runs spawned by this run (its children; `GET /api/v1/runs?parent=`).
     pub parent_run_id: Option<String>,
+    /// Only runs carrying every one of these tags (`--tag`, `?tag=`).
+    pub tags: Tags,
 }
 
 impl RunFilter {
@@ -90,5 +95,6 @@ impl RunFilter {
             && self.created_after.is_none()
             && self.batch_id.is_none()
             && self.parent_run_id.is_none()
+            && self.tags.is_empty()
     }
 }

@@ -7,7 +7,7 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde_json::Value;
 
-use super::{Delivery, Unique};
+use super::{Delivery, Tags, Unique};
 use crate::ids::{BatchId, RunId};
 
 /// A request to run a tool once.
@@ -51,6 +51,12 @@ pub struct EnqueueRequest {
     pub batch: Option<BatchId>,
     /// The run that spawns it (`ctx.spawn_child`; spawn_background inside a run).
     pub parent: Option<RunId>,
+    /// Its tags (`--tag k=v`, a file's or the API's `"tags"`); checked at enqueue. Spawned
+    /// children and batch callbacks do not inherit their parent's tags.
+    pub tags: Tags,
+    /// The W3C trace context of the caller's span (`traceparent`), stored with the run so the
+    /// worker's spans continue that trace; `None`: none.
+    pub traceparent: Option<String>,
 }
 
 impl EnqueueRequest {
@@ -74,7 +80,15 @@ impl EnqueueRequest {
             after_any: false,
             batch: None,
             parent: None,
+            tags: Tags::new(),
+            traceparent: None,
         }
+    }
+
+    /// Sets its tags.
+    pub fn tags(mut self, tags: Tags) -> Self {
+        self.tags = tags;
+        self
     }
 
     /// Waits for these runs to complete before it runs (`--after`).

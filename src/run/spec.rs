@@ -79,6 +79,11 @@ pub struct RunSpec {
     /// Join this existing batch (`bt_...`; it must not have completed).
     #[serde(default)]
     pub batch_id: Option<String>,
+    /// Tags, key to value (`{"customer": "acme"}`): keys of 1-64 characters of
+    /// `[A-Za-z0-9_.:/-]` starting with a letter or digit, values of 1-256 characters without
+    /// control characters, at most 16.
+    #[serde(default)]
+    pub tags: Option<std::collections::BTreeMap<String, String>>,
 }
 
 /// States as `"queued,running"` or `["queued", "running"]`.
@@ -179,6 +184,9 @@ impl RunSpec {
                 })
             })
             .transpose()?;
+        if let Some(tags) = self.tags {
+            req.tags = crate::run::Tags::from_map(tags)?;
+        }
         Ok(req)
     }
 }

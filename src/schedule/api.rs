@@ -47,6 +47,8 @@ pub struct ScheduleRequest {
     pub signal_on_completion: bool,
     /// Delivery of those messages.
     pub delivery: Delivery,
+    /// Tags copied to every run it fires (checked as an enqueue's are).
+    pub tags: crate::run::Tags,
 }
 
 impl ScheduleRequest {
@@ -83,7 +85,14 @@ impl ScheduleRequest {
             timeout: None,
             signal_on_completion: true,
             delivery: Delivery::WhenIdle,
+            tags: crate::run::Tags::new(),
         }
+    }
+
+    /// Sets the tags its runs get.
+    pub fn tags(mut self, tags: crate::run::Tags) -> Self {
+        self.tags = tags;
+        self
     }
 
     /// Sets the zone.

@@ -124,6 +124,9 @@ impl Fire {
             parent_run_id: None,
             after: Vec::new(),
             after_mode: crate::run::DepMode::All,
+            tags: s.tags.clone(),
+            // A fired run starts a new trace: no enqueuing span to continue.
+            traceparent: None,
         };
         row.approval = gate(&row, &s.args);
         row

@@ -61,6 +61,8 @@ pub struct Schedule {
     pub updated_at: DateTime<Utc>,
     /// When it was cancelled (cleared by enable).
     pub cancelled_at: Option<DateTime<Utc>>,
+    /// Tags copied to every run it fires (`{}` when none).
+    pub tags: crate::run::Tags,
 }
 
 /// A schedule row to insert (validated by the caller).
@@ -102,6 +104,8 @@ pub struct NewSchedule {
     pub delivery: Delivery,
     /// Creation time.
     pub created_at: DateTime<Utc>,
+    /// Tags copied to every run it fires (checked by the caller).
+    pub tags: crate::run::Tags,
 }
 
 /// One ledger row: what happened to one expected tick.

@@ -9,7 +9,7 @@ pub const RUN_COLUMNS: &str = "id, session_id, tool, args, title, state, priorit
     run_at, created_at, started_at, finished_at, lease_owner, lease_token, lease_expires_at, heartbeat_at, \
     idempotency_key, timeout_ms, signal_on_completion, delivery, schedule_id, fire_at, ticks, status_text, \
     progress, output_tail, error, internal_error, errors, operation_id, stages, approval_state, \
-    approval_deadline, approval_by, approval_at, approval_note, cancel_requested_at, background, wait_kind, wait_event, snoozes, batch_id, parent_run_id, deps_pending";
+    approval_deadline, approval_by, approval_at, approval_note, cancel_requested_at, background, wait_kind, wait_event, snoozes, batch_id, parent_run_id, deps_pending, tags, traceparent";
 
 /// What a run waits for, from its `wait_kind` and `wait_event` columns: only a queued run
 /// waits (the columns of a run that was claimed again are stale until its next end).
@@ -79,6 +79,8 @@ pub mod col {
     pub const BATCH_ID: usize = 42;
     pub const PARENT_RUN_ID: usize = 43;
     pub const DEPS_PENDING: usize = 44;
+    pub const TAGS: usize = 45;
+    pub const TRACEPARENT: usize = 46;
 }
 
 #[cfg(test)]
@@ -135,6 +137,8 @@ mod tests {
             (BATCH_ID, "batch_id"),
             (PARENT_RUN_ID, "parent_run_id"),
             (DEPS_PENDING, "deps_pending"),
+            (TAGS, "tags"),
+            (TRACEPARENT, "traceparent"),
         ];
         assert_eq!(names.len(), expect.len());
         for (i, name) in expect {

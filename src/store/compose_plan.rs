@@ -213,6 +213,9 @@ fn callback_run(b: &BatchRow, c: &Callback, now: DateTime<Utc>) -> NewRun {
         parent_run_id: None,
         after: Vec::new(),
         after_mode: DepMode::Batch,
+        // A callback does not inherit the batch's runs' tags (there is no one set to take).
+        tags: crate::run::Tags::new(),
+        traceparent: None,
     }
 }
 

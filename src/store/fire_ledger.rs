@@ -249,6 +249,7 @@ mod tests {
             created_at: at(9, 0, 0),
             updated_at: at(9, 0, 0),
             cancelled_at: None,
+            tags: crate::run::Tags::new(),
         }
     }
 

@@ -35,6 +35,8 @@ pub struct BackgroundRun {
     /// The run that starts it, when a queued run calls `spawn_background` (`None` for an
     /// inline call, which has no run): the new run is listed as its child.
     pub parent: Option<RunId>,
+    /// Its tags (the call's `tags`; not inherited from the calling run).
+    pub tags: crate::run::Tags,
 }
 
 /// A child run a running tool starts ([`crate::tool::ToolContext::spawn_child`]).

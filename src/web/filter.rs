@@ -34,6 +34,9 @@ pub struct Filter {
     /// One batch (`bt_…`).
     #[serde(default)]
     pub batch: String,
+    /// Tags, `key=value`, comma-separated (all must match).
+    #[serde(default)]
+    pub tag: String,
 }
 
 impl Filter {
@@ -73,6 +76,9 @@ impl Filter {
             created_before: ago("older_than", &self.older_than)?,
             batch_id,
             parent_run_id: None,
+            tags: crate::run::Tags::parse_all(
+                self.tag.split(',').map(str::trim).filter(|t| !t.is_empty()),
+            )?,
         })
     }
 
@@ -86,6 +92,7 @@ impl Filter {
             ("newer_than", &self.newer_than),
             ("older_than", &self.older_than),
             ("batch", &self.batch),
+            ("tag", &self.tag),
         ];
         pairs
             .iter()
@@ -105,6 +112,7 @@ impl Filter {
             input type="hidden" name="newer_than" value=(self.newer_than);
             input type="hidden" name="older_than" value=(self.older_than);
             input type="hidden" name="batch" value=(self.batch);
+            input type="hidden" name="tag" value=(self.tag);
         }
     }
 }

@@ -79,6 +79,7 @@ mod sqlite_build;
 mod stats_size;
 mod status;
 mod tools;
+mod traces;
 mod typed_tools;
 mod wakeup;
 mod web;

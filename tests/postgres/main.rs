@@ -152,6 +152,8 @@ mod stats_size;
 mod status;
 #[path = "../it/tools.rs"]
 mod tools;
+#[path = "../it/traces.rs"]
+mod traces;
 #[path = "../it/wakeup.rs"]
 mod wakeup;
 #[path = "../it/web.rs"]

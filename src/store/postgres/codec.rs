@@ -92,6 +92,8 @@ pub(crate) fn run_from_row(row: &Row) -> Result<Run, StoreError> {
         batch_id: get::<Option<String>>(row, BATCH_ID)?.map(crate::ids::BatchId::from_db),
         parent_run_id: get::<Option<String>>(row, PARENT_RUN_ID)?.map(RunId::from_db),
         deps_pending: get(row, DEPS_PENDING)?,
+        tags: crate::run::Tags::from_json(get::<Option<&str>>(row, TAGS)?),
+        traceparent: get(row, TRACEPARENT)?,
     })
 }
 

@@ -29,6 +29,11 @@ pub(crate) async fn list<C: GenericClient>(c: &C, f: &ListFilter) -> Result<Vec<
     // A batch's or a parent's runs are read through their own index (ids sort by creation):
     // a statement of its own, whose plan is not shared with the unfiltered list's.
     let (batch, parent, order) = match (&f.batch_id, &f.parent_run_id) {
+        _ if !f.tags.is_empty() => (
+            "($6::text IS NULL OR batch_id = $6)",
+            "($7::text IS NULL OR parent_run_id = $7)",
+            "id DESC",
+        ),
         (Some(_), _) => (
             "batch_id = $6",
             "($7::text IS NULL OR parent_run_id = $7)",
@@ -41,28 +46,29 @@ pub(crate) async fn list<C: GenericClient>(c: &C, f: &ListFilter) -> Result<Vec<
             "created_at DESC, id DESC",
         ),
     };
+    // Tagged runs (`runs --tag`): each tag's runs through `run_tags_tag_idx`, newest id first.
+    let tags: Vec<String> = f.tags.rows().collect();
+    let tagged: String = (0..tags.len())
+        .map(|i| format!(" AND id IN (SELECT run_id FROM run_tags WHERE tag = ${})", 8 + i))
+        .collect();
     let sql = format!(
         "SELECT {RUN_COLUMNS} FROM runs WHERE {batch} AND {parent} \
          AND ($1::text IS NULL OR state = $1) \
          AND ($2::text IS NULL OR session_id = $2) AND ($3::text IS NULL OR tool = $3) \
-         AND ($4::text IS NULL OR schedule_id = $4) ORDER BY {order} LIMIT $5"
+         AND ($4::text IS NULL OR schedule_id = $4){tagged} ORDER BY {order} LIMIT $5"
     );
     let state = f.state.map(|s| s.as_str());
-    let rows = query(
-        c,
-        &sql,
-        &[
-            &state,
-            &f.session,
-            &f.tool,
-            &f.schedule_id,
-            &f.limit,
-            &f.batch_id,
-            &f.parent_run_id,
-        ],
-        "list runs",
-    )
-    .await?;
+    let mut params: Vec<P<'_>> = vec![
+        &state,
+        &f.session,
+        &f.tool,
+        &f.schedule_id,
+        &f.limit,
+        &f.batch_id,
+        &f.parent_run_id,
+    ];
+    params.extend(tags.iter().map(|t| t as P<'_>));
+    let rows = query(c, &sql, &params, "list runs").await?;
     runs_from_rows(&rows)
 }
 
@@ -139,6 +145,14 @@ fn conditions(f: &RunFilter, first: usize) -> (String, Vec<String>) {
     }
     if let Some(t) = f.created_after {
         add("created_at >", ts(t));
+    }
+    for tag in f.tags.rows() {
+        // Each tag's runs through `run_tags_tag_idx` (tag, run_id).
+        values.push(tag);
+        terms.push(format!(
+            "id IN (SELECT run_id FROM run_tags WHERE tag = ${})",
+            first + values.len() - 1
+        ));
     }
     if terms.is_empty() {
         terms.push("true".into());

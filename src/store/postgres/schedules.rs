@@ -20,7 +20,7 @@ use crate::store::fire_ledger::{Advance, Due, FireLedger, FireWrite, plan_due, t
 const COLUMNS: &str = "id, session_id, tool, args, title, cron_expression, scheduled_at, timezone, \
     enabled, next_trigger_at, last_triggered_at, trigger_count, missed_policy, catchup_window_ms, \
     overlap_policy, priority, max_attempts, timeout_ms, signal_on_completion, delivery, created_at, \
-    updated_at, cancelled_at";
+    updated_at, cancelled_at, tags";
 
 fn ts_col(r: &Row, i: usize) -> Result<Option<DateTime<Utc>>, StoreError> {
     super::codec::ts_opt(r, i)
@@ -58,6 +58,7 @@ fn schedule_from_row(r: &Row) -> Result<Schedule, StoreError> {
         created_at: super::codec::ts_req(r, 20)?,
         updated_at: super::codec::ts_req(r, 21)?,
         cancelled_at: ts_col(r, 22)?,
+        tags: crate::run::Tags::from_json(get::<Option<&str>>(r, 23)?),
     })
 }
 
@@ -67,8 +68,8 @@ pub(crate) async fn insert<C: GenericClient>(c: &C, s: &NewSchedule) -> Result<(
         c,
         "INSERT INTO schedules (id, session_id, tool, args, title, cron_expression, scheduled_at, \
          timezone, enabled, next_trigger_at, missed_policy, catchup_window_ms, overlap_policy, \
-         priority, max_attempts, timeout_ms, signal_on_completion, delivery, created_at, updated_at) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 1, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $18)",
+         priority, max_attempts, timeout_ms, signal_on_completion, delivery, created_at, updated_at, tags) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 1, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $18, $19)",
         &[
             &s.id.as_str(),
             &s.session_id,
@@ -88,6 +89,7 @@ pub(crate) async fn insert<C: GenericClient>(c: &C, s: &NewSchedule) -> Result<(
             &(s.signal_on_completion as i64),
             &s.delivery.as_str(),
             &ts(s.created_at),
+            &s.tags.to_json(),
         ],
         "insert schedule",
     )

@@ -52,6 +52,15 @@ pub(crate) fn conditions(f: &RunFilter, plain: bool) -> (String, Vec<Box<dyn ToS
         values.push(Box::new(p.clone()));
         terms.push(format!("parent_run_id = ?{}", values.len()));
     }
+    for tag in f.tags.rows() {
+        // Each tag's runs from `run_tags_tag_idx` (tag, run_id): a list built once per
+        // statement that the walk tests each id against.
+        values.push(Box::new(tag));
+        terms.push(format!(
+            "id IN (SELECT run_id FROM run_tags WHERE tag = ?{})",
+            values.len()
+        ));
+    }
     if let Some(t) = f.created_before {
         values.push(Box::new(ts(t)));
         terms.push(format!("{} < ?{}", c("created_at"), values.len()));

@@ -117,6 +117,12 @@ pub fn run_from_row(row: &Row<'_>) -> rusqlite::Result<Run> {
             .get::<_, Option<String>>(PARENT_RUN_ID)?
             .map(RunId::from_db),
         deps_pending: row.get(DEPS_PENDING)?,
+        // Borrowed text, and no parse at all for the common untagged run.
+        tags: match row.get_ref(TAGS)? {
+            rusqlite::types::ValueRef::Text(b) => crate::run::Tags::from_json_bytes(b),
+            _ => crate::run::Tags::new(),
+        },
+        traceparent: row.get(TRACEPARENT)?,
     })
 }
 

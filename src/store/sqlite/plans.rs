@@ -213,6 +213,7 @@ fn a_bulk_page_walks_the_primary_key() {
         created_after: Some(chrono::Utc::now()),
         batch_id: None,
         parent_run_id: None,
+        tags: Default::default(),
     };
     for f in [filter, RunFilter::default()] {
         let plan = plan(&super::bulk::select_sql(&f).0);

@@ -31,6 +31,14 @@ pub fn get(conn: &rusqlite::Connection, id: &str) -> Result<Option<Run>, StoreEr
 pub fn list(conn: &rusqlite::Connection, f: &ListFilter) -> Result<Vec<Run>, StoreError> {
     // A batch's or a parent's runs are read through their own index (ids sort by creation).
     let (from, order) = match (&f.batch_id, &f.parent_run_id) {
+        // Tagged runs: walked from `run_tags_tag_idx` (tag, run_id), newest id first, each
+        // run read by its key; further tags and the other filters test each one.
+        _ if !f.tags.is_empty() => (
+            "run_tags t INDEXED BY run_tags_tag_idx CROSS JOIN runs ON runs.id = t.run_id \
+             WHERE t.tag = :tag0 AND (:batch IS NULL OR batch_id = :batch) \
+             AND (:parent IS NULL OR parent_run_id = :parent)",
+            "t.run_id DESC",
+        ),
         (Some(_), _) => (
             "runs INDEXED BY runs_batch_idx WHERE batch_id = :batch AND (:parent IS NULL OR parent_run_id = :parent)",
             "id DESC",
@@ -44,26 +52,36 @@ pub fn list(conn: &rusqlite::Connection, f: &ListFilter) -> Result<Vec<Run>, Sto
             "created_at DESC, id DESC",
         ),
     };
+    let tags: Vec<String> = f.tags.rows().collect();
+    let names: Vec<String> = (0..tags.len()).map(|i| format!(":tag{i}")).collect();
+    let more_tags: String = names
+        .iter()
+        .skip(1)
+        .map(|n| format!(" AND EXISTS (SELECT 1 FROM run_tags m WHERE m.run_id = runs.id AND m.tag = {n})"))
+        .collect();
     let sql = format!(
         "SELECT {RUN_COLUMNS} FROM {from} AND (:state IS NULL OR state = :state) \
          AND (:session IS NULL OR session_id = :session) AND (:tool IS NULL OR tool = :tool) \
-         AND (:schedule IS NULL OR schedule_id = :schedule) ORDER BY {order} LIMIT :limit"
+         AND (:schedule IS NULL OR schedule_id = :schedule){more_tags} ORDER BY {order} LIMIT :limit"
     );
     let mut stmt = conn.prepare_cached(&sql).ctx("prepare list runs")?;
-    let rows = stmt
-        .query_map(
-            named_params! {
-                ":state": f.state.map(|s| s.as_str()),
-                ":session": f.session,
-                ":tool": f.tool,
-                ":schedule": f.schedule_id,
-                ":batch": f.batch_id,
-                ":parent": f.parent_run_id,
-                ":limit": f.limit,
-            },
-            run_from_row,
-        )
-        .ctx("list runs")?;
+    let state = f.state.map(|s| s.as_str());
+    let mut params: Vec<(&str, &dyn rusqlite::ToSql)> = vec![
+        (":state", &state),
+        (":session", &f.session),
+        (":tool", &f.tool),
+        (":schedule", &f.schedule_id),
+        (":batch", &f.batch_id),
+        (":parent", &f.parent_run_id),
+        (":limit", &f.limit),
+    ];
+    params.extend(
+        names
+            .iter()
+            .zip(&tags)
+            .map(|(n, t)| (n.as_str(), t as &dyn rusqlite::ToSql)),
+    );
+    let rows = stmt.query_map(&*params, run_from_row).ctx("list runs")?;
     rows.collect::<Result<_, _>>().ctx("read runs")
 }
 

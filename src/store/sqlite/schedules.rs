@@ -16,7 +16,7 @@ use crate::store::fire_ledger::{Advance, Due, FireLedger, FireWrite, plan_due, t
 const COLUMNS: &str = "id, session_id, tool, args, title, cron_expression, scheduled_at, timezone, \
     enabled, next_trigger_at, last_triggered_at, trigger_count, missed_policy, catchup_window_ms, \
     overlap_policy, priority, max_attempts, timeout_ms, signal_on_completion, delivery, created_at, \
-    updated_at, cancelled_at";
+    updated_at, cancelled_at, tags";
 
 fn schedule_from_row(row: &Row<'_>) -> rusqlite::Result<Schedule> {
     let cron: Option<String> = row.get("cron_expression")?;
@@ -59,14 +59,15 @@ fn schedule_from_row(row: &Row<'_>) -> rusqlite::Result<Schedule> {
         created_at: ts_req(row, "created_at")?,
         updated_at: ts_req(row, "updated_at")?,
         cancelled_at: ts_col(row, "cancelled_at")?,
+        tags: crate::run::Tags::from_json(row.get::<_, Option<String>>("tags")?.as_deref()),
     })
 }
 
 const INSERT: &str = "INSERT INTO schedules (id, session_id, tool, args, title, cron_expression, \
     scheduled_at, timezone, enabled, next_trigger_at, missed_policy, catchup_window_ms, overlap_policy, \
-    priority, max_attempts, timeout_ms, signal_on_completion, delivery, created_at, updated_at) \
+    priority, max_attempts, timeout_ms, signal_on_completion, delivery, created_at, updated_at, tags) \
     VALUES (:id, :session_id, :tool, :args, :title, :cron, :scheduled_at, :timezone, 1, :next, :missed, \
-    :window, :overlap, :priority, :max_attempts, :timeout_ms, :signal, :delivery, :now, :now)";
+    :window, :overlap, :priority, :max_attempts, :timeout_ms, :signal, :delivery, :now, :now, :tags)";
 
 /// Inserts an enabled schedule.
 pub fn insert(tx: &Transaction<'_>, s: &NewSchedule) -> Result<(), StoreError> {
@@ -91,6 +92,7 @@ pub fn insert(tx: &Transaction<'_>, s: &NewSchedule) -> Result<(), StoreError> {
             ":signal": s.signal_on_completion as i64,
             ":delivery": s.delivery.as_str(),
             ":now": ts(s.created_at),
+            ":tags": s.tags.to_json(),
         })
         .ctx("insert schedule")?;
     Ok(())

@@ -113,7 +113,12 @@ impl Tool for SpawnBackground {
                         },
                         "additionalProperties": false
                     },
-                    "signal_on_completion": {"type": "boolean", "description": "Send a message back to the session when the run completes", "default": true}
+                    "signal_on_completion": {"type": "boolean", "description": "Send a message back to the session when the run completes", "default": true},
+                    "tags": {
+                        "type": "object",
+                        "description": "Optional tags for the run (or for every run of the schedule), key to value, e.g. {\"customer\": \"acme\"}. Keys: 1-64 of A-Z a-z 0-9 _ . : / - starting with a letter or digit; values: 1-256 characters; at most 16. Not inherited from the calling run.",
+                        "additionalProperties": {"type": "string"}
+                    }
                 },
                 "required": ["tool", "args"],
                 "additionalProperties": false
@@ -147,10 +152,11 @@ impl Tool for SpawnBackground {
             args,
             signal,
             schedule,
+            tags,
         } = call;
         match schedule {
-            Some(s) => create_monitor(&*host, &ctx, tool, args, title, signal, s).await,
-            None => start_run(&*host, &ctx, tool, args, title, signal).await,
+            Some(s) => create_monitor(&*host, &ctx, tool, args, title, signal, s, tags).await,
+            None => start_run(&*host, &ctx, tool, args, title, signal, tags).await,
         }
     }
 }
@@ -165,6 +171,8 @@ struct Call {
     signal: bool,
     /// A monitor's schedule, when the call creates one.
     schedule: Option<ScheduleArgs>,
+    /// The call's `tags`, checked (empty when not given).
+    tags: crate::run::Tags,
 }
 
 /// Reads the call's arguments, or the seed's refusal of them (checked in the seed's order).
@@ -186,11 +194,23 @@ fn read_call(args: &Value) -> Result<Call, ToolOutcome> {
         .and_then(Value::as_bool)
         .unwrap_or(true);
     let schedule = parse_schedule(args).map_err(ToolOutcome::tool_error)?;
+    let tags = match args.get("tags") {
+        None | Some(Value::Null) => crate::run::Tags::new(),
+        Some(t) => serde_json::from_value::<std::collections::BTreeMap<String, String>>(t.clone())
+            .map_err(|_| {
+                ToolOutcome::tool_error("Invalid parameter: tags (an object of text values expected)")
+            })
+            .and_then(|m| {
+                crate::run::Tags::from_map(m)
+                    .map_err(|e| ToolOutcome::tool_error(format!("Invalid parameter: {e}")))
+            })?,
+    };
     Ok(Call {
         tool,
         args: tool_args,
         signal,
         schedule,
+        tags,
     })
 }
 
@@ -239,12 +259,14 @@ async fn create_monitor(
     title: String,
     signal: bool,
     s: ScheduleArgs,
+    tags: crate::run::Tags,
 ) -> ToolOutcome {
     let mut req = ScheduleRequest::new(tool.clone(), args, s.cron, s.at)
         .timezone(s.timezone)
         .session(ctx.session_id.clone());
     req.title = Some(title.clone());
     req.signal_on_completion = signal;
+    req.tags = tags;
     match host.create_schedule(req).await {
         Ok(s) => ToolOutcome::ok(json!({
             "created": true,
@@ -271,6 +293,7 @@ async fn start_run(
     args: Value,
     title: String,
     signal: bool,
+    tags: crate::run::Tags,
 ) -> ToolOutcome {
     // A tool registered in Background mode brings its scheduling (the message's delivery).
     let mode = host.registry().get(&tool).map(|e| e.mode.clone());
@@ -284,6 +307,7 @@ async fn start_run(
         // Called by a queued run, the new run is listed under it (`runs.parent_run_id`); an
         // inline call's id names no run.
         parent: ctx.durable.is_recording().then(|| ctx.run_id.clone()),
+        tags,
     };
     let run_id = match host.start_background(run, &ctx.run_id).await {
         Ok(id) => id,

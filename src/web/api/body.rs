@@ -155,28 +155,55 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for Params<T> {
 
     async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, ApiError> {
         let query = parts.uri.query().unwrap_or("");
-        let path = super::problem::full_path(&parts.extensions, &parts.uri);
-        let de = serde_urlencoded::Deserializer::new(form_urlencoded::parse(query.as_bytes()));
-        serde_path_to_error::deserialize(de)
-            .map(Params)
-            .map_err(|e| {
-                let field = e.path().to_string();
-                let mut p = Problem::new(
-                    StatusCode::BAD_REQUEST,
-                    "invalid-input",
-                    if field == "." {
-                        format!("the query string: {}", e.inner())
-                    } else {
-                        format!("query parameter {field}: {}", e.inner())
-                    },
-                )
-                .at(&path);
-                if field != "." {
-                    p.field = Some(field);
-                }
-                ApiError::from(p)
-            })
+        parse_query(parts, query).map(Params)
     }
+}
+
+/// A query string read as [`Params`] does, except that `tag` may be repeated
+/// (`?tag=customer=acme&tag=env=prod`): its values are taken out first (the decoder takes
+/// each key once) and handed back beside the rest.
+#[derive(Debug)]
+pub(crate) struct TaggedParams<T>(pub T, pub Vec<String>);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for TaggedParams<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, ApiError> {
+        let query = parts.uri.query().unwrap_or("");
+        let mut tags = Vec::new();
+        let mut rest = form_urlencoded::Serializer::new(String::new());
+        for (k, v) in form_urlencoded::parse(query.as_bytes()) {
+            if k == "tag" {
+                tags.push(v.into_owned());
+            } else {
+                rest.append_pair(&k, &v);
+            }
+        }
+        parse_query(parts, &rest.finish()).map(|t| TaggedParams(t, tags))
+    }
+}
+
+/// Decodes a query string into `T`; an error names the parameter.
+fn parse_query<T: DeserializeOwned>(parts: &Parts, query: &str) -> Result<T, ApiError> {
+    let path = super::problem::full_path(&parts.extensions, &parts.uri);
+    let de = serde_urlencoded::Deserializer::new(form_urlencoded::parse(query.as_bytes()));
+    serde_path_to_error::deserialize(de).map_err(|e| {
+        let field = e.path().to_string();
+        let mut p = Problem::new(
+            StatusCode::BAD_REQUEST,
+            "invalid-input",
+            if field == "." {
+                format!("the query string: {}", e.inner())
+            } else {
+                format!("query parameter {field}: {}", e.inner())
+            },
+        )
+        .at(&path);
+        if field != "." {
+            p.field = Some(field);
+        }
+        ApiError::from(p)
+    })
 }
 
 /// The path's `{...}` segments, percent-decoded, as `T` (a `String`, or a tuple of them).

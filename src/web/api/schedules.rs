@@ -136,6 +136,9 @@ pub(crate) struct ScheduleAdd {
     /// How those messages are delivered: `interrupt`, `when_idle` (default), `silent`.
     #[serde(default)]
     delivery: Option<Delivery>,
+    /// Tags copied to every run it starts (`{"customer": "acme"}`; the rules of a run's tags).
+    #[serde(default)]
+    tags: Option<std::collections::BTreeMap<String, String>>,
 }
 
 fn empty_object() -> Value {
@@ -180,6 +183,9 @@ impl ScheduleAdd {
         req.max_attempts = self.max_attempts;
         req.signal_on_completion = !self.no_signal;
         req.delivery = self.delivery.unwrap_or_default();
+        if let Some(tags) = self.tags {
+            req.tags = crate::run::Tags::from_map(tags)?;
+        }
         Ok(req)
     }
 }

@@ -13,16 +13,19 @@ use crate::store::run_params::{LimitedInsert, RunApprove, RunInsertLimited};
 
 const INSERT_MANY: &str = "INSERT INTO runs (id, session_id, tool, args, title, state, priority, \
     max_attempts, run_at, created_at, idempotency_key, timeout_ms, signal_on_completion, delivery, \
-    schedule_id, fire_at, ticks, unique_key, batch_id, parent_run_id) \
+    schedule_id, fire_at, ticks, unique_key, batch_id, parent_run_id, tags, traceparent) \
     SELECT id, session_id, tool, args, title, 'queued', priority, max_attempts, run_at, created_at, \
     idempotency_key, timeout_ms, signal_on_completion, delivery, schedule_id, fire_at, ticks, unique_key, \
-    batch_id, parent_run_id \
+    batch_id, parent_run_id, tags, traceparent \
     FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bigint[], \
     $7::bigint[], $8::text[], $9::text[], $10::text[], $11::bigint[], $12::bigint[], $13::text[], \
-    $14::text[], $15::text[], $16::bigint[], $17::text[], $18::text[], $19::text[]) AS t(id, \
-    session_id, tool, args, title, priority, max_attempts, run_at, created_at, idempotency_key, \
-    timeout_ms, signal_on_completion, delivery, schedule_id, fire_at, ticks, unique_key, batch_id, \
-    parent_run_id)";
+    $14::text[], $15::text[], $16::bigint[], $17::text[], $18::text[], $19::text[], $20::text[], \
+    $21::text[]) AS t(id, session_id, tool, args, title, priority, max_attempts, run_at, created_at, \
+    idempotency_key, timeout_ms, signal_on_completion, delivery, schedule_id, fire_at, ticks, \
+    unique_key, batch_id, parent_run_id, tags, traceparent)";
+/// The `run_tags` rows of tagged runs (`key=value` each); an untagged run writes none.
+const INSERT_TAGS: &str =
+    "INSERT INTO run_tags (run_id, tag) SELECT * FROM unnest($1::text[], $2::text[])";
 
 /// Column arrays of a multi-row insert.
 #[derive(Default)]
@@ -46,6 +49,11 @@ struct Columns {
     unique: Vec<Option<String>>,
     batch: Vec<Option<String>>,
     parent: Vec<Option<String>>,
+    tags: Vec<Option<String>>,
+    traceparent: Vec<Option<String>>,
+    /// `run_tags` rows: run id and tag, one pair per tag.
+    tag_run: Vec<String>,
+    tag_text: Vec<String>,
 }
 
 impl Columns {
@@ -76,6 +84,12 @@ impl Columns {
         self.batch.push(r.batch_id.as_ref().map(|b| b.to_string()));
         self.parent
             .push(r.parent_run_id.as_ref().map(|p| p.to_string()));
+        self.tags.push(r.tags.to_json());
+        self.traceparent.push(r.traceparent.clone());
+        for tag in r.tags.rows() {
+            self.tag_run.push(r.id.to_string());
+            self.tag_text.push(tag);
+        }
         Ok(())
     }
 
@@ -83,7 +97,7 @@ impl Columns {
         if self.id.is_empty() {
             return Ok(());
         }
-        let params: [P<'_>; 19] = [
+        let params: [P<'_>; 21] = [
             &self.id,
             &self.session,
             &self.tool,
@@ -103,8 +117,19 @@ impl Columns {
             &self.unique,
             &self.batch,
             &self.parent,
+            &self.tags,
+            &self.traceparent,
         ];
         exec(c, INSERT_MANY, &params, "insert runs").await?;
+        if !self.tag_run.is_empty() {
+            exec(
+                c,
+                INSERT_TAGS,
+                &[&self.tag_run, &self.tag_text],
+                "insert run tags",
+            )
+            .await?;
+        }
         Ok(())
     }
 }

@@ -20,8 +20,10 @@ const FIND_BY_KEY: &str = "SELECT id, tool, args FROM runs WHERE idempotency_key
 /// changes (schema version 11).
 pub(crate) const INSERT: &str = "INSERT OR FAIL INTO runs (id, session_id, tool, args, title, state, priority, max_attempts, \
     run_at, created_at, idempotency_key, timeout_ms, signal_on_completion, delivery, schedule_id, fire_at, ticks, \
-    unique_key, batch_id, parent_run_id) VALUES (?1, ?2, ?3, ?4, ?5, 'queued', ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, \
-    ?16, ?17, ?18, ?19)";
+    unique_key, batch_id, parent_run_id, tags, traceparent) VALUES (?1, ?2, ?3, ?4, ?5, 'queued', ?6, ?7, ?8, ?9, ?10, ?11, \
+    ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21)";
+/// One `run_tags` row (`key=value`) of a tagged run; an untagged run writes none.
+const INSERT_TAG: &str = "INSERT INTO run_tags (run_id, tag) VALUES (?1, ?2)";
 /// A unique enqueue's match in one state: one seek of `runs_unique_idx`, newest first.
 pub(crate) const FIND_UNIQUE: &str = "SELECT id FROM runs WHERE unique_key = ?1 AND state = ?2 AND created_at >= ?3 \
     ORDER BY created_at DESC LIMIT 1";
@@ -63,6 +65,7 @@ pub fn insert_many(tx: &Transaction<'_>, runs: &[NewRun]) -> Result<Vec<Inserted
         done.push(Inserted::New(run.id.clone()));
     }
     insert_plain(tx, &runs[plain_from..])?;
+    insert_tags(tx, runs, &done)?;
     // Runs without a key or unique check are never compared with: mark them after.
     for run in runs
         .iter()
@@ -71,6 +74,27 @@ pub fn insert_many(tx: &Transaction<'_>, runs: &[NewRun]) -> Result<Vec<Inserted
         await_approval(tx, run)?;
     }
     Ok(done)
+}
+
+/// Writes the `run_tags` rows of the tagged runs of `runs` that were inserted (`done`, in the
+/// same order); a run that an idempotency key or unique check returned keeps its own tags.
+fn insert_tags(tx: &Transaction<'_>, runs: &[NewRun], done: &[Inserted]) -> Result<(), StoreError> {
+    let mut tagged = runs
+        .iter()
+        .zip(done)
+        .filter(|(r, d)| !r.tags.is_empty() && matches!(d, Inserted::New(_)))
+        .peekable();
+    if tagged.peek().is_none() {
+        return Ok(());
+    }
+    let mut stmt = tx.prepare_cached(INSERT_TAG).ctx("prepare insert tag")?;
+    for (run, _) in tagged {
+        for tag in run.tags.rows() {
+            stmt.execute(rusqlite::params![run.id.as_str(), tag])
+                .ctx("insert run tag")?;
+        }
+    }
+    Ok(())
 }
 
 /// Moves a run just inserted `queued` to `awaiting_approval` when it was created needing
@@ -109,16 +133,16 @@ pub(crate) fn mark_awaiting(
     crate::store::sqlite::inbox::insert_many_encoded(tx, &[(&p.message, &p.message_data)], now)
 }
 
-/// Rows in one multi-row INSERT at most (19 parameters each: 1,235 of SQLite's 32,766).
+/// Rows in one multi-row INSERT at most (21 parameters each: 1,344 of SQLite's 32,766).
 pub(crate) const ROWS_PER_INSERT: usize = 64;
 
 /// Parameters of one row of [`INSERT`].
-const PARAMS: usize = 19;
+const PARAMS: usize = 21;
 
 /// Groups of [`INSERT`]'s columns that a multi-row statement binds once, as parameters
-/// `?1..=?19` in the column's own position, when every row of the chunk has the same values
+/// `?1..=?21` in the column's own position, when every row of the chunk has the same values
 /// there (a batch from one caller mostly does); the other columns get a parameter per row,
-/// numbered from `?20`. Each text bound is copied by SQLite, and binding the 17 values of
+/// numbered from `?22`. Each text bound is copied by SQLite, and binding the 17 values of
 /// every row was a third of a batch's SQLite time (BENCHMARKS.md, issue 19, session 8).
 /// Three groups, not a bit per column, keep the variants (and the statement cache) small.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -129,8 +153,8 @@ impl Shared {
     const NAMES: u8 = 1;
     /// The due time and the creation time.
     const TIMES: u8 = 2;
-    /// Priority, attempts, key, timeout, signal, delivery, schedule, tick, unique key, batch
-    /// and spawning run.
+    /// Priority, attempts, key, timeout, signal, delivery, schedule, tick, unique key, batch,
+    /// spawning run, tags and trace context.
     const OPTIONS: u8 = 4;
     /// Variants: every combination of the three groups.
     const VARIANTS: usize = 8;
@@ -168,6 +192,8 @@ impl Shared {
                 || run.unique.as_ref().map(|u| &u.key) != first.unique.as_ref().map(|u| &u.key)
                 || run.batch_id != first.batch_id
                 || run.parent_run_id != first.parent_run_id
+                || run.tags != first.tags
+                || run.traceparent != first.traceparent
             {
                 bits &= !Shared::OPTIONS;
             }
@@ -183,7 +209,7 @@ impl Shared {
         let group = match param {
             2 | 3 | 5 => Shared::NAMES,
             8 | 9 => Shared::TIMES,
-            6 | 7 | 10..=19 => Shared::OPTIONS,
+            6 | 7 | 10..=21 => Shared::OPTIONS,
             _ => return false,
         };
         self.0 & group != 0
@@ -317,6 +343,10 @@ fn bind_run(
     bind(stmt, 17, &run.unique.as_ref().map(|u| u.key.as_str()))?;
     bind(stmt, 18, &run.batch_id.as_ref().map(|b| b.as_str()))?;
     bind(stmt, 19, &run.parent_run_id.as_ref().map(|p| p.as_str()))?;
+    if at(20).is_some() {
+        bind(stmt, 20, &run.tags.to_json())?;
+    }
+    bind(stmt, 21, &run.traceparent)?;
     Ok(())
 }
 
@@ -393,22 +423,22 @@ mod tests {
         let values = &sql[sql.find(" VALUES ").expect("values")..];
         assert_eq!(
             values,
-            " VALUES (?20, ?2, ?3, ?21, ?5, 'queued', ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19), \
-             (?22, ?2, ?3, ?23, ?5, 'queued', ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19)"
+            " VALUES (?22, ?2, ?3, ?23, ?5, 'queued', ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21), \
+             (?24, ?2, ?3, ?25, ?5, 'queued', ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21)"
         );
         let times = Shared(Shared::TIMES);
         assert_eq!(times.per_row(), PARAMS - 2);
         let sql = insert_sql(2, times);
         assert!(
-            sql.contains("(?20, ?21, ?22, ?23, ?24, 'queued', ?25, ?26, ?8, ?9, ?27,"),
+            sql.contains("(?22, ?23, ?24, ?25, ?26, 'queued', ?27, ?28, ?8, ?9, ?29,"),
             "{sql}"
         );
         assert!(
-            sql.contains("(?37, ?38, ?39, ?40, ?41, 'queued', ?42, ?43, ?8, ?9, ?44,"),
+            sql.contains("(?41, ?42, ?43, ?44, ?45, 'queued', ?46, ?47, ?8, ?9, ?48,"),
             "{sql}"
         );
         let none = insert_sql(1, Shared::NONE);
-        assert!(none.ends_with("(?20, ?21, ?22, ?23, ?24, 'queued', ?25, ?26, ?27, ?28, ?29, ?30, ?31, ?32, ?33, ?34, ?35, ?36, ?37, ?38)"), "{none}");
+        assert!(none.ends_with("(?22, ?23, ?24, ?25, ?26, 'queued', ?27, ?28, ?29, ?30, ?31, ?32, ?33, ?34, ?35, ?36, ?37, ?38, ?39, ?40, ?41, ?42)"), "{none}");
     }
 
     /// A plain queued run of tool `t` with title `t`, created `now`.
@@ -436,6 +466,8 @@ mod tests {
             parent_run_id: None,
             after: Vec::new(),
             after_mode: crate::run::DepMode::All,
+            tags: crate::run::Tags::new(),
+            traceparent: None,
         }
     }
 

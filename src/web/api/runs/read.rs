@@ -15,7 +15,7 @@ use crate::ids::{BatchId, RunId};
 use crate::run::{Run, RunFilter, RunState, WaitAnswer};
 use crate::web::AppState;
 use crate::web::api::ApiResult;
-use crate::web::api::body::{Params, Segments};
+use crate::web::api::body::{Params, Segments, TaggedParams};
 use crate::web::api::route::Route;
 use crate::web::api::wait::{WaitQuery, hold};
 
@@ -74,6 +74,10 @@ pub(crate) struct ListQuery {
     pub batch: Option<String>,
     /// Only runs spawned by this run (`bg_...`): its children.
     pub parent: Option<String>,
+    /// Only runs with this tag, `key=value` (repeatable: `?tag=customer=acme&tag=env=prod`;
+    /// every one must match).
+    #[allow(dead_code)] // Documents the parameter: `TaggedParams` takes its values out first.
+    pub tag: Option<String>,
     /// At most this many per page, 1 to 1000 (default 50).
     pub limit: Option<i64>,
     /// Where the page starts: the `next` of the previous page.
@@ -100,7 +104,7 @@ pub(crate) struct WaitReply {
 }
 
 /// The filter `q` asks for, checked as `toolq runs` checks its flags.
-fn run_filter(q: &ListQuery) -> Result<RunFilter, InputError> {
+fn run_filter(q: &ListQuery, tags: &[String]) -> Result<RunFilter, InputError> {
     let states = match &q.state {
         None => Vec::new(),
         Some(s) => s
@@ -141,15 +145,16 @@ fn run_filter(q: &ListQuery) -> Result<RunFilter, InputError> {
         session: InputError::non_blank_filter("session", q.session.clone())?,
         batch_id,
         parent_run_id,
+        tags: crate::run::Tags::parse_all(tags)?,
         ..RunFilter::default()
     })
 }
 
 async fn list(
     State(st): State<Arc<AppState>>,
-    Params(q): Params<ListQuery>,
+    TaggedParams(q, tags): TaggedParams<ListQuery>,
 ) -> ApiResult<Json<RunsPage>> {
-    let filter = run_filter(&q)?;
+    let filter = run_filter(&q, &tags)?;
     let limit = q.limit.unwrap_or(50);
     if !(1..=1000).contains(&limit) {
         return Err(
