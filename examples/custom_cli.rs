@@ -24,8 +24,16 @@ impl Tool for Shout {
     }
 
     async fn call(&self, ctx: ToolContext) -> ToolOutcome {
-        let text = ctx.args["text"].as_str().unwrap_or_default();
-        ToolOutcome::ok(json!({ "shouted": text.to_uppercase() }))
+        let text = ctx.args["text"].as_str().unwrap_or_default().to_string();
+        // A recorded step: a retry of this run would take its result instead of redoing it
+        // (and with traces on it is a `toolq.step` span).
+        let upper = ctx.step("shout", async move {
+            Ok::<_, std::convert::Infallible>(text.to_uppercase())
+        });
+        match upper.await {
+            Ok(shouted) => ToolOutcome::ok(json!({ "shouted": shouted })),
+            Err(e) => e.into_outcome(),
+        }
     }
 }
 

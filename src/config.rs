@@ -7,6 +7,7 @@ pub mod explain;
 mod file;
 pub mod layers;
 mod report;
+pub mod retry;
 mod sections;
 mod toml_text;
 mod validate;
@@ -22,9 +23,10 @@ pub use layers::{ConfigFile, FileChoice, Layers, Origin, Override};
 pub(crate) use report::suggest;
 pub use sections::{
     ApprovalConfig, RetentionConfig, RunDefaults, SchedulesConfig, SessionLimits, ShellConfig,
-    WalConfig, WebConfig, WorkerConfig,
+    TracesConfig, WalConfig, WebConfig, WorkerConfig,
 };
 use validate::Checker;
+pub(crate) use validate::refuse_endpoint;
 
 /// The database file when neither the config nor `--db` names one.
 const DEFAULT_DB_PATH: &str = "./toolq.db";
@@ -60,6 +62,11 @@ pub struct Config {
     pub limits: crate::flow::ToolLimits,
     /// The dashboard (`toolq web`, `toolq worker --web`).
     pub web: WebConfig,
+    /// Per-tool retry keys: `[limits.NAME]` merged with `[tools.NAME]` (each key in one of
+    /// the two). See [`Config::retry_policy`].
+    pub retry: BTreeMap<String, retry::ToolRetry>,
+    /// OpenTelemetry traces (`[traces]`).
+    pub traces: TracesConfig,
 }
 
 impl Default for Config {
@@ -78,6 +85,8 @@ impl Default for Config {
             wal: WalConfig::default(),
             limits: crate::flow::ToolLimits::new(),
             web: WebConfig::default(),
+            retry: BTreeMap::new(),
+            traces: TracesConfig::default(),
         }
     }
 }
@@ -114,7 +123,7 @@ impl Config {
     /// Validates the merged layers into a typed configuration. Sections are checked in a
     /// fixed order, so that of several bad keys the same one is reported first.
     pub fn from_layers(layers: &Layers) -> Result<Config, ConfigError> {
-        let file: FileConfig = layers
+        let mut file: FileConfig = layers
             .figment
             .extract()
             .map_err(|e| report::from_figment(e, layers))?;
@@ -127,13 +136,17 @@ impl Config {
         let runs = validate::runs(&c, file.runs.unwrap_or_default())?;
         let sessions = validate::sessions(&c, file.sessions.unwrap_or_default())?;
         let schedules = validate::schedules(&c, file.schedules.unwrap_or_default(), &worker)?;
+        let retry = validate::retries(&c, &mut file.limits, &mut file.tools, &runs)?;
         let tools = command_tools::parse_tools(file.tools, &origin)?;
         command_tools::refuse_builtin_names(&tools, file.shell.enabled, &origin)?;
         let limits = validate::limits(&c, file.limits, &tools)?;
         validate::web(&c, &file.web)?;
+        validate::traces(&c, &file.traces)?;
         let approvals = validate::approvals(&c, file.approvals)?;
         Ok(Config {
+            retry,
             web: file.web,
+            traces: file.traces,
             limits,
             db_path,
             db_url,
@@ -147,6 +160,16 @@ impl Config {
             wal,
             approvals,
         })
+    }
+}
+
+impl Config {
+    /// The retry policy of `tool`'s runs: its own keys over `[runs]`.
+    pub fn retry_policy(&self, tool: &str) -> retry::RetryPolicy {
+        match self.retry.get(tool) {
+            Some(t) => t.over(&self.runs),
+            None => retry::RetryPolicy::of_runs(&self.runs),
+        }
     }
 }
 
@@ -199,6 +222,108 @@ mod tests {
         ] {
             let e = Config::parse(text, "c.toml").unwrap_err().to_string();
             assert!(e.contains(key), "{text}: {e}");
+        }
+    }
+
+    #[test]
+    fn retry_keys_merge_from_both_tables_over_runs() {
+        use retry::{FailureKind, RetryOn};
+        let c = Config::parse(
+            "[runs]\nmax_attempts = 4\n\
+             [tools.fetch]\ncommand = [\"true\"]\nretry_on = [\"tool_error\", \"timeout\"]\n\
+             [limits.fetch]\nmax_attempts = 9\nbackoff_base = \"2s\"\n\
+             [limits.http]\nmax_running = 3\n",
+            "c.toml",
+        )
+        .unwrap();
+        let fetch = c.retry_policy("fetch");
+        assert_eq!(fetch.max_attempts, 9);
+        assert_eq!(fetch.backoff_base, std::time::Duration::from_secs(2));
+        assert_eq!(fetch.backoff_max, c.runs.backoff_max);
+        assert_eq!(
+            fetch.retry_on,
+            RetryOn::of(&[FailureKind::ToolError, FailureKind::Timeout])
+        );
+        assert_eq!(
+            c.retry["fetch"].set_at["retry_on"],
+            "tools.fetch.retry_on".to_string()
+        );
+        // A tool without keys of its own (a max_running alone sets none): [runs], default kinds.
+        assert!(!c.retry.contains_key("http"));
+        let other = c.retry_policy("http");
+        assert_eq!((other.max_attempts, other.retry_on), (4, RetryOn::DEFAULT));
+        assert_eq!(c.limits["http"].max_running, Some(3));
+        assert_eq!(
+            Config::parse("[limits.x]\nretry_on = []\n", "c")
+                .unwrap()
+                .retry_policy("x")
+                .retry_on,
+            RetryOn::NONE
+        );
+        for (text, key) in [
+            ("[limits.x]\nmax_attempts = 1001\n", "limits.x.max_attempts"),
+            ("[limits.x]\nbackoff_max = \"0s\"\n", "limits.x.backoff_max"),
+            (
+                "[limits.x]\nbackoff_base = \"soon\"\n",
+                "limits.x.backoff_base",
+            ),
+            ("[limits.x]\nretry_on = [\"crash\"]\n", "limits.x.retry_on"),
+            (
+                "[limits.x]\nbackoff_max = \"100ms\"\n",
+                "limits.x.backoff_max",
+            ),
+            (
+                "[tools.t]\ncommand = [\"x\"]\nretry_on = []\n[limits.t]\nretry_on = [\"timeout\"]\n",
+                "limits.t.retry_on",
+            ),
+        ] {
+            let e = Config::parse(text, "c.toml").unwrap_err().to_string();
+            assert!(e.contains(key), "{text}: {e}");
+        }
+        let e = Config::parse(
+            "[tools.t]\ncommand = [\"x\"]\nmax_attempts = 2\n[limits.t]\nmax_attempts = 3\n",
+            "c.toml",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("tools.t.max_attempts") && e.contains("limits.t.max_attempts"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn failed_and_cancelled_retention_default_to_finished_runs() {
+        let c = Config::parse("[retention]\nfinished_runs = \"3d\"\n", "c").unwrap();
+        let day = std::time::Duration::from_secs(86_400);
+        assert_eq!(c.retention.failed_runs, 3 * day);
+        assert_eq!(c.retention.cancelled_runs, 3 * day);
+        let c = Config::parse("[retention]\nfailed_runs = \"90d\"\n", "c").unwrap();
+        assert_eq!(c.retention.failed_runs, 90 * day);
+        assert_eq!(c.retention.cancelled_runs, 7 * day);
+    }
+
+    #[test]
+    fn traces_section_takes_an_http_endpoint_and_refuses_others() {
+        let c = Config::parse(
+            "[traces]\nenabled = true\nendpoint = \"https://otel.example:4318/v1/traces\"\n\
+             service_name = \"jobs\"\n",
+            "c.toml",
+        )
+        .unwrap();
+        assert!(c.traces.enabled);
+        assert_eq!(c.traces.service_name.as_deref(), Some("jobs"));
+        for (text, shown) in [
+            (
+                "[traces]\nendpoint = \"localhost:4318\"\n",
+                "localhost:4318",
+            ),
+            ("[traces]\nendpoint = \"grpc://c:4317\"\n", "grpc://c:4317"),
+            ("[traces]\nendpoint = \"http://\"\n", "http://"),
+            ("[traces]\nservice_name = \" \"\n", "traces.service_name"),
+        ] {
+            let e = Config::parse(text, "c.toml").unwrap_err().to_string();
+            assert!(e.contains("traces.") && e.contains(shown), "{text}: {e}");
         }
     }
 

@@ -70,6 +70,7 @@ pub mod status;
 #[doc(hidden)]
 pub mod store;
 pub mod tool;
+pub mod trace;
 pub mod web;
 pub mod worker;
 

@@ -24,8 +24,12 @@ pub struct PruneReport {
     pub dry_run: bool,
     /// Write transactions used.
     pub batches: u64,
-    /// Finished runs before this went.
+    /// Completed runs before this went (`retention.finished_runs`).
     pub runs_before: String,
+    /// Failed runs before this went (`retention.failed_runs`).
+    pub failed_runs_before: String,
+    /// Cancelled runs before this went (`retention.cancelled_runs`).
+    pub cancelled_runs_before: String,
     /// Acknowledged messages before this went.
     pub acked_inbox_before: String,
     /// Occurrences before this went.
@@ -37,6 +41,12 @@ pub struct PruneReport {
 pub struct Removed {
     /// `runs` rows.
     pub runs: u64,
+    /// Of `runs`: completed ones.
+    pub runs_completed: u64,
+    /// Of `runs`: failed ones.
+    pub runs_failed: u64,
+    /// Of `runs`: cancelled ones.
+    pub runs_cancelled: u64,
     /// `blobs` rows (logs and results of those runs).
     pub blobs: u64,
     /// `inbox` rows (messages about those runs, and old acknowledged messages).
@@ -53,6 +63,9 @@ impl Removed {
     /// Adds another batch's counts.
     pub fn add(&mut self, o: &Removed) {
         self.runs += o.runs;
+        self.runs_completed += o.runs_completed;
+        self.runs_failed += o.runs_failed;
+        self.runs_cancelled += o.runs_cancelled;
         self.blobs += o.blobs;
         self.inbox += o.inbox;
         self.occurrences += o.occurrences;
@@ -60,7 +73,18 @@ impl Removed {
         self.batches += o.batches;
     }
 
-    /// Rows in all tables.
+    /// Counts `n` runs in the final state `state` (in `runs` and in its outcome's field).
+    pub fn add_runs(&mut self, state: &str, n: u64) {
+        self.runs += n;
+        match state {
+            "completed" => self.runs_completed += n,
+            "failed" => self.runs_failed += n,
+            "cancelled" => self.runs_cancelled += n,
+            _ => {}
+        }
+    }
+
+    /// Rows in all tables (the per-outcome counts are part of `runs`).
     pub fn total(&self) -> u64 {
         self.runs + self.blobs + self.inbox + self.occurrences + self.workers + self.batches
     }

@@ -81,7 +81,9 @@ pub(super) async fn dispatch(cli: Cli, host: RegistryBuilder, db_from_env: bool)
     // These need no database: they neither open nor create one.
     let command = match cli.command {
         Command::Tools(a) => return tools::run(&registry, cli.json, a),
-        Command::Config(a) => return config::run(&layers, cli.json, &a),
+        Command::Config(a) => {
+            return config::run(&layers, &config, &registry.names(), cli.json, &a);
+        }
         Command::Schedule(schedule::Args {
             command: schedule::Sub::Preview(a),
         }) => return schedule::preview(cli.json, a),
@@ -94,6 +96,8 @@ pub(super) async fn dispatch(cli: Cli, host: RegistryBuilder, db_from_env: bool)
     {
         return Ok(());
     }
+    // Before the database opens, so a bad endpoint is refused before anything is written.
+    let traces = crate::trace::init(&config.traces)?;
     let client = Client::open_as(
         config,
         registry,
@@ -105,7 +109,13 @@ pub(super) async fn dispatch(cli: Cli, host: RegistryBuilder, db_from_env: bool)
         json: cli.json,
         config_file: layers.file_summary(),
     };
-    run(&ctx, command).await
+    let done = run(&ctx, command).await;
+    // The exporter's shutdown joins its thread and may wait for one last export: off the
+    // runtime's threads.
+    if traces.is_on() {
+        let _ = tokio::task::spawn_blocking(move || traces.shutdown()).await;
+    }
+    done
 }
 
 /// Runs a command that needs the database.

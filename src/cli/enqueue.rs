@@ -154,8 +154,19 @@ impl Args {
         req.after_any = self.after_any;
         req.batch = batch_id("--batch-id", self.batch_id.as_deref())?;
         req.tags = crate::run::Tags::parse_all(&self.tag)?;
+        req.traceparent = caller_traceparent()?;
         Ok(req)
     }
+}
+
+/// The caller's trace context from the `TRACEPARENT` variable (the W3C header's text, as
+/// tools like otel-cli set it): the run's spans join that trace. Unset or empty: none.
+pub(super) fn caller_traceparent() -> Result<Option<String>, InputError> {
+    let Some(tp) = std::env::var("TRACEPARENT").ok().filter(|v| !v.is_empty()) else {
+        return Ok(None);
+    };
+    crate::trace::traceparent::check("TRACEPARENT", &tp)?;
+    Ok(Some(tp))
 }
 
 /// The runs of `--after`: each value a run id or several, comma-separated.

@@ -16,7 +16,7 @@ pub struct Args {
     pub dry_run: bool,
 }
 
-/// Prunes and prints the rows removed per table.
+/// Prunes and prints the rows removed per table, the runs also by outcome.
 pub async fn run(ctx: &Ctx, args: Args) -> Result<()> {
     let older_than = args
         .older_than
@@ -41,13 +41,21 @@ pub async fn run(ctx: &Ctx, args: Args) -> Result<()> {
         "deleted"
     };
     render::fields(&[
-        ("runs", r.runs.to_string()),
+        (
+            "runs",
+            format!(
+                "{} (completed {}, failed {}, cancelled {})",
+                r.runs, r.runs_completed, r.runs_failed, r.runs_cancelled
+            ),
+        ),
         ("blobs", r.blobs.to_string()),
         ("inbox", r.inbox.to_string()),
         ("occurrences", r.occurrences.to_string()),
         ("workers", r.workers.to_string()),
         ("batches", r.batches.to_string()),
         ("finished before", report.runs_before.clone()),
+        ("failed before", report.failed_runs_before.clone()),
+        ("cancelled before", report.cancelled_runs_before.clone()),
     ]);
     render::note(&format!(
         "{verb} {} rows{}",

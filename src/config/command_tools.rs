@@ -58,6 +58,22 @@ pub(crate) struct FileCommandTool {
     approval_deadline: Option<String>,
     kill_grace: Option<String>,
     max_running: Option<i64>,
+    max_attempts: Option<i64>,
+    backoff_base: Option<String>,
+    backoff_max: Option<String>,
+    retry_on: Option<Vec<String>>,
+}
+
+impl FileCommandTool {
+    /// Takes the retry keys out (validated with `[limits.NAME]`'s by `retry::merge`).
+    pub(super) fn take_retry(&mut self) -> super::retry::RawRetry {
+        super::retry::RawRetry {
+            max_attempts: self.max_attempts.take(),
+            backoff_base: self.backoff_base.take(),
+            backoff_max: self.backoff_max.take(),
+            retry_on: self.retry_on.take(),
+        }
+    }
 }
 
 /// The names of the built-in tools that are always registered, in registry order. A list

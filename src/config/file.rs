@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 
 use super::command_tools::FileCommandTool;
-use super::sections::{ShellConfig, WebConfig};
+use super::sections::{ShellConfig, TracesConfig, WebConfig};
 
 /// The whole file.
 #[derive(Debug, Default, Deserialize)]
@@ -29,6 +29,8 @@ pub(super) struct FileConfig {
     pub limits: BTreeMap<String, FileLimit>,
     #[serde(default)]
     pub web: WebConfig,
+    #[serde(default)]
+    pub traces: TracesConfig,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -44,6 +46,22 @@ pub(super) struct FileApprovals {
 pub(super) struct FileLimit {
     pub max_running: Option<i64>,
     pub rate: Option<String>,
+    pub max_attempts: Option<i64>,
+    pub backoff_base: Option<String>,
+    pub backoff_max: Option<String>,
+    pub retry_on: Option<Vec<String>>,
+}
+
+impl FileLimit {
+    /// Takes the retry keys out (validated by `retry::merge`).
+    pub fn take_retry(&mut self) -> super::retry::RawRetry {
+        super::retry::RawRetry {
+            max_attempts: self.max_attempts.take(),
+            backoff_base: self.backoff_base.take(),
+            backoff_max: self.backoff_max.take(),
+            retry_on: self.retry_on.take(),
+        }
+    }
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -51,6 +69,8 @@ pub(super) struct FileLimit {
 pub(super) struct FileRetention {
     pub enabled: Option<bool>,
     pub finished_runs: Option<String>,
+    pub failed_runs: Option<String>,
+    pub cancelled_runs: Option<String>,
     pub unacked_runs: Option<String>,
     pub acked_inbox: Option<String>,
     pub occurrences: Option<String>,

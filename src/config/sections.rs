@@ -40,13 +40,35 @@ impl Default for WebConfig {
     }
 }
 
+/// The `[traces]` section: OpenTelemetry traces over OTLP/HTTP (off by default). Unset keys
+/// fall back on the standard `OTEL_*` variables when the exporter starts (see `crate::trace`).
+#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TracesConfig {
+    /// Export spans (also on with `OTEL_TRACES_EXPORTER=otlp`; `OTEL_SDK_DISABLED=true` wins).
+    #[serde(default)]
+    pub enabled: bool,
+    /// The OTLP/HTTP traces URL (None: `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`, else
+    /// `OTEL_EXPORTER_OTLP_ENDPOINT` + `/v1/traces`, else `http://localhost:4318/v1/traces`).
+    #[serde(default)]
+    pub endpoint: Option<String>,
+    /// `service.name` of the spans (None: `OTEL_SERVICE_NAME`, else `toolq`).
+    #[serde(default)]
+    pub service_name: Option<String>,
+}
+
 /// Retention: how long finished work is kept before the worker's retention tick deletes it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RetentionConfig {
     /// Whether workers prune automatically.
     pub enabled: bool,
-    /// Finished runs (with their logs, results and messages) are kept this long.
+    /// Finished runs (with their logs, results and messages) are kept this long; completed
+    /// runs always, failed and cancelled ones unless their own keys say otherwise.
     pub finished_runs: Duration,
+    /// Failed runs are kept this long (default: `finished_runs`).
+    pub failed_runs: Duration,
+    /// Cancelled runs are kept this long (default: `finished_runs`).
+    pub cancelled_runs: Duration,
     /// Finished runs whose message is still unacknowledged are kept this long.
     pub unacked_runs: Duration,
     /// Acknowledged inbox messages are kept this long after the acknowledgement.
@@ -64,6 +86,8 @@ impl Default for RetentionConfig {
         Self {
             enabled: true,
             finished_runs: Duration::from_secs(7 * DAY),
+            failed_runs: Duration::from_secs(7 * DAY),
+            cancelled_runs: Duration::from_secs(7 * DAY),
             unacked_runs: Duration::from_secs(30 * DAY),
             acked_inbox: Duration::from_secs(7 * DAY),
             occurrences: Duration::from_secs(30 * DAY),

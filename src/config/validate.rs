@@ -12,8 +12,8 @@ use super::file::{
 };
 use super::layers::Layers;
 use super::sections::{
-    ApprovalConfig, RetentionConfig, RunDefaults, SchedulesConfig, SessionLimits, WalConfig,
-    WebConfig, WorkerConfig,
+    ApprovalConfig, RetentionConfig, RunDefaults, SchedulesConfig, SessionLimits, TracesConfig,
+    WalConfig, WebConfig, WorkerConfig,
 };
 use crate::clock::{format_duration, parse_duration};
 use crate::error::ConfigError;
@@ -273,9 +273,13 @@ pub(super) fn maintenance(
 ) -> Result<(RetentionConfig, WalConfig), ConfigError> {
     let (r, w) = (r.unwrap_or_default(), w.unwrap_or_default());
     let (dr, dw) = (RetentionConfig::default(), WalConfig::default());
+    let finished_runs = c.duration("retention.finished_runs", r.finished_runs, dr.finished_runs)?;
     let retention = RetentionConfig {
         enabled: r.enabled.unwrap_or(dr.enabled),
-        finished_runs: c.duration("retention.finished_runs", r.finished_runs, dr.finished_runs)?,
+        finished_runs,
+        // Unset, an outcome is kept as long as finished runs are (the one age before these).
+        failed_runs: c.duration("retention.failed_runs", r.failed_runs, finished_runs)?,
+        cancelled_runs: c.duration("retention.cancelled_runs", r.cancelled_runs, finished_runs)?,
         unacked_runs: c.duration("retention.unacked_runs", r.unacked_runs, dr.unacked_runs)?,
         acked_inbox: c.duration("retention.acked_inbox", r.acked_inbox, dr.acked_inbox)?,
         occurrences: c.duration("retention.occurrences", r.occurrences, dr.occurrences)?,
@@ -336,6 +340,10 @@ pub(super) fn limits(
                 ),
             ));
         }
+        // A table with retry keys only limits nothing: no entry, so claims see no limit.
+        if max_running.is_none() && rate.is_none() {
+            continue;
+        }
         out.insert(name, ToolLimit { max_running, rate });
     }
     for (name, t) in tools {
@@ -346,7 +354,64 @@ pub(super) fn limits(
     Ok(out)
 }
 
+/// The retry keys of `[limits.NAME]` and `[tools.NAME]`, taken out of both tables and
+/// merged per tool (`retry::merge`); a key given in both places is an error naming both.
+pub(super) fn retries(
+    c: &Checker<'_>,
+    limits: &mut BTreeMap<String, FileLimit>,
+    tools: &mut BTreeMap<String, super::command_tools::FileCommandTool>,
+    runs: &RunDefaults,
+) -> Result<BTreeMap<String, super::retry::ToolRetry>, ConfigError> {
+    let from_limits = limits
+        .iter_mut()
+        .map(|(n, l)| (n.clone(), l.take_retry()))
+        .collect();
+    let from_tools = tools
+        .iter_mut()
+        .map(|(n, t)| (n.clone(), t.take_retry()))
+        .collect();
+    let bad = |key: &str, value: String, reason: String| c.bad(key, value, reason);
+    let origin = |key: &str| c.origin(key);
+    super::retry::merge(from_limits, from_tools, runs, &bad, &origin)
+}
+
 /// `[web]`: a token that is not blank, an address that parses.
+/// `[traces]`: the endpoint must be an http(s) URL and the service name not blank.
+pub(super) fn traces(c: &Checker<'_>, t: &TracesConfig) -> Result<(), ConfigError> {
+    if let Some(e) = &t.endpoint
+        && let Some(reason) = refuse_endpoint(e)
+    {
+        return Err(c.bad("traces.endpoint", format!("{e:?}"), reason));
+    }
+    if let Some(n) = &t.service_name
+        && n.trim().is_empty()
+    {
+        return Err(c.bad("traces.service_name", format!("{n:?}"), "must not be blank"));
+    }
+    Ok(())
+}
+
+/// Why `url` cannot be an OTLP/HTTP endpoint, or None when it can: an `http://` or
+/// `https://` URL with a host. Also checks the `OTEL_*` variables' endpoints (`crate::trace`).
+pub(crate) fn refuse_endpoint(url: &str) -> Option<&'static str> {
+    const NEED: &str = "must be an http:// or https:// URL with a host, like \
+                        http://localhost:4318/v1/traces";
+    let rest = url
+        .strip_prefix("http://")
+        .or_else(|| url.strip_prefix("https://"));
+    let Some(rest) = rest else {
+        return Some(NEED);
+    };
+    let host = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    if host.is_empty() || host.starts_with(':') || url.chars().any(char::is_whitespace) {
+        return Some(NEED);
+    }
+    if url.parse::<ureq::http::Uri>().is_err() {
+        return Some(NEED);
+    }
+    None
+}
+
 pub(super) fn web(c: &Checker<'_>, web: &WebConfig) -> Result<(), ConfigError> {
     for (key, token) in [
         ("web.token", &web.token),

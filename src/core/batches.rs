@@ -178,11 +178,12 @@ impl Core {
         self.registry()
             .validate(&c.tool, &c.args)
             .map_err(|e| e.within("--on-complete: "))?;
+        let max_attempts = self.config().retry_policy(&c.tool).max_attempts;
         Ok(Callback {
             tool: c.tool,
             args: c.args,
             title: format!("on complete: {title}"),
-            max_attempts: self.config().runs.max_attempts,
+            max_attempts,
             priority: 0,
         })
     }

@@ -32,10 +32,17 @@ impl Core {
         let entry = self.registry().validate(&req.tool, &req.args)?;
         check_priority(req.priority)?;
         check_run_at(req.run_at)?;
-        let max_attempts = req.max_attempts.unwrap_or(self.config().runs.max_attempts);
+        // The run's own count wins; else its tool's retry policy (`[limits.NAME]`/`[tools.NAME]`),
+        // else `runs.max_attempts`. Resolved here, so a schedule keeps the count it was made with.
+        let max_attempts = req
+            .max_attempts
+            .unwrap_or_else(|| self.config().retry_policy(&req.tool).max_attempts);
         check_max_attempts(max_attempts)?;
         let timeout_ms = timeout_ms(req.timeout)?;
         check_idempotency_key(req.idempotency_key.as_deref())?;
+        if let Some(tp) = &req.traceparent {
+            crate::trace::traceparent::check("traceparent", tp)?;
+        }
         // Built by `--tag` parsing they are checked already; a library caller's or a
         // deserialized map is not.
         req.tags.validate()?;
@@ -102,12 +109,14 @@ impl Core {
     /// Validates and inserts one run. Bad input writes nothing; a known idempotency key
     /// returns the existing run.
     pub async fn enqueue(&self, req: EnqueueRequest) -> Result<Enqueued> {
-        let row = self.prepare_owned(req, self.now())?;
+        let mut row = self.prepare_owned(req, self.now())?;
+        let span = trace_enqueue(std::slice::from_mut(&mut row));
         let inserted = self
             .engine()
             .run_insert(vec![row])
             .await
             .map_err(|e| key_conflict(e, ""))?;
+        span.end();
         self.wake_workers();
         inserted.into_iter().map(to_enqueued).next().ok_or_else(|| {
             Error::Store(StoreError::Invalid(
@@ -121,12 +130,14 @@ impl Core {
     /// creation time, the instant of the call, as they share its transaction; their ids keep
     /// the order of `reqs`.
     pub async fn enqueue_batch(&self, reqs: Vec<EnqueueRequest>) -> Result<Vec<Enqueued>> {
-        let rows = self.prepare_many(reqs, self.now())?;
+        let mut rows = self.prepare_many(reqs, self.now())?;
+        let span = trace_enqueue(&mut rows);
         let inserted = self
             .engine()
             .run_insert(rows)
             .await
             .map_err(|e| key_conflict(e, "batch"))?;
+        span.end();
         self.wake_workers();
         Ok(inserted.into_iter().map(to_enqueued).collect())
     }
@@ -178,12 +189,14 @@ impl Core {
     /// many background runs at once). Wakes this process's workers when it inserted.
     pub async fn insert_background(
         &self,
-        row: NewRun,
+        mut row: NewRun,
         except: Option<String>,
         approval: Option<RunApprove>,
     ) -> Result<Result<RunId, String>, StoreError> {
         let limits = &self.config().sessions;
         let limit = (!limits.queue_beyond_limit).then_some(limits.max_active_runs);
+        // Under the calling tool's execute span, when a tool enqueues.
+        let span = trace_enqueue(std::slice::from_mut(&mut row));
         let done = self
             .engine()
             .run_insert_within_limit(RunInsertLimited {
@@ -194,6 +207,7 @@ impl Core {
                 approval,
             })
             .await?;
+        span.end();
         Ok(match done {
             LimitedInsert::Inserted(i) => {
                 self.wake_workers();
@@ -202,6 +216,38 @@ impl Core {
             LimitedInsert::OverSession(max) => Err(run_limit_message(max)),
         })
     }
+}
+
+/// Starts the `toolq.enqueue` span of `rows` (one span per call, also for a batch) under the
+/// caller's context: the first row's traceparent, else the current OpenTelemetry context (a
+/// library caller's span, or the execute span of a tool that enqueues). Each row that named
+/// the same parent (or none) stores the span's own context, so its worker spans hang under
+/// it. Tracing off: returns at once, and rows keep the traceparent they were given.
+fn trace_enqueue(rows: &mut [NewRun]) -> crate::trace::Span {
+    use crate::trace::{Parent, Span, names};
+    use opentelemetry::KeyValue;
+    let view: &[NewRun] = rows;
+    let given = view.first().and_then(|r| r.traceparent.as_deref());
+    let parent = match given {
+        Some(tp) => Parent::Traceparent(Some(tp)),
+        None => Parent::Current,
+    };
+    let span = Span::start(names::ENQUEUE, parent, None, || match view {
+        [one] => vec![
+            KeyValue::new("run.id", one.id.to_string()),
+            KeyValue::new("tool", one.tool.clone()),
+            KeyValue::new("session", one.session_id.clone()),
+        ],
+        many => vec![KeyValue::new("runs", many.len() as i64)],
+    });
+    let Some(own) = span.traceparent() else {
+        return span;
+    };
+    let given = rows.first().and_then(|r| r.traceparent.clone());
+    for r in rows.iter_mut().filter(|r| r.traceparent == given) {
+        r.traceparent = Some(own.clone());
+    }
+    span
 }
 
 fn check_priority(priority: i64) -> Result<(), InputError> {

@@ -25,6 +25,8 @@ impl Core {
             dry_run: opts.dry_run,
             batches: 0,
             runs_before: ts(cutoffs.runs_before),
+            failed_runs_before: ts(cutoffs.failed_runs_before),
+            cancelled_runs_before: ts(cutoffs.cancelled_runs_before),
             acked_inbox_before: ts(cutoffs.acked_inbox_before),
             occurrences_before: ts(cutoffs.occurrences_before),
         };
@@ -92,6 +94,8 @@ impl Core {
         let pick = |configured: Duration| older_than.unwrap_or(configured);
         Ok(PruneCutoffs {
             runs_before: before(pick(r.finished_runs), "retention.finished_runs")?,
+            failed_runs_before: before(pick(r.failed_runs), "retention.failed_runs")?,
+            cancelled_runs_before: before(pick(r.cancelled_runs), "retention.cancelled_runs")?,
             unacked_runs_before: before(pick(r.unacked_runs), "retention.unacked_runs")?,
             acked_inbox_before: before(pick(r.acked_inbox), "retention.acked_inbox")?,
             occurrences_before: before(pick(r.occurrences), "retention.occurrences")?,

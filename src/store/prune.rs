@@ -128,8 +128,12 @@ impl TableStep {
 /// What a dry run counts, one query each.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Counted {
-    /// Prunable runs.
-    Runs,
+    /// Prunable completed runs (by `retention.finished_runs`).
+    RunsCompleted,
+    /// Prunable failed runs (by `retention.failed_runs`).
+    RunsFailed,
+    /// Prunable cancelled runs (by `retention.cancelled_runs`).
+    RunsCancelled,
     /// The blobs (logs, results) of prunable runs.
     Blobs,
     /// Messages about prunable runs, and old acknowledged ones (each counted once).
@@ -144,8 +148,10 @@ pub(crate) enum Counted {
 
 impl Counted {
     /// Every count, in the order a dry run makes them.
-    pub(crate) const ALL: [Counted; 6] = [
-        Counted::Runs,
+    pub(crate) const ALL: [Counted; 8] = [
+        Counted::RunsCompleted,
+        Counted::RunsFailed,
+        Counted::RunsCancelled,
         Counted::Blobs,
         Counted::Inbox,
         Counted::Occurrences,
@@ -156,7 +162,9 @@ impl Counted {
     /// Adds this count's `n` rows to `r`.
     pub(crate) fn add_to(self, r: &mut Removed, n: u64) {
         match self {
-            Counted::Runs => r.runs += n,
+            Counted::RunsCompleted | Counted::RunsFailed | Counted::RunsCancelled => {
+                r.add_runs(self.state().unwrap_or_default(), n)
+            }
             Counted::Blobs => r.blobs += n,
             Counted::Inbox => r.inbox += n,
             Counted::Occurrences => r.occurrences += n,
@@ -165,10 +173,23 @@ impl Counted {
         }
     }
 
+    /// The final state a runs count counts (a literal for its query: `runs_final_idx`
+    /// serves it), or `None` for the other counts.
+    pub(crate) fn state(self) -> Option<&'static str> {
+        match self {
+            Counted::RunsCompleted => Some(FINAL_STATES[0]),
+            Counted::RunsFailed => Some(FINAL_STATES[1]),
+            Counted::RunsCancelled => Some(FINAL_STATES[2]),
+            _ => None,
+        }
+    }
+
     /// What the count's query does, for its error.
     pub(crate) fn action(self) -> &'static str {
         match self {
-            Counted::Runs => "count prunable runs",
+            Counted::RunsCompleted => "count prunable completed runs",
+            Counted::RunsFailed => "count prunable failed runs",
+            Counted::RunsCancelled => "count prunable cancelled runs",
             Counted::Blobs => "count prunable blobs",
             Counted::Inbox => "count prunable inbox rows",
             Counted::Occurrences => "count prunable occurrences",

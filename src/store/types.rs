@@ -65,8 +65,12 @@ pub struct ClaimDue {
 /// The cutoffs of one prune. Everything strictly older than a cutoff may go.
 #[derive(Debug, Clone)]
 pub struct PruneCutoffs {
-    /// Finished runs whose `finished_at` is before this go (with their blobs and inbox rows).
+    /// Completed runs whose `finished_at` is before this go (with their blobs and inbox rows).
     pub runs_before: DateTime<Utc>,
+    /// Failed runs whose `finished_at` is before this go (`retention.failed_runs`).
+    pub failed_runs_before: DateTime<Utc>,
+    /// Cancelled runs whose `finished_at` is before this go (`retention.cancelled_runs`).
+    pub cancelled_runs_before: DateTime<Utc>,
     /// ... unless a message about them is still unacknowledged and they finished after this.
     pub unacked_runs_before: DateTime<Utc>,
     /// Acknowledged inbox messages whose `acked_at` is before this go.
@@ -77,6 +81,17 @@ pub struct PruneCutoffs {
     pub workers_before: DateTime<Utc>,
     /// Batches completed before this go, once none of their runs is left.
     pub batches_before: DateTime<Utc>,
+}
+
+impl PruneCutoffs {
+    /// The cutoff of runs in the final state `state` (`completed`, `failed`, `cancelled`).
+    pub fn runs_before_in(&self, state: &str) -> DateTime<Utc> {
+        match state {
+            "failed" => self.failed_runs_before,
+            "cancelled" => self.cancelled_runs_before,
+            _ => self.runs_before,
+        }
+    }
 }
 
 /// Where a prune of runs stands: the final state it walks (one at a time, so each batch is a

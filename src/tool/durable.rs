@@ -31,6 +31,8 @@ use crate::run::{
     Suspension, WaitKind, steps::far_future,
 };
 use crate::tool::{ChildRun, Refused, ToolHost};
+use crate::trace::{Parent, Span, names};
+use opentelemetry::KeyValue;
 
 /// Why a recorded step (or a wait) could not give its result.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -289,9 +291,20 @@ impl Durable {
         // The previous step's record commits before this step runs: no step acts on an
         // earlier result that a crash could still take back.
         inner.barrier().await?;
+        let span = Span::start(names::STEP, Parent::Current, None, || {
+            vec![
+                KeyValue::new("step.name", name.to_string()),
+                KeyValue::new("step.seq", seq),
+            ]
+        });
         // The lock is not held while the step runs: the step may report progress, or await
         // other work of the tool.
-        let (entry, result) = match fut.await {
+        let done = fut.await;
+        if let Err(e) = &done {
+            span.fail(|| e.to_string());
+        }
+        span.end();
+        let (entry, result) = match done {
             Ok(v) => {
                 let text = serde_json::to_string(&v).map_err(|e| StepError::Codec {
                     name: name.to_string(),
@@ -362,6 +375,7 @@ impl Durable {
             Slot::Recorded(rec) => (rec.seq, rec.wake_at.unwrap_or(t), true),
             Slot::New(seq) => (seq, t, false),
         };
+        let _span = wait_span("sleep", &name);
         if inner.clock.now() >= until {
             // Its time came: recorded as done with the next write, so the replay never
             // depends on the clock again.
@@ -399,6 +413,7 @@ impl Durable {
             Slot::Recorded(rec) => (rec.seq, rec.wake_at, true),
             Slot::New(seq) => (seq, None, false),
         };
+        let _span = wait_span("event", &name);
         let deadline = deadline.unwrap_or_else(|| {
             chrono::Duration::from_std(timeout)
                 .ok()
@@ -529,6 +544,7 @@ impl Durable {
             Slot::Recorded(rec) => (rec.seq, rec.wake_at, true),
             Slot::New(seq) => (seq, None, false),
         };
+        let _span = wait_span("children", &name);
         let deadline = deadline.unwrap_or_else(|| match timeout {
             None => far_future(),
             Some(t) => chrono::Duration::from_std(t)
@@ -673,6 +689,17 @@ impl Inner {
         });
         std::future::pending().await
     }
+}
+
+/// The `toolq.wait` span of a wait this invocation reached: it ends when the wait resolves
+/// (the caller's return) or when the worker drops the suspended tool.
+fn wait_span(kind: &'static str, name: &str) -> Span {
+    Span::start(names::WAIT, Parent::Current, None, || {
+        vec![
+            KeyValue::new("wait.kind", kind),
+            KeyValue::new("wait.name", name.to_string()),
+        ]
+    })
 }
 
 fn entry(

@@ -22,6 +22,8 @@ use crate::run::Run;
 use crate::store;
 use crate::tool::sink::{RunSink, SinkLimits};
 use crate::tool::{Tool, ToolContext, ToolHost, ToolOutcome};
+use crate::trace::{Parent, Span, names};
+use opentelemetry::KeyValue;
 
 /// The target of this file's span and events: the one they had in `worker/mod.rs`, which log
 /// filters and readers of the log (the crash tests count `toolq::worker: started`) name.
@@ -34,10 +36,42 @@ pub(super) fn start(sh: &Arc<Shared>, run: Run, jobs: mpsc::UnboundedSender<Job>
     if approval::hold_for_approval(&core, &run, &jobs) {
         return;
     }
-    let attempt = Attempt::track(sh, core, run);
+    let trace = claim_span(&run);
+    let attempt = Attempt::track(sh, core, run, trace);
     let run = &attempt.run;
     let span = tracing::info_span!(target: TARGET, "run", run_id = %run.id, tool = %run.tool, session = %run.session_id, attempt = run.attempt);
     tokio::spawn(attempt.run(jobs).instrument(span));
+}
+
+/// The run's stored traceparent (None: a run enqueued without one, e.g. fired by a schedule).
+fn traceparent(run: &Run) -> Option<&str> {
+    run.traceparent.as_deref()
+}
+
+/// Sends the claim's span and returns what the attempt's other spans hang under: the run's
+/// stored traceparent, or, for a run without one, the claim span (a new trace).
+fn claim_span(run: &Run) -> Span {
+    let tp = traceparent(run);
+    let claim = Span::start(names::CLAIM, Parent::Traceparent(tp), None, || {
+        run_attributes(run)
+    });
+    match tp {
+        Some(_) => {
+            claim.end();
+            Span::remote(tp)
+        }
+        None => claim.ended(),
+    }
+}
+
+/// The attributes every span of a run's attempt carries.
+pub(super) fn run_attributes(run: &Run) -> Vec<KeyValue> {
+    vec![
+        KeyValue::new("run.id", run.id.to_string()),
+        KeyValue::new("tool", run.tool.clone()),
+        KeyValue::new("session", run.session_id.clone()),
+        KeyValue::new("attempt", run.attempt),
+    ]
 }
 
 /// An attempt in flight: what its task needs.
@@ -56,12 +90,14 @@ struct Attempt {
     timeout: Duration,
     /// How long a stopped tool has before it is dropped.
     grace: Duration,
+    /// What the attempt's spans hang under ([`InFlight::trace`]).
+    trace: Span,
 }
 
 impl Attempt {
     /// Sets up `run`'s sink, stop signal and time limit, and enters it in the worker's
     /// in-flight map.
-    fn track(sh: &Arc<Shared>, core: Core, run: Run) -> Attempt {
+    fn track(sh: &Arc<Shared>, core: Core, run: Run, trace: Span) -> Attempt {
         let defaults = core.config().runs.clone();
         let sink = RunSink::new(SinkLimits {
             log_cap: defaults.log_cap_bytes,
@@ -85,6 +121,7 @@ impl Attempt {
                 sink: sink.clone(),
                 stop: stop.clone(),
                 ended: ended.clone(),
+                trace: trace.clone(),
             },
         );
         let grace = core.config().worker.cancel_grace;
@@ -100,6 +137,7 @@ impl Attempt {
             defaults,
             timeout,
             grace,
+            trace,
         }
     }
 
@@ -117,7 +155,11 @@ impl Attempt {
             defaults,
             timeout,
             grace,
+            trace,
         } = self;
+        let span = Span::start(names::EXECUTE, Parent::Span(&trace), None, || {
+            run_attributes(&run)
+        });
         tracing::debug!(target: TARGET, "started");
         if run.resumed {
             restore_log(&core, &run, &sink).await;
@@ -130,12 +172,21 @@ impl Attempt {
             )))),
             Some(tool) => {
                 let ctx = tool_context(&core, host, &run, &sink, &stop, durable.clone());
-                execute(tool, ctx, timeout, grace, stop, suspend).await
+                // The tool's steps, waits and enqueues see the execute span as current.
+                crate::trace::within(&span, execute(tool, ctx, timeout, grace, stop, suspend)).await
             }
         };
         // Stages reported after the last flush still belong in the history.
         lease::flush_operation(&core, &run, &sink).await;
         let mut job = settlement(&core, &run, executed, &sink, &defaults);
+        if let Job::End(rec) = &job {
+            let outcome = outcome_name(&rec.outcome);
+            span.set(|| vec![KeyValue::new("outcome", outcome)]);
+            if outcome == "failed" {
+                span.fail(|| rec.error.clone().unwrap_or_default());
+            }
+        }
+        span.end();
         // Waits that ended in this invocation are recorded with its end.
         if let Job::End(rec) = &mut job
             && !matches!(rec.outcome, crate::run::Outcome::Suspend(_))
@@ -146,6 +197,16 @@ impl Attempt {
         if jobs.send(job).is_err() {
             tracing::error!(target: TARGET, "finisher is gone; the run's lease will expire and it will be rescued");
         }
+    }
+}
+
+/// An end's outcome as spans and metrics name it.
+pub(super) fn outcome_name(outcome: &crate::run::Outcome) -> &'static str {
+    match outcome {
+        crate::run::Outcome::Final(s) => s.as_str(),
+        crate::run::Outcome::Retry(_) => "retried",
+        crate::run::Outcome::AwaitApproval { .. } => "awaiting_approval",
+        crate::run::Outcome::Suspend(_) => "suspended",
     }
 }
 
@@ -210,6 +271,7 @@ fn settlement(
                 end,
                 sink.final_snapshot(),
                 defaults,
+                &core.config().retry_policy(&run.tool),
                 core.now(),
                 rand::random::<f64>(),
             );

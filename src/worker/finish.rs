@@ -4,10 +4,11 @@ use chrono::{DateTime, Utc};
 use serde_json::json;
 
 use crate::config::RunDefaults;
+use crate::config::retry::{FailureKind, RetryPolicy};
 use crate::inbox::{FinalKind, final_message, summary_of};
 use crate::run::ending::{blank, end_unsuccessfully};
 use crate::run::{Fence, FinishRecord, Outcome};
-use crate::run::{Jitter, Run, backoff, should_retry};
+use crate::run::{Jitter, Run, backoff};
 use crate::tool::sink::SinkSnapshot;
 use crate::tool::{INTERNAL_ERROR_TEXT, ToolOutcome, ToolSuccess};
 
@@ -29,12 +30,15 @@ pub enum AttemptEnd {
     Suspended(crate::tool::durable::SuspendRequest),
 }
 
-/// Turns an attempt's end into the records to write. `jitter` is the random draw for backoff.
+/// Turns an attempt's end into the records to write. `policy` is the run's tool's retry
+/// policy (its backoff, and which failures retry; the run's own `max_attempts` counts);
+/// `jitter` is the random draw for backoff.
 pub fn decide(
     run: &Run,
     end: AttemptEnd,
     snap: SinkSnapshot,
     defaults: &RunDefaults,
+    policy: &RetryPolicy,
     now: DateTime<Utc>,
     jitter: Jitter,
 ) -> FinishRecord {
@@ -44,16 +48,18 @@ pub fn decide(
     rec.progress = snap.progress;
     rec.output_tail = snap.output_tail;
     rec.log = snap.log;
-    let end = match end {
+    let verdict = match end {
         AttemptEnd::Returned(ToolOutcome::Snooze(d)) => match snooze(run, d, defaults, now) {
-            Ok(s) => AttemptEnd::Suspended(s),
-            Err(limit) => AttemptEnd::Returned(ToolOutcome::ToolError(limit)),
+            Ok(s) => Verdict::Suspended(s),
+            // Never retried, whatever the policy: the next attempt starts with the same count
+            // of snoozes and would end the same way at its first.
+            Err(limit) => failure(limit, None, None, FinalKind::Failed),
         },
-        end => end,
+        end => classify(end),
     };
-    match classify(end) {
+    match verdict {
         Verdict::Succeeded(s) => succeeded(rec, run, s),
-        Verdict::Failed(f) => failed(rec, run, f, defaults, now, jitter),
+        Verdict::Failed(f) => failed(rec, run, f, policy, now, jitter),
         Verdict::Suspended(req) => {
             rec.outcome = Outcome::Suspend(req.suspension);
             rec.steps = req.steps;
@@ -100,23 +106,29 @@ struct Failure {
     error: String,
     /// The ops-only detail.
     internal: Option<String>,
-    /// Whether another attempt may help.
-    retryable: bool,
+    /// The kind of failure a retry policy may retry; `None`: never retried.
+    kind_of: Option<FailureKind>,
     /// The run's final state when no attempt is left.
     kind: FinalKind,
 }
 
 /// A failure verdict.
-fn failure(error: String, internal: Option<String>, retryable: bool, kind: FinalKind) -> Verdict {
+fn failure(
+    error: String,
+    internal: Option<String>,
+    kind_of: Option<FailureKind>,
+    kind: FinalKind,
+) -> Verdict {
     Verdict::Failed(Failure {
         error,
         internal,
-        retryable,
+        kind_of,
         kind,
     })
 }
 
-/// Sorts an end: a success, or a failure with its texts and whether it is retried.
+/// Sorts an end: a success, or a failure with its texts and the kind of failure it is (which
+/// the retry policy's `retry_on` is asked about).
 fn classify(end: AttemptEnd) -> Verdict {
     match end {
         AttemptEnd::Returned(ToolOutcome::Success(s)) => Verdict::Succeeded(s),
@@ -128,16 +140,16 @@ fn classify(end: AttemptEnd) -> Verdict {
                 crate::clock::format_duration(d)
             ),
             None,
-            true,
+            Some(FailureKind::InternalError),
             FinalKind::Failed,
         ),
         AttemptEnd::Returned(ToolOutcome::ToolError(m)) => {
-            failure(m, None, false, FinalKind::Failed)
+            failure(m, None, Some(FailureKind::ToolError), FinalKind::Failed)
         }
         AttemptEnd::Returned(ToolOutcome::Internal(detail)) => failure(
             INTERNAL_ERROR_TEXT.to_string(),
             Some(detail),
-            true,
+            Some(FailureKind::InternalError),
             FinalKind::Failed,
         ),
         // The seed fails a background run whose tool needs a connection (an inline call
@@ -146,29 +158,34 @@ fn classify(end: AttemptEnd) -> Verdict {
         AttemptEnd::Returned(ToolOutcome::ConnectionRequired { provider }) => failure(
             format!("Background tool requires connection setup: {provider}"),
             None,
-            false,
+            None,
             FinalKind::Failed,
         ),
         AttemptEnd::Panicked(msg) => failure(
             INTERNAL_ERROR_TEXT.to_string(),
             Some(format!("tool panicked: {msg}")),
-            true,
+            Some(FailureKind::InternalError),
             FinalKind::Failed,
         ),
         AttemptEnd::TimedOut(limit) => {
             let text = format!("timed out after {}", crate::clock::format_duration(limit));
-            failure(text.clone(), Some(text), true, FinalKind::Failed)
+            failure(
+                text.clone(),
+                Some(text),
+                Some(FailureKind::Timeout),
+                FinalKind::Failed,
+            )
         }
         AttemptEnd::WorkerLost(reason, detail) => failure(
             format!("worker lost: {reason}"),
             Some(detail),
-            true,
+            Some(FailureKind::WorkerLost),
             FinalKind::Failed,
         ),
         AttemptEnd::Cancelled => failure(
             "cancelled by request while running".to_string(),
             None,
-            false,
+            None,
             FinalKind::Cancelled,
         ),
     }
@@ -200,13 +217,13 @@ fn succeeded(mut rec: FinishRecord, run: &Run, s: ToolSuccess) -> FinishRecord {
     rec
 }
 
-/// A failure: its error entry, then a retry after the backoff while attempts remain, else
-/// the unsuccessful final state.
+/// A failure: its error entry, then a retry after the policy's backoff while the policy
+/// retries its kind and the run's attempts remain, else the unsuccessful final state.
 fn failed(
     mut rec: FinishRecord,
     run: &Run,
     f: Failure,
-    defaults: &RunDefaults,
+    policy: &RetryPolicy,
     now: DateTime<Utc>,
     jitter: Jitter,
 ) -> FinishRecord {
@@ -218,13 +235,11 @@ fn failed(
     }));
     rec.error = Some(f.error.clone());
     rec.internal_error = f.internal;
-    if should_retry(f.retryable, run.attempt, run.max_attempts) {
+    if policy.retries(f.kind_of, run.attempt, run.max_attempts) {
         let delay = backoff(
             run.attempt,
-            chrono::Duration::from_std(defaults.backoff_base)
-                .unwrap_or(chrono::Duration::seconds(1)),
-            chrono::Duration::from_std(defaults.backoff_max)
-                .unwrap_or(chrono::Duration::minutes(10)),
+            chrono::Duration::from_std(policy.backoff_base).unwrap_or(chrono::Duration::seconds(1)),
+            chrono::Duration::from_std(policy.backoff_max).unwrap_or(chrono::Duration::minutes(10)),
             jitter,
         );
         rec.outcome = Outcome::Retry(crate::clock::saturating_add(now, delay));
@@ -253,6 +268,7 @@ mod tests {
             end,
             SinkSnapshot::default(),
             &Config::default().runs,
+            &RetryPolicy::of_runs(&Config::default().runs),
             now(),
             0.5,
         )
@@ -382,5 +398,108 @@ mod tests {
                 .message
                 .is_none()
         );
+    }
+
+    #[test]
+    fn the_policy_decides_which_failures_retry_and_how_long_they_wait() {
+        use crate::config::retry::RetryOn;
+        let d = Config::default().runs;
+        let with = |kinds: &[FailureKind]| RetryPolicy {
+            backoff_base: std::time::Duration::from_secs(10),
+            backoff_max: std::time::Duration::from_secs(15),
+            retry_on: RetryOn::of(kinds),
+            ..RetryPolicy::of_runs(&d)
+        };
+        let decide_with = |p: &RetryPolicy, attempt: i64, end: AttemptEnd| {
+            decide(
+                &crate::run::running_fixture(attempt, 3),
+                end,
+                SinkSnapshot::default(),
+                &d,
+                p,
+                now(),
+                0.5,
+            )
+            .outcome
+        };
+        let ends = [
+            (
+                FailureKind::ToolError,
+                AttemptEnd::Returned(ToolOutcome::tool_error("no")),
+            ),
+            (
+                FailureKind::InternalError,
+                AttemptEnd::Returned(ToolOutcome::Internal("x".into())),
+            ),
+            (FailureKind::InternalError, AttemptEnd::Panicked("p".into())),
+            (
+                FailureKind::Timeout,
+                AttemptEnd::TimedOut(std::time::Duration::from_secs(1)),
+            ),
+            (
+                FailureKind::WorkerLost,
+                AttemptEnd::WorkerLost("gone".into(), "d".into()),
+            ),
+        ];
+        for (kind, end) in ends {
+            let only = with(&[kind]);
+            // Its own kind retries after the policy's backoff (10s, then capped at 15s)...
+            assert_eq!(
+                decide_with(&only, 1, end.clone()),
+                Outcome::Retry(now() + chrono::Duration::seconds(10)),
+                "{kind}"
+            );
+            assert_eq!(
+                decide_with(&only, 2, end.clone()),
+                Outcome::Retry(now() + chrono::Duration::seconds(15)),
+                "{kind}"
+            );
+            // ...until the run's own attempts are spent; a policy without it fails at once.
+            assert_eq!(
+                decide_with(&only, 3, end.clone()),
+                Outcome::Final(RunState::Failed)
+            );
+            let others: Vec<FailureKind> = FailureKind::ALL
+                .into_iter()
+                .filter(|k| *k != kind)
+                .collect();
+            assert_eq!(
+                decide_with(&with(&others), 1, end),
+                Outcome::Final(RunState::Failed),
+                "{kind}"
+            );
+        }
+        // Cancellation and a missing connection never retry, whatever the policy says.
+        let all = with(&FailureKind::ALL);
+        assert_eq!(
+            decide_with(&all, 1, AttemptEnd::Cancelled),
+            Outcome::Final(RunState::Cancelled)
+        );
+        let conn = AttemptEnd::Returned(ToolOutcome::ConnectionRequired {
+            provider: "github".into(),
+        });
+        assert_eq!(decide_with(&all, 1, conn), Outcome::Final(RunState::Failed));
+    }
+
+    #[test]
+    fn a_run_past_its_snooze_limit_fails_even_when_tool_errors_retry() {
+        let d = Config::default().runs;
+        let mut run = crate::run::running_fixture(1, 3);
+        run.snoozes = d.max_snoozes;
+        let policy = RetryPolicy {
+            retry_on: crate::config::retry::RetryOn::of(&FailureKind::ALL),
+            ..RetryPolicy::of_runs(&d)
+        };
+        let rec = decide(
+            &run,
+            AttemptEnd::Returned(ToolOutcome::Snooze(std::time::Duration::from_secs(1))),
+            SinkSnapshot::default(),
+            &d,
+            &policy,
+            now(),
+            0.5,
+        );
+        assert_eq!(rec.outcome, Outcome::Final(RunState::Failed));
+        assert!(rec.error.unwrap().contains("runs.max_snoozes"));
     }
 }

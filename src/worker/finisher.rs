@@ -47,7 +47,7 @@ pub(super) async fn finisher_loop(
         // Taken while the batch still holds slots, so the claim loop's sender is still alive
         // (it is dropped only once nothing is in flight).
         let sender = jobs.upgrade();
-        book(&sh, &batch, &written);
+        book(&sh, &batch, &written, started.elapsed());
         if !written.runs.is_empty() {
             start_replacements(&sh, written, started, &mut cursor, sender.as_ref());
         }
@@ -181,8 +181,9 @@ async fn retry_after(
     true
 }
 
-/// Books a written batch: frees its slots, and counts and logs each end.
-fn book(sh: &Shared, batch: &[Job], written: &Written) {
+/// Books a written batch: frees its slots, and counts, logs and traces each end (`took`: how
+/// long its write took, the end span's length).
+fn book(sh: &Shared, batch: &[Job], written: &Written, took: Duration) {
     let mut flights = sh.flights();
     for (job, &ok) in batch.iter().zip(&written.applied) {
         if let Job::Step(save) = job {
@@ -198,6 +199,7 @@ fn book(sh: &Shared, batch: &[Job], written: &Written) {
         sh.metrics.finished(outcome_label(job, ok));
         if ok {
             log_end(job, flight.as_ref(), written.now);
+            trace_end(job, flight.as_ref(), took);
         }
         match (job, ok) {
             (Job::End(_), true) => sh.recorded.fetch_add(1, Ordering::Relaxed),
@@ -239,6 +241,23 @@ fn start_replacements(
             runs.len()
         ),
     }
+}
+
+/// Sends the `toolq.end` span of a recorded end, under the attempt's trace.
+fn trace_end(job: &Job, flight: Option<&InFlight>, took: Duration) {
+    use crate::trace::{Parent, Span, names};
+    let (Job::End(r), Some(f)) = (job, flight) else {
+        return;
+    };
+    let span = Span::start(names::END, Parent::Span(&f.trace), Some(took), || {
+        let mut attrs = super::attempt::run_attributes(&f.run);
+        attrs.push(opentelemetry::KeyValue::new(
+            "outcome",
+            super::attempt::outcome_name(&r.outcome),
+        ));
+        attrs
+    });
+    span.end();
 }
 
 /// The `outcome` label of an attempt end in metrics.

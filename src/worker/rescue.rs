@@ -15,6 +15,7 @@ use super::Shared;
 use super::finish::{AttemptEnd, decide};
 use super::identity;
 use crate::config::RunDefaults;
+use crate::config::retry::RetryPolicy;
 use crate::core::Core;
 use crate::error::Result;
 use crate::run::{FinishRecord, Outcome};
@@ -53,11 +54,13 @@ fn reason_text(reason: RescueReason) -> &'static str {
 }
 
 /// Decides how a rescued run's attempt ends (pure): a requested cancellation is honoured,
-/// otherwise the attempt counts as a retryable "worker lost" failure.
+/// otherwise the attempt counts as a "worker lost" failure, retried as `policy` (the tool's
+/// retry policy) says.
 pub fn decide_rescue(
     run: &Run,
     reason: RescueReason,
     defaults: &RunDefaults,
+    policy: &RetryPolicy,
     now: DateTime<Utc>,
     jitter: Jitter,
 ) -> FinishRecord {
@@ -77,7 +80,15 @@ pub fn decide_rescue(
         );
         AttemptEnd::WorkerLost(reason_text(reason).to_string(), detail)
     };
-    decide(run, end, SinkSnapshot::default(), defaults, now, jitter)
+    decide(
+        run,
+        end,
+        SinkSnapshot::default(),
+        defaults,
+        policy,
+        now,
+        jitter,
+    )
 }
 
 /// One rescue pass over the database, as an operator tool (or a test) runs it: it spares
@@ -104,7 +115,8 @@ async fn rescue_pass(core: &Core, spare: Vec<String>, lease_expiry: bool) -> Res
     let defaults = core.config().runs.clone();
     let finisher = core.clone();
     let decide: DecideRescue = Arc::new(move |run, reason| {
-        let record = decide_rescue(run, reason, &defaults, now, rand::random::<f64>());
+        let policy = finisher.config().retry_policy(&run.tool);
+        let record = decide_rescue(run, reason, &defaults, &policy, now, rand::random::<f64>());
         finisher.finish_record(&run.tool, record)
     });
     let rescued = core.engine().attempt_rescue(params, decide).await?;
@@ -184,6 +196,7 @@ mod tests {
             &crate::run::running_fixture(1, 3),
             RescueReason::OwnerDied,
             &d,
+            &RetryPolicy::of_runs(&d),
             now,
             0.5,
         );
@@ -217,6 +230,7 @@ mod tests {
             &crate::run::running_fixture(3, 3),
             RescueReason::LeaseExpired,
             &d,
+            &RetryPolicy::of_runs(&d),
             now,
             0.1,
         );
@@ -244,6 +258,7 @@ mod tests {
             &run,
             RescueReason::OwnerDied,
             &d,
+            &RetryPolicy::of_runs(&d),
             at("2026-11-01T12:00:06Z"),
             0.5,
         );
@@ -260,10 +275,27 @@ mod tests {
             &run,
             RescueReason::OwnerMissing,
             &d,
+            &RetryPolicy::of_runs(&d),
             at("2026-11-01T12:00:06Z"),
             0.5,
         );
         assert_eq!(rec.outcome, Outcome::Final(RunState::Failed));
         assert!(rec.message.is_none() && rec.result.is_some());
+    }
+
+    #[test]
+    fn a_policy_without_worker_lost_fails_the_lost_attempt_and_its_backoff_counts() {
+        let d = Config::default().runs;
+        let now = at("2026-11-01T12:00:00Z");
+        let run = crate::run::running_fixture(1, 3);
+        let mut policy = RetryPolicy::of_runs(&d);
+        policy.retry_on =
+            crate::config::retry::RetryOn::of(&[crate::config::retry::FailureKind::Timeout]);
+        let rec = decide_rescue(&run, RescueReason::OwnerDied, &d, &policy, now, 0.5);
+        assert_eq!(rec.outcome, Outcome::Final(RunState::Failed));
+        policy.retry_on = crate::config::retry::RetryOn::DEFAULT;
+        policy.backoff_base = std::time::Duration::from_secs(30);
+        let rec = decide_rescue(&run, RescueReason::OwnerDied, &d, &policy, now, 0.5);
+        assert_eq!(rec.outcome, Outcome::Retry(at("2026-11-01T12:00:30Z")));
     }
 }

@@ -27,6 +27,9 @@ pub(super) struct InFlight {
     /// longer finds the run running may be looking at this worker's own committed end, and
     /// the finisher's fence reports a lost lease itself.
     pub(super) ended: Arc<std::sync::atomic::AtomicBool>,
+    /// What the attempt's spans hang under: the run's stored traceparent, or (a run without
+    /// one) its claim span, which starts a new trace. Empty when tracing is off.
+    pub(super) trace: crate::trace::Span,
 }
 
 /// An attempt's way out of this worker, sent to the finisher.

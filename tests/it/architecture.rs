@@ -32,6 +32,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("schedule", 1),
     ("retention", 1),
     ("bulk", 1),
+    ("trace", 1),
     // 2. tools and approvals
     ("tool", 2),
     ("approval", 2),

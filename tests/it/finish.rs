@@ -255,6 +255,7 @@ async fn a_large_batch_of_ends_writes_each_runs_artifacts_once() {
                     ..SinkSnapshot::default()
                 },
                 &env.client.config().runs,
+                &env.client.config().retry_policy(&run.tool),
                 now,
                 0.5,
             );

@@ -68,6 +68,7 @@ fn success_record(env: &TestEnv, run: &Run) -> FinishRecord {
         AttemptEnd::Returned(ToolOutcome::ok(json!({"by": run.attempt}))),
         SinkSnapshot::default(),
         &env.client.config().runs,
+        &env.client.config().retry_policy(&run.tool),
         env.client.now(),
         0.5,
     )

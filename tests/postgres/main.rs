@@ -130,6 +130,8 @@ mod ops;
 mod output;
 #[path = "../it/retries.rs"]
 mod retries;
+#[path = "../it/retry_policy.rs"]
+mod retry_policy;
 #[path = "../it/routing.rs"]
 mod routing;
 #[path = "../it/run_end_log.rs"]
@@ -152,6 +154,8 @@ mod status;
 mod tags;
 #[path = "../it/tools.rs"]
 mod tools;
+#[path = "../it/traces.rs"]
+mod traces;
 #[path = "../it/wakeup.rs"]
 mod wakeup;
 #[path = "../it/web.rs"]

@@ -32,9 +32,11 @@ const PRUNABLE_BATCH: &str = "b.completed_at IS NOT NULL AND b.completed_at < $1
 
 const PRUNABLE_ACKED: &str = "i.acked_at IS NOT NULL AND i.acked_at < $1";
 
-fn run_cutoffs(c: &PruneCutoffs) -> [String; 3] {
+/// The cutoffs of [`PRUNABLE_RUN`] for runs in the final state `state` (each outcome has its
+/// own).
+fn run_cutoffs(c: &PruneCutoffs, state: &str) -> [String; 3] {
     [
-        ts(c.runs_before),
+        ts(c.runs_before_in(state)),
         ts(c.unacked_runs_before),
         ts(c.occurrences_before),
     ]
@@ -61,8 +63,8 @@ async fn find_prunable<C: GenericClient>(
     cut: &PruneCutoffs,
     mut walk: RunsWalk<'_>,
 ) -> Result<Vec<PrunableRun>, StoreError> {
-    let cutoffs = run_cutoffs(cut);
     while let Some(page) = walk.next_page() {
+        let cutoffs = run_cutoffs(cut, page.state);
         let sql = format!(
             "SELECT r.id, r.finished_at, r.session_id FROM runs r \
              WHERE r.state = '{}' AND r.finished_at >= $4 AND {PRUNABLE_RUN} \
@@ -110,19 +112,24 @@ async fn delete_runs<C: GenericClient>(
         "delete inbox rows of pruned runs",
     )
     .await?;
-    let runs = exec(
+    // The states deleted (not those found), so the counts by outcome are what went.
+    let rows = query(
         c,
-        "DELETE FROM runs WHERE id = ANY($1) AND state IN ('completed', 'failed', 'cancelled')",
+        "DELETE FROM runs WHERE id = ANY($1) AND state IN ('completed', 'failed', 'cancelled') \
+         RETURNING state",
         &[&ids],
         "delete pruned runs",
     )
     .await?;
-    Ok(Removed {
-        runs,
+    let mut removed = Removed {
         blobs,
         inbox,
         ..Removed::default()
-    })
+    };
+    for r in &rows {
+        removed.add_runs(&get::<String>(r, 0)?, 1);
+    }
+    Ok(removed)
 }
 
 /// Deletes at most `batch` rows of the table `step` prunes, older than its cutoff. How many
@@ -170,25 +177,37 @@ pub(crate) async fn count_prunable<C: GenericClient>(
 
 /// The query of one dry-run count, and its parameters (cutoffs as text).
 fn count_query(what: Counted, cut: &PruneCutoffs) -> (String, Vec<String>) {
+    // Blobs and messages of prunable runs of any outcome: each state's own cutoff ($4 failed,
+    // $5 cancelled; $1 stays the completed runs').
+    let any_outcome = PRUNABLE_RUN.replace(
+        "r.finished_at < $1",
+        "r.finished_at < (CASE r.state WHEN 'failed' THEN $4 WHEN 'cancelled' THEN $5 ELSE $1 END)",
+    );
+    let mut any_params = run_cutoffs(cut, "completed").to_vec();
+    any_params.push(ts(cut.failed_runs_before));
+    any_params.push(ts(cut.cancelled_runs_before));
     match what {
-        Counted::Runs => (
-            format!("SELECT count(*) FROM runs r WHERE {PRUNABLE_RUN}"),
-            run_cutoffs(cut).to_vec(),
-        ),
+        Counted::RunsCompleted | Counted::RunsFailed | Counted::RunsCancelled => {
+            let state = what.state().unwrap_or_default();
+            (
+                format!("SELECT count(*) FROM runs r WHERE r.state = '{state}' AND {PRUNABLE_RUN}"),
+                run_cutoffs(cut, state).to_vec(),
+            )
+        }
         Counted::Blobs => (
             format!(
                 "SELECT count(*) FROM runs r JOIN blobs b ON b.session_id = r.session_id \
                  AND b.path >= '/.background/' || r.id || '/' AND b.path < '/.background/' || r.id || '0' \
-                 WHERE {PRUNABLE_RUN}"
+                 WHERE {any_outcome}"
             ),
-            run_cutoffs(cut).to_vec(),
+            any_params,
         ),
         Counted::Inbox => {
-            let mut p = run_cutoffs(cut).to_vec();
+            let mut p = any_params;
             p.push(ts(cut.acked_inbox_before));
             let sql = format!(
-                "SELECT count(*) FROM inbox i WHERE i.run_id IN (SELECT r.id FROM runs r WHERE {PRUNABLE_RUN}) \
-                 OR (i.acked_at IS NOT NULL AND i.acked_at < $4)"
+                "SELECT count(*) FROM inbox i WHERE i.run_id IN (SELECT r.id FROM runs r WHERE {any_outcome}) \
+                 OR (i.acked_at IS NOT NULL AND i.acked_at < $6)"
             );
             (sql, p)
         }

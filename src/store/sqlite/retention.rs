@@ -42,9 +42,11 @@ const PRUNABLE_WORKER: &str = "w.stopped_at IS NOT NULL AND w.stopped_at < :work
 const PRUNABLE_BATCH: &str = "b.completed_at IS NOT NULL AND b.completed_at < :batches_before \
     AND NOT EXISTS (SELECT 1 FROM runs r INDEXED BY runs_batch_idx WHERE r.batch_id = b.id)";
 
-fn run_params(c: &PruneCutoffs) -> [(&'static str, String); 3] {
+/// The parameters of [`PRUNABLE_RUN`] for runs in the final state `state` (each outcome has
+/// its own cutoff).
+fn run_params(c: &PruneCutoffs, state: &str) -> [(&'static str, String); 3] {
     [
-        (":runs_before", ts(c.runs_before)),
+        (":runs_before", ts(c.runs_before_in(state))),
         (":unacked_before", ts(c.unacked_runs_before)),
         (":occ_before", ts(c.occurrences_before)),
     ]
@@ -79,8 +81,8 @@ fn find_prunable(
     c: &PruneCutoffs,
     mut walk: RunsWalk<'_>,
 ) -> Result<Vec<PrunableRun>, StoreError> {
-    let rp = run_params(c);
     while let Some(page) = walk.next_page() {
+        let rp = run_params(c, page.state);
         let sql = format!(
             "SELECT r.id, r.finished_at, r.session_id FROM runs r \
              WHERE r.state = '{}' AND r.finished_at >= :after \
@@ -138,17 +140,26 @@ fn delete_runs(tx: &Transaction<'_>, found: &[PrunableRun]) -> Result<Removed, S
         "DELETE FROM inbox WHERE run_id IN (SELECT value FROM json_each(:ids))",
         "delete inbox rows of pruned runs",
     )?;
-    let runs = del(
-        "DELETE FROM runs WHERE id IN (SELECT value FROM json_each(:ids)) \
-         AND state IN ('completed', 'failed', 'cancelled')",
-        "delete pruned runs",
-    )?;
-    Ok(Removed {
-        runs,
+    // The states deleted (not those found), so the counts by outcome are what went.
+    let states: Vec<String> = tx
+        .prepare_cached(
+            "DELETE FROM runs WHERE id IN (SELECT value FROM json_each(:ids)) \
+             AND state IN ('completed', 'failed', 'cancelled') RETURNING state",
+        )
+        .ctx("prepare delete pruned runs")?
+        .query_map(named_params! {":ids": ids}, |r| r.get(0))
+        .ctx("delete pruned runs")?
+        .collect::<Result<_, _>>()
+        .ctx("delete pruned runs")?;
+    let mut removed = Removed {
         blobs,
         inbox,
         ..Removed::default()
-    })
+    };
+    for state in &states {
+        removed.add_runs(state, 1);
+    }
+    Ok(removed)
 }
 
 /// Deletes at most `batch` rows of `table` (alias `alias`) matching `condition`, whose one
@@ -210,25 +221,37 @@ pub fn count_prunable(conn: &Connection, c: &PruneCutoffs) -> Result<Removed, St
 
 /// The query of one dry-run count, and its parameters.
 fn count_query(what: Counted, c: &PruneCutoffs) -> (String, Vec<(&'static str, String)>) {
+    // Blobs and messages of prunable runs of any outcome: each state's own cutoff.
+    let any_outcome = PRUNABLE_RUN.replace(
+        "r.finished_at < :runs_before",
+        "r.finished_at < (CASE r.state WHEN 'failed' THEN :failed_before \
+         WHEN 'cancelled' THEN :cancelled_before ELSE :runs_before END)",
+    );
+    let mut any_params = run_params(c, "completed").to_vec();
+    any_params.push((":failed_before", ts(c.failed_runs_before)));
+    any_params.push((":cancelled_before", ts(c.cancelled_runs_before)));
     match what {
-        Counted::Runs => (
-            format!("SELECT count(*) FROM runs r WHERE {PRUNABLE_RUN}"),
-            run_params(c).to_vec(),
-        ),
+        Counted::RunsCompleted | Counted::RunsFailed | Counted::RunsCancelled => {
+            let state = what.state().unwrap_or_default();
+            (
+                format!("SELECT count(*) FROM runs r WHERE r.state = '{state}' AND {PRUNABLE_RUN}"),
+                run_params(c, state).to_vec(),
+            )
+        }
         Counted::Blobs => (
             format!(
                 "SELECT count(*) FROM runs r JOIN blobs b ON b.session_id = r.session_id \
                  AND b.path >= '/.background/' || r.id || '/' AND b.path < '/.background/' || r.id || '0' \
-                 WHERE {PRUNABLE_RUN}"
+                 WHERE {any_outcome}"
             ),
-            run_params(c).to_vec(),
+            any_params,
         ),
         Counted::Inbox => {
-            let mut p = run_params(c).to_vec();
+            let mut p = any_params;
             p.push((":acked_before", ts(c.acked_inbox_before)));
             // A message goes with its run, or on its own when acknowledged long ago; count it once.
             let sql = format!(
-                "SELECT count(*) FROM inbox i WHERE i.run_id IN (SELECT r.id FROM runs r WHERE {PRUNABLE_RUN}) \
+                "SELECT count(*) FROM inbox i WHERE i.run_id IN (SELECT r.id FROM runs r WHERE {any_outcome}) \
                  OR ({PRUNABLE_ACKED})"
             );
             (sql, p)

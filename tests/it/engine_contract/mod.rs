@@ -242,6 +242,8 @@ pub(crate) fn secs(n: i64) -> Duration {
 pub(crate) fn new_run(env: &TestEnv, session: &str) -> NewRun {
     let now = now(env);
     NewRun {
+        tags: Default::default(),
+        traceparent: None,
         id: RunId::generate(),
         session_id: session.into(),
         tool: TOOL.into(),

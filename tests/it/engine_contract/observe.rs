@@ -11,6 +11,8 @@ use crate::support::{ENGINE, Engine as Which, TestEnv};
 pub(crate) fn cutoffs(before: DateTime<Utc>) -> PruneCutoffs {
     PruneCutoffs {
         runs_before: before,
+        failed_runs_before: before,
+        cancelled_runs_before: before,
         unacked_runs_before: before,
         acked_inbox_before: before,
         occurrences_before: before,

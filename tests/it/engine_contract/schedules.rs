@@ -14,6 +14,7 @@ use crate::support::TestEnv;
 /// A schedule of `session` firing every minute, next at `next`.
 pub(crate) fn new_schedule(env: &TestEnv, session: &str, next: DateTime<Utc>) -> NewSchedule {
     NewSchedule {
+        tags: Default::default(),
         id: ScheduleId::generate(),
         session_id: session.into(),
         tool: TOOL.into(),

@@ -140,6 +140,9 @@ async fn prune_removes_old_finished_work_and_keeps_what_it_must() {
     let gone = [&acked, &s1, &s2];
     let expected = Removed {
         runs: 3,
+        runs_completed: 3,
+        runs_failed: 0,
+        runs_cancelled: 0,
         blobs: blobs_of(&gone),
         // The 3 runs' messages, plus the acknowledged messages of two kept runs (s3, linked).
         inbox: 5,

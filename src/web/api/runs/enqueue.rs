@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use axum::Json;
 use axum::extract::State;
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
 use schemars::JsonSchema;
 use serde::Deserialize;
 
@@ -27,7 +27,8 @@ pub(super) fn routes() -> Vec<Route> {
                  `after` names run ids (`bg_...`); `ref` only means something in \
                  `POST /runs/many`. Answers 201 with the new run, or 200 with the run an \
                  idempotency key or `unique_by` returned (`created: false`), as \
-                 `toolq enqueue --json` prints it. Bad input writes nothing.",
+                 `toolq enqueue --json` prints it. Bad input writes nothing. A W3C \
+                 `traceparent` header makes the run's spans join the caller's trace.",
             )
             .body::<RunSpec>()
             .answers::<EnqueueAnswer>(201)
@@ -79,11 +80,30 @@ fn echo(e: Error, typed: &[(&'static str, Option<String>)]) -> Error {
     e.with_typed_values(&typed)
 }
 
+/// The caller's W3C `traceparent` header (the run's spans join its trace); a bad one is a
+/// 400 naming it, before anything is written.
+fn traceparent(headers: &HeaderMap) -> Result<Option<String>, InputError> {
+    let Some(v) = headers.get("traceparent") else {
+        return Ok(None);
+    };
+    let text = v.to_str().map_err(|_| {
+        InputError::new(
+            "traceparent",
+            "(not text)",
+            "must be a W3C traceparent header",
+        )
+    })?;
+    crate::trace::traceparent::check("traceparent", text)?;
+    Ok(Some(text.to_string()))
+}
+
 async fn enqueue(
     State(st): State<Arc<AppState>>,
+    headers: HeaderMap,
     Body(spec): Body<RunSpec>,
 ) -> ApiResult<(StatusCode, Json<EnqueueAnswer>)> {
     let typed = typed(&spec);
+    let caller = traceparent(&headers)?;
     let parsed = spec.parse(st.client.now())?;
     if let Some(r) = &parsed.ref_ {
         return Err(InputError::new(
@@ -94,6 +114,9 @@ async fn enqueue(
         .into());
     }
     let mut req = parsed.req;
+    if caller.is_some() {
+        req.traceparent = caller;
+    }
     for a in &parsed.after {
         req.after.push(a.parse::<RunId>().map_err(|e| InputError {
             field: "after".into(),
@@ -116,8 +139,10 @@ async fn enqueue(
 
 async fn enqueue_many(
     State(st): State<Arc<AppState>>,
+    headers: HeaderMap,
     Body(body): Body<ManyRuns>,
 ) -> ApiResult<(StatusCode, Json<EnqueuedMany>)> {
+    let caller = traceparent(&headers)?;
     if body.runs.is_empty() {
         return Err(InputError::new("runs", "[]", "holds no runs (give at least one)").into());
     }
@@ -130,7 +155,10 @@ async fn enqueue_many(
                 .map_err(|e| e.within(&format!("{}: ", place(i))))?,
         );
     }
-    let reqs = resolve(parsed, place, "this request")?;
+    let mut reqs = resolve(parsed, place, "this request")?;
+    for r in reqs.iter_mut().filter(|r| r.traceparent.is_none()) {
+        r.traceparent.clone_from(&caller);
+    }
     let n = reqs.len();
     let done = st.client.enqueue_batch(reqs).await.map_err(|e| {
         at_request(
