@@ -266,8 +266,6 @@ pub(crate) fn new_run(env: &TestEnv, session: &str) -> NewRun {
         parent_run_id: None,
         after: Vec::new(),
         after_mode: toolq::run::DepMode::All,
-        tags: Default::default(),
-        traceparent: None,
     }
 }
 

@@ -33,7 +33,6 @@ pub(crate) fn new_schedule(env: &TestEnv, session: &str, next: DateTime<Utc>) ->
         signal_on_completion: false,
         delivery: Delivery::WhenIdle,
         created_at: now(env),
-        tags: Default::default(),
     }
 }
 
