@@ -1,35 +1,12 @@
 //! `toolq::cli::main_with`: a host's binary (examples/custom_cli.rs) runs the stock CLI with its
 //! own Rust tool, through enqueue, worker and result.
 
-use std::path::PathBuf;
 use std::process::Command;
 
 use serde_json::Value;
 
-/// The example binary. `cargo test` (what CI runs) builds it fresh with the other targets;
-/// `cargo test --test it` does not, so it is built here when missing. Not on every run: a
-/// nested `cargo build` under `cargo test` sees a different environment and rebuilds half the
-/// dependency tree each time.
-fn example() -> PathBuf {
-    let debug = PathBuf::from(env!("CARGO_BIN_EXE_toolq"))
-        .parent()
-        .unwrap()
-        .to_path_buf();
-    let bin = debug.join("examples").join("custom_cli");
-    if !bin.exists() {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let o = Command::new(cargo)
-            .args(["build", "--example", "custom_cli"])
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    }
-    bin
-}
-
 fn run(db: &std::path::Path, args: &[&str]) -> String {
-    let o = Command::new(example())
+    let o = Command::new(crate::support::custom_cli_example())
         .arg("--db")
         .arg(db)
         .args(args)

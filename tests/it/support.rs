@@ -405,6 +405,29 @@ pub fn toolq_command() -> std::process::Command {
     cmd
 }
 
+/// The host binary of `examples/custom_cli.rs` (a host's own binary running the stock CLI with
+/// its Rust tool). `cargo test` (what CI runs) builds it fresh with the other targets;
+/// `cargo test --test it` does not, so it is built here when missing. Not on every run: a
+/// nested `cargo build` under `cargo test` sees a different environment and rebuilds half the
+/// dependency tree each time.
+pub fn custom_cli_example() -> PathBuf {
+    let debug = PathBuf::from(env!("CARGO_BIN_EXE_toolq"))
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    let bin = debug.join("examples").join("custom_cli");
+    if !bin.exists() {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let o = std::process::Command::new(cargo)
+            .args(["build", "--example", "custom_cli"])
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+    bin
+}
+
 /// A child process (a worker) killed when the test ends, also when an assertion fails first.
 pub struct Killed(pub std::process::Child);
 

@@ -6,7 +6,6 @@
 //! records a step; `await_event` gives the wait.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 
@@ -122,29 +121,9 @@ impl Receiver {
     }
 }
 
-/// The host binary of `examples/custom_cli.rs` (built here when missing, as custom_cli.rs
-/// does: `cargo test --test it` does not build examples).
-fn host_bin() -> PathBuf {
-    let debug = PathBuf::from(env!("CARGO_BIN_EXE_toolq"))
-        .parent()
-        .unwrap()
-        .to_path_buf();
-    let bin = debug.join("examples").join("custom_cli");
-    if !bin.exists() {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let o = Command::new(cargo)
-            .args(["build", "--example", "custom_cli"])
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    }
-    bin
-}
-
 /// The host binary on the site's database, with no OTEL_* or TOOLQ_* variable of ours.
 fn host(site: &Site, endpoint: &str, on: bool) -> Command {
-    let mut cmd = Command::new(host_bin());
+    let mut cmd = Command::new(crate::support::custom_cli_example());
     cmd.env_remove("RUST_LOG").env_remove("TRACEPARENT");
     for (k, _) in std::env::vars_os() {
         let name = k.to_string_lossy();
