@@ -654,6 +654,19 @@ fn a_version_11_file_gains_the_background_flag_and_keeps_its_rows() {
 const MIGRATION_12: &str = include_str!("../../migrations/012_background_runs.sql");
 const MIGRATION_13: &str = include_str!("../../migrations/013_durable_runs.sql");
 
+/// Applies migration steps to `c` as migrate.rs does: after each one, the schema cookie is
+/// bumped so that connections parse the edited tables again.
+fn apply_steps(c: &Connection, steps: &[&str]) {
+    for step in steps {
+        c.execute_batch(step).unwrap();
+        let cookie: i64 = c
+            .query_row("PRAGMA schema_version", [], |r| r.get(0))
+            .unwrap();
+        c.execute_batch(&format!("PRAGMA schema_version = {}", cookie + 1))
+            .unwrap();
+    }
+}
+
 /// Version 13 -> 14 (issue 36): runs gain `batch_id`, `parent_run_id` and `deps_pending`
 /// (none, none and 0 for the runs already there); the CHECKs of `wait_kind`, `inbox.kind` and
 /// `step_records.kind` widen in place after the new columns are added; the new tables and
@@ -665,15 +678,10 @@ fn a_version_13_file_gains_composition_and_keeps_its_rows_and_waits() {
     {
         let c = Connection::open(&old).unwrap();
         c.execute_batch(SCHEMA_V9).unwrap();
-        for step in [MIGRATION_10, MIGRATION_11, MIGRATION_12, MIGRATION_13] {
-            c.execute_batch(step).unwrap();
-            // As migrate.rs does after each step: connections parse edited tables again.
-            let cookie: i64 = c
-                .query_row("PRAGMA schema_version", [], |r| r.get(0))
-                .unwrap();
-            c.execute_batch(&format!("PRAGMA schema_version = {}", cookie + 1))
-                .unwrap();
-        }
+        apply_steps(
+            &c,
+            &[MIGRATION_10, MIGRATION_11, MIGRATION_12, MIGRATION_13],
+        );
         c.execute_batch(
             "PRAGMA user_version = 13;
              INSERT INTO runs (id, session_id, tool, args, title, run_at, created_at, wait_kind, wait_event)
@@ -728,20 +736,16 @@ fn a_version_14_file_gains_tags_and_traces_and_keeps_its_rows() {
     {
         let c = Connection::open(&old).unwrap();
         c.execute_batch(SCHEMA_V9).unwrap();
-        for step in [
-            MIGRATION_10,
-            MIGRATION_11,
-            MIGRATION_12,
-            MIGRATION_13,
-            MIGRATION_14,
-        ] {
-            c.execute_batch(step).unwrap();
-            let cookie: i64 = c
-                .query_row("PRAGMA schema_version", [], |r| r.get(0))
-                .unwrap();
-            c.execute_batch(&format!("PRAGMA schema_version = {}", cookie + 1))
-                .unwrap();
-        }
+        apply_steps(
+            &c,
+            &[
+                MIGRATION_10,
+                MIGRATION_11,
+                MIGRATION_12,
+                MIGRATION_13,
+                MIGRATION_14,
+            ],
+        );
         c.execute_batch(
             "PRAGMA user_version = 14;
              INSERT INTO runs (id, session_id, tool, args, title, run_at, created_at)
