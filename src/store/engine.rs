@@ -226,8 +226,15 @@ pub trait Engine: Send + Sync + std::fmt::Debug + 'static {
     /// Marks messages read (and, with `ack`, acknowledged); returns how many changed.
     async fn inbox_mark(&self, p: InboxMark) -> EngineResult<usize>;
     /// The newest message id of any session (0 when there is none): the HTTP API's streams
-    /// read their session's messages only when it grows.
+    /// read their session's messages only when it grows (where
+    /// [`Engine::inbox_ids_in_commit_order`]).
     async fn inbox_newest_id(&self) -> EngineResult<i64>;
+    /// Whether message ids become visible in increasing order across all sessions (SQLite:
+    /// one writer), not only within each session (Postgres: each session's inbox has a lock
+    /// of its own, so a message of one session may commit after a newer id of another).
+    fn inbox_ids_in_commit_order(&self) -> bool {
+        true
+    }
     /// The inbox messages about one run, oldest first, at most `limit`.
     async fn inbox_of_run(&self, run: RunId, limit: i64) -> EngineResult<Vec<Message>>;
     /// A blob by session and path.

@@ -1,10 +1,11 @@
 //! Claims, heartbeats, live views and releases on Postgres.
 //!
-//! A claim runs under the claim lock ([`super::locks::CLAIM`]): the running counts per
-//! session and per tool, the rate windows and the claim's own writes form one critical
-//! section over all hosts, so two workers can never both take a session's or a tool's last
-//! slot. Candidate rows are read with `FOR UPDATE SKIP LOCKED`, so a claim never waits on a
-//! queued run that a cancel or approval is changing at that moment: it takes the next one.
+//! A claim holds the claim locks ([`super::locks::take_claim`]) of the sessions it may take
+//! runs from and of the limited tools it may start, and reads their running counts after
+//! taking them: two workers can never both take a session's or a tool's last slot, and
+//! claims in other sessions and of unlimited tools go on beside it. Candidate rows are read
+//! with `FOR UPDATE SKIP LOCKED`, so a claim never waits on a queued run that another claim,
+//! a cancel or an approval is changing at that moment: it takes the next one.
 
 use std::collections::HashMap;
 
@@ -51,25 +52,28 @@ struct Counts {
     sessions: Vec<String>,
 }
 
+/// The running runs per (session, tool), over all workers.
+const RUNNING: &str = "SELECT session_id, tool, count(*) FROM runs WHERE state = 'running' \
+     GROUP BY session_id, tool";
+
+async fn read_running<C: GenericClient>(c: &C) -> Result<Running, StoreError> {
+    let rows = query(c, RUNNING, &[], "count running").await?;
+    let running = rows
+        .iter()
+        .map(|r| Ok((get(r, 0)?, get(r, 1)?, get(r, 2)?)))
+        .collect::<Result<Vec<_>, StoreError>>()?;
+    Ok(Running::of(running))
+}
+
 async fn read_counts<C: GenericClient>(c: &C, p: &Claim) -> Result<Counts, StoreError> {
     let max_sessions = claim_plan::max_sessions(p.max) as i64;
     let start = p.after_session.clone().unwrap_or_default();
     let session_params: [super::P<'_>; 2] = [&start, &max_sessions];
-    let (paused, running_rows, session_rows) = tokio::try_join!(
+    let (paused, running, session_rows) = tokio::try_join!(
         super::flow::paused(c),
-        query(
-            c,
-            "SELECT session_id, tool, count(*) FROM runs WHERE state = 'running' \
-             GROUP BY session_id, tool",
-            &[],
-            "count running",
-        ),
+        read_running(c),
         query(c, SESSIONS, &session_params, "next sessions"),
     )?;
-    let running = running_rows
-        .iter()
-        .map(|r| Ok((get(r, 0)?, get(r, 1)?, get(r, 2)?)))
-        .collect::<Result<Vec<_>, StoreError>>()?;
     let mut sessions: Vec<String> = Vec::new();
     for r in &session_rows {
         sessions.push(get(r, 0)?);
@@ -87,7 +91,7 @@ async fn read_counts<C: GenericClient>(c: &C, p: &Claim) -> Result<Counts, Store
     }
     Ok(Counts {
         paused,
-        running: Running::of(running),
+        running,
         sessions,
     })
 }
@@ -143,16 +147,30 @@ pub(crate) async fn claim<C: GenericClient>(c: &C, p: &Claim) -> Result<Vec<Run>
     if p.max == 0 {
         return Ok(Vec::new());
     }
-    // The lock first, on its own round trip: the counts below must be read after it is held
-    // (each statement's snapshot is taken when the server starts it, so every earlier claim
-    // has committed or rolled back by then). Pipelining the lock with the counts let a count
-    // run before the lock when their statements were prepared in a different order: a limit
-    // then held in one process but not across processes. The reads after it are pipelined.
-    locks::take(c, locks::CLAIM).await?;
-    let counts = read_counts(c, p).await?;
+    // The candidates, read without a lock: the sessions with queued runs and a free slot,
+    // the tools not paused.
+    let mut counts = read_counts(c, p).await?;
     let wanted = counts.wanted(p);
+    let (candidates, _) = counts.takes(p);
+    if wanted.is_empty() || candidates.is_empty() {
+        return Ok(Vec::new());
+    }
+    // Their locks, on a round trip of their own: the counts that decide must be read after
+    // they are held (each statement's snapshot is taken when the server starts it, so every
+    // earlier claim of these sessions and tools has committed or rolled back by then).
+    // Pipelining a lock with the counts let a count run before the lock when their
+    // statements were prepared in a different order: a limit then held in one process but
+    // not across processes.
+    let limited: Vec<&str> = wanted
+        .iter()
+        .map(String::as_str)
+        .filter(|t| p.limits.contains_key(*t))
+        .collect();
+    locks::take_claim(c, &candidates, &limited).await?;
+    counts.running = read_running(c).await?;
+    counts.sessions = candidates;
     let (take_sessions, takes) = counts.takes(p);
-    if wanted.is_empty() || take_sessions.is_empty() {
+    if take_sessions.is_empty() {
         return Ok(Vec::new());
     }
     // Room per tool: max_running less those running anywhere, and what its rate allows.

@@ -279,11 +279,13 @@ impl Engine for PgStore {
             for r in settle::releases(&p.batch) {
                 released.push(claim::release(&tx, r.id.as_str(), r.attempt, &r.token, now).await?);
             }
-            // The ends' messages before the claim: the inbox lock is always taken before the
-            // claim lock.
+            // The ends' rows, then the claim (its locks are its sessions' and limited tools'),
+            // then the ends' blobs and messages: a session's inbox lock is held from its
+            // messages to the commit only, and never while waiting for a claim lock.
             let ends = p.ends();
-            let (ended, tools) = finish::record_ends_freeing(&tx, &ends, now).await?;
+            let (ended, tools, later) = finish::apply_ends(&tx, &ends, now).await?;
             let claimed = claim::claim(&tx, &p.claim).await?;
+            later.flush(&tx, now).await?;
             // Other workers are woken only for a slot that stays free: waking them all at
             // every settle only has them look and find nothing.
             if settle::frees_a_slot(&ends, &ended, &tools, &released, &claimed) {
@@ -444,6 +446,10 @@ impl Engine for PgStore {
             &tx, &p.session, &p.ids, p.ack, p.now
         )
         .await)
+    }
+
+    fn inbox_ids_in_commit_order(&self) -> bool {
+        false
     }
 
     async fn inbox_newest_id(&self) -> EngineResult<i64> {

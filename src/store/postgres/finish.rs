@@ -1,8 +1,10 @@
 //! The one end-writer on Postgres ([`record_ends`]): each end's fenced state change, then the
 //! blobs and inbox messages of the ends that applied, in the caller's transaction. What it
 //! writes is decided in [`crate::store::end_plan`]; this file is its statements. A caller
-//! with more to do (the finisher's settle, a rescue) does its other row writes first, so it
-//! holds the inbox lock (see [`super::locks::INBOX`]) only from the messages to its commit.
+//! with more to do (the finisher's settle, a rescue) does its other row writes first
+//! ([`apply_ends`], then its claim), and the messages last ([`Deferred::flush`]), so it holds
+//! its sessions' inbox locks (see [`super::locks::take_inbox`]) only from the messages to its
+//! commit.
 
 use std::collections::HashMap;
 
@@ -75,23 +77,69 @@ pub(crate) async fn record_ends<C: GenericClient>(
 
 /// [`record_ends`], with the tool of each running attempt that ended, by run id: the slots
 /// the ends freed.
-///
-/// Every row lock comes before the inbox lock (taken by the first message, held to the
-/// commit): composition locks the batches, waiting parents and dependents of the ends, and a
-/// transaction holding the inbox lock while it waits for such a row would deadlock with one
-/// that holds the row (a parent's step save, say) and waits for the inbox lock.
 pub(crate) async fn record_ends_freeing<C: GenericClient>(
     c: &C,
     records: &[&FinishRecord],
     now: DateTime<Utc>,
 ) -> Result<(Vec<bool>, HashMap<String, String>), StoreError> {
-    let (applied, tools) = apply_rows(c, records, now).await?;
-    let done = end_plan::applied_only(records, &applied);
-    let later = Deferred::default();
-    compose::after_ends(c, &done, now, &later).await?;
-    write_artifacts(c, &done, now).await?;
+    let (applied, tools, later) = apply_ends(c, records, now).await?;
     later.flush(c, now).await?;
     Ok((applied, tools))
+}
+
+/// What [`apply_ends`] leaves to write after every row lock: the blobs and messages of the
+/// ends that applied, then those their composition caused.
+pub(crate) struct LaterWrites<'a> {
+    ends: Vec<&'a FinishRecord>,
+    composed: Deferred,
+}
+
+impl LaterWrites<'_> {
+    /// Writes them, in order, holding the inbox lock of every session they write a message
+    /// to from here to the commit.
+    pub(crate) async fn flush<C: GenericClient>(
+        &self,
+        c: &C,
+        now: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        let composed = self.composed.take();
+        if !composed.is_empty() {
+            // More than one statement writes messages (see `lock_inboxes`).
+            let mut sessions: Vec<&str> = self.ends.iter().map(|r| r.session_id.as_str()).collect();
+            sessions.extend(message_sessions(&composed));
+            lock_inboxes(c, sessions).await?;
+        }
+        write_artifacts(c, &self.ends, now).await?;
+        Deferred::write(c, &composed, now).await
+    }
+}
+
+/// The row writes of the ends and of what they compose (batches, dependents, waiting
+/// parents): per record whether it applied, and the tools of the attempts that ended; their
+/// blobs and messages are kept for [`Deferred::flush`], which the caller runs after every
+/// other row write and lock of its transaction (a settle's claim).
+///
+/// Every row lock comes before the inbox locks (taken by the flush, held to the commit):
+/// composition locks the batches, waiting parents and dependents of the ends, and a
+/// transaction holding an inbox lock while it waits for such a row would deadlock with one
+/// that holds the row (a parent's step save, say) and waits for that inbox lock.
+pub(crate) async fn apply_ends<'a, C: GenericClient>(
+    c: &C,
+    records: &[&'a FinishRecord],
+    now: DateTime<Utc>,
+) -> Result<(Vec<bool>, HashMap<String, String>, LaterWrites<'a>), StoreError> {
+    let (applied, tools) = apply_rows(c, records, now).await?;
+    let done = end_plan::applied_only(records, &applied);
+    let composed = Deferred::default();
+    compose::after_ends(c, &done, now, &composed).await?;
+    Ok((
+        applied,
+        tools,
+        LaterWrites {
+            ends: done,
+            composed,
+        },
+    ))
 }
 
 /// The end-writer's own part as composition takes it: each end's row writes at once, its
@@ -116,19 +164,36 @@ impl Deferred {
             .push(k);
     }
 
-    /// Writes what was kept, in order.
+    /// What was kept, in order, leaving none.
+    fn take(&self) -> Vec<Kept> {
+        std::mem::take(
+            &mut *self
+                .kept
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        )
+    }
+
+    /// Writes what was kept, in order (more than one statement of messages: with their
+    /// sessions' inbox locks taken first, all at once in key order).
     pub(crate) async fn flush<C: GenericClient>(
         &self,
         c: &C,
         now: DateTime<Utc>,
     ) -> Result<(), StoreError> {
-        let kept = std::mem::take(
-            &mut *self
-                .kept
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner),
-        );
-        for k in &kept {
+        let kept = self.take();
+        if kept.len() > 1 {
+            lock_inboxes(c, message_sessions(&kept).collect()).await?;
+        }
+        Self::write(c, &kept, now).await
+    }
+
+    async fn write<C: GenericClient>(
+        c: &C,
+        kept: &[Kept],
+        now: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        for k in kept {
             match k {
                 Kept::Ends(ends) => {
                     let refs: Vec<&FinishRecord> = ends.iter().collect();
@@ -149,6 +214,27 @@ impl Deferred {
         }
         Ok(())
     }
+}
+
+/// The sessions `kept` writes messages to (with repeats).
+fn message_sessions(kept: &[Kept]) -> impl Iterator<Item = &str> {
+    kept.iter().flat_map(|k| match k {
+        Kept::Ends(ends) => ends
+            .iter()
+            .map(|r| r.session_id.as_str())
+            .collect::<Vec<_>>(),
+        Kept::Batch(m) => vec![m.session_id.as_str()],
+    })
+}
+
+/// Takes the inbox locks of `sessions` before a transaction writes messages in more than one
+/// statement: each statement takes its own sessions' locks, in key order within it, but two
+/// statements taking theirs one after the other could wait in a cycle with another
+/// transaction's. The statements then pass through the locks they already hold.
+async fn lock_inboxes<C: GenericClient>(c: &C, mut sessions: Vec<&str>) -> Result<(), StoreError> {
+    sessions.sort_unstable();
+    sessions.dedup();
+    super::locks::take_inbox(c, &sessions).await
 }
 
 impl compose::PlainEnds for Deferred {

@@ -34,9 +34,22 @@ fn messages(rows: &[Row]) -> Result<Vec<Message>, StoreError> {
     rows.iter().map(message_row).collect()
 }
 
+/// The statement of [`insert_many`].
+static INSERT_MESSAGES: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    format!(
+        "WITH lock AS MATERIALIZED (SELECT count(*) FROM ({}) l), \
+         note AS MATERIALIZED (SELECT pg_notify('toolq_inbox', '')) \
+         INSERT INTO inbox (session_id, run_id, attempt, kind, body, data, delivery, created_at) \
+         SELECT s, r, a, k, b, d, v, $8 FROM lock, note, unnest($1::text[], $2::text[], $3::bigint[], \
+         $4::text[], $5::text[], $6::text[], $7::text[]) WITH ORDINALITY AS u(s, r, a, k, b, d, v, n) \
+         ORDER BY n",
+        super::locks::INBOX_LOCKS
+    )
+});
+
 /// Inserts messages (each with its data encoded) in one statement that first takes the inbox
-/// lock (see [`super::locks::INBOX`]): ids follow `msgs`' order and become visible in
-/// increasing order. It also notifies [`super::change_feed::INBOX_CHANNEL`], so message
+/// locks of their sessions (see [`super::locks::take_inbox`]): ids follow `msgs`' order and
+/// become visible in increasing order within each session. It also notifies [`super::change_feed::INBOX_CHANNEL`], so message
 /// feeds (the API's inbox streams and waits) wake at its commit even when the end that wrote
 /// it frees no slot (and so does not notify the workers' channel).
 pub(crate) async fn insert_many<C: GenericClient>(
@@ -56,14 +69,9 @@ pub(crate) async fn insert_many<C: GenericClient>(
     let delivery: Vec<&str> = msgs.iter().map(|(m, _)| m.delivery.as_str()).collect();
     exec(
         c,
-        // The inbox lock first (a volatile CTE is evaluated before any row is made), and the
-        // notification, in the same round trip.
-        "WITH lock AS MATERIALIZED (SELECT pg_advisory_xact_lock($9)), \
-         note AS MATERIALIZED (SELECT pg_notify('toolq_inbox', '')) \
-         INSERT INTO inbox (session_id, run_id, attempt, kind, body, data, delivery, created_at) \
-         SELECT s, r, a, k, b, d, v, $8 FROM lock, note, unnest($1::text[], $2::text[], $3::bigint[], \
-         $4::text[], $5::text[], $6::text[], $7::text[]) WITH ORDINALITY AS u(s, r, a, k, b, d, v, n) \
-         ORDER BY n",
+        // The sessions' inbox locks first (a volatile CTE is evaluated before any row is
+        // made), and the notification, in the same round trip.
+        &INSERT_MESSAGES,
         &[
             &session,
             &run,
@@ -73,7 +81,6 @@ pub(crate) async fn insert_many<C: GenericClient>(
             &data,
             &delivery,
             &ts(now),
-            &super::locks::INBOX,
         ],
         "insert messages",
     )
@@ -82,8 +89,8 @@ pub(crate) async fn insert_many<C: GenericClient>(
 }
 
 /// Inserts a batch's `batch_completed` message (no run: `run_id` NULL; `attempt` is the
-/// completion number), taking the inbox lock first as [`insert_many`] does, so its id is
-/// ordered with every other message's, and notifying as it does.
+/// completion number), taking its session's inbox lock first as [`insert_many`] does, so its
+/// id is ordered with every other message's of the session, and notifying as it does.
 pub(crate) async fn insert_batch_message<C: GenericClient>(
     c: &C,
     session: &str,
@@ -94,18 +101,11 @@ pub(crate) async fn insert_batch_message<C: GenericClient>(
 ) -> Result<(), StoreError> {
     exec(
         c,
-        "WITH lock AS MATERIALIZED (SELECT pg_advisory_xact_lock($6)), \
+        "WITH lock AS MATERIALIZED (SELECT pg_advisory_xact_lock(hashtextextended('toolq:inbox:' || $1, 0))), \
          note AS MATERIALIZED (SELECT pg_notify('toolq_inbox', '')) \
          INSERT INTO inbox (session_id, run_id, attempt, kind, body, data, delivery, created_at) \
          SELECT $1, NULL, $2, 'batch_completed', $3, $4, 'when_idle', $5 FROM lock, note",
-        &[
-            &session,
-            &completion,
-            &body,
-            &data,
-            &ts(now),
-            &super::locks::INBOX,
-        ],
+        &[&session, &completion, &body, &data, &ts(now)],
         "insert batch message",
     )
     .await?;

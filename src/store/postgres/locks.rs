@@ -1,20 +1,16 @@
 //! Transaction-scoped advisory locks: what SQLite's single writer gives for free. Each is
 //! held until its transaction ends, so a count and the write that depends on it cannot
-//! interleave with another host's.
+//! interleave with another host's. None is held by every writer: claims lock their sessions
+//! and limited tools ([`take_claim`]), message inserts their sessions' inboxes
+//! ([`take_inbox`]), so hosts working on different sessions never wait on one another.
 
 use deadpool_postgres::GenericClient;
 
 use super::exec;
 use crate::error::StoreError;
 
-/// Claims: the running counts per session and per tool, the rate windows and the claim's
-/// writes are one critical section over all hosts.
-pub(crate) const CLAIM: i64 = 0x746f_6f6c_7101;
 /// Inserts under a queue-wide limit (`run_insert_within_limit`).
 pub(crate) const LIMITED_INSERT: i64 = 0x746f_6f6c_7102;
-/// Inbox ids: taken just before a transaction inserts messages, so ids become visible in
-/// increasing order and a reader going forward from the last id it saw skips none.
-pub(crate) const INBOX: i64 = 0x746f_6f6c_7103;
 /// Schema setup and migrations.
 pub(crate) const MIGRATE: i64 = 0x746f_6f6c_7104;
 
@@ -47,3 +43,55 @@ pub(crate) async fn take_named<C: GenericClient>(
     .await?;
     Ok(())
 }
+
+/// Takes the claim locks of `sessions` and `tools` until the transaction ends: a claim holds
+/// the lock of each session it may take runs from (their running counts against
+/// `per_session`) and of each limited tool it may start (its running count against
+/// `max_running`, its rate window), and nothing else, so claims in other sessions and of
+/// other tools go on beside it. All in one statement, in the order of their keys, which
+/// every claim follows: two claims never wait on each other in a cycle.
+pub(crate) async fn take_claim<C: GenericClient>(
+    c: &C,
+    sessions: &[String],
+    tools: &[&str],
+) -> Result<(), StoreError> {
+    if sessions.is_empty() && tools.is_empty() {
+        return Ok(());
+    }
+    let names: Vec<String> = sessions
+        .iter()
+        .map(|s| format!("toolq:claim-session:{s}"))
+        .chain(tools.iter().map(|t| format!("toolq:claim-tool:{t}")))
+        .collect();
+    // A volatile function in the select list is evaluated after the sort, in its order.
+    exec(
+        c,
+        "SELECT pg_advisory_xact_lock(k) FROM \
+         (SELECT DISTINCT hashtextextended(n, 0) AS k FROM unnest($1::text[]) AS n) s ORDER BY k",
+        &[&names],
+        "take claim locks",
+    )
+    .await?;
+    Ok(())
+}
+
+/// Takes the inbox lock of each of `sessions` until the transaction ends, in key order: a
+/// transaction inserting messages holds its sessions' locks from the insert to its commit,
+/// so a session's message ids become visible in increasing order; writers to other
+/// sessions do not wait for it.
+pub(crate) async fn take_inbox<C: GenericClient>(
+    c: &C,
+    sessions: &[&str],
+) -> Result<(), StoreError> {
+    if sessions.is_empty() {
+        return Ok(());
+    }
+    exec(c, INBOX_LOCKS, &[&sessions], "take inbox locks").await?;
+    Ok(())
+}
+
+/// The statement of [`take_inbox`]; also the first step of the message inserts, which
+/// take their sessions' locks in the same round trip.
+pub(crate) const INBOX_LOCKS: &str = "SELECT pg_advisory_xact_lock(k) FROM \
+     (SELECT DISTINCT hashtextextended('toolq:inbox:' || n, 0) AS k FROM unnest($1::text[]) AS n) s \
+     ORDER BY k";

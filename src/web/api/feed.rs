@@ -17,7 +17,7 @@ pub(crate) struct Feed {
     tx: OnceLock<watch::Sender<u64>>,
     stop: CancellationToken,
     started: Mutex<bool>,
-    /// The newest inbox message id, read once per change by one task for every stream.
+    /// The inbox's mark, kept by one task for every stream (see [`Feed::subscribe_inbox`]).
     newest: OnceLock<watch::Sender<i64>>,
     newest_started: Mutex<bool>,
 }
@@ -41,11 +41,14 @@ impl Feed {
         rx
     }
 
-    /// A receiver of the newest inbox message id (of any session), which changes when a
-    /// message commits. One task reads it once per change of [`Feed::subscribe`] for all
-    /// subscribers, so a stream reads its own session's messages only when the inbox grew,
-    /// not at every commit (claims, heartbeats, log flushes). The first value may be 0 until
-    /// that task's first read.
+    /// A receiver of the inbox's mark, which grows when a message commits. Where ids become
+    /// visible in commit order (SQLite) it is the newest message id of any session, read by
+    /// one task once per change of [`Feed::subscribe`] for all subscribers, so a stream
+    /// reads its own session's messages only when the inbox grew, not at every commit
+    /// (claims, heartbeats, log flushes). Where they do only within a session (Postgres), a
+    /// message of one session can commit after a newer id of another without moving the
+    /// newest id, so the mark counts the feed's changes instead (every message notifies).
+    /// The first value may be 0 until that task's first read.
     pub fn subscribe_inbox(&self, client: &Client) -> watch::Receiver<i64> {
         let tx = self.newest.get_or_init(|| watch::channel(0).0);
         let rx = tx.subscribe();
@@ -60,9 +63,18 @@ impl Feed {
             let client = client.clone();
             let stop = self.stop.clone();
             tokio::spawn(async move {
+                let ordered = client.engine().inbox_ids_in_commit_order();
                 loop {
                     // Seen before the read: a commit after the read changes it again.
                     changes.borrow_and_update();
+                    if !ordered {
+                        tx.send_modify(|v| *v = v.wrapping_add(1));
+                        tokio::select! {
+                            _ = stop.cancelled() => return,
+                            changed = changes.changed() => if changed.is_err() { return },
+                        }
+                        continue;
+                    }
                     match client.inbox_newest_id().await {
                         Ok(id) => {
                             tx.send_if_modified(|v| {

@@ -346,8 +346,9 @@ async fn stream(
 struct Cursor {
     client: Client,
     session: String,
-    /// The newest message id of any session, changed soon after a message commits (the
-    /// server's one shared feed).
+    /// The inbox's mark (the newest message id of any session, or on Postgres a count of
+    /// the feed's changes), grown soon after a message commits (the server's one shared
+    /// feed; see `Feed::subscribe_inbox`).
     rx: watch::Receiver<i64>,
     /// The id of the last message sent (or the start).
     after: i64,
@@ -355,7 +356,7 @@ struct Cursor {
     pending: VecDeque<Message>,
     /// Whether the opening comment was sent.
     opened: bool,
-    /// Whether a read found nothing more, and the newest id (of any session) it covered.
+    /// Whether a read found nothing more, and the mark it covered.
     read: bool,
     read_to: i64,
 }
@@ -363,7 +364,7 @@ struct Cursor {
 impl Cursor {
     /// The next event: the opening comment, then each message after `after`, waiting on the
     /// feed when there is none. It reads its session's messages at its start and then only
-    /// when the inbox's newest id (of any session) passed the last id it read up to.
+    /// when the inbox's mark passed the one its last read covered.
     async fn next(&mut self) -> Event {
         if !self.opened {
             self.opened = true;
@@ -406,7 +407,8 @@ impl Cursor {
                     continue;
                 }
                 Ok(_) => {
-                    // Every message up to `newest` was committed before this read began.
+                    // Every message the mark `newest` stands for was committed before this
+                    // read began.
                     self.read = true;
                     self.read_to = newest;
                 }

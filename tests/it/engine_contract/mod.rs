@@ -94,6 +94,7 @@ const COVERED: &[(&str, &str)] = &[
     ("inbox_list", "workers::inbox_list_filters_after_an_id_and_unacked"),
     ("inbox_page", "workers::inbox_page_is_newest_first_before_or_after_an_id"),
     ("inbox_newest_id", "workers::inbox_newest_id_is_the_largest_id_of_any_session"),
+    ("inbox_ids_in_commit_order", "workers::inbox_ids_are_in_commit_order_within_a_session_and_the_engine_says_if_across"),
     ("inbox_of_run", "workers::inbox_of_run_is_oldest_first"),
     ("inbox_deliverable", "workers::inbox_deliverable_returns_the_sessions_unacked_of_the_modes"),
     ("inbox_mark", "workers::inbox_mark_touches_only_the_sessions_own_messages"),

@@ -182,6 +182,66 @@ async fn inbox_newest_id_is_the_largest_id_of_any_session() {
     assert_eq!(engine(&env).inbox_newest_id().await.unwrap(), s2[0]);
 }
 
+/// Within a session, ids become visible in increasing order on every engine while writers
+/// commit messages of several sessions at once: a reader going forward from the last id it
+/// saw in its session skips none. Across sessions that holds only where
+/// `inbox_ids_in_commit_order` says so (SQLite's one writer; on Postgres each session's inbox
+/// has a lock of its own).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn inbox_ids_are_in_commit_order_within_a_session_and_the_engine_says_if_across() {
+    const EACH: usize = 40;
+    let env = std::sync::Arc::new(TestEnv::new());
+    assert_eq!(
+        engine(&env).inbox_ids_in_commit_order(),
+        matches!(crate::support::ENGINE, crate::support::Engine::Sqlite)
+    );
+    let writers: Vec<_> = ["s1", "s2", "s1", "s2"]
+        .into_iter()
+        .map(|session| {
+            let env = env.clone();
+            tokio::spawn(async move {
+                for _ in 0..EACH {
+                    cancelled(&env, session).await;
+                }
+            })
+        })
+        .collect();
+    // One reader per session, each going forward from the last id it saw.
+    let follow = |session: &'static str| {
+        let env = env.clone();
+        tokio::spawn(async move {
+            let (mut seen, mut after) = (Vec::new(), 0);
+            while seen.len() < 2 * EACH {
+                let page = engine(&env)
+                    .inbox_list(
+                        session.into(),
+                        InboxFilter {
+                            after_id: after,
+                            limit: 1000,
+                            ..Default::default()
+                        },
+                    )
+                    .await
+                    .unwrap();
+                if let Some(last) = page.last() {
+                    after = last.id;
+                }
+                seen.extend(ids(&page));
+                tokio::task::yield_now().await;
+            }
+            seen
+        })
+    };
+    let (r1, r2) = (follow("s1"), follow("s2"));
+    for writer in writers {
+        writer.await.unwrap();
+    }
+    for (session, reader) in [("s1", r1), ("s2", r2)] {
+        let seen = reader.await.unwrap();
+        assert_eq!(seen, ids(&messages(&env, session).await), "{session}");
+    }
+}
+
 #[tokio::test]
 async fn inbox_page_is_newest_first_before_or_after_an_id() {
     let env = TestEnv::new();
