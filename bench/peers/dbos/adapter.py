@@ -129,7 +129,7 @@ def peak_rss_kib():
 
 
 def emit(obj):
-    _stdout.write(json.dumps(obj) + "\n")
+    _stdout.write(json.dumps(obj, separators=(",", ":")) + "\n")
     _stdout.flush()
 
 
