@@ -13,7 +13,7 @@
 #   one line on stderr. BENCH_DBOS_N=N jobs for DBOS (default 2000, at most N): its SQLite
 #   defaults (rollback journal, synchronous FULL) commit ~50 jobs/s, so 20,000 would take minutes
 #   BENCH_PG=0 to skip the Postgres half (bench/pg.sh: a throwaway server, the raw Postgres
-#   limit, the workload on a postgres:// URL, 1 vs 4 worker processes, Graphile Worker)
+#   limit, the workload on a postgres:// URL, 1 vs 4 worker processes, Graphile Worker, pg-boss)
 #   BENCH_DURABLE=0 to skip the durable runs (issue 35: wait-1s, drain-steps3, resume,
 #   resume-xproc); BENCH_WAIT_N=N runs for wait-1s (default 10000)
 #   BENCH_COMPOSE=0 to skip composition (issue 36: batch-enqueue, drain-batch, drain-blocked,
