@@ -2,9 +2,11 @@
 # The Postgres half of bench/run.sh (sourced by it, or run alone): a throwaway server on a free
 # port in $DIR/pg with the server's default durability (fsync, synchronous_commit on), stopped on
 # exit; then per round the raw Postgres limit, toolq's workload modes on a postgres:// URL, 1 and
-# 4 `toolq worker --drain` processes on one queue, and the Graphile Worker peer.
+# 4 `toolq worker --drain` processes on one queue, and the Graphile Worker and pg-boss peers.
 #
 #   bench/pg.sh [N] [SAMPLES] [RUNS]      (BENCH_DIR, BENCH_PEERS=0 as for run.sh)
+#   BENCH_PGBOSS_SAMPLES=S latency samples for pg-boss (default 20, at most SAMPLES): it polls
+#   every 2 s by default, so each sample takes ~2 s
 #   BENCH_COMPOSE=0 skips composition (issue 36), as for run.sh; BENCH_CHAIN_N as for run.sh;
 #   BENCH_PG_BATCH_N=N runs in the one-batch figure (default BENCH_BATCH_N, else 100000; 0 skips)
 set -euo pipefail
@@ -21,7 +23,7 @@ mkdir -p "$DIR"
 source bench/pg_server.sh
 trap pg_server_stop EXIT
 pg_server_start "$DIR"
-psql_admin "CREATE DATABASE toolq" && psql_admin "CREATE DATABASE graphile"
+psql_admin "CREATE DATABASE toolq" && psql_admin "CREATE DATABASE graphile" && psql_admin "CREATE DATABASE pgboss"
 echo "# postgres $("$BIN/postgres" --version | awk '{print $3}') on $PGDIR, port $PORT; fsync and synchronous_commit at their defaults"
 
 cargo build --profile dist --quiet --example workload --example pg_limit --bin toolq
@@ -29,13 +31,23 @@ W=target/dist/examples/workload
 L=target/dist/examples/pg_limit
 T=target/dist/toolq
 GW=""
+PB=""
 if [ "${BENCH_PEERS:-1}" != 0 ] && command -v node >/dev/null && command -v npm >/dev/null; then
   if [ -d bench/peers/graphile-worker/node_modules ] || (cd bench/peers/graphile-worker && npm ci --no-audit --no-fund >&2); then
     GW="node bench/peers/graphile-worker/adapter.mjs"
   else
     echo "bench: graphile-worker did not install; measuring without it" >&2
   fi
+  if [ -d bench/peers/pg-boss/node_modules ] || (cd bench/peers/pg-boss && npm ci --no-audit --no-fund >&2); then
+    PB="node bench/peers/pg-boss/adapter.mjs"
+  else
+    echo "bench: pg-boss did not install; measuring without it" >&2
+  fi
+elif [ "${BENCH_PEERS:-1}" != 0 ]; then
+  echo "bench: node and npm are needed for the Graphile Worker and pg-boss peers; measuring without them" >&2
 fi
+PB_SAMPLES=${BENCH_PGBOSS_SAMPLES:-20}
+[ "$PB_SAMPLES" -le "$SAMPLES" ] || PB_SAMPLES=$SAMPLES
 
 # `toolq worker --drain` in P processes on one queue of N echo runs (enqueued in one batch file).
 drain_procs() {
@@ -99,6 +111,14 @@ for r in $(seq "$RUNS"); do
     done
     $GW latency "$URL/graphile" "$SAMPLES" "$CONC" | sed 's/"mode":"/"mode":"graphile-/' | tee -a "$RAW"
   fi
+  if [ -n "$PB" ]; then
+    # pg-boss in a database of its own, the same modes as Graphile Worker; latency over fewer
+    # samples (each waits out most of pg-boss's 2 s polling interval).
+    for m in enqueue drain enqueue-batch; do
+      $PB $m "$URL/pgboss" "$N" "$CONC" | sed 's/"mode":"/"mode":"pgboss-/' | tee -a "$RAW"
+    done
+    $PB latency "$URL/pgboss" "$PB_SAMPLES" "$CONC" | sed 's/"mode":"/"mode":"pgboss-/' | tee -a "$RAW"
+  fi
 done
 
 python3 - "$RAW" <<'PY'
@@ -131,6 +151,11 @@ for m in ("enqueue", "enqueue-batch", "drain"):
     if g: print(f"{'graphile-worker ' + m:<26} {g:>12,.1f} jobs/s  (toolq {t/g:.2f}x graphile-worker)")
 line("graphile-worker latency p50", med("graphile-latency", "p50_ms"), "ms")
 line("graphile-worker drain RSS", med("graphile-drain", "peak_rss_kib"), "KiB")
+for m in ("enqueue", "enqueue-batch", "drain"):
+    b, t = med("pgboss-" + m, "rate"), med("pg-" + m, "rate")
+    if b: print(f"{'pg-boss ' + m:<26} {b:>12,.1f} jobs/s  (toolq {t/b:.2f}x pg-boss)")
+line("pg-boss latency p50", med("pgboss-latency", "p50_ms"), "ms")
+line("pg-boss drain RSS", med("pgboss-drain", "peak_rss_kib"), "KiB")
 # Composition (issue 36): each composed figure over the plain ones of its own round.
 def rates(mode):
     return [r["rate"] for r in rows if r.get("mode") == mode and r.get("rate")]

@@ -7,10 +7,13 @@
 #   BENCH_BIG=N: the flat-claim check drains N queued runs (default 1000000, seeded by
 #     enqueue-batch, 1,000 per call, ~10 s) between four N-run drains it is compared with;
 #     BENCH_BIG=0 skips it
-#   BENCH_PEERS=0 to skip the peers (plainjob, via node and npm: bench/peers/plainjob; Graphile
-#   Worker: bench/peers/graphile-worker)
+#   BENCH_PEERS=0 to skip the peers (plainjob, via node and npm: bench/peers/plainjob; DBOS on
+#   SQLite, via python3 -m venv and pip: bench/peers/dbos; Graphile Worker and pg-boss:
+#   bench/peers/graphile-worker, bench/peers/pg-boss). A peer that cannot install is skipped with
+#   one line on stderr. BENCH_DBOS_N=N jobs for DBOS (default 2000, at most N): its SQLite
+#   defaults (rollback journal, synchronous FULL) commit ~50 jobs/s, so 20,000 would take minutes
 #   BENCH_PG=0 to skip the Postgres half (bench/pg.sh: a throwaway server, the raw Postgres
-#   limit, the workload on a postgres:// URL, 1 vs 4 worker processes, Graphile Worker)
+#   limit, the workload on a postgres:// URL, 1 vs 4 worker processes, Graphile Worker, pg-boss)
 #   BENCH_DURABLE=0 to skip the durable runs (issue 35: wait-1s, drain-steps3, resume,
 #   resume-xproc); BENCH_WAIT_N=N runs for wait-1s (default 10000)
 #   BENCH_COMPOSE=0 to skip composition (issue 36: batch-enqueue, drain-batch, drain-blocked,
@@ -34,17 +37,32 @@ W=$TD/dist/examples/workload
 # Peers speak the same adapter protocol; they are installed on first use and measured in the
 # same rounds as toolq, so the ratios compare like with like.
 PJ=""
+DB=""
+# DBOS's venv, (re)made when requirements.txt differs from the one it was made from.
+dbos_install() {
+  local v=bench/peers/dbos/.venv req=bench/peers/dbos/requirements.txt
+  if [ -x "$v/bin/python" ] && cmp -s "$req" "$v/requirements.txt"; then return 0; fi
+  rm -rf "$v" && python3 -m venv "$v" && "$v/bin/pip" install --quiet --disable-pip-version-check -r "$req" >&2 \
+    && cp "$req" "$v/requirements.txt"
+}
 if [ "${BENCH_PEERS:-1}" != 0 ]; then
   if command -v node >/dev/null && command -v npm >/dev/null; then
-    if [ ! -d bench/peers/plainjob/node_modules ]; then
-      (cd bench/peers/plainjob && npm ci --no-audit --no-fund >&2)
+    if [ -d bench/peers/plainjob/node_modules ] || (cd bench/peers/plainjob && npm ci --no-audit --no-fund >&2); then
+      PJ="node bench/peers/plainjob/adapter.mjs"
+    else
+      echo "bench: plainjob did not install; measuring without it" >&2
     fi
-    PJ="node bench/peers/plainjob/adapter.mjs"
   else
-    echo "bench: node and npm are needed for the plainjob peer (apt-get install nodejs npm), or set BENCH_PEERS=0" >&2
-    exit 2
+    echo "bench: node and npm are needed for the plainjob peer (apt-get install nodejs npm); measuring without it" >&2
+  fi
+  if command -v python3 >/dev/null && dbos_install; then
+    DB="bench/peers/dbos/.venv/bin/python bench/peers/dbos/adapter.py"
+  else
+    echo "bench: DBOS did not install (python3 -m venv, pip install -r bench/peers/dbos/requirements.txt); measuring without it" >&2
   fi
 fi
+DBOS_N=${BENCH_DBOS_N:-2000}
+[ "$DBOS_N" -le "$N" ] || DBOS_N=$N
 L=$TD/dist/examples/sqlite_limit
 # SQLite alone with toolq's own rows and statements: the floor under each figure (issue 19).
 F=$TD/dist/examples/sqlite_floor
@@ -120,6 +138,11 @@ for r in $(seq "$RUNS"); do
     for m in enqueue drain; do $PJ $m "$DIR/pj$r.db" "$N" "$CONC" | sed 's/"mode":"/"mode":"plainjob-/' | tee -a "$RAW"; done
     $PJ enqueue-batch "$DIR/pjb$r.db" "$N" "$CONC" | sed 's/"mode":"/"mode":"plainjob-/' | tee -a "$RAW"
   fi
+  if [ -n "$DB" ]; then
+    # DBOS on its SQLite system database, the same modes as plainjob on DBOS_N jobs.
+    for m in enqueue drain; do $DB $m "$DIR/dbos$r.db" "$DBOS_N" "$CONC" | sed 's/"mode":"/"mode":"dbos-/' | tee -a "$RAW"; done
+    $DB enqueue-batch "$DIR/dbosb$r.db" "$DBOS_N" "$CONC" | sed 's/"mode":"/"mode":"dbos-/' | tee -a "$RAW"
+  fi
 done
 $W idle "$DIR/idle.db" 10 "$CONC" | tee -a "$RAW"
 # Runs due 100 ms after their enqueue: how late they start (~15 s for 100 samples).
@@ -188,14 +211,20 @@ line("delayed lateness p50", "latency-delayed", "p50_ms", "ms")
 line("delayed lateness p99", "latency-delayed", "p99_ms", "ms")
 line("idle worker CPU", "idle", "cpu_pct", "%")
 line("idle WAL frames/10s", "idle", "wal_frames_appended", "frames")
-def versus(label, ours, theirs):
+def versus(label, ours, theirs, peer="plainjob"):
     a, b = med(ours, "rate"), med(theirs, "rate")
-    if a and b: print(f"{label:<22} {b:>12,.1f} jobs/s  (toolq {a/b:.2f}x plainjob)")
+    if a and b: print(f"{label:<22} {b:>12,.1f} jobs/s  (toolq {a/b:.2f}x {peer})")
 versus("plainjob enqueue", "enqueue", "plainjob-enqueue")
 versus("plainjob enqueue-batch", "enqueue-batch", "plainjob-enqueue-batch")
 versus("plainjob drain", "drain", "plainjob-drain")
 pj_rss = med("plainjob-drain", "peak_rss_kib")
 if pj_rss: print(f"{'plainjob drain RSS':<22} {pj_rss:>12,.1f} KiB")
+# DBOS runs fewer jobs (BENCH_DBOS_N); its rates are per job all the same.
+versus("DBOS enqueue", "enqueue", "dbos-enqueue", "DBOS")
+versus("DBOS enqueue-batch", "enqueue-batch", "dbos-enqueue-batch", "DBOS")
+versus("DBOS drain", "drain", "dbos-drain", "DBOS")
+dbos_rss = med("dbos-drain", "peak_rss_kib")
+if dbos_rss: print(f"{'DBOS drain RSS':<22} {dbos_rss:>12,.1f} KiB")
 line("drain, 1 process", "drain-procs-1", "rate", "jobs/s")
 line("drain, 4 processes", "drain-procs-4", "rate", "jobs/s", med("drain-procs-1", "rate"), "1 process")
 # Each round drains with 1 and then 4 processes back to back; the ratio within a round is
@@ -261,7 +290,8 @@ r_big_drain = show("big drain / plain", by_round("drain-batch-all", "drain-big-p
 # Issue 19's targets, each as a ratio to a figure of this same run.
 def ratio(a, b):
     return a / b if a is not None and b else None
-peers = [med(m, "rate") for m in ("plainjob-drain",)]
+# The best SQLite peer's drain: plainjob or DBOS, whichever is faster in this run.
+peers = [med(m, "rate") for m in ("plainjob-drain", "dbos-drain")]
 best_peer = max([p for p in peers if p], default=None)
 rss = med("drain", "peak_rss_kib")
 floor = lambda key: med("sqlite-floor", key)
