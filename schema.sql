@@ -122,6 +122,8 @@ CREATE INDEX runs_awaiting_deadline_idx ON runs (approval_deadline) WHERE state 
 
 -- Run artifacts as blob rows: '/.background/{run_id}/output.log' and '/.background/{run_id}/result.json'.
 -- Read one with:  SELECT CAST(content AS TEXT) FROM blobs WHERE path = '/.background/bg_.../output.log';
+-- A finished run whose log is empty has no output.log row (issue 38: an empty log costs its
+-- finish no write); toolq's readers (`toolq logs`, the API, the dashboard) show it as empty.
 -- A run's blobs all live under '/.background/{run_id}/', so the primary key finds them:
 --   WHERE session_id = :s AND path >= '/.background/' || :id || '/' AND path < '/.background/' || :id || '0'
 -- Clustered on its key (WITHOUT ROWID) and with no index or foreign key of its own, a blob

@@ -324,12 +324,15 @@ impl Client {
         Ok(self.engine().inbox_mark(mark).await?)
     }
 
-    /// A run's log blob (bytes, truncated flag), if written yet.
+    /// A run's log blob (bytes, truncated flag), if written yet. A finished run always has
+    /// one: an empty log is stored as no row (it costs a finish no write), and is given here
+    /// as an empty blob dated `finished_at`.
     pub async fn log(&self, run: &Run) -> Result<Option<crate::run::Blob>> {
-        Ok(self
+        let blob = self
             .engine()
             .blob_get(run.session_id.clone(), run.log_path())
-            .await?)
+            .await?;
+        Ok(blob.or_else(|| run.empty_log()))
     }
 
     /// A run's result blob, if written.

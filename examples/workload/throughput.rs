@@ -156,9 +156,13 @@ pub async fn drain_with(
     with_info(&client, v).await
 }
 
-/// Completed runs, log blobs, result blobs and completion messages in the database.
+/// The drain's counts, each `n` when it is complete: completed runs; completed runs whose log
+/// is stored only if it is not empty (an empty log costs no row, issue 38); result.json blobs;
+/// completion messages.
 const VERIFY: &str = "SELECT (SELECT count(*) FROM runs WHERE state = 'completed'), \
-     (SELECT count(*) FROM blobs WHERE path LIKE '/.background/%/output.log'), \
+     (SELECT count(*) FROM runs r WHERE r.state = 'completed' AND NOT EXISTS (SELECT 1 FROM blobs b \
+         WHERE b.session_id = r.session_id AND b.path = '/.background/' || r.id || '/output.log' \
+         AND b.size = 0 AND b.truncated = 0)), \
      (SELECT count(*) FROM blobs WHERE path LIKE '/.background/%/result.json'), \
      (SELECT count(*) FROM inbox WHERE kind = 'completed')";
 

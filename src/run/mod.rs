@@ -257,6 +257,19 @@ impl Run {
     pub fn result_path(&self) -> String {
         result_path(&self.id)
     }
+
+    /// The log of this run when it has no log row: empty once the run is finished (an empty
+    /// log is stored as no row, so a finish writes none for it), dated `finished_at`; `None`
+    /// while it is not finished (its log is not written yet).
+    pub fn empty_log(&self) -> Option<Blob> {
+        self.state.is_final().then(|| Blob {
+            path: self.log_path(),
+            content: Vec::new(),
+            size: 0,
+            truncated: false,
+            updated_at: self.finished_at.map(crate::clock::ts).unwrap_or_default(),
+        })
+    }
 }
 
 /// A validated request to insert one run (built by [`crate::EnqueueRequest`] validation).

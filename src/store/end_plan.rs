@@ -188,28 +188,28 @@ pub(crate) struct BlobRow<'a> {
     pub truncated: bool,
 }
 
-/// A final state's log when its record brought none: the log written so far is kept, else an
-/// empty one is written.
+/// A final end's log that is empty (and not cut): no row is written for it, and a log an
+/// earlier attempt (or an earlier part of this one) left is deleted, so that readers find no
+/// row and show the finished run's log as empty (see `Client::log`).
 #[derive(Debug, Clone)]
-pub(crate) struct EmptyLog<'a> {
+pub(crate) struct ClearedLog<'a> {
     /// Owner session.
     pub session_id: &'a str,
     /// The log's path.
     pub path: String,
-    /// The run.
-    pub run_id: &'a str,
 }
 
 /// The blobs and messages of the ends that applied, in record order: per record its log
-/// (or an [`EmptyLog`] for a final state without one), its result (a final state without
-/// one gets `{"status", "error"}`), its extra blobs; and its message, with its `data` as
-/// JSON text (encoded here when the record did not bring it encoded).
+/// (none for a final state whose log is empty: see [`ClearedLog`]; a final state that brought
+/// no log keeps the log written so far, if any), its result (a final state without one gets
+/// `{"status", "error"}`), its extra blobs; and its message, with its `data` as JSON text
+/// (encoded here when the record did not bring it encoded).
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Artifacts<'a> {
     /// Blobs to write, in order (a path given twice keeps its last content).
     pub blobs: Vec<BlobRow<'a>>,
-    /// Logs to keep or create empty.
-    pub empty_logs: Vec<EmptyLog<'a>>,
+    /// Logs to delete if present: final ends whose log is empty.
+    pub cleared_logs: Vec<ClearedLog<'a>>,
     /// Messages with their encoded `data`, in order (their ids follow it).
     pub messages: Vec<(&'a NewMessage, Cow<'a, str>)>,
 }
@@ -233,15 +233,19 @@ impl<'a> Artifacts<'a> {
             truncated,
         };
         let is_final = matches!(r.outcome, Outcome::Final(_));
-        if let Some((log, cut)) = &r.log {
-            self.blobs
-                .push(blob(log_path(r.id.as_str()), Cow::Borrowed(log), *cut));
-        } else if is_final {
-            self.empty_logs.push(EmptyLog {
-                session_id: &r.session_id,
-                path: log_path(r.id.as_str()),
-                run_id: r.id.as_str(),
-            });
+        match &r.log {
+            // An empty log costs no row: readers show a finished run without one as empty.
+            Some((log, false)) if is_final && log.is_empty() => {
+                self.cleared_logs.push(ClearedLog {
+                    session_id: &r.session_id,
+                    path: log_path(r.id.as_str()),
+                });
+            }
+            Some((log, cut)) => {
+                self.blobs
+                    .push(blob(log_path(r.id.as_str()), Cow::Borrowed(log), *cut));
+            }
+            None => {}
         }
         let result = match (&r.outcome, &r.result) {
             (_, Some(res)) => Some(Cow::Borrowed(res.as_slice())),
@@ -312,8 +316,7 @@ mod tests {
     fn a_final_end_without_log_or_result_keeps_the_log_and_gets_a_status_result() {
         let r = record(Outcome::Final(RunState::Failed));
         let a = Artifacts::of(&[&r]);
-        assert_eq!(a.empty_logs.len(), 1);
-        assert_eq!(a.empty_logs[0].path, "/.background/r1/output.log");
+        assert!(a.cleared_logs.is_empty());
         let paths: Vec<&str> = a.blobs.iter().map(|b| b.path.as_str()).collect();
         assert_eq!(paths, ["/.background/r1/result.json", "/x"]);
         assert_eq!(
@@ -323,12 +326,30 @@ mod tests {
     }
 
     #[test]
+    fn a_final_end_with_an_empty_log_writes_no_log_row_and_clears_an_earlier_one() {
+        let mut r = record(Outcome::Final(RunState::Completed));
+        r.log = Some((Vec::new(), false));
+        let a = Artifacts::of(&[&r]);
+        assert_eq!(a.cleared_logs.len(), 1);
+        assert_eq!(a.cleared_logs[0].path, "/.background/r1/output.log");
+        let paths: Vec<&str> = a.blobs.iter().map(|b| b.path.as_str()).collect();
+        assert_eq!(paths, ["/.background/r1/result.json", "/x"]);
+        // Cut at its cap, or not empty: written as before.
+        for log in [(Vec::new(), true), (b"x".to_vec(), false)] {
+            r.log = Some(log);
+            let a = Artifacts::of(&[&r]);
+            assert!(a.cleared_logs.is_empty());
+            assert_eq!(a.blobs[0].path, "/.background/r1/output.log");
+        }
+    }
+
+    #[test]
     fn a_retry_writes_only_what_it_brought() {
         let at = Utc.with_ymd_and_hms(2026, 1, 2, 3, 4, 5).unwrap();
         let mut r = record(Outcome::Retry(at));
         r.log = Some((b"log".to_vec(), true));
         let a = Artifacts::of(&[&r]);
-        assert!(a.empty_logs.is_empty());
+        assert!(a.cleared_logs.is_empty());
         assert_eq!(a.blobs.len(), 2);
         assert!(a.blobs[0].truncated);
         let s = StateChange::of(&r, at);

@@ -15,7 +15,7 @@ use super::{P, compose, exec, get, query};
 use crate::clock::ts;
 use crate::error::StoreError;
 use crate::run::{Fence, FinishRecord};
-use crate::store::end_plan::{self, BlobRow, EmptyLog};
+use crate::store::end_plan::{self, BlobRow, ClearedLog};
 
 /// The fenced ends of running attempts, all in one statement: each applies only while its
 /// (id, attempt, lease_token) still match; returns the ids that applied, with their tools.
@@ -436,25 +436,20 @@ pub(crate) async fn put_blobs<C: GenericClient>(
     Ok(())
 }
 
-/// Keeps each log written so far, or writes an empty one.
-async fn ensure_logs<C: GenericClient>(
-    c: &C,
-    logs: &[EmptyLog<'_>],
-    now: DateTime<Utc>,
-) -> Result<(), StoreError> {
+/// Deletes the earlier logs of runs whose final log is empty (no row is written for an empty
+/// log; a missing one is an index probe that writes nothing).
+async fn clear_logs<C: GenericClient>(c: &C, logs: &[ClearedLog<'_>]) -> Result<(), StoreError> {
     if logs.is_empty() {
         return Ok(());
     }
     let session: Vec<&str> = logs.iter().map(|l| l.session_id).collect();
     let path: Vec<&str> = logs.iter().map(|l| l.path.as_str()).collect();
-    let run: Vec<&str> = logs.iter().map(|l| l.run_id).collect();
     exec(
         c,
-        "INSERT INTO blobs (session_id, path, run_id, content, size, truncated, created_at, updated_at) \
-         SELECT s, p, r, '\\x'::bytea, 0, 0, $4, $4 FROM unnest($1::text[], $2::text[], $3::text[]) \
-         AS u(s, p, r) ON CONFLICT (session_id, path) DO NOTHING",
-        &[&session, &path, &run, &ts(now)],
-        "ensure logs",
+        "DELETE FROM blobs b USING unnest($1::text[], $2::text[]) AS u(s, p) \
+         WHERE b.session_id = u.s AND b.path = u.p",
+        &[&session, &path],
+        "clear logs",
     )
     .await?;
     Ok(())
@@ -474,7 +469,7 @@ async fn write_artifacts<C: GenericClient>(
     let messages = plan.message_refs();
     // The three writes are independent: pipelined, one round trip.
     tokio::try_join!(
-        ensure_logs(c, &plan.empty_logs, now),
+        clear_logs(c, &plan.cleared_logs),
         put_blobs(c, &plan.blobs, now),
         super::inbox::insert_many(c, &messages, now)
     )?;

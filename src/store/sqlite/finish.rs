@@ -6,7 +6,6 @@ use rusqlite::Transaction;
 
 use super::Ctx;
 use super::artifacts::{BlobWrite, put_many};
-use super::codec::ts;
 use crate::error::StoreError;
 use crate::run::{Fence, FinishRecord};
 use crate::store::end_plan;
@@ -33,8 +32,9 @@ pub(crate) static FINISH: std::sync::LazyLock<String> = std::sync::LazyLock::new
 
 /// The one end-writer: records many attempt ends in the caller's transaction. Each end is
 /// all or nothing: its fenced state change decides whether its blobs and message are
-/// written. A final state always gets an output.log (the one given, else the log so far,
-/// else an empty one) and a result.json, and its message (one per run and attempt, enforced
+/// written. A final state always gets a result.json and its message, and its output.log
+/// (the one given, else the log so far) unless that log is empty: an empty log costs no row
+/// (readers show a finished run without one as empty) (one per run and attempt, enforced
 /// by `inbox_run_idx`). Then composition (`compose::after_ends`): batches,
 /// dependents and waiting parents move with the ends, in the same transaction. Returns, per
 /// record, whether it applied.
@@ -146,10 +146,9 @@ fn end_waiting(tx: &Transaction<'_>, w: &end_plan::WaitingEnd<'_>) -> Result<boo
     Ok(n == 1)
 }
 
-/// Keeps the log written so far, or writes an empty one (`?1` now).
-const ENSURE_LOG: &str = "INSERT INTO blobs (session_id, path, run_id, content, size, truncated, \
-     created_at, updated_at) VALUES (?2, ?3, ?4, x'', 0, 0, ?1, ?1) \
-     ON CONFLICT (session_id, path) DO NOTHING";
+/// Deletes an earlier log of a run whose final log is empty (a primary-key probe that
+/// writes nothing when there is none, as for most runs).
+const CLEAR_LOG: &str = "DELETE FROM blobs WHERE session_id = ?1 AND path = ?2";
 
 /// The blobs and messages of attempt ends whose state change applied (see
 /// [`end_plan::Artifacts`]), in this transaction: multi-row inserts for the whole batch
@@ -160,17 +159,11 @@ fn write_artifacts_many(
     now: DateTime<Utc>,
 ) -> Result<(), StoreError> {
     let plan = end_plan::Artifacts::of(records);
-    let now_s = ts(now);
-    for log in &plan.empty_logs {
-        tx.prepare_cached(ENSURE_LOG)
-            .ctx("prepare ensure log")?
-            .execute(rusqlite::params![
-                now_s,
-                log.session_id,
-                log.path,
-                log.run_id
-            ])
-            .ctx("ensure log")?;
+    for log in &plan.cleared_logs {
+        tx.prepare_cached(CLEAR_LOG)
+            .ctx("prepare clear log")?
+            .execute(rusqlite::params![log.session_id, log.path])
+            .ctx("clear log")?;
     }
     let blobs: Vec<BlobWrite<'_>> = plan
         .blobs

@@ -49,6 +49,7 @@ const COVERED: &[(&str, &str)] = &[
     ("run_list_overdue_approvals", "runs::run_list_overdue_approvals_oldest_deadline_first"),
     ("run_end", "runs::run_end_writes_state_blobs_and_one_message_once"),
     ("run_end", "runs::run_end_judges_each_record_by_its_own_fence"),
+    ("run_end", "runs::run_end_with_an_empty_log_writes_no_log_row"),
     ("run_pending", "runs::run_pending_counts_due_runs_and_queued_retries_of_the_tools"),
     ("run_next_due", "runs::run_next_due_is_the_earliest_later_run_at_of_the_tools"),
     ("run_count_unfinished", "runs::run_count_unfinished_counts_queued_awaiting_and_running"),

@@ -676,6 +676,49 @@ async fn run_list_overdue_approvals_oldest_deadline_first() {
     );
 }
 
+/// An empty log costs no row (issue 38): a final end whose log is empty writes none and
+/// deletes the log an earlier attempt left; the client reads a finished run's missing log as
+/// empty, and an unfinished run's as not written yet.
+#[tokio::test]
+async fn run_end_with_an_empty_log_writes_no_log_row() {
+    let env = TestEnv::new();
+    let run = running(&env, "s1", "wk_a").await;
+    let mut retry = lease_end(&run, RunState::Failed);
+    retry.outcome = Outcome::Retry(now(&env));
+    retry.message = None;
+    assert_eq!(end(&env, vec![retry]).await, [true]);
+    let queued = get(&env, &run.id).await;
+    let first = env
+        .client
+        .log(&queued)
+        .await
+        .unwrap()
+        .expect("the first attempt's log");
+    assert_eq!(first.content, b"the log");
+    let again = claim(&env, "wk_a", 1).await;
+    assert_eq!(again.len(), 1);
+    let mut done = lease_end(&again[0], RunState::Completed);
+    done.log = Some((Vec::new(), false));
+    assert_eq!(end(&env, vec![done]).await, [true]);
+    let finished = get(&env, &run.id).await;
+    let blob = |path: String| async { engine(&env).blob_get("s1".into(), path).await.unwrap() };
+    assert!(blob(finished.log_path()).await.is_none(), "no log row");
+    assert!(blob(finished.result_path()).await.is_some(), "the result");
+    let log = env
+        .client
+        .log(&finished)
+        .await
+        .unwrap()
+        .expect("a finished run's log");
+    assert_eq!((log.content.len(), log.size, log.truncated), (0, 0, false));
+    assert_eq!(log.path, finished.log_path());
+    let other = running(&env, "s1", "wk_a").await;
+    assert!(
+        env.client.log(&other).await.unwrap().is_none(),
+        "not written yet"
+    );
+}
+
 #[tokio::test]
 async fn run_end_writes_state_blobs_and_one_message_once() {
     let env = TestEnv::new();
