@@ -183,7 +183,15 @@ fn open_with(
     limited: bool,
 ) -> anyhow::Result<Client> {
     let per_session = Some(concurrency.max(1) as i64);
-    open_tuned(db, concurrency, tool, Tune { limited, per_session })
+    open_tuned(
+        db,
+        concurrency,
+        tool,
+        Tune {
+            limited,
+            per_session,
+        },
+    )
 }
 
 /// How a mode sets up its client besides the tool and the slots.

@@ -120,14 +120,21 @@ pub async fn run(
     kind: Kind,
     procs: usize,
 ) -> anyhow::Result<Value> {
-    anyhow::ensure!(procs >= 1, "a multi-process mode needs at least one process");
+    anyhow::ensure!(
+        procs >= 1,
+        "a multi-process mode needs at least one process"
+    );
     let (part, mode, seed) = match kind {
         Kind::Drain => (Part::Drain, format!("drain-procs-{procs}"), None),
         Kind::Sessions(per_session) => {
             let sleep = false;
             let limit = per_session.map_or(String::new(), |n| format!("-{n}"));
             let mode = format!("drain-sessions{limit}-procs-{procs}");
-            (Part::Tuned { sleep, per_session }, mode, Some("enqueue-sessions"))
+            (
+                Part::Tuned { sleep, per_session },
+                mode,
+                Some("enqueue-sessions"),
+            )
         }
         Kind::Sleep => {
             let per_session = Some((16 * procs).max(concurrency * procs) as i64);
@@ -135,7 +142,11 @@ pub async fn run(
                 sleep: true,
                 per_session,
             };
-            (part, format!("drain-sleep-procs-{procs}"), Some("enqueue-batch"))
+            (
+                part,
+                format!("drain-sleep-procs-{procs}"),
+                Some("enqueue-batch"),
+            )
         }
     };
     if let Some(seed) = seed {
@@ -145,7 +156,8 @@ pub async fn run(
     let mut v = drain(db, (n, concurrency), part, procs).await?;
     v["mode"] = json!(mode);
     if let Part::Tuned { per_session, .. } = part {
-        v["per_session"] = json!(per_session.unwrap_or(toolq::Config::default().worker.per_session));
+        v["per_session"] =
+            json!(per_session.unwrap_or(toolq::Config::default().worker.per_session));
     }
     if matches!(kind, Kind::Sessions(_)) {
         v["sessions"] = json!(SESSIONS);

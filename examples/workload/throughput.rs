@@ -8,9 +8,7 @@ use tokio_util::sync::CancellationToken;
 use toolq::WorkerOptions;
 use toolq::error::StoreError;
 
-use crate::{
-    Noop, Recorder, Tune, fresh, open, open_tuned, peak_rss_kib, pg, request, with_info,
-};
+use crate::{Noop, Recorder, Tune, fresh, open, open_tuned, peak_rss_kib, pg, request, with_info};
 
 /// `enqueue` (batch = 1) and `enqueue-batch` (batch = 1000) on a fresh file.
 pub async fn enqueue(db: &Path, n: usize, batch: usize) -> anyhow::Result<Value> {
@@ -191,10 +189,7 @@ pub async fn wait_finished(client: &toolq::Client, sql: Option<&pg::Sql>) -> any
 }
 
 /// [`VERIFY`] on either engine (`sql` as for [`unfinished`]).
-pub async fn verify_on(
-    client: &toolq::Client,
-    sql: Option<&pg::Sql>,
-) -> anyhow::Result<[i64; 4]> {
+pub async fn verify_on(client: &toolq::Client, sql: Option<&pg::Sql>) -> anyhow::Result<[i64; 4]> {
     match sql {
         Some(sql) => {
             let v = sql.ints(VERIFY).await?;
