@@ -9,6 +9,7 @@
 #   every 2 s by default, so each sample takes ~2 s
 #   BENCH_COMPOSE=0 skips composition (issue 36), as for run.sh; BENCH_CHAIN_N as for run.sh;
 #   BENCH_PG_BATCH_N=N runs in the one-batch figure (default BENCH_BATCH_N, else 100000; 0 skips)
+#   BENCH_SESSIONS=0 skips many sessions and hosts (issue 38), BENCH_SLEEP_N as for run.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${1:-20000}
@@ -85,6 +86,14 @@ for r in $(seq "$RUNS"); do
   $W latency-xproc "$URL/toolq" "$SAMPLES" "$CONC" | sed 's/"mode":"/"mode":"pg-/' | tee -a "$RAW"
   drain_procs 1 | tee -a "$RAW"
   drain_procs 4 | tee -a "$RAW"
+  if [ "${BENCH_SESSIONS:-1}" != 0 ]; then
+    # Many sessions and many hosts (issue 38), as in run.sh: the one-session drain of a
+    # batch-enqueued database right before them is drain-sessions' reference in its round.
+    pgm enqueue-batch "$N" enqueue-batch-beside-sessions > /dev/null
+    pgm drain "$N" drain-beside-sessions
+    for m in drain-sessions drain-sessions-64 drain-sessions-procs-1 drain-sessions-procs-4; do pgm $m "$N"; done
+    for m in drain-sleep-procs-1 drain-sleep-procs-4; do pgm $m "${BENCH_SLEEP_N:-8000}"; done
+  fi
   if [ "${BENCH_COMPOSE:-1}" != 0 ]; then
     # Composition (issue 36), as in run.sh: plain enqueue-batch + drain before and after the
     # composed modes (each on an emptied database), a chain, one big batch beside plain.
@@ -156,6 +165,27 @@ for m in ("enqueue", "enqueue-batch", "drain"):
     if b: print(f"{'pg-boss ' + m:<26} {b:>12,.1f} jobs/s  (toolq {t/b:.2f}x pg-boss)")
 line("pg-boss latency p50", med("pgboss-latency", "p50_ms"), "ms")
 line("pg-boss drain RSS", med("pgboss-drain", "peak_rss_kib"), "KiB")
+# Many sessions and many hosts (issue 38): each ratio within its round, then the median.
+def paired(a, b):
+    xs = [r["rate"] for r in rows if r.get("mode") == "pg-" + a]
+    ys = [r["rate"] for r in rows if r.get("mode") == "pg-" + b]
+    return [y / x for x, y in zip(xs, ys) if x]
+def target(label, ratios, goal):
+    if not ratios: return
+    m = statistics.median(ratios)
+    print(f"{label:<26} {' / '.join(f'{r:.2f}' for r in ratios)}  (median {m:.2f}x; target >= {goal}: {'met' if m >= goal else 'NOT MET'})")
+one_sess = med("pg-drain-beside-sessions", "rate")
+line("drain, one session", one_sess, "jobs/s")
+line("drain-sessions", med("pg-drain-sessions", "rate"), "jobs/s", one_sess, "one session")
+line("drain-sessions-64", med("pg-drain-sessions-64", "rate"), "jobs/s", one_sess, "one session")
+line("sessions, 1 process", med("pg-drain-sessions-procs-1", "rate"), "jobs/s", one_sess, "one session")
+line("sessions, 4 processes", med("pg-drain-sessions-procs-4", "rate"), "jobs/s", med("pg-drain-sessions-procs-1", "rate"), "1 process")
+line("sleep 20 ms, 1 process", med("pg-drain-sleep-procs-1", "rate"), "runs/s")
+line("sleep 20 ms, 4 processes", med("pg-drain-sleep-procs-4", "rate"), "runs/s", med("pg-drain-sleep-procs-1", "rate"), "1 process")
+target("sessions / one session", paired("drain-beside-sessions", "drain-sessions"), 0.9)
+target("sessions-64 / one session", paired("drain-beside-sessions", "drain-sessions-64"), 0.9)
+target("sessions 4 / 1 process", paired("drain-sessions-procs-1", "drain-sessions-procs-4"), 0.95)
+target("sleep 4 / 1 process", paired("drain-sleep-procs-1", "drain-sleep-procs-4"), 3.5)
 # Composition (issue 36): each composed figure over the plain ones of its own round.
 def rates(mode):
     return [r["rate"] for r in rows if r.get("mode") == mode and r.get("rate")]

@@ -19,6 +19,8 @@
 #   BENCH_COMPOSE=0 to skip composition (issue 36: batch-enqueue, drain-batch, drain-blocked,
 #   chain, and one batch of BENCH_BATCH_N runs, default 100000, 0 skips it); BENCH_CHAIN_N=C
 #   links for chain (default 1000)
+#   BENCH_SESSIONS=0 to skip many sessions and hosts (issue 38: drain-sessions, -64, over 1 and
+#   4 processes, drain-sleep-procs-1 and -4 of BENCH_SLEEP_N runs, default 8000)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${1:-20000}
@@ -94,6 +96,17 @@ for r in $(seq "$RUNS"); do
     $W enqueue-batch "$DIR/p$p-$r.db" "$N" "$CONC" > /dev/null
     $W drain-procs-$p "$DIR/p$p-$r.db" "$N" "$CONC" | tee -a "$RAW"
   done
+  if [ "${BENCH_SESSIONS:-1}" != 0 ]; then
+    # Many sessions and many hosts (issue 38), each mode seeding its own file. The one-session
+    # drain of a batch-enqueued file right before them is what drain-sessions is compared with
+    # in its round; the sleeping runs (20 ms each, 16 slots per process) drain BENCH_SLEEP_N.
+    $W enqueue-batch "$DIR/ms$r.db" "$N" "$CONC" > /dev/null
+    $W drain "$DIR/ms$r.db" "$N" "$CONC" | sed 's/"mode":"drain"/"mode":"drain-beside-sessions"/' | tee -a "$RAW"
+    $W drain-sessions "$DIR/ms$r.db" "$N" "$CONC" | tee -a "$RAW"
+    $W drain-sessions-64 "$DIR/ms$r.db" "$N" "$CONC" | tee -a "$RAW"
+    for p in 1 4; do $W drain-sessions-procs-$p "$DIR/msp$p-$r.db" "$N" "$CONC" | tee -a "$RAW"; done
+    for p in 1 4; do $W drain-sleep-procs-$p "$DIR/sl$p-$r.db" "${BENCH_SLEEP_N:-8000}" "$CONC" | tee -a "$RAW"; done
+  fi
   $W latency "$DIR/l$r.db" "$SAMPLES" "$CONC" | tee -a "$RAW"
   $W latency-xproc "$DIR/x$r.db" "$SAMPLES" "$CONC" | tee -a "$RAW"
   if [ "${BENCH_DURABLE:-1}" != 0 ]; then
@@ -236,6 +249,23 @@ def paired(a, b):
 procs_ratios = paired("drain-procs-1", "drain-procs-4")
 if procs_ratios:
     print(f"{'4 / 1 process by round':<22} {' / '.join(f'{r:.2f}' for r in procs_ratios)}  (median {statistics.median(procs_ratios):.2f}x)")
+# Many sessions and many hosts (issue 38): each ratio within its round, then the median.
+one_sess = med("drain-beside-sessions", "rate")
+line("drain, one session", "drain-beside-sessions", "rate", "jobs/s")
+line("drain-sessions", "drain-sessions", "rate", "jobs/s", one_sess, "one session")
+line("drain-sessions-64", "drain-sessions-64", "rate", "jobs/s", one_sess, "one session")
+line("sessions, 1 process", "drain-sessions-procs-1", "rate", "jobs/s", one_sess, "one session")
+line("sessions, 4 processes", "drain-sessions-procs-4", "rate", "jobs/s", med("drain-sessions-procs-1", "rate"), "1 process")
+line("sleep 20ms, 1 process", "drain-sleep-procs-1", "rate", "runs/s")
+line("sleep 20ms, 4 procs", "drain-sleep-procs-4", "rate", "runs/s", med("drain-sleep-procs-1", "rate"), "1 process")
+def by_round_line(label, a, b):
+    xs = paired(a, b)
+    if xs: print(f"{label:<22} {' / '.join(f'{r:.2f}' for r in xs)}  (median {statistics.median(xs):.2f}x)")
+    return statistics.median(xs) if xs else None
+r_sess = by_round_line("sessions / one session", "drain-beside-sessions", "drain-sessions")
+r_sess64 = by_round_line("sessions-64 / one", "drain-beside-sessions", "drain-sessions-64")
+r_sess_procs = by_round_line("sessions 4 / 1 process", "drain-sessions-procs-1", "drain-sessions-procs-4")
+r_sleep_procs = by_round_line("sleep 4 / 1 process", "drain-sleep-procs-1", "drain-sleep-procs-4")
 line("seed big queue (batch)", "seed-big", "rate", "jobs/s")
 line("drain (big queue)", "drain-big", "rate", "jobs/s", med("drain", "rate"), "the rounds' 20k drain")
 line("20k drain beside it", "drain-beside-big", "rate", "jobs/s")
@@ -344,6 +374,20 @@ compose_targets = [
 if any(v is not None for _, v, _, _, _ in compose_targets):
     print("\n## issue 36 targets (composition, this run)")
     for name, v, op, goal, _ in compose_targets:
+        if v is None:
+            print(f"{name:<30} {'not measured':>10}   target {op} {goal}")
+            continue
+        print(f"{name:<30} {v:>10.2f}   target {op} {goal:<5} {'met' if v >= goal else 'NOT MET'}")
+# Issue 38's targets (many sessions, many hosts), each the median of the rounds' ratios.
+scale_targets = [
+    ("drain-sessions / one session", r_sess, ">=", 0.9),
+    ("drain-sessions-64 / one session", r_sess64, ">=", 0.9),
+    ("sessions, 4 / 1 process", r_sess_procs, ">=", 0.95),
+    ("sleep 20 ms, 4 / 1 process", r_sleep_procs, ">=", 3.5),
+]
+if any(v is not None for _, v, _, _ in scale_targets):
+    print("\n## issue 38 targets (many sessions and hosts, this run)")
+    for name, v, op, goal in scale_targets:
         if v is None:
             print(f"{name:<30} {'not measured':>10}   target {op} {goal}")
             continue

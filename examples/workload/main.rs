@@ -6,7 +6,8 @@
 //! database (see [`pg`]); `idle` then reports no WAL figures (the server keeps its own).
 //!
 //! Modes: enqueue | enqueue-batch | drain | drain-limited | latency | latency-xproc |
-//! latency-delayed | idle | drain-procs-P | wait-1s | drain-steps3 | resume | resume-xproc |
+//! latency-delayed | idle | drain-procs-P | enqueue-sessions | drain-sessions | drain-sessions-64 |
+//! drain-sessions-procs-P | drain-sessions-64-procs-P | drain-sleep-procs-P | wait-1s | drain-steps3 | resume | resume-xproc |
 //! batch-enqueue | batch-enqueue-all | enqueue-batch-all | drain-batch | chain | drain-blocked.
 //! Prints exactly one JSON line on stdout; everything else goes to stderr. `idle` (toolq's own)
 //! measures the CPU time and the commits of a worker that has nothing to do; `latency-delayed`
@@ -16,6 +17,13 @@
 //! `latency-xproc` mode starts as its enqueuing child process. `drain-procs-P` (toolq's own) is
 //! the drain by P worker processes on one file (`drain-part` is its child), e.g. `drain-procs-4`
 //! beside `drain-procs-1`.
+//!
+//! Many sessions and many hosts (issue 38, toolq's own): `enqueue-sessions` enqueues over 50
+//! sessions; `drain-sessions` and `drain-sessions-64` time its drain with the default
+//! per-session limit (5) and with 64; `drain-sessions-procs-P` (default limit) and
+//! `drain-sessions-64-procs-P` drain it with P worker processes; `drain-sleep-procs-P` drains
+//! runs whose tool sleeps 20 ms with P processes of 16 slots each (see [`sessions`],
+//! [`procs`]). Each seeds its own database (in a child process).
 //!
 //! Durable runs (issue 35, toolq's own): `wait-1s` enqueues `count` runs whose tool sleeps 1 s
 //! durably (the slot is freed while they wait) and times until all completed; `drain-steps3` is
@@ -37,15 +45,17 @@ mod latency;
 mod noop;
 mod pg;
 mod procs;
+mod sessions;
 mod throughput;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use anyhow::Context;
 use serde_json::{Value, json};
 use toolq::{Client, Config, EnqueueRequest, RegistryBuilder};
 
-pub use noop::{Noop, Recorder};
+pub use noop::{Noop, Recorder, Sleepy};
 
 /// The padding every payload carries (WORKLOAD.md).
 const PAD: &str = "0123456789abcdef";
@@ -116,12 +126,16 @@ async fn run(a: Args) -> anyhow::Result<Option<Value>> {
         "latency-xproc" => latency::cross_process(&a.db, a.count, a.concurrency).await?,
         "latency-delayed" => latency::delayed(&a.db, a.count, a.concurrency).await?,
         "idle" => latency::idle(&a.db, a.count, a.concurrency).await?,
-        "drain-part" => procs::part(&a.db, a.concurrency).await?,
-        m if m.starts_with("drain-procs-") => {
-            let procs = m["drain-procs-".len()..]
-                .parse()
-                .map_err(|e| anyhow::anyhow!("mode {m:?}: process count: {e}"))?;
-            procs::drain(&a.db, a.count, a.concurrency, procs).await?
+        "enqueue-sessions" => sessions::enqueue(&a.db, a.count).await?,
+        "drain-sessions" => sessions::drain(&a.db, a.count, a.concurrency, None).await?,
+        "drain-sessions-64" => sessions::drain(&a.db, a.count, a.concurrency, Some(64)).await?,
+        m if procs::Part::parse(m).is_some() => {
+            let part = procs::Part::parse(m).context("child mode")?;
+            procs::part(&a.db, a.concurrency, part).await?
+        }
+        m if procs::parse_mode(m).is_some() => {
+            let (kind, procs) = procs::parse_mode(m).context("multi-process mode")??;
+            procs::run(&a.db, (a.count, a.concurrency), kind, procs).await?
         }
         "wait-1s" => durable::wait_1s(&a.db, a.count, a.concurrency).await?,
         "drain-steps3" => durable::drain_steps3(&a.db, a.count, a.concurrency).await?,
@@ -144,7 +158,7 @@ async fn run(a: Args) -> anyhow::Result<Option<Value>> {
             return Ok(None);
         }
         other => anyhow::bail!(
-            "mode {other:?}: expected enqueue, enqueue-batch, drain, drain-limited, latency, latency-xproc, latency-delayed, idle, drain-procs-P, wait-1s, drain-steps3, resume, resume-xproc, batch-enqueue, batch-enqueue-all, enqueue-batch-all, drain-batch, chain or drain-blocked"
+            "mode {other:?}: expected enqueue, enqueue-batch, drain, drain-limited, latency, latency-xproc, latency-delayed, idle, drain-procs-P, enqueue-sessions, drain-sessions, drain-sessions-64, drain-sessions-procs-P, drain-sessions-64-procs-P, drain-sleep-procs-P, wait-1s, drain-steps3, resume, resume-xproc, batch-enqueue, batch-enqueue-all, enqueue-batch-all, drain-batch, chain or drain-blocked"
         ),
     };
     Ok(Some(out))
@@ -168,14 +182,48 @@ fn open_with(
     tool: impl toolq::Tool,
     limited: bool,
 ) -> anyhow::Result<Client> {
+    let per_session = Some(concurrency.max(1) as i64);
+    open_tuned(
+        db,
+        concurrency,
+        tool,
+        Tune {
+            limited,
+            per_session,
+        },
+    )
+}
+
+/// How a mode sets up its client besides the tool and the slots.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Tune {
+    /// [`LIMITS`] on the tool (`drain-limited`).
+    pub limited: bool,
+    /// `worker.per_session`; `None`: the default (5).
+    pub per_session: Option<i64>,
+}
+
+/// [`open_with`] with `tune`'s limits and per-session limit.
+fn open_tuned(
+    db: &Path,
+    concurrency: usize,
+    tool: impl toolq::Tool,
+    tune: Tune,
+) -> anyhow::Result<Client> {
+    let Tune {
+        limited,
+        per_session,
+    } = tune;
     let mut config = Config::default();
     match pg::url(db) {
         Some(url) => config.db_url = Some(url.to_string()),
         None => config.db_path = db.to_string_lossy().into_owned(),
     }
     config.worker.concurrency = concurrency.max(1);
-    // Every benchmark job is in one session: let it use every slot.
-    config.worker.per_session = concurrency.max(1) as i64;
+    // Most benchmark jobs are in one session: those modes let it use every slot.
+    if let Some(per_session) = per_session {
+        config.worker.per_session = per_session;
+    }
     config.sessions.max_active_runs = 1_000_000;
     if limited {
         config.limits = Config::parse(LIMITS, "workload")?.limits;

@@ -127,3 +127,24 @@ impl Tool for Noop {
         ToolOutcome::ok(json!({"i": i}))
     }
 }
+
+/// The `noop` tool that sleeps first (a tokio sleep: its slot stays taken), then counts
+/// itself: a run that waits on something outside, as most real tools do.
+pub struct Sleepy(pub Recorder, pub std::time::Duration);
+
+#[async_trait]
+impl Tool for Sleepy {
+    fn definition(&self) -> ToolDef {
+        definition()
+    }
+
+    async fn call(&self, ctx: ToolContext) -> ToolOutcome {
+        let i = match index(&ctx) {
+            Ok(i) => i,
+            Err(e) => return e,
+        };
+        tokio::time::sleep(self.1).await;
+        self.0.record(i, crate::mono_ns());
+        ToolOutcome::ok(json!({"i": i}))
+    }
+}

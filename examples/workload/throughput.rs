@@ -8,7 +8,7 @@ use tokio_util::sync::CancellationToken;
 use toolq::WorkerOptions;
 use toolq::error::StoreError;
 
-use crate::{Noop, Recorder, fresh, open, open_with, peak_rss_kib, pg, request, with_info};
+use crate::{Noop, Recorder, Tune, fresh, open, open_tuned, peak_rss_kib, pg, request, with_info};
 
 /// `enqueue` (batch = 1) and `enqueue-batch` (batch = 1000) on a fresh file.
 pub async fn enqueue(db: &Path, n: usize, batch: usize) -> anyhow::Result<Value> {
@@ -74,57 +74,38 @@ pub async fn drain_with(
     recorder: Recorder,
     tool: impl toolq::Tool,
 ) -> anyhow::Result<Value> {
-    let sql = match pg::url(db) {
-        Some(url) => Some(pg::Sql::connect(url).await?),
-        None if !db.exists() => {
-            anyhow::bail!("{}: no such file; run the enqueue mode first", db.display())
-        }
-        None => None,
+    let per_session = Some(concurrency.max(1) as i64);
+    let tune = Tune {
+        limited,
+        per_session,
     };
-    let client = open_with(db, concurrency, tool, limited)?;
+    drain_tuned(db, (n, concurrency), tune, mode, recorder, tool).await
+}
+
+/// [`drain_with`] with the client set up by `tune` (the per-session limit of the
+/// many-session modes).
+pub async fn drain_tuned(
+    db: &Path,
+    (n, concurrency): (usize, usize),
+    tune: Tune,
+    mode: &str,
+    recorder: Recorder,
+    tool: impl toolq::Tool,
+) -> anyhow::Result<Value> {
+    let limited = tune.limited;
+    let sql = connect_checks(db).await?;
+    let client = open_tuned(db, concurrency, tool, tune)?;
     let shutdown = CancellationToken::new();
     let started = Instant::now();
     let worker = client.worker(WorkerOptions::default());
     let task = tokio::spawn(worker.run(shutdown.clone()));
     recorder.wait_handled(n as u64).await;
-    loop {
-        let unfinished = match &sql {
-            // As `has_unfinished` on SQLite: queued runs not yet due (blocked by their
-            // parents, waiting for children, delayed) are not waited for.
-            Some(sql) => {
-                let now = toolq::clock::ts(client.now());
-                sql.ints(&format!(
-                    "SELECT count(*) FROM runs WHERE state = 'running' \
-                     OR (state = 'queued' AND run_at <= '{now}')"
-                ))
-                .await?[0]
-                    > 0
-            }
-            None => {
-                let now = client.now();
-                let (runnable, running) = client
-                    .store()
-                    .read_async(move |c| toolq::store::sqlite::runs::has_unfinished(c, now))
-                    .await?;
-                runnable || running
-            }
-        };
-        if !unfinished {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
+    wait_finished(&client, sql.as_ref()).await?;
     let secs = started.elapsed().as_secs_f64();
     shutdown.cancel();
     let report = task.await??;
     let handled = recorder.handled();
-    let done = match &sql {
-        Some(sql) => {
-            let v = sql.ints(VERIFY).await?;
-            [v[0], v[1], v[2], v[3]]
-        }
-        None => verify(&client).await?,
-    };
+    let done = verify_on(&client, sql.as_ref()).await?;
     if handled != n as u64 || done.iter().any(|&c| c != n as i64) {
         anyhow::bail!(
             "drain incomplete: handled {handled}, completed/log/result/inbox {done:?}, expected {n}"
@@ -165,6 +146,67 @@ const VERIFY: &str = "SELECT (SELECT count(*) FROM runs WHERE state = 'completed
          AND b.size = 0 AND b.truncated = 0)), \
      (SELECT count(*) FROM blobs WHERE path LIKE '/.background/%/result.json'), \
      (SELECT count(*) FROM inbox WHERE kind = 'completed')";
+
+/// The measurement's own connection on Postgres (`None` on SQLite); fails when a SQLite
+/// file is missing (an enqueue mode makes it).
+pub async fn connect_checks(db: &Path) -> anyhow::Result<Option<pg::Sql>> {
+    match pg::url(db) {
+        Some(url) => Ok(Some(pg::Sql::connect(url).await?)),
+        None if !db.exists() => {
+            anyhow::bail!("{}: no such file; run the enqueue mode first", db.display())
+        }
+        None => Ok(None),
+    }
+}
+
+/// Whether a run is running or queued and due, on either engine (`sql`: the Postgres
+/// connection of [`connect_checks`]). As `has_unfinished` on SQLite: queued runs not yet due
+/// (blocked by their parents, waiting for children, delayed) are not counted. Two index
+/// probes on either engine, cheap enough to poll while workers drain.
+pub async fn unfinished(client: &toolq::Client, sql: Option<&pg::Sql>) -> anyhow::Result<bool> {
+    Ok(match sql {
+        Some(sql) => {
+            let now = toolq::clock::ts(client.now());
+            sql.ints(&format!(
+                "SELECT CASE WHEN EXISTS (SELECT 1 FROM runs WHERE state = 'running') \
+                 OR EXISTS (SELECT 1 FROM runs WHERE state = 'queued' AND run_at <= '{now}') \
+                 THEN 1::int8 ELSE 0::int8 END"
+            ))
+            .await?[0]
+                > 0
+        }
+        None => {
+            let now = client.now();
+            let (runnable, running) = client
+                .store()
+                .read_async(move |c| toolq::store::sqlite::runs::has_unfinished(c, now))
+                .await?;
+            runnable || running
+        }
+    })
+}
+
+/// Polls [`unfinished`] until it says no: every millisecond on SQLite (a read on the
+/// file), every 5 ms on Postgres (a round trip to a server that the workers share).
+pub async fn wait_finished(client: &toolq::Client, sql: Option<&pg::Sql>) -> anyhow::Result<()> {
+    let every = Duration::from_millis(if sql.is_some() { 5 } else { 1 });
+    while unfinished(client, sql).await? {
+        tokio::time::sleep(every).await;
+    }
+    Ok(())
+}
+
+/// [`VERIFY`] on either engine (`sql` as for [`unfinished`]).
+pub async fn verify_on(client: &toolq::Client, sql: Option<&pg::Sql>) -> anyhow::Result<[i64; 4]> {
+    match sql {
+        Some(sql) => {
+            let v = sql.ints(VERIFY).await?;
+            anyhow::ensure!(v.len() == 4, "verify counts: {} columns", v.len());
+            Ok([v[0], v[1], v[2], v[3]])
+        }
+        None => verify(client).await,
+    }
+}
 
 /// [`VERIFY`] on the SQLite file.
 pub async fn verify(client: &toolq::Client) -> anyhow::Result<[i64; 4]> {

@@ -7,12 +7,12 @@ use std::collections::HashMap;
 
 use super::Ctx;
 use super::codec::{RUN_COLUMNS, run_from_row, ts};
-use super::survey::{Survey, survey};
+use super::survey::{Survey, Visited, survey};
 use crate::error::StoreError;
 use crate::run::Run;
 use crate::store::ProgressWrite;
 use crate::store::claim_plan::{self, BackgroundRoom, Running, lease_token};
-use crate::store::pick::{Head, SessionHeads, pick};
+use crate::store::pick::{Head, LazyHeads, pick_lazy};
 use crate::store::room::{self, RoomPlan};
 
 /// Parameters of one claim.
@@ -88,13 +88,16 @@ pub fn may_claim(conn: &rusqlite::Connection, p: &ClaimParams<'_>) -> Result<boo
     if p.max == 0 {
         return Ok(false);
     }
-    let Some(s) = survey(conn, p.tools, p.max, p.after_session)? else {
+    let can = |running: &Running, (session, tools): &Visited| {
+        running.take(session, p.per_session, p.max).is_some()
+            && tools
+                .iter()
+                .any(|(tool, _)| running.may_start(p.limits, tool))
+    };
+    let Some(s) = survey(conn, p.tools, (p.max, p.after_session), can)? else {
         return Ok(false);
     };
-    Ok(s.sessions.iter().any(|(session, tools)| {
-        s.running.take(session, p.per_session, p.max).is_some()
-            && tools.iter().any(|tool| s.running.may_start(p.limits, tool))
-    }))
+    Ok(s.sessions.iter().any(|v| can(&s.running, v)))
 }
 
 /// Claims up to `max` runnable runs (state queued, run_at <= now) of the worker's tools in
@@ -105,14 +108,24 @@ pub fn claim(tx: &Transaction<'_>, p: &ClaimParams<'_>) -> Result<Vec<Run>, Stor
     if p.max == 0 {
         return Ok(Vec::new());
     }
-    let Some(survey) = survey(tx, p.tools, p.max, p.after_session)? else {
+    let never = |_: &Running, _: &Visited| false;
+    let Some(survey) = survey(tx, p.tools, (p.max, p.after_session), never)? else {
         return Ok(Vec::new());
     };
     let now = ts(p.now);
-    // Room per tool met on the way, spent by `pick`.
+    // Room per tool met on the way, spent by `pick_lazy`.
     let mut room: HashMap<String, i64> = HashMap::new();
-    let per_session = session_heads(tx, p, &survey, &now, &mut room)?;
-    let candidates = pick(per_session, &mut room, p.max);
+    let visits = session_heads(tx, p, &survey, &now, &mut room)?;
+    let lazy = visits.iter().map(|v| v.lazy.clone()).collect();
+    let mut head = tx.prepare_cached(head_sql(p)).ctx("prepare session head")?;
+    let candidates = pick_lazy(lazy, &mut room, p.max, |i| {
+        let v = &visits[i];
+        let mut heads = Vec::new();
+        for &(tool, at_most) in &v.tools {
+            read_heads(&mut head, (v.session, tool), &now, at_most, &mut heads)?;
+        }
+        Ok::<_, StoreError>(heads)
+    })?;
     if candidates.is_empty() {
         return Ok(Vec::new());
     }
@@ -126,40 +139,89 @@ pub fn claim(tx: &Transaction<'_>, p: &ClaimParams<'_>) -> Result<Vec<Run>, Stor
     Ok(claimed)
 }
 
-/// Each visited session's heads (keyed by rowid) with its take, for `pick`: per session, the
-/// best `take` over the heads of each of its tools, each tool's read cut to its room (worked
-/// out into `room` the first time the tool is met: a claim's cost follows the tools it
-/// visits, not the number of limits configured).
-fn session_heads(
-    tx: &Transaction<'_>,
-    p: &ClaimParams<'_>,
-    survey: &Survey,
-    now: &str,
-    room: &mut HashMap<String, i64>,
-) -> Result<SessionHeads<i64>, StoreError> {
-    // A worker at its per-worker limit of background runs reads heads without them.
-    let head_sql = if BackgroundRoom::new(p.background_room).full() {
+/// The head query a claim reads a session's heads with: without background runs for a
+/// worker at its per-worker limit of them.
+fn head_sql(p: &ClaimParams<'_>) -> &'static str {
+    if BackgroundRoom::new(p.background_room).full() {
         SESSION_HEAD_NOT_BACKGROUND
     } else {
         SESSION_HEAD
-    };
-    let mut head = tx.prepare_cached(head_sql).ctx("prepare session head")?;
-    let mut per_session = Vec::new();
+    }
+}
+
+/// A session a claim may take runs from: its tools with room, each with how many of its
+/// heads to read at most, and what `pick_lazy` starts from.
+struct Visit<'a> {
+    session: &'a str,
+    tools: Vec<(&'a str, i64)>,
+    lazy: LazyHeads<i64>,
+}
+
+/// Each visited session with room, with its take and its tools with room (each tool's room
+/// worked out into `room` the first time the tool is met: a claim's cost follows the tools it
+/// visits, not the number of limits configured). What is known of its heads is the walk's
+/// first run of each tool when every one of those is due (the session's best head is then
+/// the best of them); otherwise (or when background runs are to be left out, which the walk
+/// cannot see) its heads are read whole here, as `pick` is given them.
+fn session_heads<'a>(
+    tx: &Transaction<'_>,
+    p: &ClaimParams<'_>,
+    survey: &'a Survey,
+    now: &str,
+    room: &mut HashMap<String, i64>,
+) -> Result<Vec<Visit<'a>>, StoreError> {
+    let mut head = tx.prepare_cached(head_sql(p)).ctx("prepare session head")?;
+    let read_first = !BackgroundRoom::new(p.background_room).full();
+    let mut visits = Vec::new();
     for (session, tools) in &survey.sessions {
         let Some(take) = survey.running.take(session, p.per_session, p.max) else {
             continue;
         };
-        let mut heads: Vec<Head<i64>> = Vec::new();
-        for tool in tools {
+        let mut visit = Visit {
+            session,
+            tools: Vec::new(),
+            lazy: LazyHeads {
+                heads: Vec::new(),
+                complete: false,
+                take: take as usize,
+            },
+        };
+        let mut firsts_due = read_first;
+        for (tool, first) in tools {
             let cap = tool_room(tx, p, &survey.running, room, tool)?;
             if cap > 0 {
-                let at_most = take.min(cap);
-                read_heads(&mut head, (session, tool), now, at_most, &mut heads)?;
+                visit.tools.push((tool, take.min(cap)));
+                firsts_due &= first.run_at.as_str() <= now;
+                visit.lazy.heads.push(first.clone());
             }
         }
-        per_session.push((heads, take as usize));
+        if visit.tools.is_empty() {
+            continue;
+        }
+        if firsts_due {
+            visit.lazy.heads.sort_by(|a, b| {
+                b.priority
+                    .cmp(&a.priority)
+                    .then_with(|| a.run_at.cmp(&b.run_at))
+                    .then_with(|| a.id.cmp(&b.id))
+            });
+            visit.lazy.heads.truncate(1);
+        } else {
+            visit.lazy.heads.clear();
+            for &(tool, at_most) in &visit.tools {
+                read_heads(
+                    &mut head,
+                    (session, tool),
+                    now,
+                    at_most,
+                    &mut visit.lazy.heads,
+                )?;
+            }
+            visit.lazy.complete = true;
+        }
+        visits.push(visit);
     }
-    Ok(per_session)
+    Ok(visits)
 }
 
 /// Adds to `heads` the best `at_most` queued runs of `tool` in `session` due at `now`,

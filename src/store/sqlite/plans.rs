@@ -148,9 +148,10 @@ fn a_runs_messages_are_found_through_inbox_run_idx() {
     }
 }
 
-/// A claim reads each session's head for each tool the worker has, and the next delayed run
-/// of each tool: all are seeks into one index (session and tool, or tool), none a scan or a
-/// sort, so their cost does not grow with the runs queued for other tools or sessions.
+/// A claim walks the queued (session, tool) pairs, reads each session's heads for each tool
+/// the worker has, and the next delayed run of each tool: all are seeks into one index
+/// (session and tool, or tool), none a scan or a sort, so their cost does not grow with the
+/// runs queued for other tools or sessions.
 #[test]
 fn claims_and_the_next_due_run_seek_by_tool() {
     for (sql, wanted) in [
@@ -161,6 +162,10 @@ fn claims_and_the_next_due_run_seek_by_tool() {
         (
             super::survey::NEXT_TOOL,
             "runs_claimable_idx (session_id=? AND tool>?)",
+        ),
+        (
+            super::survey::NEXT_SESSION,
+            "runs_claimable_idx (session_id>?)",
         ),
         (
             super::due::NEXT_DELAYED,

@@ -105,6 +105,49 @@ async fn attempt_claim_honours_per_session_over_all_workers() {
 }
 
 #[tokio::test]
+async fn attempt_claim_over_many_sessions_takes_priority_then_each_sessions_first() {
+    let env = TestEnv::new();
+    let session = |i: usize| format!("s{i:02}");
+    for i in 0..30 {
+        for _ in 0..3 {
+            queued(&env, &session(i)).await;
+        }
+    }
+    // s17's best run is urgent; s03's would be, but it is not due for an hour.
+    let mut urgent = new_run(&env, &session(17));
+    urgent.priority = 5;
+    let urgent = insert(&env, urgent).await;
+    let mut later = new_run(&env, &session(3));
+    later.priority = 9;
+    later.run_at = now(&env) + secs(3600);
+    let later = insert(&env, later).await;
+    let sessions_of = |runs: &[Run]| {
+        let mut n = std::collections::BTreeMap::<String, usize>::new();
+        for r in runs {
+            *n.entry(r.session_id.clone()).or_default() += 1;
+        }
+        n
+    };
+    let first = claim(&env, "wk_a", 5).await;
+    assert_eq!(first[0].id, urgent, "{first:?}");
+    assert_eq!(
+        sessions_of(&first).len(),
+        5,
+        "one run from each of five sessions"
+    );
+    // 40 slots over 30 sessions: every session's first before any session's second.
+    let second = claim(&env, "wk_b", 40).await;
+    let per_session = sessions_of(&second);
+    assert_eq!(
+        (second.len(), per_session.len()),
+        (40, 30),
+        "{per_session:?}"
+    );
+    assert!(per_session.values().all(|&n| n <= 2), "{per_session:?}");
+    assert!(!first.iter().chain(&second).any(|r| r.id == later));
+}
+
+#[tokio::test]
 async fn attempt_claim_takes_priority_first_and_honours_max_running() {
     let env = TestEnv::new();
     let low = queued(&env, "s1").await;
