@@ -151,8 +151,7 @@ pub(crate) async fn claim<C: GenericClient>(c: &C, p: &Claim) -> Result<Vec<Run>
     // the tools not paused.
     let mut counts = read_counts(c, p).await?;
     let wanted = counts.wanted(p);
-    let (candidates, _) = counts.takes(p);
-    if wanted.is_empty() || candidates.is_empty() {
+    if wanted.is_empty() || counts.takes(p).0.is_empty() {
         return Ok(Vec::new());
     }
     // Their locks, on a round trip of their own: the counts that decide must be read after
@@ -161,14 +160,28 @@ pub(crate) async fn claim<C: GenericClient>(c: &C, p: &Claim) -> Result<Vec<Run>
     // Pipelining a lock with the counts let a count run before the lock when their
     // statements were prepared in a different order: a limit then held in one process but
     // not across processes.
+    //
+    // Sessions first: each candidate only if no other claim holds it now (a claim at the
+    // same moment is serving it); when every one is held, this claim waits for the first,
+    // holding no other claim lock. Then the limited tools' locks, waiting, in key order. A
+    // claim never waits for a session while it holds a tool, so two claims never wait on
+    // each other in a cycle.
+    let (candidates, _) = counts.takes(p);
+    let mut sessions = locks::try_claim_sessions(c, &candidates).await?;
+    if sessions.is_empty() {
+        locks::take_claim(c, &candidates[..1], &[]).await?;
+        sessions = candidates[..1].to_vec();
+    }
     let limited: Vec<&str> = wanted
         .iter()
         .map(String::as_str)
         .filter(|t| p.limits.contains_key(*t))
         .collect();
-    locks::take_claim(c, &candidates, &limited).await?;
+    if !limited.is_empty() {
+        locks::take_claim(c, &[], &limited).await?;
+    }
     counts.running = read_running(c).await?;
-    counts.sessions = candidates;
+    counts.sessions = sessions;
     let (take_sessions, takes) = counts.takes(p);
     if take_sessions.is_empty() {
         return Ok(Vec::new());
