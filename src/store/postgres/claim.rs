@@ -32,6 +32,17 @@ const SESSIONS: &str = "WITH RECURSIVE s(session_id) AS ( \
               ORDER BY r.session_id LIMIT 1) FROM s WHERE s.session_id IS NOT NULL) \
     SELECT session_id FROM s WHERE session_id IS NOT NULL LIMIT $2";
 
+/// [`SESSIONS`], trying each session's claim lock as the scan finds it, without waiting:
+/// whether this claim got it (a claim at the same moment holds the others, and is serving
+/// them). One round trip for both, and no edge in any wait cycle.
+static SESSIONS_LOCKING: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    SESSIONS.replace(
+        "SELECT session_id FROM s WHERE session_id IS NOT NULL LIMIT $2",
+        "SELECT session_id, pg_try_advisory_xact_lock(hashtextextended('toolq:claim-session:' || session_id, 0)) \
+         FROM s WHERE session_id IS NOT NULL LIMIT $2",
+    )
+});
+
 /// The head of each (session, tool) pair given: its best runnable runs, at most the
 /// session's free slots and the tool's room, locked for this claim (rows another
 /// transaction holds are skipped).
@@ -50,6 +61,8 @@ struct Counts {
     paused: crate::flow::Paused,
     running: Running,
     sessions: Vec<String>,
+    /// The sessions whose claim lock this claim holds (read with `lock`).
+    locked: Vec<String>,
 }
 
 /// The running runs per (session, tool), over all workers.
@@ -65,34 +78,49 @@ async fn read_running<C: GenericClient>(c: &C) -> Result<Running, StoreError> {
     Ok(Running::of(running))
 }
 
-async fn read_counts<C: GenericClient>(c: &C, p: &Claim) -> Result<Counts, StoreError> {
+/// The counts; with `lock`, trying each session's claim lock as the scan finds it.
+async fn read_counts<C: GenericClient>(c: &C, p: &Claim, lock: bool) -> Result<Counts, StoreError> {
     let max_sessions = claim_plan::max_sessions(p.max) as i64;
     let start = p.after_session.clone().unwrap_or_default();
     let session_params: [super::P<'_>; 2] = [&start, &max_sessions];
+    let scan = if lock {
+        SESSIONS_LOCKING.as_str()
+    } else {
+        SESSIONS
+    };
     let (paused, running, session_rows) = tokio::try_join!(
         super::flow::paused(c),
         read_running(c),
-        query(c, SESSIONS, &session_params, "next sessions"),
+        query(c, scan, &session_params, "next sessions"),
     )?;
-    let mut sessions: Vec<String> = Vec::new();
+    let (mut sessions, mut locked) = (Vec::new(), Vec::new());
+    let mut add = |r: &tokio_postgres::Row, sessions: &mut Vec<String>| -> Result<(), StoreError> {
+        let s: String = get(r, 0)?;
+        if lock && get::<bool>(r, 1)? {
+            locked.push(s.clone());
+        }
+        sessions.push(s);
+        Ok(())
+    };
     for r in &session_rows {
-        sessions.push(get(r, 0)?);
+        add(r, &mut sessions)?;
     }
     if (sessions.len() as i64) < max_sessions && !start.is_empty() {
         // Wrap around: the sessions up to and including the cursor.
         let more = max_sessions - sessions.len() as i64;
-        for r in &query(c, SESSIONS, &[&"", &more], "next sessions").await? {
+        for r in &query(c, scan, &[&"", &more], "next sessions").await? {
             let s: String = get(r, 0)?;
             if s > start || sessions.contains(&s) {
                 break;
             }
-            sessions.push(s);
+            add(r, &mut sessions)?;
         }
     }
     Ok(Counts {
         paused,
         running,
         sessions,
+        locked,
     })
 }
 
@@ -129,7 +157,7 @@ pub(crate) async fn may_claim<C: GenericClient>(c: &C, p: &Claim) -> Result<bool
     if p.max == 0 {
         return Ok(false);
     }
-    let counts = read_counts(c, p).await?;
+    let counts = read_counts(c, p, false).await?;
     let wanted = counts.wanted(p);
     if wanted.is_empty() || counts.takes(p).0.is_empty() {
         return Ok(false);
@@ -147,27 +175,26 @@ pub(crate) async fn claim<C: GenericClient>(c: &C, p: &Claim) -> Result<Vec<Run>
     if p.max == 0 {
         return Ok(Vec::new());
     }
-    // The candidates, read without a lock: the sessions with queued runs and a free slot,
-    // the tools not paused.
-    let mut counts = read_counts(c, p).await?;
+    // The candidates: the sessions with queued runs and a free slot, the tools not paused.
+    let mut counts = read_counts(c, p, true).await?;
     let wanted = counts.wanted(p);
     if wanted.is_empty() || counts.takes(p).0.is_empty() {
         return Ok(Vec::new());
     }
-    // Their locks, on a round trip of their own: the counts that decide must be read after
-    // they are held (each statement's snapshot is taken when the server starts it, so every
-    // earlier claim of these sessions and tools has committed or rolled back by then).
-    // Pipelining a lock with the counts let a count run before the lock when their
-    // statements were prepared in a different order: a limit then held in one process but
-    // not across processes.
-    //
-    // Sessions first: each candidate only if no other claim holds it now (a claim at the
-    // same moment is serving it); when every one is held, this claim waits for the first,
-    // holding no other claim lock. Then the limited tools' locks, waiting, in key order. A
-    // claim never waits for a session while it holds a tool, so two claims never wait on
-    // each other in a cycle.
+    // The candidates' claim locks were tried by the scan; when every candidate is held by
+    // another claim, this one waits for the first, holding no other claim lock. Then the
+    // limited tools' locks, waiting, in key order: a claim never waits for a session while
+    // it holds a tool, so two claims never wait on each other in a cycle. The counts that
+    // decide are read after, on a round trip of their own (each statement's snapshot is
+    // taken when the server starts it, so every earlier claim of these sessions and tools
+    // has committed or rolled back by then; pipelined with the lock, a count could run
+    // before it when their statements were prepared in a different order).
     let (candidates, _) = counts.takes(p);
-    let mut sessions = locks::try_claim_sessions(c, &candidates).await?;
+    let mut sessions: Vec<String> = candidates
+        .iter()
+        .filter(|s| counts.locked.contains(s))
+        .cloned()
+        .collect();
     if sessions.is_empty() {
         locks::take_claim(c, &candidates[..1], &[]).await?;
         sessions = candidates[..1].to_vec();

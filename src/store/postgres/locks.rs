@@ -75,25 +75,6 @@ pub(crate) async fn take_claim<C: GenericClient>(
     Ok(())
 }
 
-/// Tries the claim lock of each of `sessions` without waiting, and returns those it got, in
-/// the order given: a claim takes runs from the sessions no other claim is taking from at
-/// this moment, so hosts claiming at once spread over the sessions instead of queueing on
-/// each other. Never waits, so it adds no edge to any wait cycle.
-pub(crate) async fn try_claim_sessions<C: GenericClient>(
-    c: &C,
-    sessions: &[String],
-) -> Result<Vec<String>, StoreError> {
-    let rows = super::query(
-        c,
-        "SELECT n FROM unnest($1::text[]) WITH ORDINALITY AS u(n, i) \
-         WHERE pg_try_advisory_xact_lock(hashtextextended('toolq:claim-session:' || n, 0)) ORDER BY i",
-        &[&sessions],
-        "try claim locks",
-    )
-    .await?;
-    rows.iter().map(|r| super::get(r, 0)).collect()
-}
-
 /// Takes the inbox lock of each of `sessions` until the transaction ends, in key order: a
 /// transaction inserting messages holds its sessions' locks from the insert to its commit,
 /// so a session's message ids become visible in increasing order; writers to other
