@@ -197,6 +197,17 @@ pub(crate) struct ClearedLog<'a> {
     pub session_id: &'a str,
     /// The log's path.
     pub path: String,
+    /// The attempt that ended.
+    pub attempt: i64,
+}
+
+impl ClearedLog<'_> {
+    /// Whether a row of a log that is not empty may be there: an earlier attempt's. A first
+    /// attempt's log only grows (its progress flushes write the log so far; a suspension's
+    /// log comes back on resume), so it left none.
+    pub fn may_have_a_row(&self) -> bool {
+        self.attempt > 1
+    }
 }
 
 /// The blobs and messages of the ends that applied, in record order: per record its log
@@ -239,6 +250,7 @@ impl<'a> Artifacts<'a> {
                 self.cleared_logs.push(ClearedLog {
                     session_id: &r.session_id,
                     path: log_path(r.id.as_str()),
+                    attempt: r.attempt,
                 });
             }
             Some((log, cut)) => {
@@ -332,6 +344,11 @@ mod tests {
         let a = Artifacts::of(&[&r]);
         assert_eq!(a.cleared_logs.len(), 1);
         assert_eq!(a.cleared_logs[0].path, "/.background/r1/output.log");
+        // Only an earlier attempt can have left a log that is not empty.
+        assert_eq!(a.cleared_logs[0].may_have_a_row(), r.attempt > 1);
+        let mut again = r.clone();
+        again.attempt = 2;
+        assert!(Artifacts::of(&[&again]).cleared_logs[0].may_have_a_row());
         let paths: Vec<&str> = a.blobs.iter().map(|b| b.path.as_str()).collect();
         assert_eq!(paths, ["/.background/r1/result.json", "/x"]);
         // Cut at its cap, or not empty: written as before.
