@@ -44,12 +44,12 @@ pub(crate) async fn take_named<C: GenericClient>(
     Ok(())
 }
 
-/// Takes the claim locks of `sessions` and `tools` until the transaction ends: a claim holds
-/// the lock of each session it may take runs from (their running counts against
-/// `per_session`) and of each limited tool it may start (its running count against
-/// `max_running`, its rate window), and nothing else, so claims in other sessions and of
-/// other tools go on beside it. All in one statement, in the order of their keys, which
-/// every claim follows: two claims never wait on each other in a cycle.
+/// Takes the claim locks of `sessions` and `tools` until the transaction ends, waiting, all
+/// in one statement in the order of their keys. A claim tries its sessions' locks in its scan
+/// and comes here only for what it must wait for: the first candidate session when another
+/// claim holds every one (holding no other claim lock then), and the tools with `max_running`
+/// or `rate` it may start (their running counts and rate windows). Sessions are never waited
+/// for while a tool is held, so two claims never wait on each other in a cycle.
 pub(crate) async fn take_claim<C: GenericClient>(
     c: &C,
     sessions: &[String],
