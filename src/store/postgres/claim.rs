@@ -1,11 +1,15 @@
 //! Claims, heartbeats, live views and releases on Postgres.
 //!
-//! A claim holds the claim locks ([`super::locks::take_claim`]) of the sessions it may take
-//! runs from and of the limited tools it may start, and reads their running counts after
+//! A claim first reads, without any lock, the sessions with queued runs and each one's best
+//! due run per tool, and ranks the sessions as its pick would visit them. It then holds the
+//! claim locks of the first few of them that no other claim holds, no more than it has
+//! slots ([`super::locks::try_claim_sessions`]; [`super::locks::take_claim`] when it must
+//! wait), and of the limited tools it may start, and reads their running counts after
 //! taking them: two workers can never both take a session's or a tool's last slot, and
-//! claims in other sessions and of unlimited tools go on beside it. Candidate rows are read
-//! with `FOR UPDATE SKIP LOCKED`, so a claim never waits on a queued run that another claim,
-//! a cancel or an approval is changing at that moment: it takes the next one.
+//! claims refilling at the same moment spread over the sessions instead of one of them
+//! holding them all (that would serialise them all again). The runs are then read under
+//! those locks with `FOR UPDATE SKIP LOCKED`, so a claim never waits on a queued run that a
+//! cancel or an approval is changing at that moment.
 
 use std::collections::HashMap;
 
@@ -32,21 +36,27 @@ const SESSIONS: &str = "WITH RECURSIVE s(session_id) AS ( \
               ORDER BY r.session_id LIMIT 1) FROM s WHERE s.session_id IS NOT NULL) \
     SELECT session_id FROM s WHERE session_id IS NOT NULL LIMIT $2";
 
-/// [`SESSIONS`], trying each session's claim lock as the scan finds it, without waiting:
-/// whether this claim got it (a claim at the same moment holds the others, and is serving
-/// them). One round trip for both, and no edge in any wait cycle.
-static SESSIONS_LOCKING: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+/// [`SESSIONS`] with each session's best due run per tool (`$3` the tools, `$4` now, `$5`
+/// false leaving background runs out), read without locks: what a claim ranks the sessions
+/// by. A session without a due run gives one row, its id null.
+static SESSION_HEADS: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
     SESSIONS.replace(
         "SELECT session_id FROM s WHERE session_id IS NOT NULL LIMIT $2",
-        "SELECT session_id, pg_try_advisory_xact_lock(hashtextextended('toolq:claim-session:' || session_id, 0)) \
-         FROM s WHERE session_id IS NOT NULL LIMIT $2",
+        "SELECT f.session_id, h.id, h.tool, h.priority, h.run_at, h.background \
+         FROM (SELECT session_id FROM s WHERE session_id IS NOT NULL LIMIT $2) f \
+         LEFT JOIN LATERAL (SELECT r.id, r.tool, r.priority, r.run_at, r.background \
+             FROM unnest($3::text[]) AS t(tool) CROSS JOIN LATERAL (SELECT r.id, r.tool, r.priority, \
+                 r.run_at, r.background FROM runs r WHERE r.state = 'queued' \
+                 AND r.session_id = f.session_id AND r.tool = t.tool AND r.run_at <= $4 \
+                 AND ($5::boolean OR r.background = 0) \
+                 ORDER BY r.priority DESC, r.run_at, r.id LIMIT 1) r) h ON true",
     )
 });
 
-/// The head of each (session, tool) pair given: its best runnable runs, at most the
-/// session's free slots and the tool's room, locked for this claim (rows another
-/// transaction holds are skipped).
-/// `$6` false leaves background runs out (a worker at its per-worker limit of them).
+/// The head of each (session, tool) pair given, read again under the sessions' claim locks:
+/// its best runnable runs, at most the session's free slots and the tool's room, locked for
+/// this claim (rows another transaction holds are skipped). `$6` false leaves background
+/// runs out (a worker at its per-worker limit of them).
 const HEADS: &str = "SELECT h.id, h.session_id, h.tool, h.priority, h.run_at, h.background \
     FROM unnest($1::text[], $2::bigint[]) AS s(session_id, take) \
     CROSS JOIN unnest($3::text[], $4::bigint[]) AS t(tool, cap) \
@@ -55,14 +65,22 @@ const HEADS: &str = "SELECT h.id, h.session_id, h.tool, h.priority, h.run_at, h.
         AND r.run_at <= $5 AND ($6::boolean OR r.background = 0) ORDER BY r.priority DESC, r.run_at, r.id LIMIT least(s.take, t.cap) \
         FOR UPDATE SKIP LOCKED) h";
 
-/// What a claim reads before it picks: the pauses, the running counts per session and per
-/// tool, and the sessions with queued runs from the cursor on (wrapping around).
+/// What a claim reads before it locks: the pauses, the running counts per session and per
+/// tool, the sessions with queued runs from the cursor on (wrapping around), and with
+/// `heads`, each one's best due run per tool.
 struct Counts {
     paused: crate::flow::Paused,
     running: Running,
     sessions: Vec<String>,
-    /// The sessions whose claim lock this claim holds (read with `lock`).
-    locked: Vec<String>,
+    heads: HashMap<String, Vec<Head<HeadKey>>>,
+}
+
+/// What a claim keeps of a head besides its order: its session, and whether it is a
+/// background run.
+#[derive(Debug, Clone)]
+struct HeadKey {
+    session: String,
+    background: bool,
 }
 
 /// The running runs per (session, tool), over all workers.
@@ -78,53 +96,89 @@ async fn read_running<C: GenericClient>(c: &C) -> Result<Running, StoreError> {
     Ok(Running::of(running))
 }
 
-/// The counts; with `lock`, trying each session's claim lock as the scan finds it.
-async fn read_counts<C: GenericClient>(c: &C, p: &Claim, lock: bool) -> Result<Counts, StoreError> {
+/// The counts, without locks; with `heads`, each session's best due run per tool too.
+async fn read_counts<C: GenericClient>(
+    c: &C,
+    p: &Claim,
+    heads: bool,
+) -> Result<Counts, StoreError> {
     let max_sessions = claim_plan::max_sessions(p.max) as i64;
     let start = p.after_session.clone().unwrap_or_default();
-    let session_params: [super::P<'_>; 2] = [&start, &max_sessions];
-    let scan = if lock {
-        SESSIONS_LOCKING.as_str()
+    let tools: Vec<&str> = p.tools.iter().map(String::as_str).collect();
+    let now = ts(p.now);
+    let background_ok = !BackgroundRoom::new(p.background_room).full();
+    let scan = if heads {
+        SESSION_HEADS.as_str()
     } else {
         SESSIONS
     };
-    let (paused, running, session_rows) = tokio::try_join!(
+    let read = |from: String, n: i64| {
+        let (tools, now) = (&tools, &now);
+        async move {
+            if heads {
+                let args: [super::P<'_>; 5] = [&from, &n, tools, now, &background_ok];
+                query(c, scan, &args, "next sessions").await
+            } else {
+                query(c, scan, &[&from, &n], "next sessions").await
+            }
+        }
+    };
+    let (paused, running, rows) = tokio::try_join!(
         super::flow::paused(c),
         read_running(c),
-        query(c, scan, &session_params, "next sessions"),
+        read(start.clone(), max_sessions),
     )?;
-    let (mut sessions, mut locked) = (Vec::new(), Vec::new());
-    let mut add = |r: &tokio_postgres::Row, sessions: &mut Vec<String>| -> Result<(), StoreError> {
-        let s: String = get(r, 0)?;
-        if lock && get::<bool>(r, 1)? {
-            locked.push(s.clone());
-        }
-        sessions.push(s);
-        Ok(())
-    };
-    for r in &session_rows {
-        add(r, &mut sessions)?;
-    }
-    if (sessions.len() as i64) < max_sessions && !start.is_empty() {
-        // Wrap around: the sessions up to and including the cursor.
-        let more = max_sessions - sessions.len() as i64;
-        for r in &query(c, scan, &[&"", &more], "next sessions").await? {
-            let s: String = get(r, 0)?;
-            if s > start || sessions.contains(&s) {
-                break;
-            }
-            add(r, &mut sessions)?;
-        }
-    }
-    Ok(Counts {
+    let mut counts = Counts {
         paused,
         running,
-        sessions,
-        locked,
-    })
+        sessions: Vec::new(),
+        heads: HashMap::new(),
+    };
+    for r in &rows {
+        counts.add(r, heads)?;
+    }
+    if (counts.sessions.len() as i64) < max_sessions && !start.is_empty() {
+        // Wrap around: the sessions up to and including the cursor.
+        let more = max_sessions - counts.sessions.len() as i64;
+        for r in &read(String::new(), more).await? {
+            let s: String = get(r, 0)?;
+            if s <= start {
+                counts.add(r, heads)?;
+            }
+        }
+    }
+    Ok(counts)
 }
 
 impl Counts {
+    /// Adds a row of [`SESSIONS`] or (`heads`) [`SESSION_HEADS`].
+    fn add(&mut self, r: &tokio_postgres::Row, heads: bool) -> Result<(), StoreError> {
+        let session: String = get(r, 0)?;
+        if self.sessions.last() != Some(&session) {
+            self.sessions.push(session.clone());
+        }
+        let id = if heads {
+            get::<Option<String>>(r, 1)?
+        } else {
+            None
+        };
+        let Some(id) = id else {
+            return Ok(());
+        };
+        let key = HeadKey {
+            session: session.clone(),
+            background: get::<i64>(r, 5)? != 0,
+        };
+        self.heads.entry(session).or_default().push(Head {
+            id,
+            tool: get(r, 2)?,
+            priority: get(r, 3)?,
+            run_at: get(r, 4)?,
+            key,
+        });
+        Ok(())
+    }
+
     /// The worker's tools that are not paused, sorted, each once.
     fn wanted(&self, p: &Claim) -> Vec<String> {
         claim_plan::wanted(&self.paused, &p.tools).unwrap_or_default()
@@ -144,6 +198,69 @@ impl Counts {
             }
         }
         (take_sessions, takes)
+    }
+
+    /// The sessions among `candidates` in the order [`pick`] would first take from each: by
+    /// their best runs of the wanted tools with room (as read without locks; the room is not
+    /// spent here, as a session's later runs of another tool may still be taken).
+    fn ranked(
+        &self,
+        p: &Claim,
+        candidates: &[String],
+        wanted: &[String],
+        room: &HashMap<String, i64>,
+    ) -> Vec<String> {
+        let best: SessionHeads<HeadKey> = candidates
+            .iter()
+            .filter_map(|s| {
+                let heads = self
+                    .heads
+                    .get(s)?
+                    .iter()
+                    .filter(|h| wanted.binary_search(&h.tool).is_ok())
+                    .filter(|h| room.get(&h.tool).is_some_and(|n| *n > 0))
+                    .cloned()
+                    .collect();
+                Some((heads, 1))
+            })
+            .collect();
+        let mut unlimited: HashMap<String, i64> =
+            wanted.iter().map(|t| (t.clone(), i64::MAX)).collect();
+        let mut background = BackgroundRoom::new(p.background_room);
+        let mut ranked = Vec::new();
+        for h in pick(best, &mut unlimited, candidates.len()) {
+            if background.take(h.key.background) {
+                ranked.push(h.key.session);
+            }
+        }
+        ranked
+    }
+
+    /// What this claim takes from `sessions` (whose claim locks it holds) under the counts
+    /// read after taking them: their heads read and locked now, picked within `room`.
+    async fn pick_locked<C: GenericClient>(
+        &self,
+        c: &C,
+        p: &Claim,
+        sessions: &[String],
+        wanted: &[String],
+        room: &mut HashMap<String, i64>,
+    ) -> Result<Vec<Head<HeadKey>>, StoreError> {
+        let mut take_sessions = Vec::new();
+        let mut takes = Vec::new();
+        for s in sessions {
+            if let Some(take) = self.running.take(s, p.per_session, p.max) {
+                take_sessions.push(s.clone());
+                takes.push(take);
+            }
+        }
+        let heads = locked_heads(c, p, (&take_sessions, &takes), wanted, room).await?;
+        let mut picked = pick(heads, room, p.max);
+        // The per-worker limit of background runs: the best ones up to the room; the rest
+        // stay queued (their rows are unlocked at commit).
+        let mut background = BackgroundRoom::new(p.background_room);
+        picked.retain(|h| background.take(h.key.background));
+        Ok(picked)
     }
 }
 
@@ -175,30 +292,38 @@ pub(crate) async fn claim<C: GenericClient>(c: &C, p: &Claim) -> Result<Vec<Run>
     if p.max == 0 {
         return Ok(Vec::new());
     }
-    // The candidates: the sessions with queued runs and a free slot, the tools not paused.
-    let mut counts = read_counts(c, p, true).await?;
+    // Unlocked: the sessions with queued runs, their heads, the counts and the rate windows.
+    let (mut counts, rates) = tokio::try_join!(read_counts(c, p, true), rate_rooms(c, p))?;
     let wanted = counts.wanted(p);
-    if wanted.is_empty() || counts.takes(p).0.is_empty() {
+    let (candidates, _) = counts.takes(p);
+    if wanted.is_empty() || candidates.is_empty() {
         return Ok(Vec::new());
     }
-    // The candidates' claim locks were tried by the scan; when every candidate is held by
-    // another claim, this one waits for the first, holding no other claim lock. Then the
-    // limited tools' locks, waiting, in key order: a claim never waits for a session while
-    // it holds a tool, so two claims never wait on each other in a cycle. The counts that
-    // decide are read after, on a round trip of their own (each statement's snapshot is
-    // taken when the server starts it, so every earlier claim of these sessions and tools
-    // has committed or rolled back by then; pipelined with the lock, a count could run
-    // before it when their statements were prepared in a different order).
-    let (candidates, _) = counts.takes(p);
-    let mut sessions: Vec<String> = candidates
-        .iter()
-        .filter(|s| counts.locked.contains(s))
-        .cloned()
-        .collect();
-    if sessions.is_empty() {
-        locks::take_claim(c, &candidates[..1], &[]).await?;
-        sessions = candidates[..1].to_vec();
+    // The sessions ranked by their best run, as the pick orders runs (priority, then each
+    // session's first before any session's second, then age): a claim of `max` runs alone
+    // takes them from the first `max` sessions of that ranking (a limited tool out of room
+    // can move one further down). It locks the first
+    // that many that no other claim holds, so claims refilling at the same moment spread
+    // over the sessions instead of queueing for the same ones (each serves those it holds).
+    let estimate = room_estimate(p, &wanted, &counts.running, &rates);
+    let ranked = counts.ranked(p, &candidates, &wanted, &estimate);
+    if ranked.is_empty() {
+        return Ok(Vec::new());
     }
+    let needed = ranked.len().min(p.max);
+    let mut sessions = locks::try_claim_sessions(c, &ranked, needed).await?;
+    if sessions.is_empty() {
+        // Every one is held: wait for the first (holding no other claim lock), then try the
+        // others again, which that claim has likely released too.
+        locks::take_claim(c, &ranked[..1], &[]).await?;
+        sessions = vec![ranked[0].clone()];
+        sessions.extend(locks::try_claim_sessions(c, &ranked[1..], needed - 1).await?);
+    }
+    // The limited tools' locks, waiting, in key order: a claim never waits for a session
+    // while it holds a tool, so two claims never wait on each other in a cycle. The counts
+    // that decide are read after, on a round trip of their own (each statement's snapshot
+    // is taken when the server starts it, so every earlier claim of these sessions and
+    // tools has committed or rolled back by then).
     let limited: Vec<&str> = wanted
         .iter()
         .map(String::as_str)
@@ -208,27 +333,33 @@ pub(crate) async fn claim<C: GenericClient>(c: &C, p: &Claim) -> Result<Vec<Run>
         locks::take_claim(c, &[], &limited).await?;
     }
     counts.running = read_running(c).await?;
-    counts.sessions = sessions;
-    let (take_sessions, takes) = counts.takes(p);
-    if take_sessions.is_empty() {
-        return Ok(Vec::new());
-    }
-    // Room per tool: max_running less those running anywhere, and what its rate allows.
     let mut room: HashMap<String, i64> = HashMap::new();
     for tool in &wanted {
         let n = tool_room(c, p, tool, &counts.running).await?;
         room.insert(tool.clone(), n);
     }
-    let per_session = session_heads(c, p, (&take_sessions, &takes), &wanted, &room).await?;
-    let mut candidates = pick(per_session, &mut room, p.max);
-    // The per-worker limit of background runs: the best ones up to the room; the rest stay
-    // queued (their rows are unlocked at commit).
-    let mut background = BackgroundRoom::new(p.background_room);
-    candidates.retain(|h| background.take(h.key));
-    if candidates.is_empty() {
+    let mut picked = counts
+        .pick_locked(c, p, &sessions, &wanted, &mut room)
+        .await?;
+    if picked.is_empty() {
+        // Nothing where it looked (what it read was stale, or a rate had less room than
+        // its window showed): the other candidates, so a worker with free slots never
+        // leaves them waiting.
+        let others: Vec<String> = candidates
+            .iter()
+            .filter(|s| !sessions.contains(s))
+            .cloned()
+            .collect();
+        let more = locks::try_claim_sessions(c, &others, others.len()).await?;
+        if !more.is_empty() {
+            counts.running = read_running(c).await?;
+            picked = counts.pick_locked(c, p, &more, &wanted, &mut room).await?;
+        }
+    }
+    if picked.is_empty() {
         return Ok(Vec::new());
     }
-    let mut claimed = claim_heads(c, p, &candidates).await?;
+    let mut claimed = claim_heads(c, p, &picked).await?;
     let tools = claimed.iter().map(|r| r.tool.as_str());
     for starts in room::starts_to_record(&p.limits, tools, p.now) {
         super::flow::record_starts(c, &starts).await?;
@@ -237,33 +368,37 @@ pub(crate) async fn claim<C: GenericClient>(c: &C, p: &Claim) -> Result<Vec<Run>
     Ok(claimed)
 }
 
-/// The heads of each session given (with its take) over the tools with room, locked for this
-/// claim, grouped by session with its take, for `pick`. Each head's key: whether it is a
-/// background run.
-async fn session_heads<C: GenericClient>(
+/// The heads of each session given (with its take) over the tools with room, read under
+/// the claim locks and locked for this claim, grouped by session with its take, for `pick`.
+async fn locked_heads<C: GenericClient>(
     c: &C,
     p: &Claim,
     (take_sessions, takes): (&[String], &[i64]),
     wanted: &[String],
     room: &HashMap<String, i64>,
-) -> Result<SessionHeads<bool>, StoreError> {
+) -> Result<SessionHeads<HeadKey>, StoreError> {
     let tools: Vec<&String> = wanted.iter().filter(|t| room[*t] > 0).collect();
     let caps: Vec<i64> = tools.iter().map(|t| room[*t].min(p.max as i64)).collect();
-    if tools.is_empty() {
+    if tools.is_empty() || take_sessions.is_empty() || p.max == 0 {
         return Ok(Vec::new());
     }
     let background_ok = !BackgroundRoom::new(p.background_room).full();
     let now = ts(p.now);
     let params: [super::P<'_>; 6] = [&take_sessions, &takes, &tools, &caps, &now, &background_ok];
-    let heads = query(c, HEADS, &params, "session heads").await?;
-    let mut by_session: HashMap<String, Vec<Head<bool>>> = HashMap::new();
-    for r in &heads {
-        by_session.entry(get(r, 1)?).or_default().push(Head {
+    let rows = query(c, HEADS, &params, "session heads").await?;
+    let mut by_session: HashMap<String, Vec<Head<HeadKey>>> = HashMap::new();
+    for r in &rows {
+        let session: String = get(r, 1)?;
+        let key = HeadKey {
+            session: session.clone(),
+            background: get::<i64>(r, 5)? != 0,
+        };
+        by_session.entry(session).or_default().push(Head {
             priority: get(r, 3)?,
             run_at: get(r, 4)?,
             id: get(r, 0)?,
             tool: get(r, 2)?,
-            key: get::<i64>(r, 5)? != 0,
+            key,
         });
     }
     let take_of: HashMap<&str, i64> = take_sessions
@@ -280,11 +415,43 @@ async fn session_heads<C: GenericClient>(
         .collect())
 }
 
+/// The rate windows of the worker's rate-limited tools, read without forgetting old slices
+/// (that is a write, left to the claim under its tool locks).
+async fn rate_rooms<C: GenericClient>(
+    c: &C,
+    p: &Claim,
+) -> Result<HashMap<String, crate::flow::Room>, StoreError> {
+    let mut rooms = HashMap::new();
+    for tool in p.tools.iter() {
+        if let Some(rate) = p.limits.get(tool).and_then(|l| l.rate) {
+            rooms.insert(tool.clone(), super::flow::room(c, tool, rate, p.now).await?);
+        }
+    }
+    Ok(rooms)
+}
+
+/// Each wanted tool's room by the counts and windows read without locks.
+fn room_estimate(
+    p: &Claim,
+    wanted: &[String],
+    running: &Running,
+    rates: &HashMap<String, crate::flow::Room>,
+) -> HashMap<String, i64> {
+    wanted
+        .iter()
+        .map(|tool| {
+            let plan = RoomPlan::of(&p.limits, tool, running.of_tool(tool));
+            let rate = plan.rate_to_read().and_then(|_| rates.get(tool).cloned());
+            (tool.clone(), plan.room(rate))
+        })
+        .collect()
+}
+
 /// Marks `candidates` running under fresh leases, in one statement; the runs it changed.
 async fn claim_heads<C: GenericClient>(
     c: &C,
     p: &Claim,
-    candidates: &[Head<bool>],
+    candidates: &[Head<HeadKey>],
 ) -> Result<Vec<Run>, StoreError> {
     let ids: Vec<&str> = candidates.iter().map(|c| c.id.as_str()).collect();
     let tokens: Vec<String> = candidates.iter().map(|_| lease_token()).collect();

@@ -45,11 +45,12 @@ pub(crate) async fn take_named<C: GenericClient>(
 }
 
 /// Takes the claim locks of `sessions` and `tools` until the transaction ends, waiting, all
-/// in one statement in the order of their keys. A claim tries its sessions' locks in its scan
-/// and comes here only for what it must wait for: the first candidate session when another
-/// claim holds every one (holding no other claim lock then), and the tools with `max_running`
-/// or `rate` it may start (their running counts and rate windows). Sessions are never waited
-/// for while a tool is held, so two claims never wait on each other in a cycle.
+/// in one statement in the order of their keys. A claim tries its sessions' locks first
+/// ([`try_claim_sessions`]) and comes here only for what it must wait for: the first session
+/// of its ranking when another claim holds every one (holding no other claim lock then),
+/// and the tools with `max_running` or `rate` it may start (their running counts and rate
+/// windows). Sessions are never waited for while a tool is held, so two claims never wait
+/// on each other in a cycle.
 pub(crate) async fn take_claim<C: GenericClient>(
     c: &C,
     sessions: &[String],
@@ -95,3 +96,29 @@ pub(crate) async fn take_inbox<C: GenericClient>(
 pub(crate) const INBOX_LOCKS: &str = "SELECT pg_advisory_xact_lock(k) FROM \
      (SELECT DISTINCT hashtextextended('toolq:inbox:' || n, 0) AS k FROM unnest($1::text[]) AS n) s \
      ORDER BY k";
+
+/// Tries the claim locks of `sessions` in their order, without waiting, until it holds
+/// `want` of them; the sessions it got, in that order. A session another claim holds is
+/// serving that claim: this one passes it by.
+pub(crate) async fn try_claim_sessions<C: GenericClient>(
+    c: &C,
+    sessions: &[String],
+    want: usize,
+) -> Result<Vec<String>, StoreError> {
+    if sessions.is_empty() || want == 0 {
+        return Ok(Vec::new());
+    }
+    let want = i64::try_from(want).unwrap_or(i64::MAX);
+    // The executor pulls rows through the filter only until the limit has its rows, so no
+    // lock past the last one wanted is taken.
+    let rows = super::query(
+        c,
+        "SELECT n FROM unnest($1::text[]) AS u(n) \
+         WHERE pg_try_advisory_xact_lock(hashtextextended('toolq:claim-session:' || n, 0)) \
+         LIMIT $2",
+        &[&sessions, &want],
+        "try claim locks",
+    )
+    .await?;
+    rows.iter().map(|r| super::get(r, 0)).collect()
+}
