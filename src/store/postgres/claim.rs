@@ -65,6 +65,20 @@ const HEADS: &str = "SELECT h.id, h.session_id, h.tool, h.priority, h.run_at, h.
         AND r.run_at <= $5 AND ($6::boolean OR r.background = 0) ORDER BY r.priority DESC, r.run_at, r.id LIMIT least(s.take, t.cap) \
         FOR UPDATE SKIP LOCKED) h";
 
+/// [`HEADS`] for a claim of unlimited tools, each session's take read in the same statement
+/// (`$1` the sessions, `$2` the claim's max, `$3` per_session, `$4` the tools, `$5` now, `$6`
+/// as in [`HEADS`]), so that it goes with the running counts on one round trip: both are
+/// read after the sessions' locks are held.
+const HEADS_COUNTING: &str = "SELECT h.id, h.session_id, h.tool, h.priority, h.run_at, h.background \
+    FROM unnest($1::text[]) AS s(session_id) \
+    CROSS JOIN LATERAL (SELECT greatest(least($2::bigint, $3::bigint - count(*)), 0) AS take FROM runs r \
+        WHERE r.state = 'running' AND r.session_id = s.session_id) k \
+    CROSS JOIN unnest($4::text[]) AS t(tool) \
+    CROSS JOIN LATERAL (SELECT r.id, r.session_id, r.tool, r.priority, r.run_at, r.background FROM runs r \
+        WHERE r.state = 'queued' AND r.session_id = s.session_id AND r.tool = t.tool \
+        AND r.run_at <= $5 AND ($6::boolean OR r.background = 0) ORDER BY r.priority DESC, r.run_at, r.id LIMIT k.take \
+        FOR UPDATE SKIP LOCKED) h";
+
 /// What a claim reads before it locks: the pauses, the running counts per session and per
 /// tool, the sessions with queued runs from the cursor on (wrapping around), and with
 /// `heads`, each one's best due run per tool.
@@ -236,6 +250,29 @@ impl Counts {
         ranked
     }
 
+    /// What this claim takes from `heads` (read by [`counted_heads`] under the sessions'
+    /// locks) under these counts: each session's take is from its running count read on the
+    /// same round trip, which no claim can raise while the lock is held.
+    fn pick_counted(
+        &self,
+        p: &Claim,
+        heads: HashMap<String, Vec<Head<HeadKey>>>,
+        wanted: &[String],
+    ) -> Vec<Head<HeadKey>> {
+        let per_session: SessionHeads<HeadKey> = heads
+            .into_iter()
+            .filter_map(|(s, heads)| {
+                let take = self.running.take(&s, p.per_session, p.max)?;
+                Some((heads, usize::try_from(take).unwrap_or(0)))
+            })
+            .collect();
+        let mut room: HashMap<String, i64> = wanted.iter().map(|t| (t.clone(), i64::MAX)).collect();
+        let mut picked = pick(per_session, &mut room, p.max);
+        let mut background = BackgroundRoom::new(p.background_room);
+        picked.retain(|h| background.take(h.key.background));
+        picked
+    }
+
     /// What this claim takes from `sessions` (whose claim locks it holds) under the counts
     /// read after taking them: their heads read and locked now, picked within `room`.
     async fn pick_locked<C: GenericClient>(
@@ -311,7 +348,14 @@ pub(crate) async fn claim<C: GenericClient>(c: &C, p: &Claim) -> Result<Vec<Run>
         return Ok(Vec::new());
     }
     let needed = ranked.len().min(p.max);
-    let mut sessions = locks::try_claim_sessions(c, &ranked, needed).await?;
+    let mut sessions = if ranked.len() == 1 {
+        // One candidate: waiting for it is what a failed try would come to, a round trip
+        // sooner.
+        locks::take_claim(c, &ranked, &[]).await?;
+        ranked.clone()
+    } else {
+        locks::try_claim_sessions(c, &ranked, needed).await?
+    };
     if sessions.is_empty() {
         // Every one is held: wait for the first (holding no other claim lock), then try the
         // others again, which that claim has likely released too.
@@ -332,15 +376,28 @@ pub(crate) async fn claim<C: GenericClient>(c: &C, p: &Claim) -> Result<Vec<Run>
     if !limited.is_empty() {
         locks::take_claim(c, &[], &limited).await?;
     }
-    counts.running = read_running(c).await?;
+    let mut picked = if limited.is_empty() {
+        // No tool's room to read first: the running counts and the heads on one round trip.
+        let (running, heads) =
+            tokio::try_join!(read_running(c), counted_heads(c, p, &sessions, &wanted))?;
+        counts.running = running;
+        counts.pick_counted(p, heads, &wanted)
+    } else {
+        Vec::new()
+    };
     let mut room: HashMap<String, i64> = HashMap::new();
-    for tool in &wanted {
-        let n = tool_room(c, p, tool, &counts.running).await?;
-        room.insert(tool.clone(), n);
+    if !limited.is_empty() {
+        counts.running = read_running(c).await?;
+        for tool in &wanted {
+            let n = tool_room(c, p, tool, &counts.running).await?;
+            room.insert(tool.clone(), n);
+        }
+        picked = counts
+            .pick_locked(c, p, &sessions, &wanted, &mut room)
+            .await?;
+    } else {
+        room = wanted.iter().map(|t| (t.clone(), i64::MAX)).collect();
     }
-    let mut picked = counts
-        .pick_locked(c, p, &sessions, &wanted, &mut room)
-        .await?;
     if picked.is_empty() {
         // Nothing where it looked (what it read was stale, or a rate had less room than
         // its window showed): the other candidates, so a worker with free slots never
@@ -366,6 +423,44 @@ pub(crate) async fn claim<C: GenericClient>(c: &C, p: &Claim) -> Result<Vec<Run>
     }
     claim_plan::order_claimed(&mut claimed);
     Ok(claimed)
+}
+
+/// The heads of `sessions` (whose claim locks this claim holds) over the wanted tools, at
+/// most each session's free slots, locked for this claim, by session ([`HEADS_COUNTING`]).
+async fn counted_heads<C: GenericClient>(
+    c: &C,
+    p: &Claim,
+    sessions: &[String],
+    wanted: &[String],
+) -> Result<HashMap<String, Vec<Head<HeadKey>>>, StoreError> {
+    let max = p.max as i64;
+    let background_ok = !BackgroundRoom::new(p.background_room).full();
+    let now = ts(p.now);
+    let params: [super::P<'_>; 6] = [
+        &sessions,
+        &max,
+        &p.per_session,
+        &wanted,
+        &now,
+        &background_ok,
+    ];
+    let rows = query(c, HEADS_COUNTING, &params, "session heads").await?;
+    let mut by_session: HashMap<String, Vec<Head<HeadKey>>> = HashMap::new();
+    for r in &rows {
+        let session: String = get(r, 1)?;
+        let key = HeadKey {
+            session: session.clone(),
+            background: get::<i64>(r, 5)? != 0,
+        };
+        by_session.entry(session).or_default().push(Head {
+            priority: get(r, 3)?,
+            run_at: get(r, 4)?,
+            id: get(r, 0)?,
+            tool: get(r, 2)?,
+            key,
+        });
+    }
+    Ok(by_session)
 }
 
 /// The heads of each session given (with its take) over the tools with room, read under
