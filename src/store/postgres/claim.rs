@@ -398,20 +398,41 @@ pub(crate) async fn claim<C: GenericClient>(c: &C, p: &Claim) -> Result<Vec<Run>
     } else {
         room = wanted.iter().map(|t| (t.clone(), i64::MAX)).collect();
     }
-    if picked.is_empty() {
-        // Nothing where it looked (what it read was stale, or a rate had less room than
-        // its window showed): the other candidates, so a worker with free slots never
-        // leaves them waiting.
-        let others: Vec<String> = candidates
-            .iter()
-            .filter(|s| !sessions.contains(s))
-            .cloned()
-            .collect();
-        let more = locks::try_claim_sessions(c, &others, others.len()).await?;
-        if !more.is_empty() {
-            counts.running = read_running(c).await?;
-            picked = counts.pick_locked(c, p, &more, &wanted, &mut room).await?;
+    // Short where it looked (what it read was stale: a claim emptied those sessions as it
+    // locked them, or a rate had less room than its window showed): it reads the sessions
+    // again, now, and tries as many of the others, so a worker with free slots does not
+    // leave them waiting. A few times at most; sessions other claims hold are theirs.
+    for _ in 0..3 {
+        // Short, with a session it holds giving nothing: what it read of them was stale.
+        let idle = |s: &String| !picked.iter().any(|h| &h.key.session == s);
+        if picked.len() >= p.max || !sessions.iter().any(idle) {
+            break;
         }
+        counts = read_counts(c, p, true).await?;
+        let (fresh, _) = counts.takes(p);
+        let others: Vec<String> = fresh
+            .into_iter()
+            .filter(|s| !sessions.contains(s))
+            .collect();
+        let ranked = counts.ranked(p, &others, &wanted, &room);
+        let more = locks::try_claim_sessions(c, &ranked, needed).await?;
+        if more.is_empty() {
+            break;
+        }
+        counts.running = read_running(c).await?;
+        let rest = Claim {
+            max: p.max - picked.len(),
+            background_room: p
+                .background_room
+                .map(|n| n.saturating_sub(picked.iter().filter(|h| h.key.background).count())),
+            ..p.clone()
+        };
+        picked.extend(
+            counts
+                .pick_locked(c, &rest, &more, &wanted, &mut room)
+                .await?,
+        );
+        sessions.extend(more);
     }
     if picked.is_empty() {
         return Ok(Vec::new());

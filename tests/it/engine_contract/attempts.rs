@@ -73,6 +73,30 @@ async fn attempt_claim_never_claims_a_run_twice_when_workers_race() {
     assert_eq!((all.len(), distinct.len()), (20, 20));
 }
 
+/// Four workers claiming at once over many sessions each fill their slots: a claim locks
+/// only the sessions it takes runs from, so the others take from the rest instead of
+/// waiting for it and then finding its sessions empty (on Postgres, four connections).
+#[tokio::test]
+async fn attempt_claims_at_once_over_many_sessions_each_fill_their_slots() {
+    let env = TestEnv::new();
+    for i in 0..40 {
+        queued(&env, &format!("s{i:02}")).await;
+    }
+    let (a, b, c, d) = tokio::join!(
+        claim(&env, "wk_a", 10),
+        claim(&env, "wk_b", 10),
+        claim(&env, "wk_c", 10),
+        claim(&env, "wk_d", 10),
+    );
+    assert_eq!((a.len(), b.len(), c.len(), d.len()), (10, 10, 10, 10));
+    let distinct: BTreeSet<&RunId> = [&a, &b, &c, &d]
+        .into_iter()
+        .flatten()
+        .map(|r| &r.id)
+        .collect();
+    assert_eq!(distinct.len(), 40);
+}
+
 #[tokio::test]
 async fn attempt_claim_honours_per_session_over_all_workers() {
     let env = TestEnv::new();

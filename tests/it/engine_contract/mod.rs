@@ -70,6 +70,10 @@ const COVERED: &[(&str, &str)] = &[
     // attempts (a worker's leases)
     ("attempt_claim", "attempts::attempt_claim_never_claims_a_run_twice"),
     ("attempt_claim", "attempts::attempt_claim_never_claims_a_run_twice_when_workers_race"),
+    (
+        "attempt_claim",
+        "attempts::attempt_claims_at_once_over_many_sessions_each_fill_their_slots",
+    ),
     ("attempt_claim", "attempts::attempt_claim_honours_per_session_over_all_workers"),
     ("attempt_claim", "attempts::attempt_claim_over_many_sessions_takes_priority_then_each_sessions_first"),
     ("attempt_claim", "attempts::attempt_claim_takes_priority_first_and_honours_max_running"),
