@@ -221,6 +221,7 @@ fn kill_9_at_random_moments_loses_nothing_and_records_each_run_once() {
     let started = Instant::now();
     let mut kills = 0;
     let mut lost_in_flight = 0;
+    let mut ended_at_kill = 0;
     let mut rescue_ms: Vec<i64> = Vec::new();
     let mut lost_attempts: Vec<(String, i64, DateTime<Utc>)> = Vec::new();
     let mut child = spawn_worker(&s, false);
@@ -267,8 +268,11 @@ fn kill_9_at_random_moments_loses_nothing_and_records_each_run_once() {
         let deadline = Instant::now() + Duration::from_secs(20);
         for (id, attempt) in &held {
             loop {
-                let row = reader.rows(&format!("SELECT state, errors FROM runs WHERE id = '{id}'"));
+                let row = reader.rows(&format!(
+                    "SELECT state, errors, attempt FROM runs WHERE id = '{id}'"
+                ));
                 let (state, errors) = (row[0][0].clone().unwrap(), row[0][1].clone().unwrap());
+                let now_attempt: i64 = row[0][2].as_ref().unwrap().parse().unwrap();
                 let errors: serde_json::Value = serde_json::from_str(&errors).unwrap();
                 let rescued_at = errors.as_array().unwrap().iter().find(|e| {
                     e["attempt"] == *attempt
@@ -278,6 +282,12 @@ fn kill_9_at_random_moments_loses_nothing_and_records_each_run_once() {
                     rescue_ms
                         .push((parse(e["at"].as_str().unwrap()) - killed_at).num_milliseconds());
                     lost_attempts.push((id.clone(), *attempt, killed_at));
+                    break;
+                }
+                if state == "completed" && now_attempt == *attempt {
+                    // Its end was already on its way: a Postgres server finishes a COMMIT the
+                    // worker sent before it died, after this read of what it held. Not lost.
+                    ended_at_kill += 1;
                     break;
                 }
                 assert!(
@@ -363,7 +373,8 @@ fn kill_9_at_random_moments_loses_nothing_and_records_each_run_once() {
     eprintln!(
         "crash test: {kills} kills, {RUNS} runs, {completed} completed, {worker_lost} failed as \
          worker lost (5 attempts used), {other_failed} other failures, lost {lost}, \
-         {lost_in_flight} attempts in flight at a kill, {reexecuted} runs with more than one \
+         {lost_in_flight} attempts in flight at a kill ({ended_at_kill} of them ended by a \
+         commit already sent), {reexecuted} runs with more than one \
          attempt, {logged} executions logged of which {duplicate_executions} repeats (all after a \
          rescue), {duplicate_inbox} duplicate inbox rows; kill -9 to rescue: median {} ms, p90 {} ms, \
          max {} ms (n = {}); kill -9 to the rescued run's next start: median {} ms, p90 {} ms, \
@@ -384,9 +395,9 @@ fn kill_9_at_random_moments_loses_nothing_and_records_each_run_once() {
     assert!(kills >= 20);
     assert!(lost_in_flight > 0, "some kills hit runs in flight");
     assert_eq!(
-        rescue_ms.len(),
+        rescue_ms.len() + ended_at_kill,
         lost_in_flight,
-        "every run in flight at a kill was rescued"
+        "every run in flight at a kill was rescued (or its end committed as the worker died)"
     );
     // Every dead worker was noticed and marked stopped by a successor.
     assert_eq!(
