@@ -466,8 +466,16 @@ async fn counted_heads<C: GenericClient>(
         &background_ok,
     ];
     let rows = query(c, HEADS_COUNTING, &params, "session heads").await?;
+    by_session(&rows)
+}
+
+/// Rows of [`HEADS`] or [`HEADS_COUNTING`] (id, session, tool, priority, run_at,
+/// background), by session.
+fn by_session(
+    rows: &[tokio_postgres::Row],
+) -> Result<HashMap<String, Vec<Head<HeadKey>>>, StoreError> {
     let mut by_session: HashMap<String, Vec<Head<HeadKey>>> = HashMap::new();
-    for r in &rows {
+    for r in rows {
         let session: String = get(r, 1)?;
         let key = HeadKey {
             session: session.clone(),
@@ -502,21 +510,7 @@ async fn locked_heads<C: GenericClient>(
     let now = ts(p.now);
     let params: [super::P<'_>; 6] = [&take_sessions, &takes, &tools, &caps, &now, &background_ok];
     let rows = query(c, HEADS, &params, "session heads").await?;
-    let mut by_session: HashMap<String, Vec<Head<HeadKey>>> = HashMap::new();
-    for r in &rows {
-        let session: String = get(r, 1)?;
-        let key = HeadKey {
-            session: session.clone(),
-            background: get::<i64>(r, 5)? != 0,
-        };
-        by_session.entry(session).or_default().push(Head {
-            priority: get(r, 3)?,
-            run_at: get(r, 4)?,
-            id: get(r, 0)?,
-            tool: get(r, 2)?,
-            key,
-        });
-    }
+    let by_session = by_session(&rows)?;
     let take_of: HashMap<&str, i64> = take_sessions
         .iter()
         .map(String::as_str)
