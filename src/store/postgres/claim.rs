@@ -257,7 +257,7 @@ impl Counts {
         &self,
         p: &Claim,
         heads: HashMap<String, Vec<Head<HeadKey>>>,
-        wanted: &[String],
+        room: &HashMap<String, i64>,
     ) -> Vec<Head<HeadKey>> {
         let per_session: SessionHeads<HeadKey> = heads
             .into_iter()
@@ -266,8 +266,7 @@ impl Counts {
                 Some((heads, usize::try_from(take).unwrap_or(0)))
             })
             .collect();
-        let mut room: HashMap<String, i64> = wanted.iter().map(|t| (t.clone(), i64::MAX)).collect();
-        let mut picked = pick(per_session, &mut room, p.max);
+        let mut picked = pick(per_session, &mut room.clone(), p.max);
         let mut background = BackgroundRoom::new(p.background_room);
         picked.retain(|h| background.take(h.key.background));
         picked
@@ -339,9 +338,9 @@ pub(crate) async fn claim<C: GenericClient>(c: &C, p: &Claim) -> Result<Vec<Run>
     // The sessions ranked by their best run, as the pick orders runs (priority, then each
     // session's first before any session's second, then age): a claim of `max` runs alone
     // takes them from the first `max` sessions of that ranking (a limited tool out of room
-    // can move one further down). It locks the first
-    // that many that no other claim holds, so claims refilling at the same moment spread
-    // over the sessions instead of queueing for the same ones (each serves those it holds).
+    // can move one further down). It locks the first that many that no other claim holds,
+    // so claims refilling at the same moment spread over the sessions instead of queueing
+    // for the same ones (each serves those it holds).
     let estimate = room_estimate(p, &wanted, &counts.running, &rates);
     let ranked = counts.ranked(p, &candidates, &wanted, &estimate);
     if ranked.is_empty() {
@@ -365,9 +364,9 @@ pub(crate) async fn claim<C: GenericClient>(c: &C, p: &Claim) -> Result<Vec<Run>
     }
     // The limited tools' locks, waiting, in key order: a claim never waits for a session
     // while it holds a tool, so two claims never wait on each other in a cycle. The counts
-    // that decide are read after, on a round trip of their own (each statement's snapshot
-    // is taken when the server starts it, so every earlier claim of these sessions and
-    // tools has committed or rolled back by then).
+    // that decide are read after the locks, on a later round trip (each statement's
+    // snapshot is taken when the server starts it, so every earlier claim of these sessions
+    // and tools has committed or rolled back by then).
     let limited: Vec<&str> = wanted
         .iter()
         .map(String::as_str)
@@ -376,28 +375,25 @@ pub(crate) async fn claim<C: GenericClient>(c: &C, p: &Claim) -> Result<Vec<Run>
     if !limited.is_empty() {
         locks::take_claim(c, &[], &limited).await?;
     }
-    let mut picked = if limited.is_empty() {
+    let (mut picked, mut room) = if limited.is_empty() {
         // No tool's room to read first: the running counts and the heads on one round trip.
         let (running, heads) =
             tokio::try_join!(read_running(c), counted_heads(c, p, &sessions, &wanted))?;
         counts.running = running;
-        counts.pick_counted(p, heads, &wanted)
+        let room: HashMap<String, i64> = wanted.iter().map(|t| (t.clone(), i64::MAX)).collect();
+        (counts.pick_counted(p, heads, &room), room)
     } else {
-        Vec::new()
-    };
-    let mut room: HashMap<String, i64> = HashMap::new();
-    if !limited.is_empty() {
         counts.running = read_running(c).await?;
+        let mut room = HashMap::new();
         for tool in &wanted {
             let n = tool_room(c, p, tool, &counts.running).await?;
             room.insert(tool.clone(), n);
         }
-        picked = counts
+        let picked = counts
             .pick_locked(c, p, &sessions, &wanted, &mut room)
             .await?;
-    } else {
-        room = wanted.iter().map(|t| (t.clone(), i64::MAX)).collect();
-    }
+        (picked, room)
+    };
     // Short where it looked (what it read was stale: a claim emptied those sessions as it
     // locked them, or a rate had less room than its window showed): it reads the sessions
     // again, now, and tries as many of the others, so a worker with free slots does not
