@@ -71,7 +71,7 @@ CREATE TABLE runs (
     approval_at           TEXT,
     approval_note         TEXT,
     cancel_requested_at   TEXT                               -- a running run is asked to stop
-, unique_key TEXT, background INTEGER NOT NULL DEFAULT 0 CHECK (background IN (0, 1)), wait_kind TEXT CHECK (wait_kind IS NULL OR wait_kind = 'sleep' OR wait_kind = 'event' OR wait_kind = 'snooze' OR wait_kind = 'check' OR wait_kind = 'resume' OR wait_kind = 'children' OR wait_kind = 'parents'), wait_event TEXT, snoozes INTEGER NOT NULL DEFAULT 0, batch_id TEXT, parent_run_id TEXT, deps_pending INTEGER NOT NULL DEFAULT 0, tags TEXT, traceparent TEXT);
+, unique_key TEXT, background INTEGER NOT NULL DEFAULT 0 CHECK (background IN (0, 1)), wait_kind TEXT CHECK (wait_kind IS NULL OR wait_kind = 'sleep' OR wait_kind = 'event' OR wait_kind = 'snooze' OR wait_kind = 'check' OR wait_kind = 'resume' OR wait_kind = 'children' OR wait_kind = 'parents'), wait_event TEXT, snoozes INTEGER NOT NULL DEFAULT 0, batch_id TEXT, parent_run_id TEXT, deps_pending INTEGER NOT NULL DEFAULT 0, tags TEXT, traceparent TEXT, result BLOB);
 -- unique_key (version 7): hex SHA-256 of tool and canonical args; NULL unless enqueued unique.
 -- background (version 12): 1 for a run started in the background (spawn_background, a
 -- Background-mode tool through the executor); spawn_background's limits count these only.
@@ -80,6 +80,8 @@ CREATE TABLE runs (
 -- wait_kind, wait_event, snoozes (version 13): see "Durable runs" at the end.
 -- batch_id, parent_run_id, deps_pending (version 14): see "Composition" at the end.
 -- tags, traceparent (version 15): see "Tags and traces" at the end.
+-- result (version 16): the result.json of a run that has one (the bytes the blob held), written
+-- by its end; the view `blobs` shows it as that blob. See "A run's result beside the run" at the end.
 -- Background runs only (version 12): spawn_background's per-session count seeks it.
 CREATE INDEX runs_background_idx ON runs (session_id, state, run_at) WHERE background = 1;
 CREATE UNIQUE INDEX runs_idempotency_idx ON runs (idempotency_key) WHERE idempotency_key IS NOT NULL;
@@ -120,15 +122,18 @@ CREATE INDEX runs_schedule_active_idx ON runs (schedule_id)
 CREATE INDEX runs_schedule_catchup_idx ON runs (run_at) WHERE state = 'queued' AND schedule_id IS NOT NULL;
 CREATE INDEX runs_awaiting_deadline_idx ON runs (approval_deadline) WHERE state = 'awaiting_approval';
 
--- Run artifacts as blob rows: '/.background/{run_id}/output.log' and '/.background/{run_id}/result.json'.
+-- Run artifacts as blob rows: '/.background/{run_id}/output.log' (and raw_output.txt when a
+-- tool returns one). A run's result.json is runs.result (version 16); the view `blobs` below
+-- shows both as the one table of blobs that earlier versions had.
 -- Read one with:  SELECT CAST(content AS TEXT) FROM blobs WHERE path = '/.background/bg_.../output.log';
 -- A finished run whose log is empty has no output.log row (issue 38: an empty log costs its
 -- finish no write); toolq's readers (`toolq logs`, the API, the dashboard) show it as empty.
--- A run's blobs all live under '/.background/{run_id}/', so the primary key finds them:
+-- A run's blob rows all live under '/.background/{run_id}/', so the primary key finds them:
 --   WHERE session_id = :s AND path >= '/.background/' || :id || '/' AND path < '/.background/' || :id || '0'
 -- Clustered on its key (WITHOUT ROWID) and with no index or foreign key of its own, a blob
 -- costs one b-tree insert (version 3); the trigger below deletes a run's blobs with the run.
-CREATE TABLE blobs (
+-- The name is quoted as SQLite keeps it after migration 016 renamed the table `blobs`.
+CREATE TABLE "blob_rows" (
     session_id  TEXT NOT NULL,
     path        TEXT NOT NULL,
     run_id      TEXT,                          -- the run it belongs to (also in the path)
@@ -139,11 +144,6 @@ CREATE TABLE blobs (
     updated_at  TEXT NOT NULL,
     PRIMARY KEY (session_id, path)
 ) WITHOUT ROWID;
--- Deleting a run deletes its blobs (toolq prune deletes them first, to count them).
-CREATE TRIGGER runs_delete_blobs AFTER DELETE ON runs BEGIN
-    DELETE FROM blobs WHERE session_id = old.session_id
-        AND path >= '/.background/' || old.id || '/' AND path < '/.background/' || old.id || '0';
-END;
 
 -- Recurring (cron) and one-shot schedules. Each due tick inserts one run.
 CREATE TABLE schedules (
@@ -472,3 +472,20 @@ CREATE INDEX run_tags_tag_idx ON run_tags (tag, run_id);
 CREATE TRIGGER runs_delete_tags AFTER DELETE ON runs WHEN old.tags IS NOT NULL BEGIN
     DELETE FROM run_tags WHERE run_id = old.id;
 END;
+
+-- A run's result beside the run (version 16): runs.result (see migrations/016_result_beside_run.sql).
+-- Deleting a run deletes its blobs (toolq prune deletes them first, to count them).
+CREATE TRIGGER runs_delete_blobs AFTER DELETE ON runs BEGIN
+    DELETE FROM blob_rows WHERE session_id = old.session_id
+        AND path >= '/.background/' || old.id || '/' AND path < '/.background/' || old.id || '0';
+END;
+-- Every blob, as the table had them: the blob rows, and each run's result as the row
+-- '/.background/{run_id}/result.json' (its time is the run's end, else its start).
+CREATE VIEW blobs AS
+SELECT session_id, path, run_id, content, size, truncated, created_at, updated_at FROM blob_rows
+UNION ALL
+SELECT session_id, '/.background/' || id || '/result.json' AS path, id AS run_id,
+       result AS content, length(result) AS size, 0 AS truncated,
+       coalesce(finished_at, started_at, created_at) AS created_at,
+       coalesce(finished_at, started_at, created_at) AS updated_at
+FROM runs WHERE result IS NOT NULL;

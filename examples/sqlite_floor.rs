@@ -17,12 +17,12 @@
 //!   is the table) with the claim index only (no session, delay, schedule or key index);
 //! - `drain_c16_per_s`, `drain_c256_per_s`: the drain's writes with toolq's schema and its
 //!   statements, in cohorts of 16 (the workload's concurrency) and 256: one transaction per
-//!   cohort records the previous cohort's ends (the fenced state change, a log and a result
-//!   blob, an inbox message) and claims the next one (the running counts, the session's
+//!   cohort records the previous cohort's ends (the fenced state change with the result, no
+//!   row for the empty log, an inbox message) and claims the next one (the running counts, the session's
 //!   head, the claim and the read-back), as the worker's finisher does;
 //! - `narrow_drain_c16_per_s`, `narrow_drain_c256_per_s`: the same drain if the state, attempt,
 //!   lease and timestamps lived in a narrow table of their own (issue 19's "narrow hot table"
-//!   lever), with the same indexes on it and the same blobs and messages.
+//!   lever), with the same indexes on it and the same results and messages.
 //!
 //! Seeding the runs a drain takes is not timed. WAL, synchronous NORMAL, a fresh file each,
 //! and no checkpoints (`wal_autocheckpoint = 0`) except where a figure says otherwise: toolq
@@ -291,7 +291,7 @@ fn batch_inserts(dir: &Path, n: usize, checkpoints: Checkpoints) -> rusqlite::Re
 const NARROW_SCHEMA: &str = "CREATE TABLE hot (run INTEGER PRIMARY KEY, session_id TEXT NOT NULL, \
     tool TEXT NOT NULL, priority INTEGER NOT NULL, run_at TEXT NOT NULL, state TEXT NOT NULL, \
     attempt INTEGER NOT NULL DEFAULT 0, started_at TEXT, finished_at TEXT, lease_owner TEXT, \
-    lease_token TEXT, lease_expires_at TEXT, heartbeat_at TEXT); \
+    lease_token TEXT, lease_expires_at TEXT, heartbeat_at TEXT, result BLOB); \
     CREATE INDEX hot_claimable_idx ON hot (session_id, tool, priority DESC, run_at) WHERE state = 'queued'; \
     CREATE INDEX hot_running_idx ON hot (lease_owner, lease_expires_at, session_id, tool) WHERE state = 'running'; \
     CREATE INDEX hot_final_idx ON hot (state, finished_at) WHERE state IN ('completed', 'failed', 'cancelled');";
@@ -324,7 +324,8 @@ const TOOLQ: Layout = Layout {
         output_tail = coalesce(?9, output_tail), approval_state = coalesce(?10, approval_state), \
         approval_deadline = coalesce(?11, approval_deadline), \
         attempt = CASE WHEN ?1 = 'awaiting_approval' THEN attempt - 1 ELSE attempt END, \
-        lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL \
+        lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL, \
+        result = coalesce(?15, result) \
         WHERE id = ?12 AND state = 'running' AND attempt = ?13 AND lease_token = ?14",
 };
 
@@ -341,13 +342,12 @@ const NARROW: Layout = Layout {
     read_back: "SELECT * FROM runs JOIN hot ON hot.run = runs.rowid WHERE runs.rowid = ?1",
     finish: "UPDATE hot SET state = ?1, run_at = coalesce(?2, run_at), finished_at = ?3, \
         attempt = CASE WHEN ?1 = 'awaiting_approval' THEN attempt - 1 ELSE attempt END, \
-        lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL \
+        lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL, \
+        result = coalesce(?15, result) \
         WHERE run = (SELECT rowid FROM runs WHERE id = ?12) AND state = 'running' \
         AND attempt = ?13 AND lease_token = ?14",
 };
 
-const BLOBS_HEAD: &str = "INSERT INTO blobs (session_id, path, run_id, content, size, truncated, created_at, updated_at)";
-const BLOBS_ROW: &str = "('default', #, #, #, #, 0, ?1, ?1)";
 const INBOX_HEAD: &str =
     "INSERT INTO inbox (session_id, run_id, attempt, kind, body, data, delivery, created_at)";
 const INBOX_ROW: &str = "('default', #, 1, 'completed', #, #, 'when_idle', ?1)";
@@ -358,38 +358,25 @@ struct Claimed {
     token: String,
 }
 
-/// Records the ends of `cohort` as toolq does: the fenced state change, then a log and a
-/// result blob per run and one message per run in multi-row statements.
+/// Records the ends of `cohort` as toolq does: the fenced state change with the run's result
+/// (schema version 16), no log row (the log is empty), and one message per run in multi-row
+/// statements.
 fn record_ends(tx: &Transaction<'_>, layout: &Layout, cohort: &[Claimed]) -> rusqlite::Result<()> {
     if cohort.is_empty() {
         return Ok(());
     }
     let now = toolq::clock::ts(chrono::Utc::now());
     let mut finish = tx.prepare_cached(layout.finish)?;
+    let result = br#"{"ok":true}"#.as_slice();
     for run in cohort {
         finish.raw_bind_parameter(1, "completed")?;
         finish.raw_bind_parameter(3, &now)?;
         finish.raw_bind_parameter(12, &run.id)?;
         finish.raw_bind_parameter(13, 1)?;
         finish.raw_bind_parameter(14, &run.token)?;
+        finish.raw_bind_parameter(15, result)?;
         let changed = finish.raw_execute()?;
         assert_eq!(changed, 1, "the end of {} did not apply", run.id);
-    }
-    let result = br#"{"ok":true}"#.as_slice();
-    for chunk in cohort.chunks(ROWS_PER_INSERT / 2) {
-        let mut blobs = tx.prepare_cached(&values(BLOBS_HEAD, BLOBS_ROW, chunk.len() * 2))?;
-        blobs.raw_bind_parameter(1, &now)?;
-        let mut i = 2;
-        for run in chunk {
-            for (name, content) in [("output.log", b"".as_slice()), ("result.json", result)] {
-                blobs.raw_bind_parameter(i, format!("/.background/{}/{name}", run.id))?;
-                blobs.raw_bind_parameter(i + 1, &run.id)?;
-                blobs.raw_bind_parameter(i + 2, content)?;
-                blobs.raw_bind_parameter(i + 3, content.len() as i64)?;
-                i += 4;
-            }
-        }
-        blobs.raw_execute()?;
     }
     for chunk in cohort.chunks(ROWS_PER_INSERT) {
         let mut inbox = tx.prepare_cached(&values(INBOX_HEAD, INBOX_ROW, chunk.len()))?;

@@ -17,11 +17,6 @@ pub(crate) fn log_path(id: &str) -> String {
     format!("/.background/{id}/output.log")
 }
 
-/// The path of a run's result blob.
-pub(crate) fn result_path(id: &str) -> String {
-    format!("/.background/{id}/result.json")
-}
-
 /// The state change of a running attempt's end, as the columns it sets (timestamps as
 /// stored text).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -44,6 +39,8 @@ pub(crate) struct StateChange<'a> {
     pub wait_event: Option<&'a str>,
     /// 1 when the end is a snooze (`snoozes` + 1), else 0.
     pub snoozed: i64,
+    /// The result it stores ([`result_of`]); `None` keeps the one stored.
+    pub result: Option<Cow<'a, [u8]>>,
 }
 
 impl<'a> StateChange<'a> {
@@ -76,8 +73,33 @@ impl<'a> StateChange<'a> {
             wait_kind,
             wait_event,
             snoozed,
+            result: result_of(r),
         }
     }
+}
+
+/// The result an end stores in `runs.result` (shown as the blob `/.background/{id}/result.json`):
+/// the tool's, else, for a final state without one, `{"status", "error"}`; `None` keeps the
+/// result stored so far (a retry that brought none).
+pub(crate) fn result_of(r: &FinishRecord) -> Option<Cow<'_, [u8]>> {
+    match (&r.outcome, &r.result) {
+        (_, Some(res)) => Some(Cow::Borrowed(res.as_slice())),
+        (Outcome::Final(s), None) => Some(Cow::Owned(
+            serde_json::json!({"status": s.as_str(), "error": r.error})
+                .to_string()
+                .into_bytes(),
+        )),
+        _ => None,
+    }
+}
+
+/// The run whose result `path` names, when it is `/.background/{run_id}/result.json`: that
+/// blob is the run's `result` column, not a blob row.
+pub(crate) fn result_run(path: &str) -> Option<&str> {
+    let id = path
+        .strip_prefix("/.background/")?
+        .strip_suffix("/result.json")?;
+    (!id.is_empty() && !id.contains('/')).then_some(id)
 }
 
 /// The entry `r` adds to the run's `errors` history, as JSON text.
@@ -113,6 +135,8 @@ pub(crate) struct WaitingEnd<'a> {
     pub expected: &'static str,
     /// The attempt it must still be at.
     pub attempt: i64,
+    /// The result it stores ([`result_of`]: a final state always has one).
+    pub result: Option<Cow<'a, [u8]>>,
 }
 
 impl<'a> WaitingEnd<'a> {
@@ -142,6 +166,7 @@ impl<'a> WaitingEnd<'a> {
             id: r.id.as_str(),
             expected: expected.as_str(),
             attempt: r.attempt,
+            result: result_of(r),
         })
     }
 }
@@ -210,10 +235,10 @@ impl ClearedLog<'_> {
     }
 }
 
-/// The blobs and messages of the ends that applied, in record order: per record its log
+/// The blob rows and messages of the ends that applied, in record order: per record its log
 /// (none for a final state whose log is empty: see [`ClearedLog`]; a final state that brought
-/// no log keeps the log written so far, if any), its result (a final state without one gets
-/// `{"status", "error"}`), its extra blobs; and its message, with its `data` as JSON text
+/// no log keeps the log written so far, if any) and its extra blobs (its result goes in the
+/// state change: [`result_of`]); and its message, with its `data` as JSON text
 /// (encoded here when the record did not bring it encoded).
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Artifacts<'a> {
@@ -258,19 +283,6 @@ impl<'a> Artifacts<'a> {
                     .push(blob(log_path(r.id.as_str()), Cow::Borrowed(log), *cut));
             }
             None => {}
-        }
-        let result = match (&r.outcome, &r.result) {
-            (_, Some(res)) => Some(Cow::Borrowed(res.as_slice())),
-            (Outcome::Final(s), None) => Some(Cow::Owned(
-                serde_json::json!({"status": s.as_str(), "error": r.error})
-                    .to_string()
-                    .into_bytes(),
-            )),
-            _ => None,
-        };
-        if let Some(res) = result {
-            self.blobs
-                .push(blob(result_path(r.id.as_str()), res, false));
         }
         for (path, content) in &r.extra_blobs {
             self.blobs
@@ -330,11 +342,15 @@ mod tests {
         let a = Artifacts::of(&[&r]);
         assert!(a.cleared_logs.is_empty());
         let paths: Vec<&str> = a.blobs.iter().map(|b| b.path.as_str()).collect();
-        assert_eq!(paths, ["/.background/r1/result.json", "/x"]);
+        assert_eq!(paths, ["/x"]);
+        let at = Utc.with_ymd_and_hms(2026, 1, 2, 3, 4, 5).unwrap();
+        let change = StateChange::of(&r, at);
         assert_eq!(
-            &*a.blobs[0].content,
-            br#"{"error":"boom","status":"failed"}"#
+            change.result.as_deref(),
+            Some(&br#"{"error":"boom","status":"failed"}"#[..])
         );
+        let waiting = WaitingEnd::of(&r, RunState::Queued, at).unwrap();
+        assert_eq!(waiting.result, change.result);
     }
 
     #[test]
@@ -350,13 +366,26 @@ mod tests {
         again.attempt = 2;
         assert!(Artifacts::of(&[&again]).cleared_logs[0].may_have_a_row());
         let paths: Vec<&str> = a.blobs.iter().map(|b| b.path.as_str()).collect();
-        assert_eq!(paths, ["/.background/r1/result.json", "/x"]);
+        assert_eq!(paths, ["/x"]);
         // Cut at its cap, or not empty: written as before.
         for log in [(Vec::new(), true), (b"x".to_vec(), false)] {
             r.log = Some(log);
             let a = Artifacts::of(&[&r]);
             assert!(a.cleared_logs.is_empty());
             assert_eq!(a.blobs[0].path, "/.background/r1/output.log");
+        }
+    }
+
+    #[test]
+    fn only_a_result_path_names_a_run() {
+        assert_eq!(result_run("/.background/bg_1/result.json"), Some("bg_1"));
+        for other in [
+            "/.background/bg_1/output.log",
+            "/.background//result.json",
+            "/.background/a/b/result.json",
+            "/x/bg_1/result.json",
+        ] {
+            assert_eq!(result_run(other), None, "{other}");
         }
     }
 
@@ -371,6 +400,10 @@ mod tests {
         assert!(a.blobs[0].truncated);
         let s = StateChange::of(&r, at);
         assert_eq!((s.state, s.finished_at), ("queued", None));
+        assert_eq!(
+            s.result, None,
+            "a retry without a result keeps the stored one"
+        );
         assert_eq!(s.run_at.as_deref(), Some("2026-01-02T03:04:05.000Z"));
         assert!(WaitingEnd::of(&r, RunState::Queued, at).is_err());
     }

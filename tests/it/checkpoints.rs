@@ -13,7 +13,7 @@ fn write_pages(store: &Store, tag: usize, pages: usize) {
         .write(|tx| {
             let mut stmt = tx
                 .prepare_cached(
-                    "INSERT INTO blobs (session_id, path, content, size, created_at, updated_at) \
+                    "INSERT INTO blob_rows (session_id, path, content, size, created_at, updated_at) \
                      VALUES ('s', ?1, zeroblob(4000), 4000, '2026-01-01T00:00:00.000Z', '2026-01-01T00:00:00.000Z')",
                 )
                 .unwrap();
@@ -41,7 +41,9 @@ fn a_store_thread_copies_the_wal_into_the_database_file() {
         write_pages(&store, tag, 100);
     }
     let deadline = Instant::now() + Duration::from_secs(10);
-    while len(&db) < before + 1_000 * PAGE {
+    // The wake-up comes at 1,024 WAL frames, and some frames rewrite the same interior pages,
+    // so one pass grows the file by somewhat fewer distinct pages (967 when it runs at once).
+    while len(&db) < before + 800 * PAGE {
         assert!(
             Instant::now() < deadline,
             "no checkpoint: database file {} bytes, was {before}",

@@ -786,3 +786,86 @@ fn a_version_14_file_gains_tags_and_traces_and_keeps_its_rows() {
         .unwrap();
     assert_eq!(left, 0, "a deleted run's tags go with it");
 }
+
+/// Migration 15 as files had it (version 14 above, then this).
+const MIGRATION_15: &str = include_str!("../../migrations/015_tags_traces.sql");
+
+/// Version 15 -> 16 (issue 38): each run's result.json blob row moves into `runs.result`,
+/// the table of blob rows is renamed `blob_rows` without a copy, and the view `blobs` shows
+/// the same rows as before, results included; `toolq`'s reader finds the moved result, a
+/// hand-written delete of a run still takes its blob rows, and a blob that is not a run's
+/// result stays a row.
+#[test]
+fn a_version_15_file_keeps_its_results_beside_the_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let (old, new) = (dir.path().join("v15.db"), dir.path().join("new.db"));
+    let view = |c: &Connection| -> Vec<(String, String, i64)> {
+        c.prepare("SELECT path, CAST(content AS TEXT), size FROM blobs ORDER BY path")
+            .unwrap()
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect()
+    };
+    let before = {
+        let c = Connection::open(&old).unwrap();
+        c.execute_batch(SCHEMA_V9).unwrap();
+        apply_steps(
+            &c,
+            &[
+                MIGRATION_10,
+                MIGRATION_11,
+                MIGRATION_12,
+                MIGRATION_13,
+                MIGRATION_14,
+                MIGRATION_15,
+            ],
+        );
+        c.execute_batch(
+            "PRAGMA user_version = 15;
+             INSERT INTO runs (id, session_id, tool, args, title, state, attempt, run_at, created_at, finished_at)
+               VALUES ('bg_done', 's1', 'echo', '{}', 'done', 'completed', 1, '2026-01-01T00:00:00.000Z',
+                       '2026-01-01T00:00:00.000Z', '2026-01-01T00:00:01.000Z'),
+                      ('bg_queued', 's1', 'echo', '{}', 'queued', 'queued', 0, '2026-01-01T00:00:00.000Z',
+                       '2026-01-01T00:00:00.000Z', NULL);
+             INSERT INTO blobs (session_id, path, run_id, content, size, created_at, updated_at)
+               VALUES ('s1', '/.background/bg_done/result.json', 'bg_done', CAST('{\"ok\":1}' AS BLOB), 8,
+                       '2026-01-01T00:00:01.000Z', '2026-01-01T00:00:01.000Z'),
+                      ('s1', '/.background/bg_done/output.log', 'bg_done', CAST('hello' AS BLOB), 5,
+                       '2026-01-01T00:00:01.000Z', '2026-01-01T00:00:01.000Z'),
+                      ('s1', '/notes/result.json', NULL, CAST('mine' AS BLOB), 4,
+                       '2026-01-01T00:00:01.000Z', '2026-01-01T00:00:01.000Z');",
+        )
+        .unwrap();
+        view(&c)
+    };
+    let o = upgrade(&old, &new);
+    assert_intact(&o);
+    assert_eq!(view(&o), before, "the view shows what the table held");
+    let result: Vec<u8> = o
+        .query_row("SELECT result FROM runs WHERE id = 'bg_done'", [], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    assert_eq!(result, b"{\"ok\":1}");
+    let rows: i64 = o
+        .query_row("SELECT count(*) FROM blob_rows", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(rows, 2, "the log and the blob that is no run's result");
+    drop(o);
+    let store = Store::open(&old).unwrap();
+    let got = store
+        .read(|c| toolq::store::sqlite::artifacts::get(c, "s1", "/.background/bg_done/result.json"))
+        .unwrap()
+        .expect("the moved result");
+    assert_eq!((got.content, got.size), (b"{\"ok\":1}".to_vec(), 8));
+    drop(store);
+    let o = Connection::open(&old).unwrap();
+    o.execute_batch("DELETE FROM runs WHERE id = 'bg_done'")
+        .unwrap();
+    assert_eq!(
+        view(&o),
+        vec![("/notes/result.json".into(), "mine".into(), 4)],
+        "a deleted run's blobs go with it"
+    );
+}

@@ -377,3 +377,87 @@ fn a_version_4_database_gains_tags_and_traces_and_keeps_its_rows() {
         Some("completed")
     );
 }
+
+/// Schema version 5 -> 6 (issue 38): `toolq init` moves each run's result.json blob row into
+/// `runs.result`, renames the table of blob rows `blob_rows`, and the view `blobs` shows the
+/// same rows as before (results included); a log stays a row, `toolq result` and `toolq logs`
+/// read both, and deleting a run by hand still takes its blob rows.
+#[test]
+fn a_version_5_database_keeps_its_results_beside_the_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = TestDb::at(dir.path());
+    for step in [
+        include_str!("../../migrations/postgres/001_schema.sql"),
+        include_str!("../../migrations/postgres/002_background_runs.sql"),
+        include_str!("../../migrations/postgres/003_durable_runs.sql"),
+        include_str!("../../migrations/postgres/004_composition.sql"),
+        include_str!("../../migrations/postgres/005_tags_traces.sql"),
+    ] {
+        db.exec(step);
+    }
+    db.exec(
+        "CREATE TABLE schema_version (version BIGINT PRIMARY KEY, applied_at TEXT NOT NULL);
+         INSERT INTO schema_version (version, applied_at) VALUES (1, '2026-01-01T00:00:00.000Z'),
+           (2, '2026-01-02T00:00:00.000Z'), (3, '2026-01-03T00:00:00.000Z'),
+           (4, '2026-01-04T00:00:00.000Z'), (5, '2026-01-05T00:00:00.000Z');
+         INSERT INTO runs (id, session_id, tool, args, title, run_at, created_at, state, attempt,
+                           finished_at)
+           VALUES ('bg_0190f0c0a1b27c3d8e9f0a1b2c3d4e5f', 's1', 'echo', '{}', 'done', '2026-01-01T00:00:00.000Z',
+                   '2026-01-01T00:00:00.000Z', 'completed', 1, '2026-01-01T00:00:01.000Z'),
+                  ('bg_old', 's1', 'echo', '{\"message\":\"hi\"}', 'old one',
+                   '2026-01-01T00:00:00.000Z', '2026-01-01T00:00:00.000Z', 'queued', 0, NULL);
+         INSERT INTO blobs (session_id, path, run_id, content, size, created_at, updated_at)
+           VALUES ('s1', '/.background/bg_0190f0c0a1b27c3d8e9f0a1b2c3d4e5f/result.json', 'bg_0190f0c0a1b27c3d8e9f0a1b2c3d4e5f', convert_to('{\"ok\":1}', 'UTF8'),
+                   8, '2026-01-01T00:00:01.000Z', '2026-01-01T00:00:01.000Z'),
+                  ('s1', '/.background/bg_0190f0c0a1b27c3d8e9f0a1b2c3d4e5f/output.log', 'bg_0190f0c0a1b27c3d8e9f0a1b2c3d4e5f', convert_to('hello', 'UTF8'),
+                   5, '2026-01-01T00:00:01.000Z', '2026-01-01T00:00:01.000Z');",
+    );
+    let o = toolq(&db, &["init"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        db.count("SELECT max(version) FROM schema_version"),
+        toolq::store::postgres::SCHEMA_VERSION
+    );
+    assert_eq!(
+        db.text("SELECT convert_from(result, 'UTF8') FROM runs WHERE id = 'bg_0190f0c0a1b27c3d8e9f0a1b2c3d4e5f'")
+            .as_deref(),
+        Some("{\"ok\":1}")
+    );
+    assert_eq!(
+        db.count("SELECT count(*) FROM blob_rows"),
+        1,
+        "the log only"
+    );
+    assert_eq!(
+        db.text(
+            "SELECT string_agg(path || '=' || convert_from(content, 'UTF8') || ':' || size, ' ' \
+             ORDER BY path) FROM blobs WHERE run_id = 'bg_0190f0c0a1b27c3d8e9f0a1b2c3d4e5f'"
+        )
+        .as_deref(),
+        Some(
+            "/.background/bg_0190f0c0a1b27c3d8e9f0a1b2c3d4e5f/output.log=hello:5 /.background/bg_0190f0c0a1b27c3d8e9f0a1b2c3d4e5f/result.json={\"ok\":1}:8"
+        )
+    );
+    let o = toolq(&db, &["result", "bg_0190f0c0a1b27c3d8e9f0a1b2c3d4e5f"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("\"ok\""),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+    let o = toolq(&db, &["worker", "--drain"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        db.count(
+            "SELECT count(*) FROM blobs WHERE run_id = 'bg_old' \
+             AND path = '/.background/bg_old/result.json'"
+        ),
+        1,
+        "a new end's result shows in the view"
+    );
+    db.exec("DELETE FROM runs WHERE id = 'bg_0190f0c0a1b27c3d8e9f0a1b2c3d4e5f'");
+    assert_eq!(
+        db.count("SELECT count(*) FROM blobs WHERE run_id = 'bg_0190f0c0a1b27c3d8e9f0a1b2c3d4e5f'"),
+        0
+    );
+}

@@ -938,16 +938,13 @@ pub(crate) async fn linked_results<C: GenericClient>(
 ) -> Result<Vec<LinkedResult>, StoreError> {
     let sql = match which {
         Linked::Parents => {
-            "SELECT d.parent_id, r.tool, r.state, r.error, b.content \
+            "SELECT d.parent_id, r.tool, r.state, r.error, r.result \
              FROM run_deps d LEFT JOIN runs r ON r.id = d.parent_id \
-             LEFT JOIN blobs b ON b.session_id = r.session_id \
-                 AND b.path = '/.background/' || r.id || '/result.json' \
              WHERE d.child_id = $1 ORDER BY d.parent_id"
         }
         Linked::Children => {
-            "SELECT r.id, r.tool, r.state, r.error, b.content \
-             FROM runs r LEFT JOIN blobs b ON b.session_id = r.session_id \
-                 AND b.path = '/.background/' || r.id || '/result.json' \
+            "SELECT r.id, r.tool, r.state, r.error, r.result \
+             FROM runs r \
              WHERE r.parent_run_id = $1 ORDER BY r.id"
         }
     };

@@ -33,14 +33,16 @@ const FINISH_MANY: &str = "UPDATE runs r SET state = u.state, run_at = coalesce(
     attempt = CASE WHEN u.state = 'awaiting_approval' OR u.wait_kind IS NOT NULL \
         THEN r.attempt - 1 ELSE r.attempt END, \
     wait_kind = u.wait_kind, wait_event = u.wait_event, snoozes = r.snoozes + u.snoozed, \
+    result = coalesce(u.result, r.result), \
     started_at = CASE WHEN u.state = 'awaiting_approval' THEN NULL ELSE r.started_at END, \
     heartbeat_at = CASE WHEN u.state = 'awaiting_approval' THEN NULL ELSE r.heartbeat_at END, \
     lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL \
     FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], \
         $7::text[], $8::text[], $9::text[], $10::text[], $11::text[], $12::text[], $13::bigint[], \
-        $14::text[], $15::text[], $16::text[], $17::bigint[]) WITH ORDINALITY AS u(state, run_at, \
-        finished_at, error, internal_error, entry, status_text, progress, output_tail, approval, \
-        deadline, id, attempt, token, wait_kind, wait_event, snoozed, n) \
+        $14::text[], $15::text[], $16::text[], $17::bigint[], $18::bytea[]) WITH ORDINALITY \
+        AS u(state, run_at, finished_at, error, internal_error, entry, status_text, progress, \
+        output_tail, approval, deadline, id, attempt, token, wait_kind, wait_event, snoozed, \
+        result, n) \
     WHERE r.id = u.id AND r.state = 'running' AND r.attempt = u.attempt AND r.lease_token = u.token \
     RETURNING r.id, r.tool, u.n";
 
@@ -59,7 +61,7 @@ const END_WAITING: &str = "UPDATE runs SET state = $1, finished_at = $2, error =
     approval_at = CASE WHEN $6::text IS NULL THEN approval_at ELSE $2 END, \
     approval_note = CASE WHEN $6::text IS NULL THEN approval_note ELSE $8 END, \
     lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL, \
-    wait_kind = NULL, wait_event = NULL \
+    wait_kind = NULL, wait_event = NULL, result = $12 \
     WHERE id = $9 AND state = $10 AND attempt = $11";
 
 /// The one end-writer on Postgres: each end's fenced state change, then composition
@@ -321,6 +323,7 @@ struct FinishColumns {
     wait_kinds: Vec<Option<&'static str>>,
     wait_events: Vec<Option<String>>,
     snoozed: Vec<i64>,
+    results: Vec<Option<Vec<u8>>>,
 }
 
 impl FinishColumns {
@@ -348,6 +351,8 @@ impl FinishColumns {
         self.wait_kinds.push(s.wait_kind);
         self.wait_events.push(s.wait_event.map(str::to_string));
         self.snoozed.push(s.snoozed);
+        self.results
+            .push(s.result.map(std::borrow::Cow::into_owned));
     }
 }
 
@@ -370,6 +375,7 @@ async fn finish_many<'a, C: GenericClient>(
     params.push(&cols.wait_kinds);
     params.push(&cols.wait_events);
     params.push(&cols.snoozed);
+    params.push(&cols.results);
     let rows = query(c, FINISH_MANY, &params, "finish runs").await?;
     rows.iter()
         .map(|r| {
@@ -383,7 +389,8 @@ async fn end_waiting<C: GenericClient>(
     c: &C,
     w: &end_plan::WaitingEnd<'_>,
 ) -> Result<bool, StoreError> {
-    let params: [P<'_>; 11] = [
+    let result = w.result.as_deref();
+    let params: [P<'_>; 12] = [
         &w.state,
         &w.at,
         &w.error,
@@ -395,6 +402,7 @@ async fn end_waiting<C: GenericClient>(
         &w.id,
         &w.expected,
         &w.attempt,
+        &result,
     ];
     Ok(exec(c, END_WAITING, &params, "end waiting run").await? == 1)
 }
@@ -423,7 +431,7 @@ pub(crate) async fn put_blobs<C: GenericClient>(
     let cut: Vec<i64> = kept.iter().map(|b| b.truncated as i64).collect();
     exec(
         c,
-        "INSERT INTO blobs (session_id, path, run_id, content, size, truncated, created_at, updated_at) \
+        "INSERT INTO blob_rows (session_id, path, run_id, content, size, truncated, created_at, updated_at) \
          SELECT s, p, r, b, n, t, $7, $7 FROM unnest($1::text[], $2::text[], $3::text[], \
          $4::bytea[], $5::bigint[], $6::bigint[]) AS u(s, p, r, b, n, t) \
          ON CONFLICT (session_id, path) DO UPDATE SET content = excluded.content, \
@@ -441,7 +449,7 @@ pub(crate) async fn put_blobs<C: GenericClient>(
 ///
 /// Only the logs an earlier attempt may have left ([`ClearedLog::may_have_a_row`]): a first
 /// attempt's empty log needs no statement. That is most ends, and the statement is not free
-/// on a young table: its cached generic plan, made while `blobs` was nearly empty, reads the
+/// on a young table: its cached generic plan, made while `blob_rows` was nearly empty, reads the
 /// whole table at every settle (1.8 ms each by the end of a 20,000-run drain) until an
 /// `ANALYZE` replans it.
 async fn clear_logs<C: GenericClient>(c: &C, logs: &[ClearedLog<'_>]) -> Result<(), StoreError> {
@@ -453,7 +461,7 @@ async fn clear_logs<C: GenericClient>(c: &C, logs: &[ClearedLog<'_>]) -> Result<
     let path: Vec<&str> = logs.iter().map(|l| l.path.as_str()).collect();
     exec(
         c,
-        "DELETE FROM blobs b USING unnest($1::text[], $2::text[]) AS u(s, p) \
+        "DELETE FROM blob_rows b USING unnest($1::text[], $2::text[]) AS u(s, p) \
          WHERE b.session_id = u.s AND b.path = u.p",
         &[&session, &path],
         "clear logs",

@@ -215,19 +215,36 @@ pub(crate) async fn deliverable<C: GenericClient>(
     messages(&rows)
 }
 
-/// A blob by session and path.
+/// A blob by session and path: a run's result.json from its run row, any other from the
+/// blob rows.
 pub(crate) async fn blob<C: GenericClient>(
     c: &C,
     session: &str,
     path: &str,
 ) -> Result<Option<Blob>, StoreError> {
-    let row = query_opt(
-        c,
-        "SELECT path, content, size, truncated, updated_at FROM blobs WHERE session_id = $1 AND path = $2",
-        &[&session, &path],
-        "get blob",
-    )
-    .await?;
+    let row = match crate::store::end_plan::result_run(path) {
+        Some(id) => {
+            query_opt(
+                c,
+                "SELECT $3::text, result, length(result)::bigint, 0::bigint, \
+                 coalesce(finished_at, started_at, created_at) FROM runs \
+                 WHERE id = $2 AND session_id = $1 AND result IS NOT NULL",
+                &[&session, &id, &path],
+                "get result",
+            )
+            .await?
+        }
+        None => {
+            query_opt(
+                c,
+                "SELECT path, content, size, truncated, updated_at FROM blob_rows \
+                 WHERE session_id = $1 AND path = $2",
+                &[&session, &path],
+                "get blob",
+            )
+            .await?
+        }
+    };
     row.map(|r| {
         Ok(Blob {
             path: get(&r, 0)?,

@@ -98,7 +98,7 @@ async fn delete_runs<C: GenericClient>(
     let sessions: Vec<&str> = found.iter().map(|r| r.session_id.as_str()).collect();
     let blobs = exec(
         c,
-        "DELETE FROM blobs b USING unnest($1::text[], $2::text[]) AS u(id, s) \
+        "DELETE FROM blob_rows b USING unnest($1::text[], $2::text[]) AS u(id, s) \
          WHERE b.session_id = u.s AND b.path >= '/.background/' || u.id || '/' \
          AND b.path < '/.background/' || u.id || '0'",
         &[&ids, &sessions],
@@ -112,11 +112,12 @@ async fn delete_runs<C: GenericClient>(
         "delete inbox rows of pruned runs",
     )
     .await?;
-    // The states deleted (not those found), so the counts by outcome are what went.
+    // The states deleted (not those found), so the counts by outcome are what went; a run's
+    // result goes with its row and counts as the blob it is shown as.
     let rows = query(
         c,
         "DELETE FROM runs WHERE id = ANY($1) AND state IN ('completed', 'failed', 'cancelled') \
-         RETURNING state",
+         RETURNING state, result IS NOT NULL",
         &[&ids],
         "delete pruned runs",
     )
@@ -128,6 +129,7 @@ async fn delete_runs<C: GenericClient>(
     };
     for r in &rows {
         removed.add_runs(&get::<String>(r, 0)?, 1);
+        removed.blobs += u64::from(get::<bool>(r, 1)?);
     }
     Ok(removed)
 }
@@ -196,9 +198,10 @@ fn count_query(what: Counted, cut: &PruneCutoffs) -> (String, Vec<String>) {
         }
         Counted::Blobs => (
             format!(
-                "SELECT count(*) FROM runs r JOIN blobs b ON b.session_id = r.session_id \
+                "SELECT (SELECT count(*) FROM runs r JOIN blob_rows b ON b.session_id = r.session_id \
                  AND b.path >= '/.background/' || r.id || '/' AND b.path < '/.background/' || r.id || '0' \
-                 WHERE {any_outcome}"
+                 WHERE {any_outcome}) \
+                 + (SELECT count(*) FROM runs r WHERE r.result IS NOT NULL AND {any_outcome})"
             ),
             any_params,
         ),

@@ -1,4 +1,5 @@
-//! The `blobs` table: a run's log and result, keyed by session and path.
+//! The `blob_rows` table: a run's log (and raw output), keyed by session and path. A run's
+//! result is `runs.result`; [`get`] reads it by its blob path, as the view `blobs` shows it.
 
 use chrono::{DateTime, Utc};
 use rusqlite::{OptionalExtension, Transaction};
@@ -23,18 +24,18 @@ pub struct BlobWrite<'a> {
     pub truncated: bool,
 }
 
-/// The blobs of one run: every path under `/.background/{run_id}/` in its session, a range of
-/// the primary key (`?1` session, `?2` run id). The blobs table has no run_id index.
+/// The blob rows of one run: every path under `/.background/{run_id}/` in its session, a
+/// range of the primary key (`?1` session, `?2` run id). The table has no run_id index.
 pub(crate) const OF_RUN: &str = "session_id = ?1 AND path >= '/.background/' || ?2 || '/' \
     AND path < '/.background/' || ?2 || '0'";
 
-pub(crate) const PUT: &str = "INSERT INTO blobs (session_id, path, run_id, content, size, truncated, created_at, updated_at) \
+pub(crate) const PUT: &str = "INSERT INTO blob_rows (session_id, path, run_id, content, size, truncated, created_at, updated_at) \
     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7) \
     ON CONFLICT (session_id, path) DO UPDATE SET content = excluded.content, size = excluded.size, \
     truncated = excluded.truncated, run_id = excluded.run_id, updated_at = excluded.updated_at";
 
 /// The columns [`PUT`] writes, and its conflict clause: shared with [`put_many`].
-const PUT_HEAD: &str = "INSERT INTO blobs (session_id, path, run_id, content, size, truncated, created_at, updated_at)";
+const PUT_HEAD: &str = "INSERT INTO blob_rows (session_id, path, run_id, content, size, truncated, created_at, updated_at)";
 const PUT_TAIL: &str = "ON CONFLICT (session_id, path) DO UPDATE SET content = excluded.content, \
     size = excluded.size, truncated = excluded.truncated, run_id = excluded.run_id, \
     updated_at = excluded.updated_at";
@@ -88,25 +89,37 @@ pub fn put(tx: &Transaction<'_>, b: &BlobWrite<'_>, now: DateTime<Utc>) -> Resul
     Ok(())
 }
 
-/// Reads a blob by session and path.
+/// A run's result as a blob: `?1` session, `?2` run id, `?3` its path.
+pub(crate) const GET_RESULT: &str = "SELECT ?3, result, length(result), 0, \
+    coalesce(finished_at, started_at, created_at) FROM runs \
+    WHERE id = ?2 AND session_id = ?1 AND result IS NOT NULL";
+
+/// A blob row: `?1` session, `?2` path.
+pub(crate) const GET_ROW: &str = "SELECT path, content, size, truncated, updated_at FROM blob_rows \
+    WHERE session_id = ?1 AND path = ?2";
+
+/// Reads a blob by session and path: a run's result.json from its run row, any other from
+/// the blob rows.
 pub fn get(
     conn: &rusqlite::Connection,
     session_id: &str,
     path: &str,
 ) -> Result<Option<Blob>, StoreError> {
-    conn.prepare_cached(
-        "SELECT path, content, size, truncated, updated_at FROM blobs WHERE session_id = ?1 AND path = ?2",
-    )
-    .ctx("prepare get blob")?
-    .query_row([session_id, path], |r| {
-        Ok(Blob {
-            path: r.get(0)?,
-            content: r.get(1)?,
-            size: r.get(2)?,
-            truncated: r.get::<_, i64>(3)? != 0,
-            updated_at: r.get(4)?,
+    let (sql, params): (&str, &[&str]) = match crate::store::end_plan::result_run(path) {
+        Some(id) => (GET_RESULT, &[session_id, id, path]),
+        None => (GET_ROW, &[session_id, path]),
+    };
+    conn.prepare_cached(sql)
+        .ctx("prepare get blob")?
+        .query_row(rusqlite::params_from_iter(params), |r| {
+            Ok(Blob {
+                path: r.get(0)?,
+                content: r.get(1)?,
+                size: r.get(2)?,
+                truncated: r.get::<_, i64>(3)? != 0,
+                updated_at: r.get(4)?,
+            })
         })
-    })
-    .optional()
-    .ctx("get blob")
+        .optional()
+        .ctx("get blob")
 }

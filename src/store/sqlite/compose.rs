@@ -773,17 +773,13 @@ pub(crate) fn linked_results(
 ) -> Result<Vec<LinkedResult>, StoreError> {
     let sql = match which {
         Linked::Parents => {
-            "SELECT d.parent_id, r.tool, r.state, r.error, b.content, r.session_id \
+            "SELECT d.parent_id, r.tool, r.state, r.error, r.result, r.session_id \
              FROM run_deps d LEFT JOIN runs r ON r.id = d.parent_id \
-             LEFT JOIN blobs b ON b.session_id = r.session_id \
-                 AND b.path = '/.background/' || r.id || '/result.json' \
              WHERE d.child_id = ?1 ORDER BY d.parent_id"
         }
         Linked::Children => {
-            "SELECT r.id, r.tool, r.state, r.error, b.content, r.session_id \
+            "SELECT r.id, r.tool, r.state, r.error, r.result, r.session_id \
              FROM runs r INDEXED BY runs_parent_idx \
-             LEFT JOIN blobs b ON b.session_id = r.session_id \
-                 AND b.path = '/.background/' || r.id || '/result.json' \
              WHERE r.parent_run_id = ?1 ORDER BY r.id"
         }
     };

@@ -1,4 +1,4 @@
-//! Recording the end of an attempt: the run's new state, its log and result blobs and its
+//! Recording the end of an attempt: the run's new state and result, its log blob and its
 //! inbox message, all or nothing per run, many runs per transaction (group commit).
 
 use chrono::{DateTime, Utc};
@@ -22,7 +22,7 @@ pub(crate) static FINISH: std::sync::LazyLock<String> = std::sync::LazyLock::new
      approval_deadline = coalesce(?11, approval_deadline), \
      attempt = CASE WHEN ?1 = 'awaiting_approval' OR ?15 IS NOT NULL THEN attempt - 1 \
          ELSE attempt END, \
-     wait_kind = ?15, wait_event = ?16, snoozes = snoozes + ?17, \
+     wait_kind = ?15, wait_event = ?16, snoozes = snoozes + ?17, result = coalesce(?18, result), \
      started_at = CASE WHEN ?1 = 'awaiting_approval' THEN NULL ELSE started_at END, \
      heartbeat_at = CASE WHEN ?1 = 'awaiting_approval' THEN NULL ELSE heartbeat_at END, \
      lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL \
@@ -32,7 +32,7 @@ pub(crate) static FINISH: std::sync::LazyLock<String> = std::sync::LazyLock::new
 
 /// The one end-writer: records many attempt ends in the caller's transaction. Each end is
 /// all or nothing: its fenced state change decides whether its blobs and message are
-/// written. A final state always gets a result.json and its message, and its output.log
+/// written. A final state always gets a result (`runs.result`, read as its result.json) and its message, and its output.log
 /// (the one given, else the log so far) unless that log is empty: an empty log costs no row
 /// (readers show a finished run without one as empty) (one per run and attempt, enforced
 /// by `inbox_run_idx`). Then composition (`compose::after_ends`): batches,
@@ -102,6 +102,7 @@ fn finish_state(
             change.wait_kind,
             change.wait_event,
             change.snoozed,
+            change.result.as_deref(),
         ])
         .ctx("finish run")?;
     Ok(n == 1)
@@ -122,7 +123,7 @@ const END_WAITING: &str = "UPDATE runs SET state = ?1, finished_at = ?2, error =
      approval_at = CASE WHEN ?6 IS NULL THEN approval_at ELSE ?2 END, \
      approval_note = CASE WHEN ?6 IS NULL THEN approval_note ELSE ?8 END, \
      lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL, \
-     wait_kind = NULL, wait_event = NULL \
+     wait_kind = NULL, wait_event = NULL, result = ?12 \
      WHERE id = ?9 AND state = ?10 AND attempt = ?11";
 
 fn end_waiting(tx: &Transaction<'_>, w: &end_plan::WaitingEnd<'_>) -> Result<bool, StoreError> {
@@ -141,6 +142,7 @@ fn end_waiting(tx: &Transaction<'_>, w: &end_plan::WaitingEnd<'_>) -> Result<boo
             w.id,
             w.expected,
             w.attempt,
+            w.result.as_deref(),
         ])
         .ctx("end waiting run")?;
     Ok(n == 1)
@@ -148,7 +150,7 @@ fn end_waiting(tx: &Transaction<'_>, w: &end_plan::WaitingEnd<'_>) -> Result<boo
 
 /// Deletes an earlier log of a run whose final log is empty (a primary-key probe that
 /// writes nothing when there is none, as for most runs).
-const CLEAR_LOG: &str = "DELETE FROM blobs WHERE session_id = ?1 AND path = ?2";
+const CLEAR_LOG: &str = "DELETE FROM blob_rows WHERE session_id = ?1 AND path = ?2";
 
 /// The blobs and messages of attempt ends whose state change applied (see
 /// [`end_plan::Artifacts`]), in this transaction: multi-row inserts for the whole batch

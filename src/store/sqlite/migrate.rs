@@ -9,7 +9,7 @@ use crate::error::StoreError;
 pub const SCHEMA_SQL: &str = include_str!("../../../schema.sql");
 
 /// The schema version this build writes and understands.
-pub const SCHEMA_VERSION: i64 = 15;
+pub const SCHEMA_VERSION: i64 = 16;
 
 /// Ordered migrations: `MIGRATIONS[i]` upgrades version `i + 1` to `i + 2`.
 const MIGRATIONS: &[&str] = &[
@@ -27,6 +27,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../../migrations/013_durable_runs.sql"),
     include_str!("../../../migrations/014_composition.sql"),
     include_str!("../../../migrations/015_tags_traces.sql"),
+    include_str!("../../../migrations/016_result_beside_run.sql"),
 ];
 
 /// What the file holds before we touch it.

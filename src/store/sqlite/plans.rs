@@ -92,7 +92,7 @@ fn the_rescue_query_reads_running_runs_only() {
 #[test]
 fn a_runs_blobs_are_a_primary_key_range() {
     let plan = plan(&format!(
-        "DELETE FROM blobs WHERE {}",
+        "DELETE FROM blob_rows WHERE {}",
         super::artifacts::OF_RUN
     ));
     assert!(
@@ -100,6 +100,25 @@ fn a_runs_blobs_are_a_primary_key_range() {
             .any(|d| d.contains("USING PRIMARY KEY (session_id=? AND path>? AND path<?)")),
         "{plan:?}"
     );
+}
+
+/// A run's result (version 16: `runs.result`) is read by its blob path with one probe of the
+/// runs' primary key, and any other blob with one probe of the blob rows' key.
+#[test]
+fn a_blob_is_one_key_probe() {
+    for (sql, index) in [
+        (
+            super::artifacts::GET_RESULT,
+            "sqlite_autoindex_runs_1 (id=?)",
+        ),
+        (
+            super::artifacts::GET_ROW,
+            "PRIMARY KEY (session_id=? AND path=?)",
+        ),
+    ] {
+        let plan = plan(sql);
+        assert!(plan.iter().any(|d| d.contains(index)), "{sql}: {plan:?}");
+    }
 }
 
 /// Version 4 keeps one index of finished runs (`runs_final_idx`, state then finish time); the

@@ -126,7 +126,7 @@ fn delete_runs(tx: &Transaction<'_>, found: &[PrunableRun]) -> Result<Removed, S
     {
         let mut stmt = tx
             .prepare_cached(&format!(
-                "DELETE FROM blobs WHERE {}",
+                "DELETE FROM blob_rows WHERE {}",
                 super::artifacts::OF_RUN
             ))
             .ctx("prepare delete blobs of pruned runs")?;
@@ -140,14 +140,16 @@ fn delete_runs(tx: &Transaction<'_>, found: &[PrunableRun]) -> Result<Removed, S
         "DELETE FROM inbox WHERE run_id IN (SELECT value FROM json_each(:ids))",
         "delete inbox rows of pruned runs",
     )?;
-    // The states deleted (not those found), so the counts by outcome are what went.
-    let states: Vec<String> = tx
+    // The states deleted (not those found), so the counts by outcome are what went; a run's
+    // result goes with its row and counts as the blob it is shown as.
+    let states: Vec<(String, bool)> = tx
         .prepare_cached(
             "DELETE FROM runs WHERE id IN (SELECT value FROM json_each(:ids)) \
-             AND state IN ('completed', 'failed', 'cancelled') RETURNING state",
+             AND state IN ('completed', 'failed', 'cancelled') \
+             RETURNING state, result IS NOT NULL",
         )
         .ctx("prepare delete pruned runs")?
-        .query_map(named_params! {":ids": ids}, |r| r.get(0))
+        .query_map(named_params! {":ids": ids}, |r| Ok((r.get(0)?, r.get(1)?)))
         .ctx("delete pruned runs")?
         .collect::<Result<_, _>>()
         .ctx("delete pruned runs")?;
@@ -156,8 +158,9 @@ fn delete_runs(tx: &Transaction<'_>, found: &[PrunableRun]) -> Result<Removed, S
         inbox,
         ..Removed::default()
     };
-    for state in &states {
+    for (state, had_result) in &states {
         removed.add_runs(state, 1);
+        removed.blobs += u64::from(*had_result);
     }
     Ok(removed)
 }
@@ -240,9 +243,10 @@ fn count_query(what: Counted, c: &PruneCutoffs) -> (String, Vec<(&'static str, S
         }
         Counted::Blobs => (
             format!(
-                "SELECT count(*) FROM runs r JOIN blobs b ON b.session_id = r.session_id \
+                "SELECT (SELECT count(*) FROM runs r JOIN blob_rows b ON b.session_id = r.session_id \
                  AND b.path >= '/.background/' || r.id || '/' AND b.path < '/.background/' || r.id || '0' \
-                 WHERE {any_outcome}"
+                 WHERE {any_outcome}) \
+                 + (SELECT count(*) FROM runs r WHERE r.result IS NOT NULL AND {any_outcome})"
             ),
             any_params,
         ),

@@ -166,17 +166,21 @@ pub fn prepare(c: &TestDb) {
             ago(300)
         ),
     );
-    // Blobs and inbox rows of the finished runs.
+    // Logs, results and inbox rows of the finished runs (a result is the run's own column
+    // since schema version 16; the view `blobs` shows it as result.json).
     for (run, session) in [("bg_completed", "s2"), ("bg_failed_recent", "s1")] {
-        for (name, body) in [("output.log", "[stdout] hello\n"), ("result.json", "{}")] {
-            c.exec(&format!(
-                "INSERT INTO blobs (session_id, path, run_id, content, size, created_at, updated_at) \
-                 VALUES ('{session}', '/.background/{run}/{name}', '{run}', {}, {}, '{at}', '{at}')",
-                bytes(body),
-                body.len(),
-                at = ago(3600)
-            ));
-        }
+        let log = "[stdout] hello\n";
+        c.exec(&format!(
+            "INSERT INTO blob_rows (session_id, path, run_id, content, size, created_at, updated_at) \
+             VALUES ('{session}', '/.background/{run}/output.log', '{run}', {}, {}, '{at}', '{at}')",
+            bytes(log),
+            log.len(),
+            at = ago(3600)
+        ));
+        c.exec(&format!(
+            "UPDATE runs SET result = {} WHERE id = '{run}'",
+            bytes("{}")
+        ));
     }
     c.exec(&format!(
         "INSERT INTO inbox (session_id, run_id, attempt, kind, body, created_at) VALUES \

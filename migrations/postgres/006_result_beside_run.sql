@@ -1,0 +1,29 @@
+-- toolq Postgres schema version 5 -> 6. Issue 38: a run's result lives beside the run, as
+-- SQLite's version 16 (migrations/016_result_beside_run.sql says why): runs.result holds
+-- what was the blob '/.background/{run_id}/result.json'; the table of blob rows is renamed
+-- blob_rows, and `blobs` is a view of the same name and columns over both.
+
+ALTER TABLE runs ADD COLUMN result BYTEA;
+ALTER TABLE blobs RENAME TO blob_rows;
+ALTER TABLE blob_rows RENAME CONSTRAINT blobs_pkey TO blob_rows_pkey;
+UPDATE runs r SET result = b.content FROM blob_rows b
+    WHERE b.session_id = r.session_id AND b.path = '/.background/' || r.id || '/result.json';
+DELETE FROM blob_rows b USING runs r
+    WHERE b.session_id = r.session_id AND b.path = '/.background/' || r.id || '/result.json';
+-- Deleting a run deletes its blobs (toolq prune deletes them first, to count them).
+CREATE OR REPLACE FUNCTION toolq_runs_delete_blobs() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    DELETE FROM blob_rows WHERE session_id = OLD.session_id
+        AND path >= '/.background/' || OLD.id || '/' AND path < '/.background/' || OLD.id || '0';
+    RETURN OLD;
+END $$;
+-- Every blob, as the table had them: the blob rows, and each run's result as the row
+-- '/.background/{run_id}/result.json' (its time is the run's end, else its start).
+CREATE VIEW blobs AS
+SELECT session_id, path, run_id, content, size, truncated, created_at, updated_at FROM blob_rows
+UNION ALL
+SELECT session_id, ('/.background/' || id || '/result.json') COLLATE "C" AS path, id AS run_id,
+       result AS content, length(result)::bigint AS size, 0::bigint AS truncated,
+       coalesce(finished_at, started_at, created_at) AS created_at,
+       coalesce(finished_at, started_at, created_at) AS updated_at
+FROM runs WHERE result IS NOT NULL;
