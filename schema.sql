@@ -489,3 +489,26 @@ SELECT session_id, '/.background/' || id || '/result.json' AS path, id AS run_id
        coalesce(finished_at, started_at, created_at) AS created_at,
        coalesce(finished_at, started_at, created_at) AS updated_at
 FROM runs WHERE result IS NOT NULL;
+-- Writes through the view go where each row lives (scripts that delete, redact or add blobs
+-- by hand keep working): a run's result.json is its runs.result, anything else a blob row.
+CREATE TRIGGER blobs_insert INSTEAD OF INSERT ON blobs BEGIN
+    UPDATE runs SET result = new.content WHERE id = new.run_id AND session_id = new.session_id
+        AND new.path = '/.background/' || new.run_id || '/result.json';
+    INSERT INTO blob_rows (session_id, path, run_id, content, size, truncated, created_at, updated_at)
+        SELECT new.session_id, new.path, new.run_id, new.content, new.size,
+               coalesce(new.truncated, 0), new.created_at, new.updated_at
+        WHERE NOT EXISTS (SELECT 1 FROM runs WHERE id = new.run_id AND session_id = new.session_id
+            AND new.path = '/.background/' || new.run_id || '/result.json');
+END;
+CREATE TRIGGER blobs_update INSTEAD OF UPDATE ON blobs BEGIN
+    UPDATE runs SET result = new.content WHERE id = old.run_id AND result IS NOT NULL
+        AND old.path = '/.background/' || old.run_id || '/result.json';
+    UPDATE blob_rows SET content = new.content, size = new.size, truncated = new.truncated,
+        updated_at = new.updated_at
+        WHERE session_id = old.session_id AND path = old.path;
+END;
+CREATE TRIGGER blobs_delete INSTEAD OF DELETE ON blobs BEGIN
+    UPDATE runs SET result = NULL WHERE id = old.run_id AND result IS NOT NULL
+        AND old.path = '/.background/' || old.run_id || '/result.json';
+    DELETE FROM blob_rows WHERE session_id = old.session_id AND path = old.path;
+END;

@@ -28,9 +28,11 @@ psql_admin "CREATE DATABASE toolq" && psql_admin "CREATE DATABASE graphile" && p
 echo "# postgres $("$BIN/postgres" --version | awk '{print $3}') on $PGDIR, port $PORT; fsync and synchronous_commit at their defaults"
 
 cargo build --profile dist --quiet --example workload --example pg_limit --bin toolq
-W=target/dist/examples/workload
-L=target/dist/examples/pg_limit
-T=target/dist/toolq
+# The build lands in CARGO_TARGET_DIR when it is set.
+TD=${CARGO_TARGET_DIR:-target}
+W=$TD/dist/examples/workload
+L=$TD/dist/examples/pg_limit
+T=$TD/dist/toolq
 GW=""
 PB=""
 if [ "${BENCH_PEERS:-1}" != 0 ] && command -v node >/dev/null && command -v npm >/dev/null; then

@@ -33,3 +33,31 @@ SELECT session_id, ('/.background/' || id || '/result.json') COLLATE "C" AS path
        coalesce(finished_at, started_at, created_at) AS created_at,
        coalesce(finished_at, started_at, created_at) AS updated_at
 FROM runs WHERE result IS NOT NULL;
+-- Writes through the view go where each row lives (scripts that delete, redact or add blobs
+-- by hand keep working): a run's result.json is its runs.result, anything else a blob row.
+CREATE FUNCTION toolq_blobs_write() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP = 'INSERT' THEN
+        UPDATE runs SET result = NEW.content WHERE id = NEW.run_id AND session_id = NEW.session_id
+            AND NEW.path = '/.background/' || NEW.run_id || '/result.json';
+        IF NOT FOUND THEN
+            INSERT INTO blob_rows (session_id, path, run_id, content, size, truncated, created_at, updated_at)
+                VALUES (NEW.session_id, NEW.path, NEW.run_id, NEW.content, NEW.size,
+                        coalesce(NEW.truncated, 0), NEW.created_at, NEW.updated_at);
+        END IF;
+        RETURN NEW;
+    ELSIF TG_OP = 'UPDATE' THEN
+        UPDATE runs SET result = NEW.content WHERE id = OLD.run_id AND result IS NOT NULL
+            AND OLD.path = '/.background/' || OLD.run_id || '/result.json';
+        UPDATE blob_rows SET content = NEW.content, size = NEW.size, truncated = NEW.truncated,
+            updated_at = NEW.updated_at
+            WHERE session_id = OLD.session_id AND path = OLD.path;
+        RETURN NEW;
+    END IF;
+    UPDATE runs SET result = NULL WHERE id = OLD.run_id AND result IS NOT NULL
+        AND OLD.path = '/.background/' || OLD.run_id || '/result.json';
+    DELETE FROM blob_rows WHERE session_id = OLD.session_id AND path = OLD.path;
+    RETURN OLD;
+END $$;
+CREATE TRIGGER blobs_write INSTEAD OF INSERT OR UPDATE OR DELETE ON blobs
+    FOR EACH ROW EXECUTE FUNCTION toolq_blobs_write();

@@ -868,4 +868,27 @@ fn a_version_15_file_keeps_its_results_beside_the_runs() {
         vec![("/notes/result.json".into(), "mine".into(), 4)],
         "a deleted run's blobs go with it"
     );
+    // Writes through the view reach the row behind it: a run's result, or a blob row.
+    o.execute_batch(
+        "INSERT INTO blobs (session_id, path, run_id, content, size, created_at, updated_at)
+           VALUES ('s1', '/.background/bg_queued/result.json', 'bg_queued', CAST('{}' AS BLOB), 2,
+                   '2026-01-01T00:00:02.000Z', '2026-01-01T00:00:02.000Z');
+         UPDATE blobs SET content = CAST('gone' AS BLOB), size = 4 WHERE path = '/notes/result.json';",
+    )
+    .unwrap();
+    let result: Vec<u8> = o
+        .query_row("SELECT result FROM runs WHERE id = 'bg_queued'", [], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    assert_eq!(result, b"{}");
+    assert_eq!(
+        view(&o),
+        vec![
+            ("/.background/bg_queued/result.json".into(), "{}".into(), 2),
+            ("/notes/result.json".into(), "gone".into(), 4),
+        ]
+    );
+    o.execute_batch("DELETE FROM blobs").unwrap();
+    assert_eq!(view(&o), vec![], "a delete through the view clears both");
 }

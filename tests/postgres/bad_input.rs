@@ -455,6 +455,29 @@ fn a_version_5_database_keeps_its_results_beside_the_runs() {
         1,
         "a new end's result shows in the view"
     );
+    // Writes through the view reach the row behind it: a run's result, or a blob row.
+    db.exec(
+        "UPDATE blobs SET content = convert_to('redacted', 'UTF8'), size = 8 \
+         WHERE run_id = 'bg_0190f0c0a1b27c3d8e9f0a1b2c3d4e5f'",
+    );
+    assert_eq!(
+        db.count(
+            "SELECT count(*) FROM runs WHERE id = 'bg_0190f0c0a1b27c3d8e9f0a1b2c3d4e5f' \
+             AND result = convert_to('redacted', 'UTF8')"
+        ),
+        1
+    );
+    db.exec("DELETE FROM blobs WHERE path LIKE '%/result.json'");
+    assert_eq!(
+        db.count("SELECT count(*) FROM runs WHERE result IS NOT NULL"),
+        0,
+        "a result deleted through the view"
+    );
+    assert_eq!(
+        db.count("SELECT count(*) FROM blob_rows"),
+        1,
+        "the log stays"
+    );
     db.exec("DELETE FROM runs WHERE id = 'bg_0190f0c0a1b27c3d8e9f0a1b2c3d4e5f'");
     assert_eq!(
         db.count("SELECT count(*) FROM blobs WHERE run_id = 'bg_0190f0c0a1b27c3d8e9f0a1b2c3d4e5f'"),
