@@ -138,13 +138,15 @@ pub async fn drain_tuned(
 }
 
 /// The drain's counts, each `n` when it is complete: completed runs; completed runs whose log
-/// is stored only if it is not empty (an empty log costs no row, issue 38); result.json blobs;
-/// completion messages.
+/// is stored only if it is not empty (an empty log costs no row, issue 38); results (schema
+/// version 16: `runs.result`, which the view `blobs` shows as result.json); completion
+/// messages. It reads the tables behind `blobs`: a correlated subquery over the view would
+/// read the view's runs part once per run.
 const VERIFY: &str = "SELECT (SELECT count(*) FROM runs WHERE state = 'completed'), \
-     (SELECT count(*) FROM runs r WHERE r.state = 'completed' AND NOT EXISTS (SELECT 1 FROM blobs b \
+     (SELECT count(*) FROM runs r WHERE r.state = 'completed' AND NOT EXISTS (SELECT 1 FROM blob_rows b \
          WHERE b.session_id = r.session_id AND b.path = '/.background/' || r.id || '/output.log' \
          AND b.size = 0 AND b.truncated = 0)), \
-     (SELECT count(*) FROM blobs WHERE path LIKE '/.background/%/result.json'), \
+     (SELECT count(*) FROM runs WHERE result IS NOT NULL), \
      (SELECT count(*) FROM inbox WHERE kind = 'completed')";
 
 /// The measurement's own connection on Postgres (`None` on SQLite); fails when a SQLite
