@@ -280,12 +280,14 @@ impl Engine for PgStore {
                 released.push(claim::release(&tx, r.id.as_str(), r.attempt, &r.token, now).await?);
             }
             // The ends' rows, then the claim (its locks are its sessions' and limited tools'),
-            // then the ends' blobs and messages: a session's inbox lock is held from its
-            // messages to the commit only, and never while waiting for a claim lock.
+            // then the ends' blobs and messages, sent with the claim's update on one round
+            // trip: a session's inbox lock is held from its messages to the commit only, and
+            // never while waiting for a claim lock.
             let ends = p.ends();
             let (ended, tools, later) = finish::apply_ends(&tx, &ends, now).await?;
-            let claimed = claim::claim(&tx, &p.claim).await?;
-            later.flush(&tx, now).await?;
+            let picked = claim::pick_runs(&tx, &p.claim).await?;
+            let (claimed, ()) =
+                claim::take_then(&tx, &p.claim, picked, later.flush(&tx, now)).await?;
             // Other workers are woken only for a slot that stays free: waking them all at
             // every settle only has them look and find nothing.
             if settle::frees_a_slot(&ends, &ended, &tools, &released, &claimed) {

@@ -21,7 +21,9 @@ use crate::store::end_plan::{self, BlobRow, ClearedLog};
 /// (id, attempt, lease_token) still match; returns the ids that applied, with their tools.
 /// `errors` grows by one entry (text concatenation keeps the stored JSON as written). A
 /// suspension, like a hold for approval, gives its attempt back; every other end clears
-/// `wait_kind` and `wait_event` (bound NULL).
+/// `wait_kind` and `wait_event` (bound NULL). The state guard is written so that no partial
+/// index matches it: each end is a primary-key probe, never a scan of every running run
+/// (see the claim's update in `claim.rs`).
 const FINISH_MANY: &str = "UPDATE runs r SET state = u.state, run_at = coalesce(u.run_at, r.run_at), \
     finished_at = u.finished_at, error = u.error, internal_error = u.internal_error, \
     errors = CASE WHEN u.entry IS NULL THEN r.errors WHEN r.errors = '[]' THEN '[' || u.entry || ']' \
@@ -43,7 +45,7 @@ const FINISH_MANY: &str = "UPDATE runs r SET state = u.state, run_at = coalesce(
         AS u(state, run_at, finished_at, error, internal_error, entry, status_text, progress, \
         output_tail, approval, deadline, id, attempt, token, wait_kind, wait_event, snoozed, \
         result, n) \
-    WHERE r.id = u.id AND r.state = 'running' AND r.attempt = u.attempt AND r.lease_token = u.token \
+    WHERE r.id = u.id AND (r.state = 'running') IS TRUE AND r.attempt = u.attempt AND r.lease_token = u.token \
     RETURNING r.id, r.tool, u.n";
 
 /// The end of a run that is not running, fenced by (id, state, attempt); counts as attempt + 1.

@@ -59,21 +59,28 @@ pub(crate) async fn take_claim<C: GenericClient>(
     if sessions.is_empty() && tools.is_empty() {
         return Ok(());
     }
-    let names: Vec<String> = sessions
-        .iter()
-        .map(|s| format!("toolq:claim-session:{s}"))
-        .chain(tools.iter().map(|t| format!("toolq:claim-tool:{t}")))
-        .collect();
-    // A volatile function in the select list is evaluated after the sort, in its order.
     exec(
         c,
-        "SELECT pg_advisory_xact_lock(k) FROM \
-         (SELECT DISTINCT hashtextextended(n, 0) AS k FROM unnest($1::text[]) AS n) s ORDER BY k",
-        &[&names],
+        TAKE_CLAIM,
+        &[&claim_names(sessions, tools)],
         "take claim locks",
     )
     .await?;
     Ok(())
+}
+
+/// The statement of [`take_claim`], its one parameter the [`claim_names`]. A volatile
+/// function in the select list is evaluated after the sort, in its order.
+pub(crate) const TAKE_CLAIM: &str = "SELECT pg_advisory_xact_lock(k) FROM \
+     (SELECT DISTINCT hashtextextended(n, 0) AS k FROM unnest($1::text[]) AS n) s ORDER BY k";
+
+/// The names of the claim locks of `sessions` and `tools`, as [`TAKE_CLAIM`] takes them.
+pub(crate) fn claim_names(sessions: &[String], tools: &[&str]) -> Vec<String> {
+    sessions
+        .iter()
+        .map(|s| format!("toolq:claim-session:{s}"))
+        .chain(tools.iter().map(|t| format!("toolq:claim-tool:{t}")))
+        .collect()
 }
 
 /// Takes the inbox lock of each of `sessions` until the transaction ends, in key order: a

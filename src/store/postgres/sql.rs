@@ -17,11 +17,32 @@ pub(crate) async fn query<C: GenericClient>(
     params: &[P<'_>],
     what: &str,
 ) -> Result<Vec<Row>, StoreError> {
-    let st = c
-        .prepare_cached(sql)
+    let st = prepare(c, sql, what).await?;
+    query_prepared(c, &st, params, what).await
+}
+
+/// Prepares `sql` (cached per connection) without running it. A pipeline whose order
+/// matters prepares its statements first: a statement still to prepare goes out a round
+/// trip after the others, so it would run after them on the server.
+pub(crate) async fn prepare<C: GenericClient>(
+    c: &C,
+    sql: &str,
+    what: &str,
+) -> Result<tokio_postgres::Statement, StoreError> {
+    c.prepare_cached(sql)
         .await
-        .map_err(|e| StoreError::pg(format!("prepare {what}"), e))?;
-    c.query(&st, params)
+        .map_err(|e| StoreError::pg(format!("prepare {what}"), e))
+}
+
+/// Runs a statement [`prepare`]d before: sent when the future is first polled, so the
+/// statements of a `biased` join reach the server in the join's order.
+pub(crate) async fn query_prepared<C: GenericClient>(
+    c: &C,
+    st: &tokio_postgres::Statement,
+    params: &[P<'_>],
+    what: &str,
+) -> Result<Vec<Row>, StoreError> {
+    c.query(st, params)
         .await
         .map_err(|e| StoreError::pg(what, e))
 }
