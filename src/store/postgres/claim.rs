@@ -510,24 +510,50 @@ async fn counted_heads<C: GenericClient>(
     sessions: &[String],
     wanted: &[String],
 ) -> Result<HashMap<String, Vec<Head<HeadKey>>>, StoreError> {
-    let (max, background_ok, now) = heads_bounds(p);
-    let params: [super::P<'_>; 6] = [
-        &sessions,
-        &max,
-        &p.per_session,
-        &wanted,
-        &now,
-        &background_ok,
-    ];
-    let rows = query(c, HEADS_COUNTING, &params, "session heads").await?;
+    let bounds = HeadsBounds::of(p);
+    let rows = query(
+        c,
+        HEADS_COUNTING,
+        &bounds.args(p, &sessions, &wanted),
+        "session heads",
+    )
+    .await?;
     by_session(&rows)
 }
 
-/// The claim's max, whether it may take background runs, and its time, as [`HEADS_COUNTING`]
-/// binds them.
-fn heads_bounds(p: &Claim) -> (i64, bool, String) {
-    let background_ok = !BackgroundRoom::new(p.background_room).full();
-    (p.max as i64, background_ok, ts(p.now))
+/// What [`HEADS_COUNTING`] binds besides the sessions and tools: the claim's max, its time,
+/// and whether it may take background runs.
+struct HeadsBounds {
+    max: i64,
+    now: String,
+    background_ok: bool,
+}
+
+impl HeadsBounds {
+    fn of(p: &Claim) -> HeadsBounds {
+        HeadsBounds {
+            max: p.max as i64,
+            now: ts(p.now),
+            background_ok: !BackgroundRoom::new(p.background_room).full(),
+        }
+    }
+
+    /// The parameters of [`HEADS_COUNTING`], in order.
+    fn args<'a>(
+        &'a self,
+        p: &'a Claim,
+        sessions: &'a &[String],
+        wanted: &'a &[String],
+    ) -> [super::P<'a>; 6] {
+        [
+            sessions,
+            &self.max,
+            &p.per_session,
+            wanted,
+            &self.now,
+            &self.background_ok,
+        ]
+    }
 }
 
 /// Waits for the claim locks of `sessions` and reads the running counts and the
@@ -549,15 +575,8 @@ async fn wait_and_count<C: GenericClient>(
     )?;
     let names = locks::claim_names(sessions, &[]);
     let lock_args: [super::P<'_>; 1] = [&names];
-    let (max, background_ok, now) = heads_bounds(p);
-    let params: [super::P<'_>; 6] = [
-        &sessions,
-        &max,
-        &p.per_session,
-        &wanted,
-        &now,
-        &background_ok,
-    ];
+    let bounds = HeadsBounds::of(p);
+    let params = bounds.args(p, &sessions, &wanted);
     // `biased`: polled in order, so sent in order.
     let (_, running, heads) = tokio::try_join!(
         biased;
