@@ -76,10 +76,7 @@ pub(crate) async fn exec<C: GenericClient>(
     params: &[P<'_>],
     what: &str,
 ) -> Result<u64, StoreError> {
-    let st = c
-        .prepare_cached(sql)
-        .await
-        .map_err(|e| StoreError::pg(format!("prepare {what}"), e))?;
+    let st = prepare(c, sql, what).await?;
     c.execute(&st, params)
         .await
         .map_err(|e| StoreError::pg(what, e))
