@@ -22,7 +22,15 @@
 //!   head, the claim and the read-back), as the worker's finisher does;
 //! - `narrow_drain_c16_per_s`, `narrow_drain_c256_per_s`: the same drain if the state, attempt,
 //!   lease and timestamps lived in a narrow table of their own (issue 19's "narrow hot table"
-//!   lever), with the same indexes on it and the same results and messages.
+//!   lever), with the same indexes on it and the same results and messages;
+//! - `sessions_drain_c16_per_s` (issue 38): the c=16 drain of runs spread round-robin over 50
+//!   sessions, as `examples/workload`'s `drain-sessions` seeds them, claimed as toolq claims
+//!   over many sessions: one index seek per session for its head (toolq's survey), then each
+//!   session's best runs under the per-session limit of 5, every session's first before any
+//!   session's second, oldest first; each message goes to its run's session;
+//! - `drain_c16_wal_frames_per_run`, `sessions_drain_c16_wal_frames_per_run`: the WAL frames
+//!   those two drains append per run (each page a commit changed is one frame), which says how
+//!   much more a commit writes when its runs belong to many sessions.
 //!
 //! Seeding the runs a drain takes is not timed. WAL, synchronous NORMAL, a fresh file each,
 //! and no checkpoints (`wal_autocheckpoint = 0`) except where a figure says otherwise: toolq
@@ -32,7 +40,7 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::time::Instant;
 
-use rusqlite::{Connection, Transaction, params};
+use rusqlite::{Connection, OptionalExtension, Transaction, params};
 use serde_json::json;
 
 #[path = "common/sqlite_bench.rs"]
@@ -107,17 +115,45 @@ fn runs_sql(rows: usize) -> String {
     sql
 }
 
+/// The sessions of the `sessions_*` figures: run `i` is in session `i % SESSIONS`, as
+/// `examples/workload`'s `enqueue-sessions` spreads them.
+const SESSIONS: usize = 50;
+/// toolq's default per-session limit, which the claim over many sessions honours.
+const PER_SESSION: usize = 5;
+
+/// The session of run `i` of a seed over `sessions` sessions (one: toolq's default session).
+fn session_of(i: usize, sessions: usize) -> String {
+    if sessions == 1 {
+        "default".to_string()
+    } else {
+        format!("session-{:02}", i % sessions)
+    }
+}
+
 /// Inserts `count` runs due now in multi-row statements, in the caller's transaction.
 fn insert_runs(tx: &Transaction<'_>, from: usize, count: usize) -> rusqlite::Result<()> {
+    insert_runs_over(tx, from, count, 1)
+}
+
+/// [`insert_runs`] with run `i` in session `i % sessions`: one row per statement when there
+/// are several sessions (a statement's rows share their session).
+fn insert_runs_over(
+    tx: &Transaction<'_>,
+    from: usize,
+    count: usize,
+    sessions: usize,
+) -> rusqlite::Result<()> {
     let now = toolq::clock::ts(chrono::Utc::now());
     let null: Option<&str> = None;
     let mut done = 0;
     while done < count {
-        let rows = ROWS_PER_INSERT.min(count - done);
+        let per_insert = if sessions == 1 { ROWS_PER_INSERT } else { 1 };
+        let rows = per_insert.min(count - done);
+        let session = session_of(from + done, sessions);
         let mut stmt = tx.prepare_cached(&runs_sql(rows))?;
         let values: [&dyn rusqlite::ToSql; RUNS_PARAMS] = [
             &null,
-            &"default",
+            &session,
             &"noop",
             &null,
             &"noop",
@@ -195,6 +231,19 @@ fn single_inserts(dir: &Path, n: usize, lean: bool) -> rusqlite::Result<f64> {
 /// Inserts `n` runs, [`PER_BATCH`] per transaction.
 fn insert_batches(c: &Connection, n: usize) -> rusqlite::Result<()> {
     insert_batches_then(c, n, || ())
+}
+
+/// Inserts `n` runs over `sessions` sessions, [`PER_BATCH`] per transaction.
+fn insert_batches_over(c: &Connection, n: usize, sessions: usize) -> rusqlite::Result<()> {
+    let mut i = 0;
+    while i < n {
+        let k = PER_BATCH.min(n - i);
+        let tx = c.unchecked_transaction()?;
+        insert_runs_over(&tx, i, k, sessions)?;
+        tx.commit()?;
+        i += k;
+    }
+    Ok(())
 }
 
 /// [`insert_batches`], calling `after_commit` after each transaction.
@@ -350,11 +399,12 @@ const NARROW: Layout = Layout {
 
 const INBOX_HEAD: &str =
     "INSERT INTO inbox (session_id, run_id, attempt, kind, body, data, delivery, created_at)";
-const INBOX_ROW: &str = "('default', #, 1, 'completed', #, #, 'when_idle', ?1)";
+const INBOX_ROW: &str = "(#, #, 1, 'completed', #, #, 'when_idle', ?1)";
 
-/// A claimed run: its id and the lease token its end must show.
+/// A claimed run: its id, its session and the lease token its end must show.
 struct Claimed {
     id: String,
+    session: String,
     token: String,
 }
 
@@ -383,13 +433,14 @@ fn record_ends(tx: &Transaction<'_>, layout: &Layout, cohort: &[Claimed]) -> rus
         inbox.raw_bind_parameter(1, &now)?;
         let mut i = 2;
         for run in chunk {
-            inbox.raw_bind_parameter(i, &run.id)?;
-            inbox.raw_bind_parameter(i + 1, format!("Background run {} completed.", run.id))?;
+            inbox.raw_bind_parameter(i, &run.session)?;
+            inbox.raw_bind_parameter(i + 1, &run.id)?;
+            inbox.raw_bind_parameter(i + 2, format!("Background run {} completed.", run.id))?;
             inbox.raw_bind_parameter(
-                i + 2,
+                i + 3,
                 format!(r#"{{"run_id":"{}","status":"completed"}}"#, run.id),
             )?;
-            i += 3;
+            i += 4;
         }
         inbox.raw_execute()?;
     }
@@ -423,13 +474,166 @@ fn claim(
         let changed = update.execute(params!["wk_floor", token, until, now, rowid])?;
         assert_eq!(changed, 1, "the claim of {id} did not apply");
         read.query_row([rowid], |r| r.get::<_, String>(0))?;
-        out.push(Claimed { id, token });
+        out.push(Claimed {
+            id,
+            session: "default".to_string(),
+            token,
+        });
     }
     Ok(out)
 }
 
+/// toolq's survey probe (src/store/sqlite/survey.rs): the first queued run after a session,
+/// in the claimable index's order.
+const NEXT_SESSION: &str = "SELECT session_id, rowid, id, run_at FROM runs \
+    INDEXED BY runs_claimable_idx WHERE state = 'queued' AND session_id > ?1 \
+    ORDER BY session_id, tool, priority DESC, run_at, id LIMIT 1";
+/// toolq's head query (src/store/sqlite/claim.rs) for one session.
+const SESSION_HEADS: &str = "SELECT rowid, id, run_at FROM runs INDEXED BY runs_claimable_idx \
+    WHERE state = 'queued' AND session_id = ?1 AND tool = 'noop' AND run_at <= ?2 \
+    ORDER BY priority DESC, run_at, id LIMIT ?3";
+
+/// A session's head as the claim over many sessions ranks it: (rank in its session, run_at,
+/// id, rowid, session).
+type Ranked = (usize, String, String, i64, String);
+
+/// Claims up to `size` runs over many sessions as toolq does: the running counts, one probe
+/// per session after `cursor` (wrapping round) for its first run, each session's further
+/// heads only when the sessions' first runs are too few, then every session's first before
+/// any session's second, oldest first, at most [`PER_SESSION`] running in a session. Moves
+/// `cursor` to the last session claimed from.
+fn claim_over_sessions(
+    tx: &Transaction<'_>,
+    size: usize,
+    seq: &mut u64,
+    cursor: &mut String,
+) -> rusqlite::Result<Vec<Claimed>> {
+    let now_t = chrono::Utc::now();
+    let now = toolq::clock::ts(now_t);
+    let until = toolq::clock::ts(now_t + chrono::Duration::seconds(30));
+    let running: Vec<(String, String, i64)> = tx
+        .prepare_cached(TOOLQ.running)?
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+        .collect::<rusqlite::Result<_>>()?;
+    let room = |session: &str| {
+        let busy: i64 = running.iter().filter(|r| r.0 == session).map(|r| r.2).sum();
+        PER_SESSION.saturating_sub(usize::try_from(busy).unwrap_or(PER_SESSION))
+    };
+    let mut probe = tx.prepare_cached(NEXT_SESSION)?;
+    let next = |probe: &mut rusqlite::CachedStatement<'_>, after: &str| {
+        probe
+            .query_row([after], |r| {
+                Ok((r.get::<_, String>(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+            })
+            .optional()
+    };
+    // Each session with room: its first run, and its room.
+    let mut firsts: Vec<(Ranked, usize)> = Vec::new();
+    let mut at = cursor.clone();
+    let mut wrapped = false;
+    loop {
+        let Some((session, rowid, id, run_at)) = next(&mut probe, &at)? else {
+            if wrapped || cursor.is_empty() {
+                break;
+            }
+            wrapped = true;
+            at = String::new();
+            continue;
+        };
+        if wrapped && session > *cursor {
+            break;
+        }
+        let take = room(&session);
+        if take > 0 && run_at <= now {
+            firsts.push(((0, run_at, id, rowid, session.clone()), take));
+        }
+        at = session;
+    }
+    let mut candidates: Vec<Ranked> = Vec::new();
+    if firsts.len() >= size {
+        candidates.extend(firsts.into_iter().map(|(first, _)| first));
+    } else {
+        let mut heads = tx.prepare_cached(SESSION_HEADS)?;
+        for ((.., session), take) in firsts {
+            let rows = heads.query_map(params![session, now, take as i64], |r| {
+                Ok((
+                    r.get::<_, i64>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, String>(2)?,
+                ))
+            })?;
+            for (rank, row) in rows.enumerate() {
+                let (rowid, id, run_at) = row?;
+                candidates.push((rank, run_at, id, rowid, session.clone()));
+            }
+        }
+    }
+    candidates.sort();
+    candidates.truncate(size);
+    let mut update = tx.prepare_cached(TOOLQ.claim)?;
+    let mut read = tx.prepare_cached(TOOLQ.read_back)?;
+    let mut out = Vec::with_capacity(candidates.len());
+    for (_, _, id, rowid, session) in candidates {
+        *seq += 1;
+        let token = format!("{:024x}", *seq);
+        let changed = update.execute(params!["wk_floor", token, until, now, rowid])?;
+        assert_eq!(changed, 1, "the claim of {id} did not apply");
+        read.query_row([rowid], |r| r.get::<_, String>(0))?;
+        cursor.clone_from(&session);
+        out.push(Claimed { id, session, token });
+    }
+    Ok(out)
+}
+
+/// The drain of `n` runs over [`SESSIONS`] sessions in cohorts of `cohort`, as
+/// `sessions_drain_c16_per_s` describes: its rate (the timed part only) and the WAL frames
+/// it appended per run.
+fn drain_over_sessions(dir: &Path, n: usize, cohort: usize) -> rusqlite::Result<(f64, f64)> {
+    let name = format!("floor-drain-sessions-{cohort}.db");
+    let c = fresh(dir, &name)?;
+    insert_batches_over(&c, n, SESSIONS)?;
+    c.execute_batch("PRAGMA wal_checkpoint(TRUNCATE)")?;
+    let (mut seq, mut cursor) = (0, String::new());
+    let t = Instant::now();
+    let mut running: Vec<Claimed> = Vec::new();
+    let mut ended = 0;
+    loop {
+        let tx = c.unchecked_transaction()?;
+        record_ends(&tx, &TOOLQ, &running)?;
+        ended += running.len();
+        running = claim_over_sessions(&tx, cohort, &mut seq, &mut cursor)?;
+        tx.commit()?;
+        if running.is_empty() {
+            break;
+        }
+    }
+    let rate = n as f64 / t.elapsed().as_secs_f64();
+    assert_eq!(
+        ended, n,
+        "the drain over sessions ended {ended} runs of {n}"
+    );
+    Ok((rate, wal_frames(&dir.join(&name)) as f64 / n as f64))
+}
+
+/// The frames in `db`'s WAL file (toolq's 4 KiB pages, each after a 24-byte header).
+fn wal_frames(db: &Path) -> u64 {
+    let wal = format!("{}-wal", db.display());
+    let bytes = std::fs::metadata(wal).map_or(0, |m| m.len());
+    bytes.saturating_sub(32) / (4096 + 24)
+}
+
 /// Drains `n` seeded runs in cohorts of `cohort`; the rate counts the timed part only.
 fn drain(dir: &Path, n: usize, cohort: usize, narrow: bool) -> rusqlite::Result<f64> {
+    drain_counted(dir, n, cohort, narrow).map(|(rate, _)| rate)
+}
+
+/// [`drain`], with the WAL frames it appended per run.
+fn drain_counted(
+    dir: &Path,
+    n: usize,
+    cohort: usize,
+    narrow: bool,
+) -> rusqlite::Result<(f64, f64)> {
     let name = format!(
         "floor-drain-{}-{cohort}.db",
         if narrow { "narrow" } else { "toolq" }
@@ -465,11 +669,13 @@ fn drain(dir: &Path, n: usize, cohort: usize, narrow: bool) -> rusqlite::Result<
     }
     let rate = n as f64 / t.elapsed().as_secs_f64();
     assert_eq!(ended, n, "the drain ended {ended} runs of {n}");
-    Ok(rate)
+    Ok((rate, wal_frames(&dir.join(&name)) as f64 / n as f64))
 }
 
 fn main() -> ExitCode {
     common::run_main("sqlite_floor", "sqlite-floor", |dir, n| {
+        let (drain_c16, frames_c16) = drain_counted(dir, n, 16, false)?;
+        let (sessions_c16, sessions_frames_c16) = drain_over_sessions(dir, n, 16)?;
         Ok(json!({
             "runs_insert_commits_per_s": single_inserts(dir, n, false)?.round(),
             "lean_runs_insert_commits_per_s": single_inserts(dir, n, true)?.round(),
@@ -478,7 +684,10 @@ fn main() -> ExitCode {
                 .round(),
             "runs_batch_insert_thread_checkpoint_per_s": batch_inserts(dir, n, Checkpoints::Thread)?
                 .round(),
-            "drain_c16_per_s": drain(dir, n, 16, false)?.round(),
+            "drain_c16_per_s": drain_c16.round(),
+            "drain_c16_wal_frames_per_run": (frames_c16 * 100.0).round() / 100.0,
+            "sessions_drain_c16_per_s": sessions_c16.round(),
+            "sessions_drain_c16_wal_frames_per_run": (sessions_frames_c16 * 100.0).round() / 100.0,
             "drain_c256_per_s": drain(dir, n, 256, false)?.round(),
             "narrow_drain_c16_per_s": drain(dir, n, 16, true)?.round(),
             "narrow_drain_c256_per_s": drain(dir, n, 256, true)?.round(),
