@@ -172,6 +172,51 @@ async fn attempt_claim_over_many_sessions_takes_priority_then_each_sessions_firs
 }
 
 #[tokio::test]
+async fn attempt_claim_after_a_session_visits_the_later_ones_then_wraps_round_once() {
+    let env = TestEnv::new();
+    let session = |i: usize| format!("s{i:02}");
+    for i in 0..10 {
+        for _ in 0..2 {
+            queued(&env, &session(i)).await;
+        }
+    }
+    // s03's best run is urgent: before the cursor, reached only by wrapping round.
+    let mut urgent = new_run(&env, &session(3));
+    urgent.priority = 5;
+    let urgent = insert(&env, urgent).await;
+    let p = Claim {
+        after_session: Some(session(5)),
+        ..claim_of(&env, "wk_a", 10)
+    };
+    let got = engine(&env).attempt_claim(p).await.unwrap();
+    assert_eq!(got[0].id, urgent, "{got:?}");
+    // Ten slots over ten sessions: each session once, the cursor's own included, none twice.
+    let mut sessions: Vec<&str> = got.iter().map(|r| r.session_id.as_str()).collect();
+    sessions.sort_unstable();
+    let all: Vec<String> = (0..10).map(session).collect();
+    assert_eq!(sessions, all, "{got:?}");
+    // 70 sessions: the claim visits at most 64 of them from the cursor on, wrapping round,
+    // so a run ahead of the cursor is still found.
+    let env = TestEnv::new();
+    for i in 0..70 {
+        queued(&env, &session(i)).await;
+    }
+    let mut urgent = new_run(&env, &session(2));
+    urgent.priority = 5;
+    let urgent = insert(&env, urgent).await;
+    let p = Claim {
+        after_session: Some(session(60)),
+        ..claim_of(&env, "wk_a", 2)
+    };
+    let got = engine(&env).attempt_claim(p).await.unwrap();
+    let ids: Vec<&RunId> = got.iter().map(|r| &r.id).collect();
+    assert_eq!(ids.len(), 2, "{got:?}");
+    assert_eq!(ids[0], &urgent, "{got:?}");
+    // Then the oldest first run of the sessions visited: s00's, also past the wrap.
+    assert_eq!(got[1].session_id, session(0), "{got:?}");
+}
+
+#[tokio::test]
 async fn attempt_claim_takes_priority_first_and_honours_max_running() {
     let env = TestEnv::new();
     let low = queued(&env, "s1").await;

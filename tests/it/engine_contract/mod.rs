@@ -76,6 +76,7 @@ const COVERED: &[(&str, &str)] = &[
     ),
     ("attempt_claim", "attempts::attempt_claim_honours_per_session_over_all_workers"),
     ("attempt_claim", "attempts::attempt_claim_over_many_sessions_takes_priority_then_each_sessions_first"),
+    ("attempt_claim", "attempts::attempt_claim_after_a_session_visits_the_later_ones_then_wraps_round_once"),
     ("attempt_claim", "attempts::attempt_claim_takes_priority_first_and_honours_max_running"),
     ("attempt_settle", "attempts::attempt_settle_ends_releases_and_claims_fenced"),
     ("attempt_settle", "durable::attempt_settle_saves_steps_only_under_the_lease"),

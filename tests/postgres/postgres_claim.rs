@@ -1,0 +1,86 @@
+//! The claim on Postgres against rows other transactions hold: a queued run that a cancel, an
+//! approval or an operator's `SELECT ... FOR UPDATE` has locked is left queued, and the claim
+//! takes the other runs without waiting for that transaction. Only the runs a claim takes are
+//! locked: over many sessions it reads up to each one's free slots, and locks none of the
+//! runs it leaves.
+
+use std::sync::mpsc;
+use std::time::Duration;
+
+use crate::engine_contract::{claim, claim_of, engine, queued};
+use crate::support::{TestEnv, pg};
+
+/// Holds a row lock on `id` in an open transaction on its own connection until `release`
+/// says so, then rolls back. Returns once the lock is held.
+fn hold_row_lock(url: &str, id: &str) -> (mpsc::Sender<()>, std::thread::JoinHandle<()>) {
+    let (locked_tx, locked_rx) = mpsc::channel();
+    let (release_tx, release_rx) = mpsc::channel::<()>();
+    let (url, id) = (url.to_string(), id.to_string());
+    let holder = std::thread::spawn(move || {
+        pg::with_client(&url, async move |c| {
+            c.batch_execute("BEGIN").await?;
+            c.query("SELECT 1 FROM runs WHERE id = $1 FOR UPDATE", &[&id])
+                .await?;
+            locked_tx.send(()).expect("the test waits for the lock");
+            // Nothing else runs on this connection meanwhile.
+            let _ = release_rx.recv_timeout(Duration::from_secs(60));
+            c.batch_execute("ROLLBACK").await
+        })
+        .expect("hold a row lock");
+    });
+    locked_rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("the row lock is held");
+    (release_tx, holder)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_claim_leaves_a_row_another_transaction_holds_and_takes_the_others_at_once() {
+    let env = TestEnv::new();
+    let held = queued(&env, "s1").await;
+    let second = queued(&env, "s1").await;
+    let third = queued(&env, "s2").await;
+    let (release, holder) = hold_row_lock(&env.db.url, held.as_str());
+    let got = tokio::time::timeout(Duration::from_secs(10), claim(&env, "wk_a", 10))
+        .await
+        .expect("the claim does not wait for the transaction holding a queued run");
+    let mut ids: Vec<_> = got.iter().map(|r| r.id.clone()).collect();
+    ids.sort();
+    let mut want = vec![second.clone(), third.clone()];
+    want.sort();
+    assert_eq!(ids, want, "the held run stays queued, the others are taken");
+    release.send(()).unwrap();
+    holder.join().unwrap();
+    // Once the lock is gone the run is claimable as any other.
+    let later = claim(&env, "wk_b", 10).await;
+    assert_eq!(
+        later.iter().map(|r| &r.id).collect::<Vec<_>>(),
+        [&held],
+        "{later:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_claim_over_many_sessions_locks_only_the_runs_it_takes() {
+    let env = TestEnv::new();
+    for i in 0..20 {
+        for _ in 0..5 {
+            queued(&env, &format!("s{i:02}")).await;
+        }
+    }
+    let p = toolq::store::Claim {
+        per_session: 5,
+        ..claim_of(&env, "wk_a", 8)
+    };
+    let got = engine(&env).attempt_claim(p).await.unwrap();
+    assert_eq!(got.len(), 8, "{got:?}");
+    let sessions: std::collections::BTreeSet<&str> =
+        got.iter().map(|r| r.session_id.as_str()).collect();
+    assert_eq!(sessions.len(), 8, "one run from each of eight sessions");
+    // A row a transaction locked without updating it keeps that transaction's id as its
+    // xmax after the commit (with a lock-only flag); rows no one touched have none.
+    let locked_queued = env
+        .db
+        .count("SELECT count(*) FROM runs WHERE state = 'queued' AND xmax::text <> '0'");
+    assert_eq!(locked_queued, 0, "the claim locked runs it did not take");
+}
