@@ -230,33 +230,26 @@ fn single_inserts(dir: &Path, n: usize, lean: bool) -> rusqlite::Result<f64> {
 
 /// Inserts `n` runs, [`PER_BATCH`] per transaction.
 fn insert_batches(c: &Connection, n: usize) -> rusqlite::Result<()> {
-    insert_batches_then(c, n, || ())
+    insert_batches_then(c, (n, 1), || ())
 }
 
 /// Inserts `n` runs over `sessions` sessions, [`PER_BATCH`] per transaction.
 fn insert_batches_over(c: &Connection, n: usize, sessions: usize) -> rusqlite::Result<()> {
-    let mut i = 0;
-    while i < n {
-        let k = PER_BATCH.min(n - i);
-        let tx = c.unchecked_transaction()?;
-        insert_runs_over(&tx, i, k, sessions)?;
-        tx.commit()?;
-        i += k;
-    }
-    Ok(())
+    insert_batches_then(c, (n, sessions), || ())
 }
 
-/// [`insert_batches`], calling `after_commit` after each transaction.
+/// Inserts `n` runs over `sessions` sessions ([`insert_runs_over`]), [`PER_BATCH`] per
+/// transaction, calling `after_commit` after each transaction.
 fn insert_batches_then(
     c: &Connection,
-    n: usize,
+    (n, sessions): (usize, usize),
     mut after_commit: impl FnMut(),
 ) -> rusqlite::Result<()> {
     let mut i = 0;
     while i < n {
         let k = PER_BATCH.min(n - i);
         let tx = c.unchecked_transaction()?;
-        insert_runs(&tx, i, k)?;
+        insert_runs_over(&tx, i, k, sessions)?;
         tx.commit()?;
         i += k;
         after_commit();
@@ -317,7 +310,7 @@ fn batch_inserts(dir: &Path, n: usize, checkpoints: Checkpoints) -> rusqlite::Re
         });
         let t = Instant::now();
         let mut signalled = 0;
-        let done = insert_batches_then(&c, n, || {
+        let done = insert_batches_then(&c, (n, 1), || {
             let pages = WAL_PAGES.load(Ordering::Relaxed);
             if pages < signalled {
                 signalled = 0;
@@ -447,6 +440,25 @@ fn record_ends(tx: &Transaction<'_>, layout: &Layout, cohort: &[Claimed]) -> rus
     Ok(())
 }
 
+/// Now, and a lease's expiry 30 s later, as stored text.
+fn now_and_until() -> (String, String) {
+    let now = chrono::Utc::now();
+    (
+        toolq::clock::ts(now),
+        toolq::clock::ts(now + chrono::Duration::seconds(30)),
+    )
+}
+
+/// The running runs per (session, tool), which a claim reads first.
+fn running_counts(
+    tx: &Transaction<'_>,
+    layout: &Layout,
+) -> rusqlite::Result<Vec<(String, String, i64)>> {
+    tx.prepare_cached(layout.running)?
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+        .collect()
+}
+
 /// Claims up to `size` runs as toolq's claim does and returns them.
 fn claim(
     tx: &Transaction<'_>,
@@ -454,31 +466,37 @@ fn claim(
     size: usize,
     seq: &mut u64,
 ) -> rusqlite::Result<Vec<Claimed>> {
-    let now_t = chrono::Utc::now();
-    let now = toolq::clock::ts(now_t);
-    let until = toolq::clock::ts(now_t + chrono::Duration::seconds(30));
-    let _running: Vec<(String, String, i64)> = tx
-        .prepare_cached(layout.running)?
-        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
-        .collect::<rusqlite::Result<_>>()?;
+    let (now, until) = now_and_until();
+    let _running = running_counts(tx, layout)?;
     let heads: Vec<(i64, String)> = tx
         .prepare_cached(layout.head)?
         .query_map(params![now, size as i64], |r| Ok((r.get(0)?, r.get(1)?)))?
         .collect::<rusqlite::Result<_>>()?;
+    let picked = heads
+        .into_iter()
+        .map(|(rowid, id)| (rowid, id, "default".to_string()));
+    take(tx, layout, picked, seq, (&until, &now))
+}
+
+/// Marks the `picked` runs (rowid, id, session) running under fresh leases and reads each
+/// back, as toolq's claim does after its pick.
+fn take(
+    tx: &Transaction<'_>,
+    layout: &Layout,
+    picked: impl IntoIterator<Item = (i64, String, String)>,
+    seq: &mut u64,
+    (until, now): (&str, &str),
+) -> rusqlite::Result<Vec<Claimed>> {
     let mut update = tx.prepare_cached(layout.claim)?;
     let mut read = tx.prepare_cached(layout.read_back)?;
-    let mut out = Vec::with_capacity(heads.len());
-    for (rowid, id) in heads {
+    let mut out = Vec::new();
+    for (rowid, id, session) in picked {
         *seq += 1;
         let token = format!("{:024x}", *seq);
         let changed = update.execute(params!["wk_floor", token, until, now, rowid])?;
         assert_eq!(changed, 1, "the claim of {id} did not apply");
         read.query_row([rowid], |r| r.get::<_, String>(0))?;
-        out.push(Claimed {
-            id,
-            session: "default".to_string(),
-            token,
-        });
+        out.push(Claimed { id, session, token });
     }
     Ok(out)
 }
@@ -508,13 +526,8 @@ fn claim_over_sessions(
     seq: &mut u64,
     cursor: &mut String,
 ) -> rusqlite::Result<Vec<Claimed>> {
-    let now_t = chrono::Utc::now();
-    let now = toolq::clock::ts(now_t);
-    let until = toolq::clock::ts(now_t + chrono::Duration::seconds(30));
-    let running: Vec<(String, String, i64)> = tx
-        .prepare_cached(TOOLQ.running)?
-        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
-        .collect::<rusqlite::Result<_>>()?;
+    let (now, until) = now_and_until();
+    let running = running_counts(tx, &TOOLQ)?;
     let room = |session: &str| {
         let busy: i64 = running.iter().filter(|r| r.0 == session).map(|r| r.2).sum();
         PER_SESSION.saturating_sub(usize::try_from(busy).unwrap_or(PER_SESSION))
@@ -570,17 +583,12 @@ fn claim_over_sessions(
     }
     candidates.sort();
     candidates.truncate(size);
-    let mut update = tx.prepare_cached(TOOLQ.claim)?;
-    let mut read = tx.prepare_cached(TOOLQ.read_back)?;
-    let mut out = Vec::with_capacity(candidates.len());
-    for (_, _, id, rowid, session) in candidates {
-        *seq += 1;
-        let token = format!("{:024x}", *seq);
-        let changed = update.execute(params!["wk_floor", token, until, now, rowid])?;
-        assert_eq!(changed, 1, "the claim of {id} did not apply");
-        read.query_row([rowid], |r| r.get::<_, String>(0))?;
-        cursor.clone_from(&session);
-        out.push(Claimed { id, session, token });
+    let picked = candidates
+        .into_iter()
+        .map(|(_, _, id, rowid, session)| (rowid, id, session));
+    let out = take(tx, &TOOLQ, picked, seq, (&until, &now))?;
+    if let Some(last) = out.last() {
+        cursor.clone_from(&last.session);
     }
     Ok(out)
 }
