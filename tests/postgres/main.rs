@@ -15,7 +15,7 @@
 //! processes with different host ids on one database; a host that stops heartbeating),
 //! `ticks` (three workers, one cron schedule, 20 ticks), `postgres_open` and
 //! `postgres_outage` (a lost connection), `postgres_claim` (a claim against rows other
-//! transactions hold, and the rows it locks), `postgres_durable` (durable runs through the engine: step
+//! transactions hold), `postgres_durable` (durable runs through the engine: step
 //! saves, events, suspensions), `postgres_compose` (composition on two hosts at once: a
 //! batch's last two ends, a waiting parent's two children, an `--after` insert against its
 //! parent's end, a child's end against its parent's step save), `postgres_tls` (sslmode and sslrootcert, on a second

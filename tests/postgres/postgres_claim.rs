@@ -1,13 +1,11 @@
 //! The claim on Postgres against rows other transactions hold: a queued run that a cancel, an
 //! approval or an operator's `SELECT ... FOR UPDATE` has locked is left queued, and the claim
-//! takes the other runs without waiting for that transaction. Only the runs a claim takes are
-//! locked: over many sessions it reads up to each one's free slots, and locks none of the
-//! runs it leaves.
+//! takes the other runs without waiting for that transaction.
 
 use std::sync::mpsc;
 use std::time::Duration;
 
-use crate::engine_contract::{claim, claim_of, engine, queued};
+use crate::engine_contract::{claim, queued};
 use crate::support::{TestEnv, pg};
 
 /// Holds a row lock on `id` in an open transaction on its own connection until `release`
@@ -58,29 +56,4 @@ async fn a_claim_leaves_a_row_another_transaction_holds_and_takes_the_others_at_
         [&held],
         "{later:?}"
     );
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn a_claim_over_many_sessions_locks_only_the_runs_it_takes() {
-    let env = TestEnv::new();
-    for i in 0..20 {
-        for _ in 0..5 {
-            queued(&env, &format!("s{i:02}")).await;
-        }
-    }
-    let p = toolq::store::Claim {
-        per_session: 5,
-        ..claim_of(&env, "wk_a", 8)
-    };
-    let got = engine(&env).attempt_claim(p).await.unwrap();
-    assert_eq!(got.len(), 8, "{got:?}");
-    let sessions: std::collections::BTreeSet<&str> =
-        got.iter().map(|r| r.session_id.as_str()).collect();
-    assert_eq!(sessions.len(), 8, "one run from each of eight sessions");
-    // A row a transaction locked without updating it keeps that transaction's id as its
-    // xmax after the commit (with a lock-only flag); rows no one touched have none.
-    let locked_queued = env
-        .db
-        .count("SELECT count(*) FROM runs WHERE state = 'queued' AND xmax::text <> '0'");
-    assert_eq!(locked_queued, 0, "the claim locked runs it did not take");
 }

@@ -8,11 +8,8 @@
 //! taking them: two workers can never both take a session's or a tool's last slot, and
 //! claims refilling at the same moment spread over the sessions instead of one of them
 //! holding them all (that would serialise them all again). The runs are then read under
-//! those locks, and only the runs it picks are locked, in its update, with `FOR UPDATE SKIP
-//! LOCKED`: a claim never waits on a queued run that a cancel or an approval is changing at
-//! that moment, and locks no run it does not take (a claim over many sessions reads up to
-//! each one's free slots, five times what it takes over 50 sessions, and row locks are
-//! writes).
+//! those locks with `FOR UPDATE SKIP LOCKED`, so a claim never waits on a queued run that a
+//! cancel or an approval is changing at that moment, and takes the next one instead.
 
 use std::collections::HashMap;
 
@@ -66,16 +63,16 @@ static SESSION_HEADS: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| 
 });
 
 /// The head of each (session, tool) pair given, read again under the sessions' claim locks:
-/// its best runnable runs, at most the session's free slots and the tool's room. No other
-/// claim takes runs of these sessions meanwhile; a run a cancel changes is left by the
-/// update's guard. `$6` false leaves background runs out (a worker at its per-worker limit
-/// of them).
+/// its best runnable runs, at most the session's free slots and the tool's room, locked for
+/// this claim (rows another transaction holds are skipped). `$6` false leaves background
+/// runs out (a worker at its per-worker limit of them).
 const HEADS: &str = "SELECT h.id, h.session_id, h.tool, h.priority, h.run_at, h.background \
     FROM unnest($1::text[], $2::bigint[]) AS s(session_id, take) \
     CROSS JOIN unnest($3::text[], $4::bigint[]) AS t(tool, cap) \
     CROSS JOIN LATERAL (SELECT r.id, r.session_id, r.tool, r.priority, r.run_at, r.background FROM runs r \
         WHERE r.state = 'queued' AND r.session_id = s.session_id AND r.tool = t.tool \
-        AND r.run_at <= $5 AND ($6::boolean OR r.background = 0) ORDER BY r.priority DESC, r.run_at, r.id LIMIT least(s.take, t.cap)) h";
+        AND r.run_at <= $5 AND ($6::boolean OR r.background = 0) ORDER BY r.priority DESC, r.run_at, r.id LIMIT least(s.take, t.cap) \
+        FOR UPDATE SKIP LOCKED) h";
 
 /// [`HEADS`] for a claim of unlimited tools, each session's take read in the same statement
 /// (`$1` the sessions, `$2` the claim's max, `$3` per_session, `$4` the tools, `$5` now, `$6`
@@ -88,7 +85,8 @@ const HEADS_COUNTING: &str = "SELECT h.id, h.session_id, h.tool, h.priority, h.r
     CROSS JOIN unnest($4::text[]) AS t(tool) \
     CROSS JOIN LATERAL (SELECT r.id, r.session_id, r.tool, r.priority, r.run_at, r.background FROM runs r \
         WHERE r.state = 'queued' AND r.session_id = s.session_id AND r.tool = t.tool \
-        AND r.run_at <= $5 AND ($6::boolean OR r.background = 0) ORDER BY r.priority DESC, r.run_at, r.id LIMIT k.take) h";
+        AND r.run_at <= $5 AND ($6::boolean OR r.background = 0) ORDER BY r.priority DESC, r.run_at, r.id LIMIT k.take \
+        FOR UPDATE SKIP LOCKED) h";
 
 /// What a claim reads before it locks: the pauses, the running counts per session and per
 /// tool, the sessions with queued runs from the cursor on (wrapping around), and with
@@ -324,12 +322,12 @@ pub(crate) async fn claim<C: GenericClient>(c: &C, p: &Claim) -> Result<Vec<Run>
     Ok(take_then(c, p, picked, async { Ok(()) }).await?.0)
 }
 
-/// What a claim picked under its locks ([`pick_runs`]): [`take_then`] marks those still
-/// queued running.
+/// What a claim picked under its locks ([`pick_runs`]), locked for it and still queued: [`take_then`]
+/// marks them running.
 pub(crate) struct Picked(Vec<Head<HeadKey>>);
 
-/// [`claim`] up to its pick: the runs it will take, read under its sessions' and tools'
-/// claim locks, not yet written.
+/// [`claim`] up to its pick: the runs it will take, locked for it under its sessions' and
+/// tools' claim locks, not yet written.
 pub(crate) async fn pick_runs<C: GenericClient>(c: &C, p: &Claim) -> Result<Picked, StoreError> {
     pick_heads(c, p).await.map(Picked)
 }
@@ -494,7 +492,7 @@ async fn pick_heads<C: GenericClient>(c: &C, p: &Claim) -> Result<Vec<Head<HeadK
 }
 
 /// The heads of `sessions` (whose claim locks this claim holds) over the wanted tools, at
-/// most each session's free slots, by session ([`HEADS_COUNTING`]).
+/// most each session's free slots, locked for this claim, by session ([`HEADS_COUNTING`]).
 async fn counted_heads<C: GenericClient>(
     c: &C,
     p: &Claim,
@@ -602,7 +600,7 @@ fn by_session(
 }
 
 /// The heads of each session given (with its take) over the tools with room, read under
-/// the claim locks, grouped by session with its take, for `pick`.
+/// the claim locks and locked for this claim, grouped by session with its take, for `pick`.
 async fn locked_heads<C: GenericClient>(
     c: &C,
     p: &Claim,
@@ -677,13 +675,12 @@ async fn claim_heads<C: GenericClient>(
     runs_from_rows(&rows)
 }
 
-/// The statement that marks picked runs running, and its parameters. It locks the picked
-/// runs first, skipping any another transaction holds (a cancel, an approval: left queued,
-/// the claim takes fewer rather than wait). Its state guards are written `(state =
-/// 'queued') IS TRUE`, the same test in a form no partial index predicate matches: as
-/// `state = 'queued'` it let the planner, with statistics taken while few runs were queued,
-/// scan every queued run through `runs_claimable_idx` and hash-join them to the picked ids
-/// (4.8 ms for 4 runs out of 6,000 queued) instead of probing the primary key (0.35 ms).
+/// The statement that marks picked runs running, and its parameters. Its state guard is
+/// written `(state = 'queued') IS TRUE`, the same test in a form no partial index predicate
+/// matches: as `state = 'queued'` it let the planner, with statistics taken while few runs
+/// were queued, scan every queued run through `runs_claimable_idx` and hash-join them to the
+/// picked ids (4.8 ms for 4 runs out of 6,000 queued) instead of probing the primary key
+/// (0.35 ms).
 struct ClaimHeads<'a> {
     worker: &'a str,
     lease_until: String,
@@ -698,9 +695,7 @@ impl<'a> ClaimHeads<'a> {
             "UPDATE runs SET state = 'running', attempt = attempt + 1, lease_owner = $1, \
              lease_token = u.u_token, lease_expires_at = $2, heartbeat_at = $3, started_at = $3, \
              cancel_requested_at = NULL, status_text = NULL, progress = NULL, output_tail = NULL \
-             FROM (SELECT q.id AS u_id, u.u_token FROM unnest($4::text[], $5::text[]) AS u(u_id, u_token) \
-                 JOIN runs q ON q.id = u.u_id WHERE (q.state = 'queued') IS TRUE \
-                 FOR UPDATE OF q SKIP LOCKED) AS u \
+             FROM unnest($4::text[], $5::text[]) AS u(u_id, u_token) \
              WHERE id = u.u_id AND (state = 'queued') IS TRUE RETURNING {RUN_COLUMNS}"
         );
         let params = ClaimHeads {
