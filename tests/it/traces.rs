@@ -321,6 +321,45 @@ fn with_tracing_off_nothing_is_sent_and_the_callers_traceparent_is_kept() {
 }
 
 #[test]
+fn every_run_of_an_enqueue_file_keeps_the_callers_traceparent_with_or_without_a_batch() {
+    let rx = Receiver::start();
+    let site = Site::new();
+    let file = site.dir.path().join("runs.jsonl");
+    std::fs::write(
+        &file,
+        "{\"tool\":\"shout\",\"args\":{\"text\":\"a\"}}\n{\"tool\":\"shout\",\"args\":{\"text\":\"b\"}}\n",
+    )
+    .unwrap();
+    let file = file.to_str().unwrap();
+    let ids = enqueue(&site, &rx.url, false, &["--file", file]);
+    let batch = enqueue(&site, &rx.url, false, &["--file", file, "--batch"]);
+    assert_eq!(ids.lines().count(), 2, "{ids}");
+    assert!(batch.starts_with("bt_"), "{batch}");
+    let db = site.db();
+    assert_eq!(db.count("SELECT count(*) FROM runs"), 4);
+    assert_eq!(
+        db.count(&format!(
+            "SELECT count(*) FROM runs WHERE traceparent = '{CALLER}'"
+        )),
+        4,
+        "every run of both files joins the caller's trace"
+    );
+    // A bad variable is refused before the file is read, and writes nothing.
+    let out = host(&site, &rx.url, false)
+        .env("TRACEPARENT", "00-nope")
+        .args(["enqueue", "--file", file])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("TRACEPARENT") && err.contains("00-nope"),
+        "{err}"
+    );
+    assert_eq!(db.count("SELECT count(*) FROM runs"), 4, "nothing written");
+}
+
+#[test]
 fn a_bad_endpoint_or_traceparent_exits_2_naming_it_and_writes_nothing() {
     let rx = Receiver::start();
     let site = Site::new();

@@ -7,7 +7,7 @@ use std::path::Path;
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 
-use super::{Args, batch_id, name_fields};
+use super::{Args, batch_id, caller_traceparent, name_fields};
 use crate::cli::{Ctx, progress, render};
 use crate::client::EnqueueRequest;
 use crate::core::{BatchEnqueued, BatchRequest, OnComplete};
@@ -21,11 +21,15 @@ pub(super) async fn run(ctx: &Ctx, path: &Path, args: &Args) -> Result<()> {
     // Checked before the file is read: a mistake in the flags costs no validation pass.
     let batch = batch_request(args)?;
     let join = batch_id("--batch-id", args.batch_id.as_deref())?;
+    // Checked before the file is read too: a bad variable costs no validation pass.
+    let traceparent = caller_traceparent()?;
     let (mut reqs, lines) = read_file(path, ctx)?;
-    if let Some(join) = &join {
-        for r in &mut reqs {
+    for r in &mut reqs {
+        if let Some(join) = &join {
             r.batch = Some(join.clone());
         }
+        // Every run of the file joins the caller's trace, as a single `enqueue` does.
+        r.traceparent = traceparent.clone();
     }
     let spin = progress::spinner(
         ctx.json,
