@@ -195,6 +195,12 @@ fn web_every_route_answers_html_and_the_same_data_as_json() {
     let v: serde_json::Value = serde_json::from_str(&json).unwrap();
     assert_eq!(v["by_state"]["queued"], 1);
     assert_eq!(v["last_hour"]["buckets"].as_array().unwrap().len(), 60);
+    // The WAL row is of SQLite's -wal file; a Postgres server keeps its own, so that engine
+    // shows none (not a size of 0 B that looks measured).
+    let (_, html) = get(&format!("{url}/"), &[]);
+    let sqlite = crate::support::ENGINE == crate::support::Engine::Sqlite;
+    assert_eq!(v["engine"], if sqlite { "sqlite" } else { "postgres" });
+    assert_eq!(html.contains("WAL size"), sqlite, "{html}");
     let (status, _) = get(&format!("{url}/runs/bg_nope"), &[]);
     assert_eq!(status, 400);
     let (status, _) = get(&format!("{url}/no/such/page"), &[]);

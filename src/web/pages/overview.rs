@@ -82,8 +82,10 @@ pub struct Overview {
     pub last_day: Window,
     /// SQLITE_BUSY retries over the live workers.
     pub busy_retries: i64,
-    /// Bytes of the write-ahead log.
+    /// Bytes of the write-ahead log (0 on Postgres, whose server keeps its own).
     pub wal_bytes: u64,
+    /// The engine: `sqlite` or `postgres`.
+    pub engine: &'static str,
     /// Workers by liveness.
     pub workers: WorkerCounts,
     /// What is paused.
@@ -119,6 +121,11 @@ pub async fn read(client: &Client) -> Result<Overview> {
         last_day: window(client, now, 3600, 24).await?,
         busy_retries: status.busy_retries,
         wal_bytes: client.engine().wal_bytes(),
+        engine: if client.is_postgres() {
+            "postgres"
+        } else {
+            "sqlite"
+        },
         workers: WorkerCounts {
             alive: count(Liveness::Alive),
             stale: count(Liveness::Stale),
@@ -317,7 +324,10 @@ fn health(o: &Overview) -> Markup {
                     @if o.workers.dead > 0 { ", " span.bad { (o.workers.dead) " dead" } }
                 } }
                 tr { th { "Busy retries" } td { (o.busy_retries) } }
-                tr { th { "WAL size" } td { (bytes(o.wal_bytes)) } }
+                // A Postgres server's WAL is its own, not a file of this database.
+                @if o.engine != "postgres" {
+                    tr { th { "WAL size" } td { (bytes(o.wal_bytes)) } }
+                }
                 tr { th { "Paused" } td {
                     @if o.paused.is_empty() { span.dim { "nothing" } }
                     @for p in &o.paused {
