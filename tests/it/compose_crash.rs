@@ -108,13 +108,22 @@ fn kill_9_during_batches_and_chains_completes_each_batch_once_and_ends_each_chai
                 std::thread::sleep(Duration::from_millis(2));
             }
         }
-        std::thread::sleep(Duration::from_millis(rand::random_range(20..=250u64)));
-        child.kill().unwrap();
-        child.wait().unwrap();
-        hits += s.db.count(&format!(
+        let running = format!(
             "SELECT count(*) FROM runs r JOIN workers w ON w.id = r.lease_owner \
              WHERE r.state = 'running' AND w.pid = {pid}"
-        ));
+        );
+        if kill % 4 == 1 {
+            // However slow the machine, some kills land while the worker holds runs.
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while s.db.count(&running) == 0 && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        } else {
+            std::thread::sleep(Duration::from_millis(rand::random_range(20..=250u64)));
+        }
+        child.kill().unwrap();
+        child.wait().unwrap();
+        hits += s.db.count(&running);
         child = spawn_worker(&s, false);
     }
     assert!(hits > 0, "no kill caught a running run");

@@ -74,6 +74,18 @@ async fn enqueue(client: &Client, tool: &str, args: Value, n: usize) -> Vec<RunI
         .collect()
 }
 
+/// Waits until the run is suspended in its wait (failing after a minute).
+async fn until_suspended(client: &Client, id: &RunId) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while client.get(id).await.unwrap().waiting.is_none() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "run {id} never suspended"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 /// Waits until `done` holds for the runs' states, failing with the states after `within`.
 async fn until(
     client: &Client,
@@ -118,12 +130,18 @@ async fn signals_racing_the_suspend_commit_are_never_lost_nor_used_twice() {
     ];
     // Each run's "go" at a random moment over the time the workers take to claim and suspend
     // them all: some before the run is claimed, some while it runs towards its wait, some
-    // racing the suspension's commit, some after.
-    let sends = ids.iter().map(|id| {
+    // racing the suspension's commit, some after. So that both ends are met however fast the
+    // machine is, every eighth run's "go" waits until the run is seen suspended, and the last
+    // eight runs' (claimed last) go at once.
+    let sends = ids.iter().enumerate().map(|(i, id)| {
         let (client, id) = (&a, id.clone());
         async move {
-            let delay = rand::random_range(0..=400u64);
-            tokio::time::sleep(Duration::from_millis(delay)).await;
+            if i % 8 == 0 {
+                until_suspended(client, &id).await;
+            } else if i < RUNS - 8 {
+                let delay = rand::random_range(0..=400u64);
+                tokio::time::sleep(Duration::from_millis(delay)).await;
+            }
             let before = client.get(&id).await.unwrap();
             let sent = client
                 .signal(&id, "go", json!({ "run": id.to_string() }), None)
