@@ -57,3 +57,46 @@ async fn a_claim_leaves_a_row_another_transaction_holds_and_takes_the_others_at_
         "{later:?}"
     );
 }
+
+/// The claim's session scan reads `runs_claimable_idx` alone, even mid-drain with statistics
+/// taken while every run was queued. With a probe ordered by `session_id` alone the planner
+/// took `runs_session_created_idx` for the scan's first probes, which holds every run: each
+/// claim then read the ended runs at the head of the next session from the heap.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_session_scan_reads_the_claimable_index_alone_mid_drain() {
+    let env = TestEnv::new();
+    let reqs = (0..2000)
+        .map(|i| {
+            toolq::EnqueueRequest::new(
+                crate::engine_contract::TOOL,
+                serde_json::json!({"message": "m"}),
+            )
+            .session(format!("s{:02}", i % 50))
+        })
+        .collect();
+    env.client.enqueue_batch(reqs).await.unwrap();
+    let plan = pg::with_client(&env.db.url, async |c| {
+        c.batch_execute("ANALYZE runs").await?;
+        // The first half of each session ended, as a drain leaves them (at the head of the
+        // session in `runs_session_created_idx`).
+        c.batch_execute(
+            "UPDATE runs SET state = 'completed', created_at = '2000-01-01T00:00:00.000Z', \
+             finished_at = '2000-01-01T00:00:00.000Z' \
+             WHERE id IN (SELECT id FROM (SELECT id, row_number() OVER \
+               (PARTITION BY session_id ORDER BY id) AS k FROM runs) r WHERE k <= 20)",
+        )
+        .await?;
+        let sql = format!("EXPLAIN {}", toolq::store::postgres::CLAIM_SESSION_SCAN);
+        let rows = c.query(&sql, &[&"s07", &64i64]).await?;
+        Ok(rows
+            .iter()
+            .map(|r| r.get::<_, String>(0))
+            .collect::<Vec<_>>()
+            .join("\n"))
+    })
+    .expect("explain the session scan");
+    assert!(plan.contains("runs_claimable_idx"), "{plan}");
+    for other in ["runs_session_created_idx", "Seq Scan", "Sort"] {
+        assert!(!plan.contains(other), "reads {other}:\n{plan}");
+    }
+}

@@ -37,6 +37,11 @@ use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 
 pub use migrate::SCHEMA_VERSION;
 
+/// The claim's session scan (`$1` the cursor, `$2` the most sessions), for the test of its
+/// plan: which index it reads is not visible in its results. Not a stable API.
+#[doc(hidden)]
+pub const CLAIM_SESSION_SCAN: &str = claim::SESSIONS;
+
 pub(crate) use errors::PgError;
 use errors::{pool_error, retryable};
 pub(crate) use sql::{P, exec, get, notify, query, query_one, query_opt};
