@@ -345,9 +345,15 @@ fn every_run_of_an_enqueue_file_keeps_the_callers_traceparent_with_or_without_a_
         "every run of both files joins the caller's trace"
     );
     // A bad variable is refused before the file is read, and writes nothing.
-    let out = host(&site, &rx.url, false)
+    refuses_a_bad_traceparent(host(&site, &rx.url, false), &["enqueue", "--file", file]);
+    assert_eq!(db.count("SELECT count(*) FROM runs"), 4, "nothing written");
+}
+
+/// `cmd args` with `TRACEPARENT=00-nope` exits 2 naming the variable and its value.
+fn refuses_a_bad_traceparent(mut cmd: Command, args: &[&str]) {
+    let out = cmd
         .env("TRACEPARENT", "00-nope")
-        .args(["enqueue", "--file", file])
+        .args(args)
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
@@ -356,7 +362,6 @@ fn every_run_of_an_enqueue_file_keeps_the_callers_traceparent_with_or_without_a_
         err.contains("TRACEPARENT") && err.contains("00-nope"),
         "{err}"
     );
-    assert_eq!(db.count("SELECT count(*) FROM runs"), 4, "nothing written");
 }
 
 #[test]
@@ -373,16 +378,9 @@ fn a_bad_endpoint_or_traceparent_exits_2_naming_it_and_writes_nothing() {
         err.contains("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") && err.contains("localhost:4318"),
         "{err}"
     );
-    let out = host(&site, &rx.url, true)
-        .env("TRACEPARENT", "00-nope")
-        .args(["enqueue", "shout", "--args", r#"{"text":"hi"}"#])
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{err}");
-    assert!(
-        err.contains("TRACEPARENT") && err.contains("00-nope"),
-        "{err}"
+    refuses_a_bad_traceparent(
+        host(&site, &rx.url, true),
+        &["enqueue", "shout", "--args", r#"{"text":"hi"}"#],
     );
     assert_eq!(
         site.db().count("SELECT count(*) FROM runs"),
