@@ -75,7 +75,7 @@ async fn the_session_scan_reads_the_claimable_index_alone_mid_drain() {
         })
         .collect();
     env.client.enqueue_batch(reqs).await.unwrap();
-    let plan = pg::with_client(&env.db.url, async |c| {
+    let plans = pg::with_client(&env.db.url, async |c| {
         c.batch_execute("ANALYZE runs").await?;
         // The first half of each session ended, as a drain leaves them (at the head of the
         // session in `runs_session_created_idx`).
@@ -86,17 +86,33 @@ async fn the_session_scan_reads_the_claimable_index_alone_mid_drain() {
                (PARTITION BY session_id ORDER BY id) AS k FROM runs) r WHERE k <= 20)",
         )
         .await?;
-        let sql = format!("EXPLAIN {}", toolq::store::postgres::CLAIM_SESSION_SCAN);
-        let rows = c.query(&sql, &[&"s07", &64i64]).await?;
-        Ok(rows
-            .iter()
-            .map(|r| r.get::<_, String>(0))
-            .collect::<Vec<_>>()
-            .join("\n"))
+        // Both plans: the custom one EXPLAIN makes with the values, and the generic one
+        // toolq's pool connections make once and keep (`plan_cache_mode`).
+        let scan = toolq::store::postgres::CLAIM_SESSION_SCAN;
+        let custom = c
+            .query(&format!("EXPLAIN {scan}"), &[&"s07", &64i64])
+            .await?;
+        c.batch_execute(&format!(
+            "SET plan_cache_mode = force_generic_plan; PREPARE scan(text, bigint) AS {scan}"
+        ))
+        .await?;
+        let generic = c.query("EXPLAIN EXECUTE scan('s07', 64)", &[]).await?;
+        let text = |rows: &[tokio_postgres::Row]| {
+            rows.iter()
+                .map(|r| r.get::<_, String>(0))
+                .collect::<Vec<_>>()
+                .join("\n")
+        };
+        Ok([
+            format!("custom:\n{}", text(&custom)),
+            format!("generic:\n{}", text(&generic)),
+        ])
     })
     .expect("explain the session scan");
-    assert!(plan.contains("runs_claimable_idx"), "{plan}");
-    for other in ["runs_session_created_idx", "Seq Scan", "Sort"] {
-        assert!(!plan.contains(other), "reads {other}:\n{plan}");
+    for plan in &plans {
+        assert!(plan.contains("runs_claimable_idx"), "{plan}");
+        for other in ["runs_session_created_idx", "Seq Scan", "Sort"] {
+            assert!(!plan.contains(other), "reads {other}:\n{plan}");
+        }
     }
 }
