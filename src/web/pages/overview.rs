@@ -80,7 +80,8 @@ pub struct Overview {
     pub last_hour: Window,
     /// The last day in hours.
     pub last_day: Window,
-    /// SQLITE_BUSY retries over the live workers.
+    /// Write transactions retried over the live workers (SQLite: `SQLITE_BUSY`; Postgres: a
+    /// serialization failure or deadlock).
     pub busy_retries: i64,
     /// Bytes of the write-ahead log (0 on Postgres, whose server keeps its own).
     pub wal_bytes: u64,
