@@ -4,6 +4,7 @@
 
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
@@ -75,7 +76,11 @@ async fn a_detached_operation_is_resumed_after_the_worker_dies() {
         (ok.then_some(r), seen)
     })
     .await;
-    rt.shutdown_background();
+    // Wait until its thread has stopped: a task still being polled could send a claim after
+    // the rescue below and take the run again for a worker that no longer exists.
+    tokio::task::spawn_blocking(move || rt.shutdown_timeout(Duration::from_secs(10)))
+        .await
+        .unwrap();
     assert_eq!(run.state, RunState::Running);
     let op = run.operation_id.clone().unwrap();
 
@@ -135,7 +140,11 @@ async fn a_detached_operation_is_resumed_after_the_worker_dies() {
     assert_eq!(result["result"]["operation_id"], op.as_str());
     assert_eq!(result["result"]["stdout_tail"], "finished\n");
     let log = env.client.log(&run).await.unwrap().unwrap().content;
-    assert!(String::from_utf8_lossy(&log).contains("[stdout] finished"));
+    let log = String::from_utf8_lossy(&log);
+    assert!(
+        log.contains("[stdout] finished"),
+        "log: {log:?}, stages: {names:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
