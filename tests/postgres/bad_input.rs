@@ -484,3 +484,106 @@ fn a_version_5_database_keeps_its_results_beside_the_runs() {
         0
     );
 }
+
+/// The id of each run in `toolq --json runs` with `args`, in the order printed.
+fn listed(db: &TestDb, args: &[&str]) -> Vec<String> {
+    let mut all = vec!["--json", "runs"];
+    all.extend_from_slice(args);
+    let o = toolq(db, &all);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("runs --json");
+    v.as_array()
+        .expect("an array of runs")
+        .iter()
+        .map(|r| r["id"].as_str().expect("an id").to_string())
+        .collect()
+}
+
+/// Schema version 6 -> 7 (issue 38): the two indexes of `runs` in creation order give way to
+/// `run_order`, filled from the runs there are, and `toolq runs` lists newest first (in all,
+/// by session, by state) as before. Runs inserted, deleted or re-dated by hand keep it whole.
+#[test]
+fn a_version_6_database_lists_its_runs_through_run_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = TestDb::at(dir.path());
+    for step in [
+        include_str!("../../migrations/postgres/001_schema.sql"),
+        include_str!("../../migrations/postgres/002_background_runs.sql"),
+        include_str!("../../migrations/postgres/003_durable_runs.sql"),
+        include_str!("../../migrations/postgres/004_composition.sql"),
+        include_str!("../../migrations/postgres/005_tags_traces.sql"),
+        include_str!("../../migrations/postgres/006_result_beside_run.sql"),
+    ] {
+        db.exec(step);
+    }
+    let run = |id: &str, session: &str, created: &str, state: &str| {
+        format!(
+            "('{id}', '{session}', 'echo', '{{}}', '{id}', '{created}', '{created}', '{state}')"
+        )
+    };
+    db.exec(&format!(
+        "CREATE TABLE schema_version (version BIGINT PRIMARY KEY, applied_at TEXT NOT NULL);
+         INSERT INTO schema_version (version, applied_at) VALUES (1, '2026-01-01T00:00:00.000Z'),
+           (2, '2026-01-02T00:00:00.000Z'), (3, '2026-01-03T00:00:00.000Z'),
+           (4, '2026-01-04T00:00:00.000Z'), (5, '2026-01-05T00:00:00.000Z'),
+           (6, '2026-01-06T00:00:00.000Z');
+         INSERT INTO runs (id, session_id, tool, args, title, run_at, created_at, state)
+           VALUES {}, {}, {};",
+        run("bg_a", "s1", "2026-01-01T00:00:01.000Z", "completed"),
+        run("bg_c", "s2", "2026-01-01T00:00:03.000Z", "queued"),
+        run("bg_b", "s1", "2026-01-01T00:00:02.000Z", "queued"),
+    ));
+    let o = toolq(&db, &["init"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        db.count("SELECT max(version) FROM schema_version"),
+        toolq::store::postgres::SCHEMA_VERSION
+    );
+    assert_eq!(db.count("SELECT count(*) FROM run_order"), 3);
+    assert_eq!(
+        db.count(
+            "SELECT count(*) FROM pg_indexes WHERE indexname IN \
+             ('runs_created_idx', 'runs_session_created_idx')"
+        ),
+        0,
+        "no index of runs in creation order is left to write on every claim and end"
+    );
+    assert_eq!(listed(&db, &[]), ["bg_c", "bg_b", "bg_a"]);
+    assert_eq!(listed(&db, &["--session", "s1"]), ["bg_b", "bg_a"]);
+    assert_eq!(
+        listed(&db, &["--state", "queued", "--limit", "1"]),
+        ["bg_c"]
+    );
+    // What toolq writes from now on, and what a script writes by hand, is listed too.
+    let o = toolq(
+        &db,
+        &[
+            "enqueue",
+            "echo",
+            "--session",
+            "s1",
+            "--args",
+            r#"{"message":"x"}"#,
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    db.exec(&format!(
+        "INSERT INTO runs (id, session_id, tool, args, title, run_at, created_at, state) VALUES {}",
+        run("bg_old", "s3", "2025-01-01T00:00:00.000Z", "failed")
+    ));
+    let all = listed(&db, &[]);
+    assert_eq!(all.len(), 5, "{all:?}");
+    assert!(all[0].starts_with("bg_0"), "the new run first: {all:?}");
+    assert_eq!(all[1..], ["bg_c", "bg_b", "bg_a", "bg_old"]);
+    db.exec("UPDATE runs SET created_at = '2027-01-01T00:00:00.000Z', session_id = 's9' WHERE id = 'bg_a'");
+    assert_eq!(listed(&db, &["--limit", "1"]), ["bg_a"]);
+    assert_eq!(listed(&db, &["--session", "s9"]), ["bg_a"]);
+    assert_eq!(listed(&db, &["--session", "s1"]).len(), 2);
+    db.exec("DELETE FROM runs WHERE id IN ('bg_a', 'bg_old')");
+    assert_eq!(db.count("SELECT count(*) FROM run_order"), 3);
+    assert_eq!(
+        db.count("SELECT count(*) FROM run_order o JOIN runs r ON r.id = o.id"),
+        3,
+        "one row per run, and none without its run"
+    );
+}

@@ -33,7 +33,7 @@ use crate::store::{Claim, ProgressWrite};
 /// gives fewer than `$2` (the CTEs are read as the limit asks for rows).
 ///
 /// Each probe orders by all of `runs_claimable_idx`'s columns, which only that index gives.
-/// Ordered by `session_id` alone, the planner took `runs_session_created_idx` for the first
+/// Ordered by `session_id` alone, the planner took `runs_session_created_idx` (schema 6) for the first
 /// probes (statistics of a queue that was all queued when last analysed), and that index
 /// holds every run: mid-drain, each claim read the ended runs at the start of the next
 /// session from the heap, one by one (~330 buffers and 2-3 ms a claim over 50 sessions).

@@ -9,7 +9,7 @@ use crate::error::StoreError;
 use crate::store::OpenMode;
 
 /// The schema version this build writes and understands (Postgres numbers its own).
-pub const SCHEMA_VERSION: i64 = 6;
+pub const SCHEMA_VERSION: i64 = 7;
 
 /// Ordered steps: `STEPS[i]` creates version `i + 1` from version `i`.
 const STEPS: &[&str] = &[
@@ -19,6 +19,7 @@ const STEPS: &[&str] = &[
     include_str!("../../../migrations/postgres/004_composition.sql"),
     include_str!("../../../migrations/postgres/005_tags_traces.sql"),
     include_str!("../../../migrations/postgres/006_result_beside_run.sql"),
+    include_str!("../../../migrations/postgres/007_run_order.sql"),
 ];
 
 /// What the database holds before we touch it.

@@ -24,57 +24,79 @@ pub(crate) async fn get_run<C: GenericClient>(c: &C, id: &str) -> Result<Option<
         .transpose()
 }
 
+/// [`RUN_COLUMNS`] of `runs r`, for statements that join it.
+static RUN_COLUMNS_OF_R: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    RUN_COLUMNS
+        .split(',')
+        .map(|c| format!("r.{}", c.trim()))
+        .collect::<Vec<_>>()
+        .join(", ")
+});
+
 /// Runs, newest first.
+///
+/// The statement names only the filter's terms, and the state as a literal (it comes from the
+/// enum): the pool plans each statement once, generically ([`super::session`]), and a term
+/// `($1 IS NULL OR state = $1)` would leave that plan no index of the filter's own (a
+/// rare state's partial index, a session's rows in `run_order`), only a walk of every run.
 pub(crate) async fn list<C: GenericClient>(c: &C, f: &ListFilter) -> Result<Vec<Run>, StoreError> {
-    // A batch's or a parent's runs are read through their own index (ids sort by creation):
-    // a statement of its own, whose plan is not shared with the unfiltered list's.
-    let (batch, parent, order) = match (&f.batch_id, &f.parent_run_id) {
-        _ if !f.tags.is_empty() => (
-            "($6::text IS NULL OR batch_id = $6)",
-            "($7::text IS NULL OR parent_run_id = $7)",
-            "id DESC",
-        ),
-        (Some(_), _) => (
-            "batch_id = $6",
-            "($7::text IS NULL OR parent_run_id = $7)",
-            "id DESC",
-        ),
-        (None, Some(_)) => ("$6::text IS NULL", "parent_run_id = $7", "id DESC"),
-        (None, None) => (
-            "$6::text IS NULL",
-            "$7::text IS NULL",
-            "created_at DESC, id DESC",
-        ),
+    // A batch's, a parent's or a tag's runs are read through their own index, newest id
+    // first (ids sort by creation). The rest newest first by creation time through
+    // `run_order` (schema 7: each run's created_at, id and session once, so that claims and
+    // ends write no index entry in that order), each run read beside its row.
+    let by_id = !f.tags.is_empty() || f.batch_id.is_some() || f.parent_run_id.is_some();
+    let (from, session, order) = if by_id {
+        ("runs r", "r.session_id", "r.id DESC")
+    } else {
+        (
+            "run_order o JOIN runs r ON r.id = o.id",
+            "o.session_id",
+            "o.created_at DESC, o.id DESC",
+        )
     };
-    // Tagged runs (`runs --tag`): each tag's runs through `run_tags_tag_idx`, newest id first.
+    let mut terms: Vec<String> = Vec::new();
+    let mut params: Vec<P<'_>> = Vec::new();
+    if let Some(state) = f.state {
+        terms.push(format!("r.state = '{}'", state.as_str()));
+    }
     let tags: Vec<String> = f.tags.rows().collect();
-    let tagged: String = (0..tags.len())
-        .map(|i| {
-            format!(
-                " AND id IN (SELECT run_id FROM run_tags WHERE tag = ${})",
-                8 + i
-            )
-        })
-        .collect();
-    let sql = format!(
-        "SELECT {RUN_COLUMNS} FROM runs WHERE {batch} AND {parent} \
-         AND ($1::text IS NULL OR state = $1) \
-         AND ($2::text IS NULL OR session_id = $2) AND ($3::text IS NULL OR tool = $3) \
-         AND ($4::text IS NULL OR schedule_id = $4){tagged} ORDER BY {order} LIMIT $5"
-    );
-    let state = f.state.map(|s| s.as_str());
-    let mut params: Vec<P<'_>> = vec![
-        &state,
-        &f.session,
-        &f.tool,
-        &f.schedule_id,
-        &f.limit,
-        &f.batch_id,
-        &f.parent_run_id,
+    let texts = [
+        (session, f.session.as_ref()),
+        ("r.tool", f.tool.as_ref()),
+        ("r.schedule_id", f.schedule_id.as_ref()),
+        ("r.batch_id", f.batch_id.as_ref()),
+        ("r.parent_run_id", f.parent_run_id.as_ref()),
     ];
-    params.extend(tags.iter().map(|t| t as P<'_>));
+    for (column, value) in texts {
+        if let Some(value) = value {
+            params.push(value);
+            terms.push(format!("{column} = ${}", params.len()));
+        }
+    }
+    // Tagged runs (`runs --tag`): each tag's runs through `run_tags_tag_idx`.
+    for tag in &tags {
+        params.push(tag);
+        terms.push(format!(
+            "r.id IN (SELECT run_id FROM run_tags WHERE tag = ${})",
+            params.len()
+        ));
+    }
+    let filter = if terms.is_empty() {
+        String::new()
+    } else {
+        format!(" WHERE {}", terms.join(" AND "))
+    };
+    // The limit as a literal, rounded up to a power of two (a few statements per connection,
+    // not one per limit asked for): a generic plan with `LIMIT $n` expects a tenth of the
+    // rows and starts parallel workers for a page of 50.
+    let limit = usize::try_from(f.limit.max(0)).unwrap_or(usize::MAX);
+    let bound = limit.max(1).checked_next_power_of_two().unwrap_or(limit);
+    let columns = RUN_COLUMNS_OF_R.as_str();
+    let sql = format!("SELECT {columns} FROM {from}{filter} ORDER BY {order} LIMIT {bound}");
     let rows = query(c, &sql, &params, "list runs").await?;
-    runs_from_rows(&rows)
+    let mut runs = runs_from_rows(&rows)?;
+    runs.truncate(limit);
+    Ok(runs)
 }
 
 /// Asks a running run to stop.
@@ -371,11 +393,20 @@ pub(crate) async fn queued_by_tool<C: GenericClient>(
 }
 
 /// The dashboard's page of runs: at most `p.limit` matching the filter with an id below
-/// `p.before`, newest first (ids are time-ordered, so the key walk needs no sort).
+/// `p.before`, newest first (ids are time-ordered, so the key walk needs no sort). A
+/// session's page walks that session's `run_order` rows instead, newest first, from the
+/// `before` run's creation time on (as the SQLite engine walks its session index), unless
+/// it asks for unfinished runs only.
 pub(crate) async fn page<C: GenericClient>(
     c: &C,
     p: &crate::store::RunPage,
 ) -> Result<Vec<Run>, StoreError> {
+    // Unfinished runs only: few, whatever the session's history, and in the partial indexes
+    // by state (a session's walk would read its finished runs first).
+    let unfinished = !p.filter.states.is_empty() && p.filter.states.iter().all(|s| !s.is_final());
+    if let Some(session) = p.filter.session.as_deref().filter(|_| !unfinished) {
+        return session_page(c, p, session).await;
+    }
     let (cond, values) = conditions(&p.filter, 3);
     let sql = format!(
         "SELECT {RUN_COLUMNS} FROM runs WHERE id < $1 AND {cond} ORDER BY id DESC LIMIT $2"
@@ -385,6 +416,47 @@ pub(crate) async fn page<C: GenericClient>(
     let mut params: Vec<P<'_>> = vec![&before, &p.limit];
     params.extend(values.iter().map(|v| v as P<'_>));
     let rows = query(c, &sql, &params, "run page").await?;
+    runs_from_rows(&rows)
+}
+
+/// [`page`] of one session: its `run_order` rows from the newest down, each run read and
+/// filtered beside its row (the filter's names are the run's, inside the lateral read).
+async fn session_page<C: GenericClient>(
+    c: &C,
+    p: &crate::store::RunPage,
+    session: &str,
+) -> Result<Vec<Run>, StoreError> {
+    let created: Option<String> = match &p.before {
+        None => Some("~".into()),
+        Some(id) => query_opt(
+            c,
+            "SELECT created_at FROM runs WHERE id = $1",
+            &[id],
+            "page bound",
+        )
+        .await?
+        .map(|r| get(&r, 0))
+        .transpose()?,
+    };
+    // The `before` run is gone (pruned): nothing older can be placed after it.
+    let Some(created) = created else {
+        return Ok(Vec::new());
+    };
+    let rest = RunFilter {
+        session: None,
+        ..p.filter.clone()
+    };
+    let (cond, values) = conditions(&rest, 5);
+    let sql = format!(
+        "SELECT r.* FROM run_order o CROSS JOIN LATERAL \
+         (SELECT {RUN_COLUMNS} FROM runs WHERE runs.id = o.id AND {cond}) r \
+         WHERE o.session_id = $3 AND (o.created_at, o.id) < ($4, $1) \
+         ORDER BY o.created_at DESC, o.id DESC LIMIT $2"
+    );
+    let before = p.before.clone().unwrap_or_else(|| "~".into());
+    let mut params: Vec<P<'_>> = vec![&before, &p.limit, &session, &created];
+    params.extend(values.iter().map(|v| v as P<'_>));
+    let rows = query(c, &sql, &params, "session run page").await?;
     runs_from_rows(&rows)
 }
 
