@@ -339,7 +339,35 @@ pub(crate) struct Picked(Vec<Head<HeadKey>>);
 /// [`claim`] up to its pick: the runs it will take, locked for it under its sessions' and
 /// tools' claim locks, not yet written.
 pub(crate) async fn pick_runs<C: GenericClient>(c: &C, p: &Claim) -> Result<Picked, StoreError> {
-    pick_heads(c, p).await.map(Picked)
+    let looked = look(c, p).await?;
+    pick_looked(c, p, looked).await
+}
+
+/// What a claim reads before it takes any lock ([`look`]): the counts, the sessions and
+/// their heads, and the rate windows.
+pub(crate) struct Look(Option<(Counts, HashMap<String, crate::flow::Room>)>);
+
+/// A claim's reads without locks, which decide only where it looks: the statements that
+/// decide are read again under its locks. A settle sends them on the round trip of its
+/// ends' update (after it on the server, so they see its freed slots).
+pub(crate) async fn look<C: GenericClient>(c: &C, p: &Claim) -> Result<Look, StoreError> {
+    if p.max == 0 {
+        return Ok(Look(None));
+    }
+    let read = tokio::try_join!(read_counts(c, p, true), rate_rooms(c, p))?;
+    Ok(Look(Some(read)))
+}
+
+/// [`pick_runs`] after its [`look`].
+pub(crate) async fn pick_looked<C: GenericClient>(
+    c: &C,
+    p: &Claim,
+    looked: Look,
+) -> Result<Picked, StoreError> {
+    match looked.0 {
+        Some((counts, rates)) => pick_heads(c, p, counts, rates).await.map(Picked),
+        None => Ok(Picked(Vec::new())),
+    }
 }
 
 /// Marks the `picked` runs running under fresh leases (and records their rate starts), then
@@ -383,13 +411,14 @@ pub(crate) async fn take_then<C: GenericClient, T>(
     Ok((claimed, out))
 }
 
-/// [`pick_runs`]'s heads.
-async fn pick_heads<C: GenericClient>(c: &C, p: &Claim) -> Result<Vec<Head<HeadKey>>, StoreError> {
-    if p.max == 0 {
-        return Ok(Vec::new());
-    }
-    // Unlocked: the sessions with queued runs, their heads, the counts and the rate windows.
-    let (mut counts, rates) = tokio::try_join!(read_counts(c, p, true), rate_rooms(c, p))?;
+/// [`pick_runs`]'s heads, from what its [`look`] read without locks: the sessions with
+/// queued runs, their heads, the counts and the rate windows.
+async fn pick_heads<C: GenericClient>(
+    c: &C,
+    p: &Claim,
+    mut counts: Counts,
+    rates: HashMap<String, crate::flow::Room>,
+) -> Result<Vec<Head<HeadKey>>, StoreError> {
     let wanted = counts.wanted(p);
     let (candidates, _) = counts.takes(p);
     if wanted.is_empty() || candidates.is_empty() {

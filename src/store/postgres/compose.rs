@@ -91,13 +91,19 @@ const ENDED: &str = "SELECT r.id, r.state, r.batch_id, r.parent_run_id FROM runs
 const WITH_DEPENDENTS: &str = "SELECT DISTINCT d.parent_id FROM run_deps d \
     WHERE d.parent_id = ANY($1::text[]) AND d.resolved IS NULL";
 
-async fn facts<C: GenericClient>(c: &C, ids: &[&str]) -> Result<Vec<Facts>, StoreError> {
-    let with_dependents: Vec<String> = query(c, WITH_DEPENDENTS, &[&ids], "read dependents")
-        .await?
+/// The composition facts of the ended runs `ids`, on one round trip. Read after the ends'
+/// state changes (a later statement of the transaction, under their row locks): a dependent
+/// inserted meanwhile has its edge committed by then, or waits for this transaction's end.
+pub(crate) async fn facts<C: GenericClient>(c: &C, ids: &[&str]) -> Result<EndFacts, StoreError> {
+    let args: [P<'_>; 1] = [&ids];
+    let (dependents, rows) = tokio::try_join!(
+        query(c, WITH_DEPENDENTS, &args, "read dependents"),
+        query(c, ENDED, &args, "read composition facts"),
+    )?;
+    let with_dependents: Vec<String> = dependents
         .iter()
         .map(|r| get(r, 0))
         .collect::<Result<_, _>>()?;
-    let rows = query(c, ENDED, &[&ids], "read composition facts").await?;
     let mut out = Vec::new();
     for r in &rows {
         let f = Facts {
@@ -115,7 +121,21 @@ async fn facts<C: GenericClient>(c: &C, ids: &[&str]) -> Result<Vec<Facts>, Stor
             });
         }
     }
-    Ok(out)
+    Ok(EndFacts(out))
+}
+
+/// What composition needs to know of some ended runs ([`facts`]): those it has work for.
+pub(crate) struct EndFacts(Vec<Facts>);
+
+impl EndFacts {
+    /// Only the facts of `ids`.
+    fn of(self, ids: &[String]) -> Vec<Facts> {
+        let ids: std::collections::HashSet<&str> = ids.iter().map(String::as_str).collect();
+        self.0
+            .into_iter()
+            .filter(|f| ids.contains(f.id.as_str()))
+            .collect()
+    }
 }
 
 /// Composition after the ends `done` (whose state changes applied) in this transaction:
@@ -123,12 +143,14 @@ async fn facts<C: GenericClient>(c: &C, ids: &[&str]) -> Result<Vec<Facts>, Stor
 /// that run waits for its children, and resolves its dependents (releasing or cancelling
 /// them through `plain`; a cancelled dependent's own end is handled the same way, until
 /// nothing is left). A suspension to wait for children is due at once if none is
-/// unfinished.
+/// unfinished. `read`: the [`facts`] of `done`'s final ends (or more), if already read after
+/// their state changes.
 pub(crate) async fn after_ends<C: GenericClient, W: PlainEnds>(
     c: &C,
     done: &[&FinishRecord],
     now: DateTime<Utc>,
     plain: &W,
+    mut read: Option<EndFacts>,
 ) -> Result<(), StoreError> {
     let mut due = false;
     for r in done {
@@ -146,8 +168,13 @@ pub(crate) async fn after_ends<C: GenericClient, W: PlainEnds>(
         .map(|r| r.id.to_string())
         .collect();
     while !ended.is_empty() {
-        let ids: Vec<&str> = ended.iter().map(String::as_str).collect();
-        let facts = facts(c, &ids).await?;
+        let facts = match read.take() {
+            Some(read) => read.of(&ended),
+            None => {
+                let ids: Vec<&str> = ended.iter().map(String::as_str).collect();
+                facts(c, &ids).await?.0
+            }
+        };
         if facts.is_empty() {
             break;
         }
@@ -669,7 +696,7 @@ async fn start_dependent<C: GenericClient, W: PlainEnds>(
             let rec = compose_plan::dependent_cancel(&run, &parent, &state);
             let applied = plain.record(c, &[&rec], now).await?;
             if applied.first().copied().unwrap_or(false) {
-                after_ends(c, &[&rec], now, plain).await?;
+                after_ends(c, &[&rec], now, plain, None).await?;
             }
             Ok(())
         }

@@ -282,10 +282,17 @@ impl Engine for PgStore {
             // The ends' rows, then the claim (its locks are its sessions' and limited tools'),
             // then the ends' blobs and messages, sent with the claim's update on one round
             // trip: a session's inbox lock is held from its messages to the commit only, and
-            // never while waiting for a claim lock.
+            // never while waiting for a claim lock. The claim's reads without locks go on
+            // the round trip of the ends' update, after it (prepared first, so it is sent
+            // first): they see the slots it frees.
             let ends = p.ends();
-            let (ended, tools, later) = finish::apply_ends(&tx, &ends, now).await?;
-            let picked = claim::pick_runs(&tx, &p.claim).await?;
+            finish::prepare(&tx).await?;
+            let ((ended, tools, later), looked) = tokio::try_join!(
+                biased;
+                finish::apply_ends(&tx, &ends, now),
+                claim::look(&tx, &p.claim),
+            )?;
+            let picked = claim::pick_looked(&tx, &p.claim, looked).await?;
             let (claimed, ()) =
                 claim::take_then(&tx, &p.claim, picked, later.flush(&tx, now)).await?;
             // Other workers are woken only for a slot that stays free: waking them all at

@@ -14,7 +14,7 @@ use deadpool_postgres::GenericClient;
 use super::{P, compose, exec, get, query};
 use crate::clock::ts;
 use crate::error::StoreError;
-use crate::run::{Fence, FinishRecord};
+use crate::run::{Fence, FinishRecord, Outcome};
 use crate::store::end_plan::{self, BlobRow, ClearedLog};
 
 /// The fenced ends of running attempts, all in one statement: each applies only while its
@@ -91,6 +91,13 @@ pub(crate) async fn record_ends_freeing<C: GenericClient>(
     Ok((applied, tools))
 }
 
+/// Prepares (cached per connection) the ends' update of [`apply_ends`], so that a pipeline
+/// joining it sends that update before anything else.
+pub(crate) async fn prepare<C: GenericClient>(c: &C) -> Result<(), StoreError> {
+    super::sql::prepare(c, FINISH_MANY, "finish runs").await?;
+    Ok(())
+}
+
 /// What [`apply_ends`] leaves to write after every row lock: the blobs and messages of the
 /// ends that applied, then those their composition caused.
 pub(crate) struct LaterWrites<'a> {
@@ -132,10 +139,30 @@ pub(crate) async fn apply_ends<'a, C: GenericClient>(
     records: &[&'a FinishRecord],
     now: DateTime<Utc>,
 ) -> Result<(Vec<bool>, HashMap<String, String>, LaterWrites<'a>), StoreError> {
-    let (applied, tools) = apply_rows(c, records, now).await?;
+    // When every end is fenced by its lease, their state changes are one statement, and the
+    // composition facts of the final ones go on its round trip, sent after it (it is prepared
+    // first, so nothing overtakes it): each statement runs after the one before, and sees
+    // its changes and holds its locks.
+    let finals: Vec<&str> = records
+        .iter()
+        .filter(|r| matches!(r.outcome, Outcome::Final(_)))
+        .map(|r| r.id.as_str())
+        .collect();
+    let leased = records.iter().all(|r| matches!(r.fence, Fence::Lease(_)));
+    let ((applied, tools), read) = if leased && !finals.is_empty() {
+        prepare(c).await?;
+        let (rows, read) = tokio::try_join!(
+            biased;
+            apply_rows(c, records, now),
+            compose::facts(c, &finals),
+        )?;
+        (rows, Some(read))
+    } else {
+        (apply_rows(c, records, now).await?, None)
+    };
     let done = end_plan::applied_only(records, &applied);
     let composed = Deferred::default();
-    compose::after_ends(c, &done, now, &composed).await?;
+    compose::after_ends(c, &done, now, &composed, read).await?;
     Ok((
         applied,
         tools,
