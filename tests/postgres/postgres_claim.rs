@@ -89,14 +89,33 @@ async fn the_session_scan_reads_the_claimable_index_alone_mid_drain() {
         // Both plans: the custom one EXPLAIN makes with the values, and the generic one
         // toolq's pool connections make once and keep (`plan_cache_mode`).
         let scan = toolq::store::postgres::CLAIM_SESSION_SCAN;
+        let heads = toolq::store::postgres::CLAIM_SESSION_HEADS;
         let custom = c
             .query(&format!("EXPLAIN {scan}"), &[&"s07", &64i64])
             .await?;
+        let tools = vec![crate::engine_contract::TOOL];
+        let now = "2999-01-01T00:00:00.000Z";
+        let custom_heads = c
+            .query(
+                &format!("EXPLAIN {heads}"),
+                &[&"s07", &64i64, &tools, &now, &true],
+            )
+            .await?;
         c.batch_execute(&format!(
-            "SET plan_cache_mode = force_generic_plan; PREPARE scan(text, bigint) AS {scan}"
+            "SET plan_cache_mode = force_generic_plan; PREPARE scan(text, bigint) AS {scan}; \
+             PREPARE heads(text, bigint, text[], text, boolean) AS {heads}"
         ))
         .await?;
         let generic = c.query("EXPLAIN EXECUTE scan('s07', 64)", &[]).await?;
+        let generic_heads = c
+            .query(
+                &format!(
+                    "EXPLAIN EXECUTE heads('s07', 64, '{{{}}}', '{now}', true)",
+                    crate::engine_contract::TOOL
+                ),
+                &[],
+            )
+            .await?;
         let text = |rows: &[tokio_postgres::Row]| {
             rows.iter()
                 .map(|r| r.get::<_, String>(0))
@@ -106,6 +125,8 @@ async fn the_session_scan_reads_the_claimable_index_alone_mid_drain() {
         Ok([
             format!("custom:\n{}", text(&custom)),
             format!("generic:\n{}", text(&generic)),
+            format!("custom, with heads:\n{}", text(&custom_heads)),
+            format!("generic, with heads:\n{}", text(&generic_heads)),
         ])
     })
     .expect("explain the session scan");
@@ -115,4 +136,129 @@ async fn the_session_scan_reads_the_claimable_index_alone_mid_drain() {
             assert!(!plan.contains(other), "reads {other}:\n{plan}");
         }
     }
+}
+
+/// The session scan with heads, whose probe of each session doubles as the head of its first
+/// tool when that run is due, gives what a plain per-(session, tool) look-up gives: with a
+/// session's first run not yet due, of a tool the worker does not run, a background run left
+/// out, two tools, and the cursor anywhere (the scan wraps around).
+#[tokio::test(flavor = "multi_thread")]
+async fn the_session_scan_gives_each_sessions_best_due_run_per_tool() {
+    let env = TestEnv::new();
+    // (session, tool, priority, due in the past or the future, background)
+    let fixture: &[(&str, &str, i64, bool, i64)] = &[
+        ("s1", "a", 0, true, 0),
+        ("s1", "a", 5, true, 0),
+        ("s1", "b", 0, true, 0),
+        // The first of s2 in index order is not due: its head is the next one.
+        ("s2", "a", 9, false, 0),
+        ("s2", "a", 1, true, 0),
+        ("s2", "b", 3, false, 0),
+        // s3 has only a tool no worker here runs.
+        ("s3", "c", 0, true, 0),
+        // s4's best run is a background run.
+        ("s4", "a", 7, true, 1),
+        ("s4", "a", 2, true, 0),
+        ("s4", "b", 4, true, 1),
+        ("s5", "b", 0, true, 0),
+        ("s5", "b", 0, true, 0),
+    ];
+    let reqs = fixture
+        .iter()
+        .map(|(session, ..)| {
+            toolq::EnqueueRequest::new(
+                crate::engine_contract::TOOL,
+                serde_json::json!({"message": "m"}),
+            )
+            .session(*session)
+        })
+        .collect();
+    let ids = env.client.enqueue_batch(reqs).await.unwrap();
+    let heads = pg::with_client(&env.db.url, async |c| {
+        // The tools are renamed in place: the scan reads names, not the registry.
+        for (id, (_, tool, priority, due, background)) in ids.iter().zip(fixture) {
+            let run_at = if *due {
+                "2000-01-01T00:00:00.000Z"
+            } else {
+                "2999-01-01T00:00:00.000Z"
+            };
+            c.execute(
+                "UPDATE runs SET tool = $5, priority = $2, run_at = $3, background = $4 \
+                 WHERE id = $1",
+                &[&id.run_id.as_str(), priority, &run_at, background, tool],
+            )
+            .await?;
+        }
+        c.batch_execute("ANALYZE runs").await?;
+        let scan = toolq::store::postgres::CLAIM_SESSION_HEADS;
+        let reference = "SELECT s.session_id, h.id, h.tool, h.priority, h.run_at, h.background \
+            FROM (SELECT DISTINCT session_id FROM runs WHERE state = 'queued') s \
+            LEFT JOIN LATERAL (SELECT DISTINCT ON (r.tool) r.id, r.tool, r.priority, r.run_at, \
+                r.background FROM runs r WHERE r.state = 'queued' AND r.session_id = s.session_id \
+                AND r.tool = ANY($3::text[]) AND r.run_at <= $4 AND ($5::boolean OR r.background = 0) \
+                ORDER BY r.tool, r.priority DESC, r.run_at, r.id) h ON true \
+            WHERE $1::text IS NOT NULL AND $2::bigint > 0";
+        let now = "2026-01-01T00:00:00.000Z";
+        let rows = |rows: Vec<tokio_postgres::Row>| {
+            let mut out: Vec<_> = rows
+                .iter()
+                .map(|r| {
+                    (
+                        r.get::<_, String>(0),
+                        r.get::<_, Option<String>>(1),
+                        r.get::<_, Option<String>>(2),
+                        r.get::<_, Option<i64>>(3),
+                        r.get::<_, Option<i64>>(5),
+                    )
+                })
+                .collect();
+            out.sort();
+            out
+        };
+        let mut checked = Vec::new();
+        for tools in [vec!["a"], vec!["b"], vec!["a", "b"], vec!["c", "a"]] {
+            for background in [true, false] {
+                for cursor in ["", "s2", "s5"] {
+                    let args: [&(dyn tokio_postgres::types::ToSql + Sync); 5] =
+                        [&cursor, &64i64, &tools, &now, &background];
+                    let got = rows(c.query(scan, &args).await?);
+                    let want = rows(c.query(reference, &args).await?);
+                    assert_eq!(got, want, "tools {tools:?}, background {background}, cursor {cursor:?}");
+                    checked.push(got);
+                }
+            }
+        }
+        Ok(checked)
+    })
+    .expect("read the session heads");
+    let checked = heads;
+    // The fixture's own expectations, so the reference is not checked against itself alone.
+    let first = &checked[0];
+    let head = |s: &str| {
+        first
+            .iter()
+            .filter(|r| r.0 == s)
+            .map(|r| r.3)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(head("s1"), [Some(5)], "{first:?}");
+    assert_eq!(
+        head("s2"),
+        [Some(1)],
+        "the due run after one not yet due: {first:?}"
+    );
+    assert_eq!(
+        head("s3"),
+        [None],
+        "a session of other tools gives no head: {first:?}"
+    );
+    assert_eq!(head("s4"), [Some(7)], "{first:?}");
+    assert_eq!(head("s5"), [None], "{first:?}");
+    let without_background = &checked[3];
+    assert!(
+        without_background
+            .iter()
+            .any(|r| r.0 == "s4" && r.3 == Some(2)),
+        "background runs left out: {without_background:?}"
+    );
 }

@@ -58,19 +58,43 @@ pub(super) const SESSIONS: &str = "WITH RECURSIVE s(session_id) AS ( \
 /// [`SESSIONS`] with each session's best due run per tool (`$3` the tools, `$4` now, `$5`
 /// false leaving background runs out), read without locks: what a claim ranks the sessions
 /// by. A session without a due run gives one row, its id null.
-static SESSION_HEADS: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-    SESSIONS.replace(
-        "SELECT session_id FROM v LIMIT $2",
-        "SELECT f.session_id, h.id, h.tool, h.priority, h.run_at, h.background \
-         FROM (SELECT session_id FROM v LIMIT $2) f \
-         LEFT JOIN LATERAL (SELECT r.id, r.tool, r.priority, r.run_at, r.background \
-             FROM unnest($3::text[]) AS t(tool) CROSS JOIN LATERAL (SELECT r.id, r.tool, r.priority, \
-                 r.run_at, r.background FROM runs r WHERE r.state = 'queued' \
-                 AND r.session_id = f.session_id AND r.tool = t.tool AND r.run_at <= $4 \
-                 AND ($5::boolean OR r.background = 0) \
-                 ORDER BY r.priority DESC, r.run_at, r.id LIMIT 1) r) h ON true",
-    )
-});
+///
+/// Each session's probe carries the first row it found: the best run of the session's first
+/// tool in `runs_claimable_idx` order, which is that tool's head when it is due (and not a
+/// background run left out). Only the other tools, or that one when its first run is not
+/// due, are probed again: a worker of one tool reads each session once, not twice.
+pub(super) const SESSION_HEADS: &str = "WITH RECURSIVE \
+    s(session_id, tool, id, priority, run_at, background) AS ( \
+      (SELECT session_id, tool, id, priority, run_at, background FROM runs \
+       WHERE state = 'queued' AND session_id > $1 \
+       ORDER BY session_id, tool, priority DESC, run_at, id LIMIT 1) \
+      UNION ALL \
+      SELECT n.* FROM s CROSS JOIN LATERAL (SELECT r.session_id, r.tool, r.id, r.priority, \
+          r.run_at, r.background FROM runs r WHERE r.state = 'queued' AND r.session_id > s.session_id \
+          ORDER BY r.session_id, r.tool, r.priority DESC, r.run_at, r.id LIMIT 1) n), \
+    w(session_id, tool, id, priority, run_at, background) AS ( \
+      (SELECT session_id, tool, id, priority, run_at, background FROM runs \
+       WHERE state = 'queued' AND $1 <> '' \
+       ORDER BY session_id, tool, priority DESC, run_at, id LIMIT 1) \
+      UNION ALL \
+      SELECT n.* FROM w CROSS JOIN LATERAL (SELECT r.session_id, r.tool, r.id, r.priority, \
+          r.run_at, r.background FROM runs r WHERE r.state = 'queued' AND r.session_id > w.session_id \
+          ORDER BY r.session_id, r.tool, r.priority DESC, r.run_at, r.id LIMIT 1) n \
+      WHERE w.session_id < $1), \
+    v AS (SELECT * FROM s UNION ALL SELECT * FROM w WHERE session_id <= $1) \
+    SELECT f.session_id, h.id, h.tool, h.priority, h.run_at, h.background \
+    FROM (SELECT *, run_at <= $4 AND ($5::boolean OR background = 0) AS ready FROM v LIMIT $2) f \
+    LEFT JOIN LATERAL ( \
+      SELECT f.id, f.tool, f.priority, f.run_at, f.background \
+      WHERE f.ready AND f.tool = ANY($3::text[]) \
+      UNION ALL \
+      SELECT r.id, r.tool, r.priority, r.run_at, r.background \
+      FROM unnest($3::text[]) AS t(tool) CROSS JOIN LATERAL (SELECT r.id, r.tool, r.priority, \
+          r.run_at, r.background FROM runs r WHERE r.state = 'queued' \
+          AND r.session_id = f.session_id AND r.tool = t.tool AND r.run_at <= $4 \
+          AND ($5::boolean OR r.background = 0) \
+          ORDER BY r.priority DESC, r.run_at, r.id LIMIT 1) r \
+      WHERE NOT (f.ready AND t.tool = f.tool)) h ON true";
 
 /// The head of each (session, tool) pair given, read again under the sessions' claim locks:
 /// its best runnable runs, at most the session's free slots and the tool's room, locked for
@@ -146,7 +170,7 @@ async fn read_counts<C: GenericClient>(
     let background_ok = !BackgroundRoom::new(p.background_room).full();
     let with_heads: [super::P<'_>; 5] = [&start, &max_sessions, &tools, &now, &background_ok];
     let (scan, args) = if heads {
-        (SESSION_HEADS.as_str(), &with_heads[..])
+        (SESSION_HEADS, &with_heads[..])
     } else {
         (SESSIONS, &with_heads[..2])
     };

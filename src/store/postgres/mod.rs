@@ -42,6 +42,12 @@ pub use migrate::SCHEMA_VERSION;
 #[doc(hidden)]
 pub const CLAIM_SESSION_SCAN: &str = claim::SESSIONS;
 
+/// The claim's session scan with each session's heads (`$1` the cursor, `$2` the most
+/// sessions, `$3` the tools, `$4` now, `$5` whether background runs may be taken), for the
+/// test of its results and plan. Not a stable API.
+#[doc(hidden)]
+pub const CLAIM_SESSION_HEADS: &str = claim::SESSION_HEADS;
+
 pub(crate) use errors::PgError;
 use errors::{pool_error, retryable};
 pub(crate) use sql::{P, exec, get, notify, query, query_one, query_opt};
