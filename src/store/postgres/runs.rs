@@ -54,45 +54,25 @@ pub(crate) async fn list<C: GenericClient>(c: &C, f: &ListFilter) -> Result<Vec<
             "o.created_at DESC, o.id DESC",
         )
     };
-    let mut terms: Vec<String> = Vec::new();
-    let mut params: Vec<P<'_>> = Vec::new();
-    if let Some(state) = f.state {
-        terms.push(format!("r.state = '{}'", state.as_str()));
-    }
-    let tags: Vec<String> = f.tags.rows().collect();
-    let texts = [
-        (session, f.session.as_ref()),
-        ("r.tool", f.tool.as_ref()),
-        ("r.schedule_id", f.schedule_id.as_ref()),
-        ("r.batch_id", f.batch_id.as_ref()),
-        ("r.parent_run_id", f.parent_run_id.as_ref()),
-    ];
-    for (column, value) in texts {
-        if let Some(value) = value {
-            params.push(value);
-            terms.push(format!("{column} = ${}", params.len()));
-        }
-    }
-    // Tagged runs (`runs --tag`): each tag's runs through `run_tags_tag_idx`.
-    for tag in &tags {
-        params.push(tag);
-        terms.push(format!(
-            "r.id IN (SELECT run_id FROM run_tags WHERE tag = ${})",
-            params.len()
-        ));
-    }
-    let filter = if terms.is_empty() {
-        String::new()
-    } else {
-        format!(" WHERE {}", terms.join(" AND "))
+    let filter = RunFilter {
+        states: f.state.into_iter().collect(),
+        tool: f.tool.clone(),
+        session: f.session.clone(),
+        schedule_id: f.schedule_id.clone(),
+        batch_id: f.batch_id.clone(),
+        parent_run_id: f.parent_run_id.clone(),
+        tags: f.tags.clone(),
+        ..RunFilter::default()
     };
+    let (cond, values) = conditions_of(&filter, 1, Columns { run: "r.", session });
+    let params: Vec<P<'_>> = values.iter().map(|v| v as P<'_>).collect();
     // The limit as a literal, rounded up to a power of two (a few statements per connection,
     // not one per limit asked for): a generic plan with `LIMIT $n` expects a tenth of the
     // rows and starts parallel workers for a page of 50.
     let limit = usize::try_from(f.limit.max(0)).unwrap_or(usize::MAX);
     let bound = limit.max(1).checked_next_power_of_two().unwrap_or(limit);
     let columns = RUN_COLUMNS_OF_R.as_str();
-    let sql = format!("SELECT {columns} FROM {from}{filter} ORDER BY {order} LIMIT {bound}");
+    let sql = format!("SELECT {columns} FROM {from} WHERE {cond} ORDER BY {order} LIMIT {bound}");
     let rows = query(c, &sql, &params, "list runs").await?;
     let mut runs = runs_from_rows(&rows)?;
     runs.truncate(limit);
@@ -135,8 +115,28 @@ pub(crate) async fn requeue_finished<C: GenericClient>(
     Ok(n == 1)
 }
 
-/// The filter's WHERE terms and values, from `$first` on.
+/// The filter's WHERE terms and values, from `$first` on, over `runs` alone.
 fn conditions(f: &RunFilter, first: usize) -> (String, Vec<String>) {
+    conditions_of(
+        f,
+        first,
+        Columns {
+            run: "",
+            session: "session_id",
+        },
+    )
+}
+
+/// How a statement names the filtered columns: `run` prefixes those of `runs` (`r.` when it
+/// joins), and the session's may come from another table (`o.session_id` of `run_order`).
+struct Columns {
+    run: &'static str,
+    session: &'static str,
+}
+
+/// [`conditions`] in a statement that names its columns as `cols` says.
+fn conditions_of(f: &RunFilter, first: usize, cols: Columns) -> (String, Vec<String>) {
+    let Columns { run: r, session } = cols;
     let mut terms = Vec::new();
     let mut values: Vec<String> = Vec::new();
     if !f.states.is_empty() {
@@ -146,38 +146,38 @@ fn conditions(f: &RunFilter, first: usize) -> (String, Vec<String>) {
             .iter()
             .map(|s| format!("'{}'", s.as_str()))
             .collect();
-        terms.push(format!("state IN ({})", states.join(", ")));
+        terms.push(format!("{r}state IN ({})", states.join(", ")));
     }
-    let mut add = |term: &str, v: String| {
+    let mut add = |term: String, v: String| {
         values.push(v);
         terms.push(format!("{term} ${}", first + values.len() - 1));
     };
     if let Some(v) = &f.tool {
-        add("tool =", v.clone());
+        add(format!("{r}tool ="), v.clone());
     }
     if let Some(v) = &f.session {
-        add("session_id =", v.clone());
+        add(format!("{session} ="), v.clone());
     }
     if let Some(v) = &f.schedule_id {
-        add("schedule_id =", v.clone());
+        add(format!("{r}schedule_id ="), v.clone());
     }
     if let Some(v) = &f.batch_id {
-        add("batch_id =", v.clone());
+        add(format!("{r}batch_id ="), v.clone());
     }
     if let Some(v) = &f.parent_run_id {
-        add("parent_run_id =", v.clone());
+        add(format!("{r}parent_run_id ="), v.clone());
     }
     if let Some(t) = f.created_before {
-        add("created_at <", ts(t));
+        add(format!("{r}created_at <"), ts(t));
     }
     if let Some(t) = f.created_after {
-        add("created_at >", ts(t));
+        add(format!("{r}created_at >"), ts(t));
     }
     for tag in f.tags.rows() {
         // Each tag's runs through `run_tags_tag_idx` (tag, run_id).
         values.push(tag);
         terms.push(format!(
-            "id IN (SELECT run_id FROM run_tags WHERE tag = ${})",
+            "{r}id IN (SELECT run_id FROM run_tags WHERE tag = ${})",
             first + values.len() - 1
         ));
     }
