@@ -140,8 +140,8 @@ async fn the_session_scan_reads_the_claimable_index_alone_mid_drain() {
 
 /// The session scan with heads, whose probe of each session doubles as the head of its first
 /// tool when that run is due, gives what a plain per-(session, tool) look-up gives: with a
-/// session's first run not yet due, of a tool the worker does not run, a background run left
-/// out, two tools, and the cursor anywhere (the scan wraps around).
+/// session's first run not yet due, a session of a tool the worker does not run, a background
+/// run left out, two tools, and the cursor anywhere (the scan wraps around).
 #[tokio::test(flavor = "multi_thread")]
 async fn the_session_scan_gives_each_sessions_best_due_run_per_tool() {
     let env = TestEnv::new();
@@ -154,7 +154,7 @@ async fn the_session_scan_gives_each_sessions_best_due_run_per_tool() {
         ("s2", "a", 9, false, 0),
         ("s2", "a", 1, true, 0),
         ("s2", "b", 3, false, 0),
-        // s3 has only a tool no worker here runs.
+        // s3 has only tool c, which one tool set below asks for, listed first.
         ("s3", "c", 0, true, 0),
         // s4's best run is a background run.
         ("s4", "a", 7, true, 1),
@@ -174,7 +174,7 @@ async fn the_session_scan_gives_each_sessions_best_due_run_per_tool() {
         })
         .collect();
     let ids = env.client.enqueue_batch(reqs).await.unwrap();
-    let heads = pg::with_client(&env.db.url, async |c| {
+    let checked = pg::with_client(&env.db.url, async |c| {
         // The tools are renamed in place: the scan reads names, not the registry.
         for (id, (_, tool, priority, due, background)) in ids.iter().zip(fixture) {
             let run_at = if *due {
@@ -231,7 +231,6 @@ async fn the_session_scan_gives_each_sessions_best_due_run_per_tool() {
         Ok(checked)
     })
     .expect("read the session heads");
-    let checked = heads;
     // The fixture's own expectations, so the reference is not checked against itself alone.
     let first = &checked[0];
     let head = |s: &str| {
