@@ -82,10 +82,9 @@ struct Figures {
 async fn gather(ctx: &Ctx) -> Result<Figures> {
     let now = ctx.client.now();
     let s = ctx.client.engine().stats_read(now).await?;
-    // Liveness is judged as `toolq status` judges it (a row of a dead process is not live).
-    let unserved = crate::status::status(&ctx.client, false)
-        .await?
-        .unserved_tools;
+    // Liveness is judged as `toolq status` judges it: the row of a process killed with -9
+    // is not live, though nobody has marked it stopped yet.
+    let health = crate::status::status(&ctx.client, false).await?;
     let paused = ctx.client.pauses().await?;
     let info = ctx.client.engine().info().await?;
     let wal = ctx.client.wal_health().await?;
@@ -108,9 +107,9 @@ async fn gather(ctx: &Ctx) -> Result<Figures> {
         oldest: s.oldest_queued,
         oldest_age,
         busy: s.busy_retries,
-        live: s.live_workers,
+        live: health.live_workers,
         waiting: s.waiting,
-        unserved,
+        unserved: health.unserved_tools,
         paused,
         info,
         wal,

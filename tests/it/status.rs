@@ -132,6 +132,18 @@ fn status_lists_workers_and_exits_1_when_a_live_loop_is_stale() {
     let (code, v, err) = status(&s);
     assert_eq!(code, 0, "{err}");
     assert_eq!(liveness_of(&v, pid), "dead", "{v}");
+    assert_eq!(v["live_workers"], 0, "{v}");
+    // `stats` counts live workers the same way: the dead row is not one.
+    let o = Command::new(env!("CARGO_BIN_EXE_toolq"))
+        .arg("--db")
+        .arg(&s.db)
+        .arg("--config")
+        .arg(&s.config)
+        .args(["--json", "stats"])
+        .output()
+        .unwrap();
+    let stats: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(stats["live_workers"], 0, "{stats}");
 }
 
 /// The health check: with runnable work (queued runs or enabled schedules) and no live worker,
