@@ -261,3 +261,77 @@ async fn the_session_scan_gives_each_sessions_best_due_run_per_tool() {
         "background runs left out: {without_background:?}"
     );
 }
+
+/// A claim's future dropped at any point (a worker shutting down, a caller's timeout) leaves
+/// no transaction open on a pooled connection. Its `BEGIN` goes out with its first reads, not
+/// through tokio-postgres's `Transaction` (which rolls back when dropped): a connection it may
+/// have begun on is closed rather than handed to the next operation inside the transaction,
+/// whose statements would run in it and whose commit (or failure) would decide the dropped
+/// claim's writes too.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_claim_dropped_midway_leaves_no_transaction_open_in_the_pool() {
+    use futures_util::FutureExt;
+    let env = TestEnv::new();
+    for i in 0..40 {
+        queued(&env, &format!("s{}", i % 4)).await;
+    }
+    let open_transactions = || {
+        pg::with_client(&env.db.url, async |c| {
+            let row = c
+                .query_one(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
+                     AND state LIKE 'idle in transaction%' AND pid <> pg_backend_pid()",
+                    &[],
+                )
+                .await?;
+            Ok(row.get::<_, i64>(0))
+        })
+        .expect("read pg_stat_activity")
+    };
+    for polls in 1..40 {
+        let mut cut = Box::pin(
+            crate::engine_contract::engine(&env)
+                .attempt_claim(crate::engine_contract::claim_of(&env, "wk_cut", 1)),
+        );
+        for _ in 0..polls {
+            if (&mut cut).now_or_never().is_some() {
+                break;
+            }
+            // The connection's task runs meanwhile, on another thread.
+            std::thread::sleep(Duration::from_micros(100));
+        }
+        drop(cut);
+        // A closed connection's backend ends a moment later. A pooled one in a transaction
+        // stays until the server's `idle_in_transaction_session_timeout` (3 s) ends it.
+        let deadline = std::time::Instant::now() + Duration::from_secs(2);
+        while open_transactions() > 0 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the claim dropped after {polls} polls left its transaction open"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    // Every run the dropped claims did not commit is claimable, none twice.
+    let rest = claim(&env, "wk_after", 100).await;
+    let states = pg::with_client(&env.db.url, async |c| {
+        let rows = c
+            .query(
+                "SELECT lease_owner, count(*) FROM runs WHERE state = 'running' GROUP BY 1",
+                &[],
+            )
+            .await?;
+        Ok(rows
+            .iter()
+            .map(|r| (r.get::<_, String>(0), r.get::<_, i64>(1)))
+            .collect::<Vec<_>>())
+    })
+    .expect("read the runs");
+    let total: i64 = states.iter().map(|(_, n)| n).sum();
+    assert_eq!(total, 40, "every run is running once: {states:?}");
+    let after = states
+        .iter()
+        .find(|(w, _)| w == "wk_after")
+        .map_or(0, |s| s.1);
+    assert_eq!(after, rest.len() as i64, "{states:?}");
+}

@@ -350,22 +350,21 @@ pub(crate) async fn may_claim<C: GenericClient>(c: &C, p: &Claim) -> Result<bool
 /// Claims up to `p.max` runnable runs of the worker's tools: priority first, sessions
 /// round-robin after `p.after_session`, never more than `p.per_session` running in a session
 /// nor more than a tool's limits allow, over all workers. Each gets attempt + 1 and a fresh
-/// lease. In the caller's transaction.
-pub(crate) async fn claim<C: GenericClient>(c: &C, p: &Claim) -> Result<Vec<Run>, StoreError> {
-    let picked = pick_runs(c, p).await?;
+/// lease. In the caller's transaction, whose `BEGIN` is `begin`: it is sent first, on the
+/// round trip of the claim's reads without locks.
+pub(crate) async fn claim<C: GenericClient>(
+    c: &C,
+    p: &Claim,
+    begin: impl std::future::Future<Output = Result<(), StoreError>>,
+) -> Result<Vec<Run>, StoreError> {
+    let ((), looked) = tokio::try_join!(biased; begin, look(c, p))?;
+    let picked = pick_looked(c, p, looked).await?;
     Ok(take_then(c, p, picked, async { Ok(()) }).await?.0)
 }
 
-/// What a claim picked under its locks ([`pick_runs`]), locked for it and still queued: [`take_then`]
-/// marks them running.
+/// What a claim picked under its locks ([`pick_looked`]), locked for it and still queued:
+/// [`take_then`] marks them running.
 pub(crate) struct Picked(Vec<Head<HeadKey>>);
-
-/// [`claim`] up to its pick: the runs it will take, locked for it under its sessions' and
-/// tools' claim locks, not yet written.
-pub(crate) async fn pick_runs<C: GenericClient>(c: &C, p: &Claim) -> Result<Picked, StoreError> {
-    let looked = look(c, p).await?;
-    pick_looked(c, p, looked).await
-}
 
 /// What a claim reads before it takes any lock ([`look`]): the counts, the sessions and
 /// their heads, and the rate windows.
@@ -382,7 +381,8 @@ pub(crate) async fn look<C: GenericClient>(c: &C, p: &Claim) -> Result<Look, Sto
     Ok(Look(Some(read)))
 }
 
-/// [`pick_runs`] after its [`look`].
+/// A claim's pick after its [`look`]: the runs it will take, locked for it under its
+/// sessions' and tools' claim locks, not yet written.
 pub(crate) async fn pick_looked<C: GenericClient>(
     c: &C,
     p: &Claim,
@@ -435,7 +435,7 @@ pub(crate) async fn take_then<C: GenericClient, T>(
     Ok((claimed, out))
 }
 
-/// [`pick_runs`]'s heads, from what its [`look`] read without locks: the sessions with
+/// [`pick_looked`]'s heads, from what its [`look`] read without locks: the sessions with
 /// queued runs, their heads, the counts and the rate windows.
 async fn pick_heads<C: GenericClient>(
     c: &C,

@@ -9,8 +9,8 @@ use chrono::{DateTime, Utc};
 use tokio_util::sync::CancellationToken;
 
 use super::{
-    PgStore, claim, compose, finish, flow, gauges, inbox, journal, notify, occurrences, read_tx,
-    retention, runs, schedules, workers, write_tx,
+    PgStore, claim, compose, finish, flow, gauges, inbox, journal, notify, occurrences,
+    pipelined_tx, read_tx, retention, runs, schedules, workers, write_tx,
 };
 use crate::error::StoreError;
 use crate::ids::{BatchId, RunId};
@@ -248,7 +248,7 @@ impl Engine for PgStore {
         if !claim::may_claim(&self.conn().await?, &p).await? {
             return Ok(Vec::new());
         }
-        write_tx!(self, |tx| claim::claim(&tx, &p).await)
+        pipelined_tx!(self, |tx| claim::claim(tx.client(), &p, tx.begin()).await)
     }
 
     async fn run_journal(&self, id: RunId) -> EngineResult<Journal> {
@@ -268,37 +268,54 @@ impl Engine for PgStore {
 
     async fn attempt_settle(&self, p: Settle) -> EngineResult<Settled> {
         use crate::store::settle;
-        write_tx!(self, |tx| {
+        pipelined_tx!(self, |tx| {
             let now = p.claim.now;
+            let c = tx.client();
+            // Prepared outside the transaction, so that the ends' update is sent first.
+            finish::prepare(c).await?;
             // Step records first, each fenced by its lease (the row stays locked to the commit).
             let mut saved = Vec::new();
-            for s in settle::step_saves(&p.batch) {
-                saved.push(journal::save(&tx, s, now).await?);
-            }
             let mut released = Vec::new();
-            for r in settle::releases(&p.batch) {
-                released.push(claim::release(&tx, r.id.as_str(), r.attempt, &r.token, now).await?);
-            }
+            let mut steps = settle::step_saves(&p.batch).peekable();
+            let mut releases = settle::releases(&p.batch).peekable();
+            let begun = if steps.peek().is_some() || releases.peek().is_some() {
+                tx.begin().await?;
+                for s in steps {
+                    saved.push(journal::save(c, s, now).await?);
+                }
+                for r in releases {
+                    released
+                        .push(claim::release(c, r.id.as_str(), r.attempt, &r.token, now).await?);
+                }
+                None
+            } else {
+                Some(tx.begin())
+            };
             // The ends' rows, then the claim (its locks are its sessions' and limited tools'),
             // then the ends' blobs and messages, sent with the claim's update on one round
             // trip: a session's inbox lock is held from its messages to the commit only, and
             // never while waiting for a claim lock. The claim's reads without locks go on
             // the round trip of the ends' update, after it (prepared first, so it is sent
-            // first): they see the slots it frees.
+            // first): they see the slots it frees. `BEGIN`, unless sent already, goes first
+            // on that round trip.
             let ends = p.ends();
-            finish::prepare(&tx).await?;
-            let ((ended, tools, later), looked) = tokio::try_join!(
+            let ((), (ended, tools, later), looked) = tokio::try_join!(
                 biased;
-                finish::apply_ends(&tx, &ends, now),
-                claim::look(&tx, &p.claim),
+                async {
+                    match begun {
+                        Some(begin) => begin.await,
+                        None => Ok(()),
+                    }
+                },
+                finish::apply_ends(c, &ends, now),
+                claim::look(c, &p.claim),
             )?;
-            let picked = claim::pick_looked(&tx, &p.claim, looked).await?;
-            let (claimed, ()) =
-                claim::take_then(&tx, &p.claim, picked, later.flush(&tx, now)).await?;
+            let picked = claim::pick_looked(c, &p.claim, looked).await?;
+            let (claimed, ()) = claim::take_then(c, &p.claim, picked, later.flush(c, now)).await?;
             // Other workers are woken only for a slot that stays free: waking them all at
             // every settle only has them look and find nothing.
             if settle::frees_a_slot(&ends, &ended, &tools, &released, &claimed) {
-                notify(&tx).await?;
+                notify(c).await?;
             }
             let applied = settle::applied(&p.batch, &ended, &released, &saved);
             Ok(Settled { applied, claimed })

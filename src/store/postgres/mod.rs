@@ -19,6 +19,7 @@ mod journal;
 mod locks;
 pub(crate) mod migrate;
 mod occurrences;
+mod pipelined;
 mod rescue;
 mod retention;
 mod runs;
@@ -138,6 +139,45 @@ macro_rules! write_tx {
     }};
 }
 pub(crate) use write_tx;
+
+/// [`write_tx`] for a body that sends `BEGIN` itself, with its first statements
+/// ([`pipelined::Pipelined::begin`], joined first): `$tx` is the [`pipelined::Pipelined`],
+/// its statements go to `$tx.client()`. The same retries: a connection that broke under an
+/// uncommitted transaction is replaced and the transaction run again (rolled back first, or
+/// closed); a serialization failure or deadlock starts over; a failed commit is not rerun.
+macro_rules! pipelined_tx {
+    ($store:expr, |$tx:ident| $body:expr) => {{
+        let store: &$crate::store::postgres::PgStore = $store;
+        let mut tries = 0u32;
+        loop {
+            let $tx = $crate::store::postgres::pipelined::Pipelined::new(store.conn().await?);
+            let t0 = std::time::Instant::now();
+            let out: Result<_, $crate::error::StoreError> = async { $body }.await;
+            let out = match out {
+                Ok(v) => {
+                    let t1 = std::time::Instant::now();
+                    let done = $tx.commit().await.map(|()| v);
+                    store.count_write(t0, t1);
+                    done
+                }
+                Err(e) => {
+                    $tx.rollback().await;
+                    if e.fault() == $crate::error::Fault::Storage && tries < 3 {
+                        tries += 1;
+                        tracing::debug!(error = %e, "database connection lost mid-transaction; retrying");
+                        continue;
+                    }
+                    Err(e)
+                }
+            };
+            match out {
+                Err(e) if store.should_retry(&e, &mut tries).await => continue,
+                other => break other,
+            }
+        }
+    }};
+}
+pub(crate) use pipelined_tx;
 
 impl PgStore {
     /// Opens the toolq database at a `postgres://` URL as `mode` allows: creates the schema
