@@ -71,15 +71,24 @@ impl Engine for PgStore {
     }
 
     async fn run_insert(&self, rows: Vec<NewRun>) -> EngineResult<Vec<Inserted>> {
-        write_tx!(self, |tx| {
-            compose::before_insert(&tx, &rows).await?;
-            let done = runs::insert_many(&tx, &rows).await?;
+        pipelined_tx!(self, |tx| {
+            let c = tx.client();
+            // `BEGIN`, the inserts and the notification on one round trip: a notification is
+            // delivered at the commit, wherever it is in the transaction.
+            let ((), done, ()) = tokio::try_join!(
+                biased;
+                tx.begin(),
+                async {
+                    compose::before_insert(c, &rows).await?;
+                    runs::insert_many(c, &rows).await
+                },
+                notify(c),
+            )?;
             if let Some(now) = rows.first().map(|r| r.created_at) {
                 let later = finish::Deferred::default();
-                compose::after_insert(&tx, &rows, &done, now, &later).await?;
-                later.flush(&tx, now).await?;
+                compose::after_insert(c, &rows, &done, now, &later).await?;
+                later.flush(c, now).await?;
             }
-            notify(&tx).await?;
             Ok(done)
         })
     }
