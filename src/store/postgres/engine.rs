@@ -285,21 +285,18 @@ impl Engine for PgStore {
             // Step records first, each fenced by its lease (the row stays locked to the commit).
             let mut saved = Vec::new();
             let mut released = Vec::new();
-            let mut steps = settle::step_saves(&p.batch).peekable();
-            let mut releases = settle::releases(&p.batch).peekable();
-            let begun = if steps.peek().is_some() || releases.peek().is_some() {
+            let steps_first = settle::step_saves(&p.batch).next().is_some()
+                || settle::releases(&p.batch).next().is_some();
+            if steps_first {
                 tx.begin().await?;
-                for s in steps {
+                for s in settle::step_saves(&p.batch) {
                     saved.push(journal::save(c, s, now).await?);
                 }
-                for r in releases {
+                for r in settle::releases(&p.batch) {
                     released
                         .push(claim::release(c, r.id.as_str(), r.attempt, &r.token, now).await?);
                 }
-                None
-            } else {
-                Some(tx.begin())
-            };
+            }
             // The ends' rows, then the claim (its locks are its sessions' and limited tools'),
             // then the ends' blobs and messages, sent with the claim's update on one round
             // trip: a session's inbox lock is held from its messages to the commit only, and
@@ -311,10 +308,7 @@ impl Engine for PgStore {
             let ((), (ended, tools, later), looked) = tokio::try_join!(
                 biased;
                 async {
-                    match begun {
-                        Some(begin) => begin.await,
-                        None => Ok(()),
-                    }
+                    if steps_first { Ok(()) } else { tx.begin().await }
                 },
                 finish::apply_ends(c, &ends, now),
                 claim::look(c, &p.claim),

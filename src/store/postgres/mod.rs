@@ -124,11 +124,7 @@ macro_rules! write_tx {
                 // Not committed: a connection that broke under it (a stale pooled one) is
                 // replaced and the transaction run again. A failed commit is never rerun
                 // here: it may have committed; the caller's fences decide.
-                Err(e) if e.fault() == $crate::error::Fault::Storage && tries < 3 => {
-                    tries += 1;
-                    tracing::debug!(error = %e, "database connection lost mid-transaction; retrying");
-                    continue;
-                }
+                Err(e) if store.lost_connection_retry(&e, &mut tries) => continue,
                 Err(e) => Err(e),
             };
             match out {
@@ -162,9 +158,7 @@ macro_rules! pipelined_tx {
                 }
                 Err(e) => {
                     $tx.rollback().await;
-                    if e.fault() == $crate::error::Fault::Storage && tries < 3 {
-                        tries += 1;
-                        tracing::debug!(error = %e, "database connection lost mid-transaction; retrying");
+                    if store.lost_connection_retry(&e, &mut tries) {
                         continue;
                     }
                     Err(e)
@@ -247,6 +241,17 @@ impl PgStore {
     /// The TLS connector (for the change feed's own connection).
     pub(crate) fn tls(&self) -> tls::Connector {
         self.inner.tls.clone()
+    }
+
+    /// Whether to run a transaction again on a fresh connection after a storage fault
+    /// before its commit (a connection that broke under it); counts the try.
+    pub(crate) fn lost_connection_retry(&self, e: &StoreError, tries: &mut u32) -> bool {
+        if e.fault() != crate::error::Fault::Storage || *tries >= 3 {
+            return false;
+        }
+        *tries += 1;
+        tracing::debug!(error = %e, "database connection lost mid-transaction; retrying");
+        true
     }
 
     /// Whether to start a failed transaction over (after a short sleep); counts the retry.
